@@ -1,0 +1,57 @@
+// GPU telemetry collectors. One interface, several backends:
+//   NvmlCollector  - the NVIDIA driver's libnvidia-ml.so.1, loaded with dlopen at run time
+//   MockCollector  - N fake GPUs with scripted curves (demos, dashboards, tests)
+// A collector is driven by one sampler thread: Sample() is never called concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "store/rows.h"
+#include "util/status.h"
+
+namespace gpuprof::telemetry {
+
+struct GpuDevice {
+  int64_t index = 0;
+  std::optional<std::string> name;     // e.g. "NVIDIA H100 80GB HBM3"
+  std::optional<std::string> uuid;
+  std::optional<int64_t> memory_total_bytes;
+  std::optional<int64_t> sm_clock_max_mhz;
+};
+
+class GpuCollector {
+ public:
+  virtual ~GpuCollector() = default;
+  virtual std::string backend() const = 0;  // "nvml" | "mock"
+  virtual const std::vector<GpuDevice>& devices() const = 0;
+  // Reads every device once. Fields the device does not support, or whose read failed, stay
+  // nullopt. Returns false only when the whole read failed (e.g. the driver went away).
+  // `now_rel_ns` is stamped into each row; `pids` are the process tree whose device memory
+  // goes into proc_mem_bytes. noexcept: never throws on the sampler thread.
+  virtual bool Sample(int64_t now_rel_ns, const std::vector<int64_t>& pids,
+                      std::vector<store::GpuSampleRow>* out) noexcept = 0;
+  // Human-readable notes gathered while sampling (first failure of each field, fields that
+  // became unsupported mid-run). Drained by the caller into the diagnostics table.
+  virtual std::vector<std::string> TakeNotes() { return {}; }
+};
+
+struct GpuCollectorOptions {
+  // "auto" (NVML if it loads and finds devices, else none), "nvml", "mock", "none".
+  std::string backend = "auto";
+  // For nvml: the library to dlopen. Empty = $GPUPROF_NVML_LIBRARY or "libnvidia-ml.so.1".
+  std::string nvml_library;
+  // For mock: device count and scenario (see MockScenario::Parse).
+  int mock_gpus = 1;
+  std::string mock_scenario;
+};
+
+// Creates the collector the options ask for. When none can be had, returns the reason
+// (e.g. "NVML not available: libnvidia-ml.so.1: cannot open shared object file") — the caller
+// records it as telemetry_status(gpu, available=0, reason) and the run continues.
+Expected<std::unique_ptr<GpuCollector>> MakeGpuCollector(const GpuCollectorOptions& options);
+
+}  // namespace gpuprof::telemetry
