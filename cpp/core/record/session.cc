@@ -1,1 +1,141 @@
-// placeholder
+#include "record/session.h"
+
+#include <unistd.h>
+
+#include <exception>
+
+namespace gpuprof::record {
+
+Expected<std::unique_ptr<Session>> Session::Start(SessionConfig config) {
+  std::unique_ptr<Session> s(new Session(std::move(config)));
+  s->anchor_ = clock::Anchor::Take();
+
+  auto store = store::SqliteStore::Open(s->config_.db_path);
+  if (!store) return Status::Error(store.error());
+  s->control_ = std::move(store.value());
+
+  store::RunInfo info = s->config_.run;
+  info.start_unix_ns = s->anchor_.unix_ns;
+  info.start_mono_ns = s->anchor_.mono_ns;
+  info.status = "running";
+  info.pid = static_cast<int64_t>(getpid());
+  if (info.gpuprof_version.empty()) info.gpuprof_version = GPUPROF_VERSION;
+  if (!info.sample_hz) info.sample_hz = s->config_.recorder.sample_hz;
+
+  // GPU telemetry: unavailable is a recorded fact, not an error.
+  std::unique_ptr<telemetry::GpuCollector> gpu;
+  std::optional<std::string> gpu_reason;
+  auto made = telemetry::MakeGpuCollector(s->config_.gpu);
+  if (made) {
+    gpu = std::move(made.value());
+    info.gpu_backend = gpu->backend();
+    info.gpu_count = static_cast<int64_t>(gpu->devices().size());
+    if (!gpu->devices().empty()) info.gpu_model = gpu->devices().front().name;
+  } else {
+    gpu_reason = made.error();
+    info.gpu_backend = "none";
+  }
+
+  auto run_id = s->control_->BeginRun(info);
+  if (!run_id) return Status::Error(run_id.error());
+  info.run_id = run_id.value();
+  s->info_ = info;
+
+  auto writer = store::StoreWriter::Start(s->config_.db_path, info.run_id);
+  if (!writer) return Status::Error(writer.error());
+  s->writer_ = std::move(writer.value());
+
+  if (gpu) {
+    for (const auto& d : gpu->devices()) {
+      s->writer_->Push(store::GpuInfoRow{d.index, d.name, d.uuid, d.memory_total_bytes,
+                                         d.sm_clock_max_mhz});
+    }
+    s->SetTelemetryStatus("gpu", true, gpu->backend(), std::nullopt);
+  } else {
+    s->SetTelemetryStatus("gpu", false, std::nullopt, gpu_reason);
+  }
+
+  std::unique_ptr<telemetry::HostSampler> host;
+  if (s->config_.host_telemetry) {
+    host = std::make_unique<telemetry::HostSampler>(info.pid, s->config_.proc_root);
+    s->SetTelemetryStatus("host", true, "procfs", std::nullopt);
+  } else {
+    s->SetTelemetryStatus("host", false, std::nullopt,
+                          std::string("host telemetry disabled (host=False)"));
+  }
+
+  s->recorder_ = std::make_unique<Recorder>(s->config_.recorder, s->anchor_, s->writer_.get(),
+                                            &s->names_, std::move(gpu), std::move(host));
+  s->recorder_->Start();
+  return s;
+}
+
+Session::~Session() {
+  if (!stopped_) Stop("failed", std::string("profiler session destroyed without stop()"));
+}
+
+void Session::AddDiagnostic(const std::string& level, const std::string& source,
+                            const std::string& message) {
+  if (writer_) writer_->Push(store::DiagnosticRow{RelNow(), level, source, message});
+}
+
+void Session::SetTelemetryStatus(const std::string& source, bool available,
+                                 const std::optional<std::string>& backend,
+                                 const std::optional<std::string>& reason) {
+  if (writer_) writer_->Push(store::TelemetryStatusRow{source, available, backend, reason});
+}
+
+Status Session::UpdateRun(const std::function<void(store::RunInfo*)>& edit) {
+  edit(&info_);
+  return control_->UpdateRunFields(info_);
+}
+
+StopResult Session::Stop(const std::string& status, const std::optional<std::string>& error) {
+  if (stopped_) return result_;
+  stopped_ = true;
+  std::string problems;
+  try {
+    recorder_->Stop();
+    const auto& a = recorder_->assembler();
+    if (recorder_->dropped_events() > 0) {
+      AddDiagnostic("warning", "recorder",
+                    std::to_string(recorder_->dropped_events()) +
+                        " training-thread events dropped (event ring full)");
+    }
+    if (a.orphan_calls() > 0) {
+      AddDiagnostic("info", "steps",
+                    std::to_string(a.orphan_calls()) +
+                        " forward/backward calls were not followed by optimizer.step() and "
+                        "belong to no step");
+    }
+    if (a.unmatched_events() > 0) {
+      AddDiagnostic("info", "steps",
+                    std::to_string(a.unmatched_events()) + " events could not be matched");
+    }
+    writer_->Stop();
+    if (writer_->dropped() > 0) {
+      problems += std::to_string(writer_->dropped()) + " rows were not stored";
+      if (auto e = writer_->error()) problems += ": " + *e;
+    }
+    const int64_t end_ns = RelNow();
+    info_.end_ns = end_ns;
+    info_.status = status;
+    info_.error = error;
+    if (Status st = control_->FinishRun(info_.run_id, status, end_ns, error); !st.ok()) {
+      problems += (problems.empty() ? "" : "; ") + st.message();
+    }
+    auto summary = analysis::FinalizeRun(*control_, info_.run_id, config_.db_path,
+                                         config_.analysis);
+    if (summary) {
+      result_.summary = summary.value();
+    } else {
+      problems += (problems.empty() ? "" : "; ") + summary.error();
+    }
+  } catch (const std::exception& e) {
+    problems += (problems.empty() ? "" : "; ") + std::string(e.what());
+  }
+  if (!problems.empty()) result_.error = problems;
+  return result_;
+}
+
+}  // namespace gpuprof::record

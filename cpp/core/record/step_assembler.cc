@@ -1,1 +1,232 @@
-// placeholder
+#include "record/step_assembler.h"
+
+#include <algorithm>
+
+namespace gpuprof::record {
+namespace {
+constexpr size_t kRecentSteps = 1024;  // closed steps kept for GPU times that resolve late
+}  // namespace
+
+StepAssembler::StepAssembler(const PhaseNames* names, int64_t anchor_mono_ns, Sink sink)
+    : names_(names), anchor_(anchor_mono_ns), sink_(std::move(sink)) {}
+
+void StepAssembler::OpenCommon(OpenStep* s, int64_t ts) {
+  if (prev_end_) {
+    s->start_ns = *prev_end_;
+    s->gap_wait_ns = std::max<int64_t>(0, ts - *prev_end_);
+  } else {
+    s->start_ns = carry_wait_start_ ? std::min(*carry_wait_start_, ts) : ts;
+  }
+  if (carry_wait_start_) {
+    s->explicit_wait_ns = carry_wait_ns_;
+    s->has_explicit_wait = true;
+  }
+  carry_wait_ns_ = 0;
+  carry_wait_start_.reset();
+}
+
+void StepAssembler::OpenAuto(int64_t ts) {
+  OpenStep s;
+  s.manual = false;
+  s.index = next_index_;
+  OpenCommon(&s, ts);
+  open_ = std::move(s);
+}
+
+void StepAssembler::OpenManual(int64_t index, int64_t ts) {
+  OpenStep s;
+  s.manual = true;
+  s.index = index;
+  OpenCommon(&s, ts);
+  open_ = std::move(s);
+}
+
+StepAssembler::PhaseAcc& StepAssembler::Phase(uint32_t id) {
+  for (auto& p : open_->phases) {
+    if (p.id == id) return p;
+  }
+  open_->phases.push_back(PhaseAcc{id, 0, 0, std::nullopt});
+  return open_->phases.back();
+}
+
+void StepAssembler::AddPhase(uint32_t id, int64_t wall_ns) {
+  if (!open_) {
+    ++unmatched_events_;
+    return;
+  }
+  PhaseAcc& p = Phase(id);
+  p.wall_ns += std::max<int64_t>(0, wall_ns);
+  p.calls += 1;
+}
+
+void StepAssembler::Close(int64_t end_ns) {
+  OpenStep& s = *open_;
+  store::StepRow row;
+  row.step = s.index;
+  row.start_ns = s.start_ns - anchor_;
+  row.end_ns = std::max(end_ns, s.start_ns) - anchor_;
+  if (s.has_explicit_wait) {
+    row.wait_ns = s.explicit_wait_ns;
+    row.wait_source = "explicit";
+  } else if (s.gap_wait_ns) {
+    row.wait_ns = s.gap_wait_ns;
+    row.wait_source = "gap";
+  }
+  row.forward_calls = s.forward_calls;
+  row.backward_calls = s.backward_calls;
+  row.optimizer_calls = s.optimizer_calls;
+  sink_(std::move(row));
+  for (const PhaseAcc& p : s.phases) {
+    store::PhaseRow pr;
+    pr.step = s.index;
+    pr.name = names_->Name(p.id);
+    pr.wall_ns = p.wall_ns;
+    pr.gpu_ns = p.gpu_ns;
+    pr.calls = p.calls;
+    sink_(std::move(pr));
+  }
+  recent_.push_back(ClosedSpan{s.index, s.start_ns, std::max(end_ns, s.start_ns)});
+  if (recent_.size() > kRecentSteps) recent_.pop_front();
+  ++steps_emitted_;
+  next_index_ = s.index + 1;
+  prev_end_ = std::max(end_ns, s.start_ns);
+  open_.reset();
+  pending_close_ = false;
+}
+
+void StepAssembler::CloseIfPending() {
+  if (pending_close_ && open_ && !open_->manual) Close(last_opt_end_);
+  pending_close_ = false;
+}
+
+void StepAssembler::DiscardAutoAccumulation() {
+  if (open_ && !open_->manual) {
+    orphan_calls_ += open_->forward_calls + open_->backward_calls;
+    open_.reset();
+  }
+}
+
+void StepAssembler::OnGpuPhase(const Event& e) {
+  // Attribute to the step whose span contains the interval's CPU begin timestamp.
+  if (open_ && e.ts_ns >= open_->start_ns) {
+    PhaseAcc& p = Phase(e.arg);
+    p.gpu_ns = p.gpu_ns.value_or(0) + e.value;
+    return;
+  }
+  for (auto it = recent_.rbegin(); it != recent_.rend(); ++it) {
+    if (e.ts_ns >= it->start_ns && e.ts_ns <= it->end_ns) {
+      store::PhaseGpuRow row;
+      row.step = it->index;
+      row.name = names_->Name(e.arg);
+      row.gpu_ns = e.value;
+      sink_(std::move(row));
+      return;
+    }
+  }
+  ++unmatched_events_;
+}
+
+void StepAssembler::OnEvent(const Event& e) {
+  const int64_t ts = e.ts_ns;
+  switch (e.kind) {
+    case EventKind::kForwardBegin:
+    case EventKind::kBackwardBegin: {
+      CloseIfPending();
+      if (!open_) OpenAuto(ts);
+      (e.kind == EventKind::kForwardBegin ? fwd_begin_ : bwd_begin_) = ts;
+      break;
+    }
+    case EventKind::kForwardEnd:
+    case EventKind::kBackwardEnd: {
+      const bool fwd = e.kind == EventKind::kForwardEnd;
+      auto& begin = fwd ? fwd_begin_ : bwd_begin_;
+      if (!begin || !open_) {
+        ++unmatched_events_;
+        begin.reset();
+        break;
+      }
+      AddPhase(fwd ? PhaseNames::kForward : PhaseNames::kBackward, ts - *begin);
+      (fwd ? open_->forward_calls : open_->backward_calls) += 1;
+      begin.reset();
+      break;
+    }
+    case EventKind::kOptimizerBegin:
+      // A second optimizer after the first one's end is part of the same iteration: no close.
+      if (!open_) OpenAuto(ts);
+      opt_begin_ = ts;
+      break;
+    case EventKind::kOptimizerEnd:
+      if (!opt_begin_ || !open_) {
+        ++unmatched_events_;
+        opt_begin_.reset();
+        break;
+      }
+      AddPhase(PhaseNames::kOptimizer, ts - *opt_begin_);
+      open_->optimizer_calls += 1;
+      opt_begin_.reset();
+      if (!open_->manual) {
+        pending_close_ = true;
+        last_opt_end_ = ts;
+      }
+      break;
+    case EventKind::kStepBegin:
+      CloseIfPending();
+      if (open_ && open_->manual) Close(ts);  // step(i) entered twice without exit
+      DiscardAutoAccumulation();
+      OpenManual(e.value, ts);
+      break;
+    case EventKind::kStepEnd:
+      if (open_ && open_->manual) {
+        Close(ts);
+      } else {
+        ++unmatched_events_;
+      }
+      break;
+    case EventKind::kPhaseBegin:
+      phase_stack_.emplace_back(e.arg, ts);
+      break;
+    case EventKind::kPhaseEnd: {
+      auto it = std::find_if(phase_stack_.rbegin(), phase_stack_.rend(),
+                             [&](const auto& p) { return p.first == e.arg; });
+      if (it == phase_stack_.rend()) {
+        ++unmatched_events_;
+        break;
+      }
+      const int64_t begin = it->second;
+      phase_stack_.erase(std::next(it).base());
+      AddPhase(e.arg, ts - begin);
+      break;
+    }
+    case EventKind::kWaitBegin:
+      CloseIfPending();
+      wait_begin_ = ts;
+      break;
+    case EventKind::kWaitEnd: {
+      if (!wait_begin_) {
+        ++unmatched_events_;
+        break;
+      }
+      const int64_t d = std::max<int64_t>(0, ts - *wait_begin_);
+      if (open_) {
+        open_->explicit_wait_ns += d;
+        open_->has_explicit_wait = true;
+      } else {
+        if (!carry_wait_start_) carry_wait_start_ = *wait_begin_;
+        carry_wait_ns_ += d;
+      }
+      wait_begin_.reset();
+      break;
+    }
+    case EventKind::kGpuPhase:
+      OnGpuPhase(e);
+      break;
+  }
+}
+
+void StepAssembler::Finish(int64_t now_mono_ns) {
+  CloseIfPending();
+  if (open_ && open_->manual) Close(now_mono_ns);
+  DiscardAutoAccumulation();
+}
+
+}  // namespace gpuprof::record

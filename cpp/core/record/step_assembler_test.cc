@@ -1,1 +1,223 @@
-// placeholder
+#include "record/step_assembler.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+namespace gpuprof::record {
+namespace {
+
+constexpr int64_t kMs = 1'000'000;
+constexpr int64_t kAnchor = 1'000 * kMs;
+
+// Collects what the assembler emits.
+struct Collected {
+  std::vector<store::StepRow> steps;
+  std::map<std::pair<int64_t, std::string>, store::PhaseRow> phases;
+  std::vector<store::PhaseGpuRow> late_gpu;
+};
+
+class StepAssemblerTest : public ::testing::Test {
+ protected:
+  StepAssemblerTest()
+      : asm_(&names_, kAnchor, [this](store::Row&& row) {
+          if (auto* s = std::get_if<store::StepRow>(&row)) out_.steps.push_back(*s);
+          if (auto* p = std::get_if<store::PhaseRow>(&row)) out_.phases[{p->step, p->name}] = *p;
+          if (auto* g = std::get_if<store::PhaseGpuRow>(&row)) out_.late_gpu.push_back(*g);
+        }) {}
+
+  // Feeds an event at kAnchor + t_ms.
+  void At(double t_ms, EventKind kind, uint32_t arg = 0, int64_t value = 0) {
+    asm_.OnEvent(Event{kAnchor + static_cast<int64_t>(t_ms * kMs), value, arg, kind, 0});
+  }
+  // One auto iteration: forward [t, t+f], backward [.., +b], optimizer [.., +o].
+  double Iteration(double t, double f, double b, double o) {
+    At(t, EventKind::kForwardBegin);
+    At(t + f, EventKind::kForwardEnd);
+    At(t + f, EventKind::kBackwardBegin);
+    At(t + f + b, EventKind::kBackwardEnd);
+    At(t + f + b, EventKind::kOptimizerBegin);
+    At(t + f + b + o, EventKind::kOptimizerEnd);
+    return t + f + b + o;
+  }
+  int64_t PhaseWall(int64_t step, const std::string& name) {
+    auto it = out_.phases.find({step, name});
+    return it == out_.phases.end() ? -1 : it->second.wall_ns;
+  }
+
+  PhaseNames names_;
+  Collected out_;
+  StepAssembler asm_;
+};
+
+TEST_F(StepAssemblerTest, AutoStepsTileTheTimelineAndGapIsDataloaderWait) {
+  // GIVEN three iterations separated by 4 ms of loader wait
+  double t = Iteration(10, 2, 3, 1);   // step 0: 10..16
+  t = Iteration(t + 4, 2, 3, 1);       // step 1: 16..26 (wait 4)
+  t = Iteration(t + 4, 2, 3, 1);       // step 2: 26..36 (wait 4)
+  asm_.Finish(kAnchor + 100 * kMs);
+  // THEN there are three steps; step 0 starts at its first forward and has no gap wait
+  ASSERT_EQ(out_.steps.size(), 3u);
+  EXPECT_EQ(out_.steps[0].step, 0);
+  EXPECT_EQ(out_.steps[0].start_ns, 10 * kMs);
+  EXPECT_EQ(out_.steps[0].end_ns, 16 * kMs);
+  EXPECT_FALSE(out_.steps[0].wait_ns.has_value());
+  // AND later steps start where the previous ended and carry the gap as wait
+  EXPECT_EQ(out_.steps[1].start_ns, 16 * kMs);
+  EXPECT_EQ(out_.steps[1].end_ns, 26 * kMs);
+  EXPECT_EQ(out_.steps[1].wait_ns, 4 * kMs);
+  EXPECT_EQ(out_.steps[1].wait_source, "gap");
+  EXPECT_EQ(out_.steps[2].step, 2);
+  // AND phase walls are the call durations
+  EXPECT_EQ(PhaseWall(1, "forward"), 2 * kMs);
+  EXPECT_EQ(PhaseWall(1, "backward"), 3 * kMs);
+  EXPECT_EQ(PhaseWall(1, "optimizer"), 1 * kMs);
+  EXPECT_EQ(out_.steps[1].forward_calls, 1);
+  EXPECT_EQ(out_.steps[1].optimizer_calls, 1);
+}
+
+TEST_F(StepAssemblerTest, GradientAccumulationIsOneStep) {
+  // GIVEN four forward+backward pairs and then one optimizer step
+  double t = 0;
+  for (int i = 0; i < 4; ++i) {
+    At(t, EventKind::kForwardBegin);
+    At(t + 1, EventKind::kForwardEnd);
+    At(t + 1, EventKind::kBackwardBegin);
+    At(t + 3, EventKind::kBackwardEnd);
+    t += 4;
+  }
+  At(t, EventKind::kOptimizerBegin);
+  At(t + 1, EventKind::kOptimizerEnd);
+  asm_.Finish(kAnchor + 100 * kMs);
+  // THEN it is one step with summed phases and four calls each
+  ASSERT_EQ(out_.steps.size(), 1u);
+  EXPECT_EQ(out_.steps[0].forward_calls, 4);
+  EXPECT_EQ(out_.steps[0].backward_calls, 4);
+  EXPECT_EQ(out_.steps[0].optimizer_calls, 1);
+  EXPECT_EQ(PhaseWall(0, "forward"), 4 * kMs);
+  EXPECT_EQ(PhaseWall(0, "backward"), 8 * kMs);
+  EXPECT_EQ(out_.steps[0].end_ns, 17 * kMs);
+}
+
+TEST_F(StepAssemblerTest, SeveralOptimizersInOneIterationAreOneStep) {
+  // GIVEN a GAN-like iteration: forward, backward, then two optimizers stepping back to back
+  for (int it = 0; it < 2; ++it) {
+    const double t = it * 20.0;
+    At(t, EventKind::kForwardBegin);
+    At(t + 2, EventKind::kForwardEnd);
+    At(t + 2, EventKind::kBackwardBegin);
+    At(t + 5, EventKind::kBackwardEnd);
+    At(t + 6, EventKind::kOptimizerBegin);
+    At(t + 7, EventKind::kOptimizerEnd);
+    At(t + 8, EventKind::kOptimizerBegin);
+    At(t + 9, EventKind::kOptimizerEnd);
+  }
+  asm_.Finish(kAnchor + 100 * kMs);
+  // THEN there are two steps, each with two optimizer calls, ending at the second one
+  ASSERT_EQ(out_.steps.size(), 2u);
+  EXPECT_EQ(out_.steps[0].optimizer_calls, 2);
+  EXPECT_EQ(out_.steps[0].end_ns, 9 * kMs);
+  EXPECT_EQ(PhaseWall(0, "optimizer"), 2 * kMs);
+  EXPECT_EQ(out_.steps[1].wait_ns, 11 * kMs);
+}
+
+TEST_F(StepAssemblerTest, ActivityAfterLastOptimizerStepIsCountedNotAStep) {
+  // GIVEN one full iteration and then an evaluation forward with no optimizer step
+  Iteration(0, 1, 1, 1);
+  At(10, EventKind::kForwardBegin);
+  At(11, EventKind::kForwardEnd);
+  asm_.Finish(kAnchor + 100 * kMs);
+  // THEN one step is emitted and the trailing forward is an orphan
+  EXPECT_EQ(out_.steps.size(), 1u);
+  EXPECT_EQ(asm_.orphan_calls(), 1);
+}
+
+TEST_F(StepAssemblerTest, ManualStepsWithWrappedDataloaderUseExplicitWait) {
+  // GIVEN the manual API: next() (wait) then step(i) with named phases, twice
+  for (int i = 0; i < 2; ++i) {
+    const double t = i * 10.0;
+    At(t, EventKind::kWaitBegin);
+    At(t + 3, EventKind::kWaitEnd);
+    At(t + 3, EventKind::kStepBegin, 0, 100 + i);
+    At(t + 3, EventKind::kPhaseBegin, PhaseNames::kForward);
+    At(t + 5, EventKind::kPhaseEnd, PhaseNames::kForward);
+    const uint32_t custom = names_.Intern("rollout");
+    At(t + 5, EventKind::kPhaseBegin, custom);
+    At(t + 9, EventKind::kPhaseEnd, custom);
+    At(t + 9.5, EventKind::kStepEnd, 0, 100 + i);
+  }
+  asm_.Finish(kAnchor + 100 * kMs);
+  // THEN steps carry the user's indices, the explicit wait, and the custom phase
+  ASSERT_EQ(out_.steps.size(), 2u);
+  EXPECT_EQ(out_.steps[0].step, 100);
+  EXPECT_EQ(out_.steps[0].start_ns, 0);  // step 0 starts at its first wait
+  EXPECT_EQ(out_.steps[0].wait_ns, 3 * kMs);
+  EXPECT_EQ(out_.steps[0].wait_source, "explicit");
+  EXPECT_EQ(out_.steps[1].step, 101);
+  EXPECT_EQ(out_.steps[1].start_ns, static_cast<int64_t>(9.5 * kMs));
+  EXPECT_EQ(out_.steps[1].wait_ns, 3 * kMs);
+  EXPECT_EQ(PhaseWall(101, "rollout"), 4 * kMs);
+  EXPECT_EQ(PhaseWall(101, "forward"), 2 * kMs);
+}
+
+TEST_F(StepAssemblerTest, ManualStepLeftOpenClosesAtFinish) {
+  At(0, EventKind::kStepBegin, 0, 0);
+  asm_.Finish(kAnchor + 7 * kMs);
+  ASSERT_EQ(out_.steps.size(), 1u);
+  EXPECT_EQ(out_.steps[0].end_ns, 7 * kMs);
+}
+
+TEST_F(StepAssemblerTest, ExplicitWaitInAutoModeWinsOverGap) {
+  // GIVEN auto iterations where the loader is wrapped (wait measured around next())
+  double t = Iteration(0, 1, 1, 1);
+  At(t + 0.5, EventKind::kWaitBegin);
+  At(t + 2.5, EventKind::kWaitEnd);
+  Iteration(t + 3, 1, 1, 1);
+  asm_.Finish(kAnchor + 100 * kMs);
+  // THEN step 1's wait is the 2 ms measured inside next(), marked explicit
+  ASSERT_EQ(out_.steps.size(), 2u);
+  EXPECT_EQ(out_.steps[1].wait_ns, 2 * kMs);
+  EXPECT_EQ(out_.steps[1].wait_source, "explicit");
+  EXPECT_EQ(out_.steps[1].start_ns, 3 * kMs);
+}
+
+TEST_F(StepAssemblerTest, GpuTimesAttachToTheirStepEvenWhenTheyResolveLate) {
+  // GIVEN step 0 whose forward GPU time resolves while step 0 is still open
+  At(0, EventKind::kForwardBegin);
+  At(0, EventKind::kGpuPhase, PhaseNames::kForward, 5 * kMs);
+  At(1, EventKind::kForwardEnd);
+  At(1, EventKind::kBackwardBegin);
+  At(2, EventKind::kBackwardEnd);
+  At(2, EventKind::kOptimizerBegin);
+  At(3, EventKind::kOptimizerEnd);
+  // AND step 1 begins before step 0's backward GPU time (begin ts 1 ms) resolves
+  At(4, EventKind::kForwardBegin);
+  asm_.OnEvent(Event{kAnchor + 1 * kMs, 7 * kMs, PhaseNames::kBackward, EventKind::kGpuPhase, 0});
+  // AND a GPU time for a moment no step covers
+  asm_.OnEvent(Event{kAnchor - 50 * kMs, 1, PhaseNames::kForward, EventKind::kGpuPhase, 0});
+  asm_.Finish(kAnchor + 100 * kMs);
+  // THEN the forward GPU time is on step 0's phase row
+  ASSERT_TRUE(out_.phases.at({0, "forward"}).gpu_ns.has_value());
+  EXPECT_EQ(*out_.phases.at({0, "forward"}).gpu_ns, 5 * kMs);
+  // AND the late backward time arrives as a delta row for step 0
+  ASSERT_EQ(out_.late_gpu.size(), 1u);
+  EXPECT_EQ(out_.late_gpu[0].step, 0);
+  EXPECT_EQ(out_.late_gpu[0].name, "backward");
+  EXPECT_EQ(out_.late_gpu[0].gpu_ns, 7 * kMs);
+  // AND phases without CUDA events have no GPU time (unknown, not zero)
+  EXPECT_FALSE(out_.phases.at({0, "optimizer"}).gpu_ns.has_value());
+  EXPECT_EQ(asm_.unmatched_events(), 1);
+}
+
+TEST_F(StepAssemblerTest, UnbalancedEventsAreCountedNotFatal) {
+  At(0, EventKind::kForwardEnd);
+  At(1, EventKind::kOptimizerEnd);
+  At(2, EventKind::kStepEnd);
+  At(3, EventKind::kPhaseEnd, 7);
+  asm_.Finish(kAnchor + 10 * kMs);
+  EXPECT_EQ(out_.steps.size(), 0u);
+  EXPECT_EQ(asm_.unmatched_events(), 4);
+}
+
+}  // namespace
+}  // namespace gpuprof::record

@@ -2,6 +2,7 @@
 // (SqliteStore) and a batched writer thread for the sampled/recorded rows (StoreWriter).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -11,12 +12,14 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "store/rows.h"
 #include "util/status.h"
 
 struct sqlite3;
+struct sqlite3_stmt;
 
 namespace gpuprof::store {
 
@@ -36,13 +39,19 @@ struct RunData {
   std::vector<InsightRow> insights;
 };
 
-// One connection. Not thread-safe: one owner thread at a time.
+// One connection. Not thread-safe: one owner thread at a time (it may be handed to another
+// thread, as StoreWriter does). Every error names the file, what was being done, and SQLite's
+// message. Write transactions are BEGIN IMMEDIATE and wait up to 5 s for a lock held by
+// another connection (busy_timeout), so several processes may share one file.
 class SqliteStore {
  public:
   enum class Mode { kReadWrite, kReadOnly };
 
-  // Creates the file and schema if needed (kReadWrite), enables WAL. A file from a newer
-  // schema version, or one that is not a gpuprof DB, is an error naming the file.
+  // kReadWrite creates the file and schema if needed (schema + meta in one transaction) and
+  // enables WAL with synchronous=NORMAL. kReadOnly never creates anything ("no such file: P").
+  // A file from a newer schema version ("P was written by a newer gpuprof (schema 7 > 1);
+  // upgrade gpuprof"), a non-SQLite file ("P: file is not a database") or a SQLite file
+  // without the gpuprof tables ("P: not a gpuprof database ...") is refused untouched.
   static Expected<std::unique_ptr<SqliteStore>> Open(const std::string& path,
                                                      Mode mode = Mode::kReadWrite);
   ~SqliteStore();
@@ -50,21 +59,40 @@ class SqliteStore {
   SqliteStore& operator=(const SqliteStore&) = delete;
 
   // Run lifecycle.
-  Expected<int64_t> BeginRun(const RunInfo& info);  // returns the new run_id
+  // Inserts a run; info.run_id is ignored and the new id returned. An empty
+  // info.gpuprof_version is stored as this build's GPUPROF_VERSION.
+  Expected<int64_t> BeginRun(const RunInfo& info);
+  // Sets status ("ok" or "failed"; anything else is an error), end_ns and error.
   Status FinishRun(int64_t run_id, const std::string& status, std::optional<int64_t> end_ns,
                    const std::optional<std::string>& error);
-  Status UpdateRunFields(const RunInfo& info);  // rewrites the mutable columns of info.run_id
+  // Rewrites the mutable columns of info.run_id from info (nullopt writes NULL): group_id,
+  // rank, world_size, device_kind, gpu_backend, gpu_model, gpu_count, dtype, flops_per_step,
+  // flops_method, sample_hz, python_version, torch_version, config_json. Identity and timing
+  // (run_name, hostname, pid, start_*, gpuprof_version) never change; status/end_ns/error
+  // belong to FinishRun. A missing run is an error.
+  Status UpdateRunFields(const RunInfo& info);
+  // Deletes the run's insights and inserts `insights`, in one transaction.
   Status ReplaceInsights(int64_t run_id, const std::vector<InsightRow>& insights);
-  // Synchronous write of rows (tests, importers). The writer thread uses the same code.
+  // Writes rows in one transaction (all or nothing). Steps, phases, gpus and telemetry_status
+  // are upserts on their primary key (a re-write replaces; a PhaseRow with gpu_ns nullopt keeps
+  // GPU time already stored). PhaseGpuRow adds to gpu_ns, creating the phase row (wall_ns 0,
+  // calls 0) if absent. Other tables append. The writer thread uses the same code.
   Status WriteRows(int64_t run_id, const std::vector<Row>& rows);
 
   // Reads.
-  Expected<std::optional<int64_t>> LatestRunId();
+  Expected<std::optional<int64_t>> LatestRunId();  // nullopt when there are no runs
   Expected<bool> RunExists(int64_t run_id);
   Expected<std::vector<RunInfo>> ListRuns();  // all runs, ascending run_id
-  // Previous runs with the same name, newest first, excluding `before_run_id` and later.
+  // Finished runs (status != 'running', i.e. ok or failed; a killed run stays 'running' and is
+  // skipped) with the same name and run_id < before_run_id, newest first, at most `limit`
+  // (limit < 0: no limit).
   Expected<std::vector<RunInfo>> PreviousRunsNamed(const std::string& run_name,
                                                    int64_t before_run_id, int limit);
+  // Everything stored for one run (a missing run is an error). Ordering: steps by step; phases
+  // by (step, name); gpus by gpu_index; gpu_samples by (ts_ns, gpu_index); host_samples by
+  // ts_ns; worker_samples by (ts_ns, pid); kernels by (window_start_ns, name); comm_buckets by
+  // (step, bucket); telemetry by source; diagnostics by ts_ns (NULL first, then insertion
+  // order); insights by ordinal.
   Expected<RunData> LoadRun(int64_t run_id);
 
   const std::string& path() const { return path_; }
@@ -72,22 +100,41 @@ class SqliteStore {
 
  private:
   SqliteStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  // "<path>: <purpose>: <sqlite3_errmsg>".
+  Status Error(const std::string& purpose) const;
+  Status Exec(const char* sql, const std::string& purpose);
+  Status Begin();   // BEGIN IMMEDIATE
+  Status Commit();  // rolls back when the commit fails
+  void Rollback();  // no-op outside a transaction
+  template <typename T>
+  Status WriteOne(size_t index, int64_t run_id, const T& row);
+  template <typename BindFn, typename RowFn>
+  Status Query(const std::string& sql, const std::string& purpose, BindFn bind, RowFn each);
+
   sqlite3* db_ = nullptr;
   std::string path_;
+  // WriteRows' prepared statements, one per Row alternative (indexed by Row::index()).
+  std::array<sqlite3_stmt*, std::variant_size_v<Row>> row_stmts_{};
 };
 
-// Bounded queue + one writer thread that commits rows of one run in batched transactions.
+// Bounded queue + one writer thread that commits rows of one run in batched transactions on
+// its own connection (opened by Start on the calling thread, then owned by the writer thread).
 // Push() may be called from any thread (samplers, recorder); it never blocks on I/O: when the
-// queue is full the row is dropped and counted. A batch is committed at least every
-// flush_interval_ms, so a killed process loses at most that much.
+// queue is full the row is dropped and counted. A row is committed at most about
+// flush_interval_ms after it was queued (sooner when a batch fills up or on Flush), so a killed
+// process loses at most that much. A failing batch is rolled back; its rows count as dropped,
+// error() keeps the first message and the writer goes on with the next batch.
 class StoreWriter {
  public:
   struct Options {
     size_t capacity = 1 << 16;     // rows queued before dropping
-    int flush_interval_ms = 200;
-    size_t max_batch = 8192;       // rows per transaction
+    int flush_interval_ms = 200;   // longest a queued row waits for its commit
+    // Rows per transaction. A commit starts early once max_batch rows (or half the capacity,
+    // if that is smaller) are queued.
+    size_t max_batch = 8192;
   };
 
+  // Fails if the file cannot be opened for writing or has no run `run_id`.
   static Expected<std::unique_ptr<StoreWriter>> Start(const std::string& path, int64_t run_id,
                                                       Options options);
   static Expected<std::unique_ptr<StoreWriter>> Start(const std::string& path, int64_t run_id) {
@@ -97,10 +144,11 @@ class StoreWriter {
   StoreWriter(const StoreWriter&) = delete;
   StoreWriter& operator=(const StoreWriter&) = delete;
 
+  // Queues a row; false (and dropped() + 1) when the queue is full or the writer stopped.
   bool Push(Row row) noexcept;
-  // Blocks until every row pushed before the call is committed (or failed).
+  // Blocks until every row pushed before the call is committed (or failed). Any thread.
   void Flush();
-  // Drains, commits, joins. Idempotent.
+  // Drains, commits, closes the connection, joins. Idempotent; any thread but the writer's.
   void Stop();
 
   uint64_t written() const { return written_.load(std::memory_order_relaxed); }
@@ -112,17 +160,20 @@ class StoreWriter {
   StoreWriter(std::unique_ptr<SqliteStore> store, int64_t run_id, Options options);
   void Loop();
 
-  std::unique_ptr<SqliteStore> store_;
+  std::unique_ptr<SqliteStore> store_;  // used by the writer thread only
   const int64_t run_id_;
   const Options options_;
+  const size_t batch_trigger_;  // queue size that starts a commit before the interval ends
+  std::mutex stop_mu_;          // serializes Stop() callers around join()
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::condition_variable flushed_cv_;
   std::deque<Row> queue_;
   uint64_t pushed_seq_ = 0;     // rows accepted so far (guarded by mu_)
   uint64_t committed_seq_ = 0;  // rows handled so far (guarded by mu_)
+  uint64_t flush_target_seq_ = 0;  // commit without waiting until this many rows are handled
   bool stopping_ = false;
-  bool flush_requested_ = false;
+  bool exited_ = false;
   std::optional<std::string> error_;
   std::atomic<uint64_t> written_{0};
   std::atomic<uint64_t> dropped_{0};

@@ -1,0 +1,32 @@
+# gpuprof task runner. `make help` lists the targets.
+.DEFAULT_GOAL := help
+PY := .venv/bin/python
+
+.PHONY: help setup demo test test-cpp test-py bench format clean
+
+help: ## Show this help
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-10s %s\n", $$1, $$2}'
+
+setup: ## Install everything (apt packages, .venv, torch CPU, gpuprof from source)
+	@bash scripts/setup.sh
+
+demo: setup ## Set up, then run the CPU demo training under gpuprof and print insights
+	cd examples && ../$(PY) train_cpu.py
+
+test: setup ## Set up, then run all tests (ctest + pytest)
+	@$(MAKE) --no-print-directory test-cpp test-py
+
+test-cpp: ## C++ tests (GoogleTest via ctest), assumes setup
+	ctest --test-dir build/py --output-on-failure -j2
+
+test-py: ## Python tests (pytest through the public API), assumes setup
+	$(PY) -m pytest tests -q
+
+bench: setup ## Benchmarks (not pass/fail): overhead vs torch.profiler, hook and sampler costs
+	$(PY) bench/overhead.py
+
+format: ## clang-format the C++ tree
+	find cpp -name '*.h' -o -name '*.cc' | xargs clang-format -i
+
+clean: ## Remove build outputs (keeps .venv)
+	rm -rf build

@@ -1,0 +1,71 @@
+#include "analysis/format.h"
+
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+
+namespace gpuprof::analysis {
+
+std::string StrFormat(const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  va_list copy;
+  va_copy(copy, args);
+  const int n = std::vsnprintf(nullptr, 0, fmt, copy);
+  va_end(copy);
+  std::string out;
+  if (n > 0) {
+    out.resize(static_cast<size_t>(n) + 1);
+    std::vsnprintf(out.data(), out.size(), fmt, args);
+    out.resize(static_cast<size_t>(n));
+  }
+  va_end(args);
+  return out;
+}
+
+std::string FormatDuration(double ns) {
+  const double a = std::fabs(ns);
+  if (a < 1e3) return StrFormat("%.0f ns", ns);
+  if (a < 1e6) return StrFormat("%.1f µs", ns / 1e3);
+  if (a < 1e9) return StrFormat("%.1f ms", ns / 1e6);
+  if (a < 60e9) return StrFormat("%.2f s", ns / 1e9);
+  if (a < 3600e9) return StrFormat("%.1f min", ns / 60e9);
+  return StrFormat("%.1f h", ns / 3600e9);
+}
+
+std::string FormatMinutes(double ns) {
+  if (std::fabs(ns) < 59.5e9) return StrFormat("%.0f s", ns / 1e9);
+  return StrFormat("%.0f min", ns / 60e9);
+}
+
+std::string FormatPercent(double fraction, int decimals) {
+  return StrFormat("%.*f%%", decimals, fraction * 100.0);
+}
+
+std::string FormatCompact(double value) {
+  std::string s = StrFormat("%.1f", value);
+  if (s.size() > 2 && s.compare(s.size() - 2, 2, ".0") == 0) s.resize(s.size() - 2);
+  if (s == "-0") s = "0";
+  return s;
+}
+
+std::string FormatUsd(double usd) {
+  if (usd > 0 && usd < 0.005) return "<$0.01";
+  return StrFormat("$%.2f", usd);
+}
+
+std::string FormatBytes(double bytes) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int unit = 0;
+  double v = bytes;
+  while (std::fabs(v) >= 1024.0 && unit < 5) {
+    v /= 1024.0;
+    ++unit;
+  }
+  if (unit == 0) return StrFormat("%.0f B", v);
+  return StrFormat("%.1f %s", v, kUnits[unit]);
+}
+
+std::string FormatRatio(double ratio) { return StrFormat("%.1f×", ratio); }
+
+}  // namespace gpuprof::analysis

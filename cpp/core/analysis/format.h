@@ -1,0 +1,35 @@
+// Text formatting shared by the summary block, the full report and rule messages.
+// Pure functions; every value a human reads goes through one of these so that the same
+// quantity looks the same everywhere.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace gpuprof::analysis {
+
+// printf into a std::string (format checked by the compiler).
+std::string StrFormat(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// 850 ns, 12.3 µs, 121.3 ms, 2.41 s, 3.5 min, 2.1 h.
+std::string FormatDuration(double ns);
+// Run length for the cost line: "41 s" below a minute, else whole minutes ("231 min").
+std::string FormatMinutes(double ns);
+// A fraction (0.3412) as a percentage with `decimals` digits: "34%", "34.1%".
+std::string FormatPercent(double fraction, int decimals = 0);
+// A number with at most one decimal, trailing ".0" dropped: 989, 417.5, 15.7.
+std::string FormatCompact(double value);
+// US dollars: "$0.14", "$47.20"; a positive amount under half a cent is "<$0.01".
+std::string FormatUsd(double usd);
+// Binary units with one decimal: "512 B", "3.2 MiB", "79.6 GiB".
+std::string FormatBytes(double bytes);
+// A ratio with one decimal and a multiplication sign: "2.7×".
+std::string FormatRatio(double ratio);
+// "—" for an unknown value, else f(value).
+template <typename T, typename F>
+std::string OrDash(const std::optional<T>& value, F f) {
+  return value ? f(*value) : std::string("—");
+}
+
+}  // namespace gpuprof::analysis

@@ -1,0 +1,80 @@
+// The vocabulary of the insights engine: severities, insights, the result of evaluating one
+// rule, and the context (user options) rules may read. Rules never read the environment or
+// the store themselves; everything they depend on is in RunView or RuleContext.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace gpuprof::analysis {
+
+// Ordered: a larger value is more severe.
+enum class Severity { kInfo = 0, kLow = 1, kMed = 2, kHigh = 3 };
+
+// Stored spelling (insights.severity column, JSON): high | med | low | info.
+std::string_view SeverityName(Severity severity);
+// Display tag without brackets: HIGH | MED | LOW | INFO.
+std::string_view SeverityTag(Severity severity);
+std::optional<Severity> ParseSeverity(std::string_view name);
+
+// One diagnosis of one run.
+struct Insight {
+  std::string rule_id;
+  std::string family;
+  Severity severity = Severity::kInfo;
+  std::string message;  // one sentence quoting the run's own numbers
+  std::string fix;      // what to do about it
+  nlohmann::json evidence = nlohmann::json::object();  // the numbers behind the message
+};
+
+// Outcome of evaluating one rule on one run; exactly one of three states:
+//   fired          -> insight is set
+//   not fired      -> neither is set (the inputs were measured and the run is fine)
+//   not evaluated  -> not_evaluated holds the reason (an input was not measured)
+// A fired result carries severity, message and evidence; the registry fills in rule_id,
+// family and (unless the rule tailored it) the fix text.
+struct RuleResult {
+  std::optional<Insight> insight;
+  std::optional<std::string> not_evaluated;
+
+  static RuleResult Pass() { return {}; }
+  static RuleResult Skip(std::string reason) {
+    RuleResult r;
+    r.not_evaluated = std::move(reason);
+    return r;
+  }
+  static RuleResult Fire(Severity severity, std::string message,
+                         nlohmann::json evidence = nlohmann::json::object()) {
+    RuleResult r;
+    r.insight = Insight{};
+    r.insight->severity = severity;
+    r.insight->message = std::move(message);
+    r.insight->evidence = std::move(evidence);
+    return r;
+  }
+  bool fired() const { return insight.has_value(); }
+  bool skipped() const { return not_evaluated.has_value(); }
+};
+
+// What the caller of the analysis may set.
+struct AnalysisOptions {
+  // USD per GPU-hour; nullopt = $GPUPROF_GPU_RATE if set, else the reference table.
+  std::optional<double> gpu_rate_usd_per_hour;
+};
+
+// Inputs to rules that do not come from the run itself. Built once per analysis by
+// MakeRuleContext (report.h); rules treat it as read-only.
+struct RuleContext {
+  // Price override per GPU-hour (per machine-hour on a CPU run); nullopt = use the reference
+  // table for the run's GPU model.
+  std::optional<double> gpu_rate_usd_per_hour;
+  // Where the override came from, for the report ("GPUPROF_GPU_RATE", "option").
+  std::string gpu_rate_source;
+  // Set when $GPUPROF_GPU_RATE was present but unusable; the cost rule reports it.
+  std::optional<std::string> gpu_rate_error;
+};
+
+}  // namespace gpuprof::analysis

@@ -1,0 +1,278 @@
+#include "analysis/run_view.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+namespace gpuprof::analysis {
+namespace {
+
+// Running min / max / mean over optional readings; nullopt readings are skipped.
+class OptStat {
+ public:
+  template <typename T>
+  void Add(const std::optional<T>& v) {
+    if (v) Add(static_cast<double>(*v));
+  }
+  void Add(double v) {
+    if (!std::isfinite(v)) return;
+    if (count_ == 0 || v < min_) min_ = v;
+    if (count_ == 0 || v > max_) max_ = v;
+    sum_ += v;
+    ++count_;
+  }
+  std::optional<double> mean() const {
+    return count_ ? std::optional<double>(sum_ / count_) : std::nullopt;
+  }
+  std::optional<double> min() const { return count_ ? std::optional<double>(min_) : std::nullopt; }
+  std::optional<double> max() const { return count_ ? std::optional<double>(max_) : std::nullopt; }
+
+ private:
+  size_t count_ = 0;
+  double sum_ = 0, min_ = 0, max_ = 0;
+};
+
+int PhaseOrder(const std::string& name) {
+  if (name == "forward") return 0;
+  if (name == "backward") return 1;
+  if (name == "optimizer") return 2;
+  return 3;
+}
+
+GpuAggregates AggregateGpu(const store::RunData& d) {
+  GpuAggregates g;
+  OptStat util, mem_used, mem_total, mem_frac, proc_mem, temp, power, clock, rx, tx;
+  std::set<int64_t> indices;
+  for (const auto& s : d.gpu_samples) {
+    ++g.samples;
+    indices.insert(s.gpu_index);
+    util.Add(s.util_pct);
+    mem_used.Add(s.mem_used_bytes);
+    mem_total.Add(s.mem_total_bytes);
+    if (s.mem_used_bytes && s.mem_total_bytes && *s.mem_total_bytes > 0) {
+      mem_frac.Add(static_cast<double>(*s.mem_used_bytes) / *s.mem_total_bytes);
+    }
+    proc_mem.Add(s.proc_mem_bytes);
+    temp.Add(s.temp_c);
+    if (s.power_mw) power.Add(*s.power_mw / 1000.0);
+    clock.Add(s.sm_clock_mhz);
+    rx.Add(s.pcie_rx_bps);
+    tx.Add(s.pcie_tx_bps);
+  }
+  for (const auto& info : d.gpus) mem_total.Add(info.memory_total_bytes);
+  g.gpus_sampled = indices.size();
+  g.mean_util_pct = util.mean();
+  g.max_util_pct = util.max();
+  g.peak_mem_used_bytes = mem_used.max();
+  g.mem_total_bytes = mem_total.max();
+  g.peak_mem_fraction = mem_frac.max();
+  g.peak_proc_mem_bytes = proc_mem.max();
+  g.max_temp_c = temp.max();
+  g.mean_power_w = power.mean();
+  g.max_power_w = power.max();
+  g.min_sm_clock_mhz = clock.min();
+  g.max_sm_clock_mhz = clock.max();
+  g.max_pcie_rx_bps = rx.max();
+  g.max_pcie_tx_bps = tx.max();
+  return g;
+}
+
+HostAggregates AggregateHost(const store::RunData& d) {
+  HostAggregates h;
+  OptStat cpu, ncores, mem_used, mem_total, cache, swap, disk, iops, proc_cpu, rss;
+  for (const auto& s : d.host_samples) {
+    ++h.samples;
+    cpu.Add(s.cpu_pct);
+    ncores.Add(s.ncores);
+    mem_used.Add(s.mem_used_bytes);
+    mem_total.Add(s.mem_total_bytes);
+    cache.Add(s.page_cache_bytes);
+    swap.Add(s.swap_in_bps);
+    disk.Add(s.disk_read_bps);
+    iops.Add(s.disk_read_iops);
+    proc_cpu.Add(s.proc_cpu_pct);
+    rss.Add(s.proc_rss_bytes);
+  }
+  h.mean_cpu_pct = cpu.mean();
+  h.max_cpu_pct = cpu.max();
+  h.ncores = ncores.max();
+  h.peak_mem_used_bytes = mem_used.max();
+  h.mem_total_bytes = mem_total.max();
+  h.peak_page_cache_bytes = cache.max();
+  h.mean_swap_in_bps = swap.mean();
+  h.max_swap_in_bps = swap.max();
+  h.mean_disk_read_bps = disk.mean();
+  h.max_disk_read_bps = disk.max();
+  h.max_disk_read_iops = iops.max();
+  h.mean_proc_cpu_pct = proc_cpu.mean();
+  h.peak_proc_rss_bytes = rss.max();
+  return h;
+}
+
+Breakdown ComputeBreakdown(const std::vector<StepView>& steps, size_t begin) {
+  Breakdown b;
+  std::map<std::string, size_t> source_counts;
+  std::unordered_map<std::string, size_t> index;  // phase name -> position in b.phases
+  for (size_t i = begin; i < steps.size(); ++i) {
+    const StepView& s = steps[i];
+    b.total_ns += s.duration_ns;
+    if (s.wait_ns) {
+      ++b.wait_steps;
+      b.wait_total_ns += *s.wait_ns;
+      b.wait_duration_ns += s.duration_ns;
+      if (s.wait_source) ++source_counts[*s.wait_source];
+      if (!s.phases.empty()) {
+        ++b.other_steps;
+        b.other_total_ns += static_cast<double>(s.duration_ns - *s.wait_ns - s.phase_wall_ns);
+        b.other_duration_ns += s.duration_ns;
+      }
+    }
+    for (const PhaseTime& p : s.phases) {
+      auto [it, inserted] = index.try_emplace(p.name, b.phases.size());
+      if (inserted) {
+        b.phases.push_back(PhaseSummary{.name = p.name});
+      }
+      PhaseSummary& ps = b.phases[it->second];
+      ++ps.steps;
+      ps.calls += p.calls;
+      ps.wall_total_ns += p.wall_ns;
+      if (p.gpu_ns) {
+        ++ps.gpu_steps;
+        ps.gpu_total_ns = ps.gpu_total_ns.value_or(0) + *p.gpu_ns;
+      }
+    }
+  }
+  for (PhaseSummary& ps : b.phases) {
+    ps.wall_fraction = b.total_ns > 0 ? ps.wall_total_ns / b.total_ns : 0;
+    if (ps.gpu_total_ns && ps.gpu_steps > 0) ps.gpu_mean_ns = *ps.gpu_total_ns / ps.gpu_steps;
+  }
+  // Canonical phases first; the rest keep their order of first appearance (stable sort).
+  std::stable_sort(b.phases.begin(), b.phases.end(), [](const auto& a, const auto& c) {
+    return PhaseOrder(a.name) < PhaseOrder(c.name);
+  });
+  if (b.wait_steps > 0 && b.wait_duration_ns > 0) {
+    b.wait_fraction = b.wait_total_ns / b.wait_duration_ns;
+    size_t best = 0;
+    for (const auto& [source, n] : source_counts) {
+      if (n > best) {
+        best = n;
+        b.wait_source = source;
+      }
+    }
+  }
+  if (b.other_steps > 0 && b.other_duration_ns > 0) {
+    b.other_fraction = b.other_total_ns / b.other_duration_ns;
+  }
+  return b;
+}
+
+}  // namespace
+
+double Percentile(const std::vector<double>& sorted, double q) {
+  if (sorted.size() == 1) return sorted[0];
+  const double rank = std::clamp(q, 0.0, 1.0) * static_cast<double>(sorted.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(rank));
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  const double frac = rank - static_cast<double>(lo);
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * frac;
+}
+
+std::optional<double> Median(std::vector<double> values) {
+  if (values.empty()) return std::nullopt;
+  std::sort(values.begin(), values.end());
+  return Percentile(values, 0.5);
+}
+
+std::optional<DurationStats> ComputeDurationStats(const std::vector<double>& values_ns) {
+  if (values_ns.empty()) return std::nullopt;
+  std::vector<double> sorted = values_ns;
+  std::sort(sorted.begin(), sorted.end());
+  DurationStats s;
+  s.count = sorted.size();
+  for (double v : sorted) s.total_ns += v;
+  s.mean_ns = s.total_ns / static_cast<double>(s.count);
+  s.p50_ns = Percentile(sorted, 0.50);
+  s.p99_ns = Percentile(sorted, 0.99);
+  s.min_ns = sorted.front();
+  s.max_ns = sorted.back();
+  return s;
+}
+
+bool RunView::IsCpuRun() const {
+  const auto& kind = data.run.device_kind;
+  if (kind && *kind == "cuda") return false;
+  if (kind && *kind == "cpu") return true;
+  return !data.run.gpu_model && !(data.run.gpu_count && *data.run.gpu_count > 0);
+}
+
+const store::TelemetryStatusRow* RunView::Telemetry(std::string_view source) const {
+  for (const auto& t : data.telemetry) {
+    if (t.source == source) return &t;
+  }
+  return nullptr;
+}
+
+RunView BuildRunView(store::RunData data) {
+  RunView v;
+  v.data = std::move(data);
+  const store::RunData& d = v.data;
+
+  std::vector<store::StepRow> step_rows = d.steps;
+  std::stable_sort(step_rows.begin(), step_rows.end(),
+                   [](const auto& a, const auto& b) { return a.step < b.step; });
+  std::unordered_map<int64_t, size_t> by_step;
+  v.steps.reserve(step_rows.size());
+  for (const auto& r : step_rows) {
+    if (by_step.count(r.step)) continue;  // duplicate step numbers: keep the first
+    by_step[r.step] = v.steps.size();
+    StepView s;
+    s.step = r.step;
+    s.start_ns = r.start_ns;
+    s.end_ns = r.end_ns;
+    s.duration_ns = std::max<int64_t>(0, r.end_ns - r.start_ns);
+    s.wait_ns = r.wait_ns;
+    s.wait_source = r.wait_source;
+    v.steps.push_back(std::move(s));
+  }
+  for (const auto& p : d.phases) {
+    auto it = by_step.find(p.step);
+    if (it == by_step.end()) continue;  // phase of a step that was never closed
+    StepView& s = v.steps[it->second];
+    s.phases.push_back(PhaseTime{p.name, p.wall_ns, p.gpu_ns, p.calls});
+    s.phase_wall_ns += p.wall_ns;
+  }
+
+  const size_t n = v.steps.size();
+  if (n >= kWarmupSteps + kMinSteadySteps) {
+    v.steady_begin = kWarmupSteps;
+  } else if (n >= 2) {
+    v.steady_begin = 1;
+  } else {
+    v.steady_begin = n;
+  }
+  std::vector<double> all, steady;
+  all.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    all.push_back(static_cast<double>(v.steps[i].duration_ns));
+    if (i >= v.steady_begin) steady.push_back(all.back());
+  }
+  v.all = ComputeDurationStats(all);
+  v.steady = ComputeDurationStats(steady);
+  v.breakdown = ComputeBreakdown(v.steps, v.steady_begin);
+
+  if (d.run.end_ns) {
+    v.duration_ns = *d.run.end_ns;
+  } else if (!v.steps.empty()) {
+    int64_t last = 0;
+    for (const auto& s : v.steps) last = std::max(last, s.end_ns);
+    v.duration_ns = last;
+    v.duration_from_steps = true;
+  }
+  v.gpu = AggregateGpu(d);
+  v.host = AggregateHost(d);
+  return v;
+}
+
+}  // namespace gpuprof::analysis

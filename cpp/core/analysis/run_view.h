@@ -1,0 +1,163 @@
+// RunView: one stored run plus the statistics every rule and report reads. Built by a pure
+// function from store::RunData (no I/O), so rules can be tested on in-memory runs.
+//
+// Conventions
+//  * Every derived value that depends on something that may not have been measured is
+//    std::optional; nullopt means "unknown", never 0.
+//  * Step k spans [end of step k-1, end of step k]: its duration includes the dataloader
+//    wait that preceded it. Durations are end_ns - start_ns.
+//  * Steady state. The first steps of a run pay one-time costs (CUDA context, autotuning,
+//    torch.compile). Steady-state statistics skip the first kWarmupSteps steps when at least
+//    kMinSteadySteps steps remain after them; shorter runs with at least 2 steps skip only
+//    step 0; a run with a single step has no steady state.
+//  * Percentiles interpolate linearly between closest ranks (numpy's default), so p50 of an
+//    even count is the mean of the two middle values.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "store/sqlite_store.h"
+
+namespace gpuprof::analysis {
+
+inline constexpr size_t kWarmupSteps = 3;
+inline constexpr size_t kMinSteadySteps = 3;
+
+// Percentile q in [0, 1] of `sorted` (ascending, non-empty), linear interpolation.
+double Percentile(const std::vector<double>& sorted, double q);
+// Median of an unsorted list; nullopt when empty.
+std::optional<double> Median(std::vector<double> values);
+
+struct DurationStats {
+  size_t count = 0;
+  double total_ns = 0;
+  double mean_ns = 0;
+  double p50_ns = 0;
+  double p99_ns = 0;
+  double min_ns = 0;
+  double max_ns = 0;
+};
+// nullopt for an empty list.
+std::optional<DurationStats> ComputeDurationStats(const std::vector<double>& values_ns);
+
+struct PhaseTime {
+  std::string name;
+  int64_t wall_ns = 0;
+  std::optional<int64_t> gpu_ns;
+  int64_t calls = 0;
+};
+
+struct StepView {
+  int64_t step = 0;
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  int64_t duration_ns = 0;
+  std::optional<int64_t> wait_ns;
+  std::optional<std::string> wait_source;
+  std::vector<PhaseTime> phases;  // this step's phase rows, in stored order
+  int64_t phase_wall_ns = 0;      // sum of phases[].wall_ns (0 when there are none)
+};
+
+// One phase name summed over the steady-state steps.
+struct PhaseSummary {
+  std::string name;
+  size_t steps = 0;           // steady steps that have this phase
+  int64_t calls = 0;
+  double wall_total_ns = 0;
+  double wall_fraction = 0;   // wall_total_ns / steady total step time
+  size_t gpu_steps = 0;       // steady steps where GPU time was measured
+  std::optional<double> gpu_total_ns;  // nullopt when never measured
+  std::optional<double> gpu_mean_ns;   // per measured step
+};
+
+// Where steady-state step time goes, as fractions of step time.
+struct Breakdown {
+  double total_ns = 0;  // sum of steady step durations
+  // Dataloader wait over the steady steps where it was measured: sum(wait) / sum(duration).
+  size_t wait_steps = 0;
+  double wait_total_ns = 0;
+  double wait_duration_ns = 0;  // step time of those steps
+  std::optional<double> wait_fraction;
+  std::optional<std::string> wait_source;  // the most common source among those steps
+  // Phases: forward, backward, optimizer first, then other names by first appearance.
+  std::vector<PhaseSummary> phases;
+  // Time in neither the wait nor any phase, over the steady steps that have both a measured
+  // wait and at least one phase: sum(duration - wait - phases) / sum(duration). Negative when
+  // phases overlap (nested manual phases).
+  size_t other_steps = 0;
+  double other_total_ns = 0;
+  double other_duration_ns = 0;
+  std::optional<double> other_fraction;
+};
+
+// Aggregates over every GPU sample of the run; each value over the non-null readings only.
+struct GpuAggregates {
+  size_t samples = 0;
+  size_t gpus_sampled = 0;  // distinct gpu_index values
+  std::optional<double> mean_util_pct;
+  std::optional<double> max_util_pct;
+  std::optional<double> peak_mem_used_bytes;
+  std::optional<double> mem_total_bytes;    // largest total seen (samples or gpus table)
+  std::optional<double> peak_mem_fraction;  // max over samples of used / total
+  std::optional<double> peak_proc_mem_bytes;
+  std::optional<double> max_temp_c;
+  std::optional<double> mean_power_w;
+  std::optional<double> max_power_w;
+  std::optional<double> min_sm_clock_mhz;
+  std::optional<double> max_sm_clock_mhz;
+  std::optional<double> max_pcie_rx_bps;
+  std::optional<double> max_pcie_tx_bps;
+};
+
+// Aggregates over every host sample of the run; each value over the non-null readings only.
+struct HostAggregates {
+  size_t samples = 0;
+  std::optional<double> mean_cpu_pct;
+  std::optional<double> max_cpu_pct;
+  std::optional<double> ncores;
+  std::optional<double> peak_mem_used_bytes;
+  std::optional<double> mem_total_bytes;
+  std::optional<double> peak_page_cache_bytes;
+  std::optional<double> mean_swap_in_bps;
+  std::optional<double> max_swap_in_bps;
+  std::optional<double> mean_disk_read_bps;
+  std::optional<double> max_disk_read_bps;
+  std::optional<double> max_disk_read_iops;
+  std::optional<double> mean_proc_cpu_pct;
+  std::optional<double> peak_proc_rss_bytes;
+};
+
+struct RunView {
+  store::RunData data;           // the run as stored
+  std::vector<StepView> steps;   // ordered by step number
+
+  std::optional<DurationStats> all;  // over every step
+  size_t steady_begin = 0;           // index into steps; == steps.size() when no steady state
+  std::optional<DurationStats> steady;
+  Breakdown breakdown;               // over the steady steps
+
+  // Run length: runs.end_ns when recorded, else the end of the last step.
+  std::optional<int64_t> duration_ns;
+  bool duration_from_steps = false;
+
+  GpuAggregates gpu;
+  HostAggregates host;
+
+  const store::RunInfo& run() const { return data.run; }
+  size_t step_count() const { return steps.size(); }
+  size_t steady_count() const { return steps.size() - steady_begin; }
+  // True when the run executed on CPU only (device_kind is not "cuda" and no GPU model).
+  bool IsCpuRun() const;
+  // The telemetry_status row for `source` (gpu | host | cuda_events), or null.
+  const store::TelemetryStatusRow* Telemetry(std::string_view source) const;
+};
+
+// Builds the view. Rows need not be sorted; steps are ordered by step number.
+RunView BuildRunView(store::RunData data);
+
+}  // namespace gpuprof::analysis

@@ -1,0 +1,90 @@
+// The recorder: owns the event ring's consumer side and the background threads of a run
+//   drain thread - pops training-thread events, assembles steps, pushes rows to the writer
+//   gpu thread   - samples the GpuCollector at sample_hz
+//   host thread  - samples /proc at host_hz (and tells the gpu thread the process tree)
+// Start() once, Stop() idempotent; the destructor stops. Emit() is the only member the
+// training thread calls.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "clock/clock.h"
+#include "record/event.h"
+#include "record/phase_names.h"
+#include "record/spsc_ring.h"
+#include "record/step_assembler.h"
+#include "store/sqlite_store.h"
+#include "telemetry/gpu_collector.h"
+#include "telemetry/host_sampler.h"
+#include "util/periodic_thread.h"
+
+namespace gpuprof::record {
+
+struct RecorderOptions {
+  double sample_hz = 100.0;    // GPU telemetry; <= 0 disables the thread
+  double host_hz = 5.0;        // host telemetry; <= 0 disables the thread
+  size_t ring_capacity = 1 << 16;
+  int drain_interval_ms = 5;
+};
+
+class Recorder {
+ public:
+  // Borrowed: writer and names must outlive the recorder. gpu/host may be null (unavailable).
+  Recorder(RecorderOptions options, clock::Anchor anchor, store::StoreWriter* writer,
+           const PhaseNames* names, std::unique_ptr<telemetry::GpuCollector> gpu,
+           std::unique_ptr<telemetry::HostSampler> host);
+  ~Recorder();
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  void Start();
+  // Stops the samplers, drains the ring, closes the last step. Idempotent.
+  void Stop();
+
+  // Training thread (the single producer) only. O(1): a clock read and a ring push; drops and
+  // counts when the ring is full.
+  void Emit(EventKind kind, uint32_t arg = 0, int64_t value = 0) noexcept {
+    EmitAt(clock::NowNs(), kind, arg, value);
+  }
+  void EmitAt(int64_t ts_ns, EventKind kind, uint32_t arg, int64_t value) noexcept {
+    if (!ring_.Push(Event{ts_ns, value, arg, kind, 0})) {
+      dropped_events_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
+  uint64_t dropped_events() const { return dropped_events_.load(std::memory_order_relaxed); }
+  uint64_t gpu_ticks() const { return gpu_ticks_.load(std::memory_order_relaxed); }
+  uint64_t host_ticks() const { return host_ticks_.load(std::memory_order_relaxed); }
+  const StepAssembler& assembler() const { return assembler_; }
+  telemetry::GpuCollector* gpu() { return gpu_.get(); }
+
+ private:
+  void Drain() noexcept;
+  void GpuTick() noexcept;
+  void HostTick() noexcept;
+  int64_t RelNow() const { return clock::NowNs() - anchor_.mono_ns; }
+
+  const RecorderOptions options_;
+  const clock::Anchor anchor_;
+  store::StoreWriter* writer_;
+  SpscRing<Event> ring_;
+  StepAssembler assembler_;
+  std::unique_ptr<telemetry::GpuCollector> gpu_;
+  std::unique_ptr<telemetry::HostSampler> host_;
+  std::mutex pids_mu_;
+  std::vector<int64_t> pids_;  // process tree, updated by the host thread
+  std::atomic<uint64_t> dropped_events_{0};
+  std::atomic<uint64_t> gpu_ticks_{0};
+  std::atomic<uint64_t> host_ticks_{0};
+  std::vector<store::GpuSampleRow> gpu_rows_;  // gpu thread scratch
+  util::PeriodicThread drain_thread_, gpu_thread_, host_thread_;
+  bool started_ = false;
+  bool stopped_ = false;
+};
+
+}  // namespace gpuprof::record

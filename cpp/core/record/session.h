@@ -1,0 +1,88 @@
+// A profiled run, end to end: opens the store, registers the run, starts the telemetry
+// collectors and the recorder, and at Stop() closes the run and produces the insight summary.
+// This is the object the Python layer (gpuprof.profile) drives.
+//
+// Threading: Start/Stop/SetRunField from one control thread; Emit from the training thread
+// (the same thread in practice); AddDiagnostic from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "analysis/analysis.h"
+#include "record/phase_names.h"
+#include "record/recorder.h"
+#include "store/sqlite_store.h"
+#include "telemetry/gpu_collector.h"
+
+namespace gpuprof::record {
+
+struct SessionConfig {
+  std::string db_path = "gpuprof.db";
+  store::RunInfo run;  // run_name and the descriptive fields; ids/times are filled in
+  RecorderOptions recorder;
+  telemetry::GpuCollectorOptions gpu;
+  bool host_telemetry = true;
+  std::string proc_root = "/proc";
+  analysis::AnalysisOptions analysis;
+};
+
+struct StopResult {
+  std::string summary;             // the block printed at exit ("" if analysis failed)
+  std::optional<std::string> error;  // what went wrong inside gpuprof while finishing
+};
+
+class Session {
+ public:
+  static Expected<std::unique_ptr<Session>> Start(SessionConfig config);
+  ~Session();  // Stop("failed") if still running; never throws
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Hot path (training thread). See Recorder::Emit.
+  void Emit(EventKind kind, uint32_t arg = 0, int64_t value = 0) noexcept {
+    recorder_->Emit(kind, arg, value);
+  }
+  void EmitAt(int64_t ts_ns, EventKind kind, uint32_t arg, int64_t value) noexcept {
+    recorder_->EmitAt(ts_ns, kind, arg, value);
+  }
+  uint32_t InternPhase(const std::string& name) { return names_.Intern(name); }
+
+  void AddDiagnostic(const std::string& level, const std::string& source,
+                     const std::string& message);
+  void SetTelemetryStatus(const std::string& source, bool available,
+                          const std::optional<std::string>& backend,
+                          const std::optional<std::string>& reason);
+  // Updates descriptive run fields (device_kind, torch_version, flops_per_step, ...).
+  Status UpdateRun(const std::function<void(store::RunInfo*)>& edit);
+
+  // Ends the run: stops the recorder and telemetry, writes everything, marks the run
+  // status ("ok" | "failed") and runs the insights. Idempotent (later calls return the
+  // first result).
+  StopResult Stop(const std::string& status, const std::optional<std::string>& error);
+
+  int64_t run_id() const { return info_.run_id; }
+  const std::string& db_path() const { return config_.db_path; }
+  const store::RunInfo& info() const { return info_; }
+  bool stopped() const { return stopped_; }
+  Recorder& recorder() { return *recorder_; }
+  int64_t RelNow() const { return clock::NowNs() - anchor_.mono_ns; }
+
+ private:
+  explicit Session(SessionConfig config) : config_(std::move(config)) {}
+
+  SessionConfig config_;
+  clock::Anchor anchor_;
+  store::RunInfo info_;
+  PhaseNames names_;
+  std::unique_ptr<store::SqliteStore> control_;  // lifecycle connection
+  std::unique_ptr<store::StoreWriter> writer_;
+  std::unique_ptr<Recorder> recorder_;
+  bool stopped_ = false;
+  StopResult result_;
+};
+
+}  // namespace gpuprof::record

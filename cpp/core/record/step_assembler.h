@@ -1,0 +1,96 @@
+// Turns the event stream of the training thread into step and phase rows.
+//
+// Auto mode (patched torch): a step ends at the end of the last optimizer step before the
+// next forward/backward/dataloader wait, so gradient accumulation (several forward+backward
+// per optimizer.step) and several optimizers stepping in one iteration each make ONE step.
+// Manual mode: prof.step(i) brackets the step. In both modes steps tile the timeline: step k
+// starts where step k-1 ended, so its duration includes the dataloader wait before its first
+// forward. Step 0 starts at the first activity (or the first explicit wait) and has no gap wait.
+//
+// Runs on the recorder thread only. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "record/event.h"
+#include "record/phase_names.h"
+#include "store/rows.h"
+
+namespace gpuprof::record {
+
+class StepAssembler {
+ public:
+  using Sink = std::function<void(store::Row&&)>;
+
+  // anchor_mono_ns: the run's start; rows carry timestamps relative to it.
+  StepAssembler(const PhaseNames* names, int64_t anchor_mono_ns, Sink sink);
+
+  void OnEvent(const Event& e);
+  // End of run: closes a pending auto step at its last optimizer end and an open manual step
+  // at `now_mono_ns`. Activity after the last optimizer step is not a step (counted).
+  void Finish(int64_t now_mono_ns);
+
+  int64_t steps_emitted() const { return steps_emitted_; }
+  // Forward/backward calls that ended up in no step (e.g. after the last optimizer.step(),
+  // or an inference-only loop in auto mode).
+  int64_t orphan_calls() const { return orphan_calls_; }
+  // Events that could not be placed (phase end without begin, GPU time of an unknown step).
+  int64_t unmatched_events() const { return unmatched_events_; }
+
+ private:
+  struct PhaseAcc {
+    uint32_t id = 0;
+    int64_t wall_ns = 0;
+    int64_t calls = 0;
+    std::optional<int64_t> gpu_ns;
+  };
+  struct OpenStep {
+    bool manual = false;
+    int64_t index = 0;
+    int64_t start_ns = 0;
+    std::optional<int64_t> gap_wait_ns;
+    int64_t explicit_wait_ns = 0;
+    bool has_explicit_wait = false;
+    int64_t forward_calls = 0, backward_calls = 0, optimizer_calls = 0;
+    std::vector<PhaseAcc> phases;
+  };
+  struct ClosedSpan {
+    int64_t index, start_ns, end_ns;
+  };
+
+  void OpenAuto(int64_t ts);
+  void OpenManual(int64_t index, int64_t ts);
+  void OpenCommon(OpenStep* s, int64_t ts);
+  void Close(int64_t end_ns);
+  void CloseIfPending();
+  PhaseAcc& Phase(uint32_t id);
+  void AddPhase(uint32_t id, int64_t wall_ns);
+  void OnGpuPhase(const Event& e);
+  void DiscardAutoAccumulation();
+
+  const PhaseNames* names_;
+  const int64_t anchor_;
+  Sink sink_;
+
+  std::optional<OpenStep> open_;
+  std::optional<int64_t> prev_end_;
+  int64_t next_index_ = 0;
+  bool pending_close_ = false;
+  int64_t last_opt_end_ = 0;
+  std::optional<int64_t> fwd_begin_, bwd_begin_, opt_begin_, wait_begin_;
+  std::vector<std::pair<uint32_t, int64_t>> phase_stack_;  // manual phases: (id, begin)
+  // Explicit dataloader wait seen while no step was open; belongs to the next step.
+  int64_t carry_wait_ns_ = 0;
+  std::optional<int64_t> carry_wait_start_;
+  std::deque<ClosedSpan> recent_;  // for late GPU times
+  int64_t steps_emitted_ = 0;
+  int64_t orphan_calls_ = 0;
+  int64_t unmatched_events_ = 0;
+};
+
+}  // namespace gpuprof::record

@@ -1,0 +1,67 @@
+// A background thread that calls `tick` every `period` until Stop(). Owns its thread: Stop()
+// is idempotent, wakes the thread at once, runs `on_stop` on the worker thread after the
+// last tick, and joins; the destructor calls Stop().
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace gpuprof::util {
+
+class PeriodicThread {
+ public:
+  PeriodicThread() = default;
+  ~PeriodicThread() { Stop(); }
+  PeriodicThread(const PeriodicThread&) = delete;
+  PeriodicThread& operator=(const PeriodicThread&) = delete;
+
+  // Starts the thread. Must be called at most once.
+  void Start(std::chrono::nanoseconds period, std::function<void()> tick,
+             std::function<void()> on_stop = {}) {
+    period_ = period;
+    tick_ = std::move(tick);
+    on_stop_ = std::move(on_stop);
+    thread_ = std::thread([this] { Loop(); });
+  }
+
+  void Stop() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  bool running() const { return thread_.joinable(); }
+
+ private:
+  void Loop() {
+    auto next = std::chrono::steady_clock::now();
+    std::unique_lock lock(mu_);
+    while (!stop_) {
+      lock.unlock();
+      tick_();
+      lock.lock();
+      next += period_;
+      const auto now = std::chrono::steady_clock::now();
+      if (next < now) next = now;  // fell behind: do not burst to catch up
+      cv_.wait_until(lock, next, [this] { return stop_; });
+    }
+    lock.unlock();
+    if (on_stop_) on_stop_();
+  }
+
+  std::chrono::nanoseconds period_{};
+  std::function<void()> tick_;
+  std::function<void()> on_stop_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace gpuprof::util

@@ -1,0 +1,188 @@
+// Native call hooks for auto-instrumentation: nn.Module.__call__, Tensor.backward,
+// torch.autograd.backward, GradScaler.step. Written against the CPython C API directly
+// (vectorcall + method-descriptor protocol) so that a nested submodule call costs one thread
+// id compare and two integer updates beyond the call itself.
+#include <Python.h>
+#include <pythread.h>
+
+#include "clock/clock.h"
+#include "hook_state.h"
+
+namespace gpuprof::python {
+namespace {
+
+using record::EventKind;
+
+struct CallHook {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  PyObject* owner;     // strong: keeps HookState alive
+  HookState* state;
+  PyObject* original;  // strong
+  PyObject* callback;  // strong or nullptr
+  int kind;
+};
+
+constexpr EventKind kBegin[3] = {EventKind::kForwardBegin, EventKind::kBackwardBegin,
+                                 EventKind::kOptimizerBegin};
+constexpr EventKind kEnd[3] = {EventKind::kForwardEnd, EventKind::kBackwardEnd,
+                               EventKind::kOptimizerEnd};
+
+// Calls the boundary callback without disturbing a pending exception; a failing callback is
+// dropped (never raised into the training loop).
+void RunCallback(CallHook* h, bool begin, int64_t ts) {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyObject* r = PyObject_CallFunction(h->callback, "iOL", h->kind, begin ? Py_True : Py_False,
+                                      static_cast<long long>(ts));
+  if (r == nullptr) {
+    PyErr_WriteUnraisable(h->callback);
+    Py_CLEAR(h->callback);
+  } else {
+    Py_DECREF(r);
+  }
+  PyErr_Restore(type, value, tb);
+}
+
+PyObject* CallHookVectorcall(PyObject* self, PyObject* const* args, size_t nargsf,
+                             PyObject* kwnames) {
+  auto* h = reinterpret_cast<CallHook*>(self);
+  HookState* st = h->state;
+  if (!st->Recording()) return PyObject_Vectorcall(h->original, args, nargsf, kwnames);
+  if (PyThread_get_thread_ident() != st->owner_thread) {
+    ++st->foreign_thread_calls;
+    return PyObject_Vectorcall(h->original, args, nargsf, kwnames);
+  }
+  const int k = h->kind;
+  const bool outermost = st->depth[k]++ == 0;
+  if (outermost) {
+    const int64_t ts = clock::NowNs();
+    st->session->EmitAt(ts, kBegin[k], 0, 0);
+    ++st->calls[k];
+    if (h->callback) RunCallback(h, true, ts);
+  }
+  PyObject* result = PyObject_Vectorcall(h->original, args, nargsf, kwnames);
+  if (--st->depth[k] == 0 && outermost && st->Recording()) {
+    const int64_t ts = clock::NowNs();
+    st->session->EmitAt(ts, kEnd[k], 0, 0);
+    if (h->callback) RunCallback(h, false, ts);
+  }
+  return result;
+}
+
+PyObject* CallHookCall(PyObject* self, PyObject* args, PyObject* kwargs) {
+  return PyVectorcall_Call(self, args, kwargs);
+}
+
+// Accessed through an instance (obj.__call__), bind like a function does.
+PyObject* CallHookDescrGet(PyObject* self, PyObject* obj, PyObject* /*type*/) {
+  if (obj == nullptr || obj == Py_None) {
+    Py_INCREF(self);
+    return self;
+  }
+  return PyMethod_New(self, obj);
+}
+
+int CallHookTraverse(PyObject* self, visitproc visit, void* arg) {
+  auto* h = reinterpret_cast<CallHook*>(self);
+  Py_VISIT(h->owner);
+  Py_VISIT(h->original);
+  Py_VISIT(h->callback);
+  return 0;
+}
+
+int CallHookClear(PyObject* self) {
+  auto* h = reinterpret_cast<CallHook*>(self);
+  Py_CLEAR(h->owner);
+  Py_CLEAR(h->original);
+  Py_CLEAR(h->callback);
+  return 0;
+}
+
+void CallHookDealloc(PyObject* self) {
+  PyObject_GC_UnTrack(self);
+  CallHookClear(self);
+  Py_TYPE(self)->tp_free(self);
+}
+
+PyObject* GetWrapped(PyObject* self, void*) {
+  auto* h = reinterpret_cast<CallHook*>(self);
+  Py_INCREF(h->original);
+  return h->original;
+}
+
+// Lets introspection (inspect.signature, functools, repr) see the wrapped function.
+PyObject* GetAttrFallback(PyObject* self, PyObject* name) {
+  PyObject* r = PyObject_GenericGetAttr(self, name);
+  if (r != nullptr || !PyErr_ExceptionMatches(PyExc_AttributeError)) return r;
+  PyErr_Clear();
+  return PyObject_GetAttr(reinterpret_cast<CallHook*>(self)->original, name);
+}
+
+PyObject* CallHookRepr(PyObject* self) {
+  auto* h = reinterpret_cast<CallHook*>(self);
+  return PyUnicode_FromFormat("<gpuprof hook of %R>", h->original);
+}
+
+PyGetSetDef kGetSet[] = {
+    {"__wrapped__", GetWrapped, nullptr, "the wrapped callable", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
+PyTypeObject CallHookType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+}  // namespace
+
+int InitCallHookType(PyObject* module) {
+  CallHookType.tp_name = "gpuprof._native.CallHook";
+  CallHookType.tp_basicsize = sizeof(CallHook);
+  CallHookType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
+                          Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR;
+  CallHookType.tp_vectorcall_offset = offsetof(CallHook, vectorcall);
+  CallHookType.tp_call = CallHookCall;
+  CallHookType.tp_descr_get = CallHookDescrGet;
+  CallHookType.tp_traverse = CallHookTraverse;
+  CallHookType.tp_clear = CallHookClear;
+  CallHookType.tp_dealloc = CallHookDealloc;
+  CallHookType.tp_getset = kGetSet;
+  CallHookType.tp_getattro = GetAttrFallback;
+  CallHookType.tp_repr = CallHookRepr;
+  CallHookType.tp_doc = "gpuprof auto-instrumentation hook (internal)";
+  if (PyType_Ready(&CallHookType) < 0) return -1;
+  Py_INCREF(&CallHookType);
+  if (PyModule_AddObject(module, "CallHook", reinterpret_cast<PyObject*>(&CallHookType)) < 0) {
+    Py_DECREF(&CallHookType);
+    return -1;
+  }
+  return 0;
+}
+
+PyObject* NewCallHook(PyObject* owner, HookState* state, int kind, PyObject* original,
+                      PyObject* callback) {
+  if (kind < 0 || kind > 2) {
+    PyErr_SetString(PyExc_ValueError, "hook kind must be 0 (forward), 1 (backward) or 2 (optimizer)");
+    return nullptr;
+  }
+  if (!PyCallable_Check(original)) {
+    PyErr_SetString(PyExc_TypeError, "the hooked object must be callable");
+    return nullptr;
+  }
+  auto* h = PyObject_GC_New(CallHook, &CallHookType);
+  if (h == nullptr) return nullptr;
+  h->vectorcall = CallHookVectorcall;
+  Py_INCREF(owner);
+  h->owner = owner;
+  h->state = state;
+  Py_INCREF(original);
+  h->original = original;
+  h->callback = nullptr;
+  if (callback != nullptr && callback != Py_None) {
+    Py_INCREF(callback);
+    h->callback = callback;
+  }
+  h->kind = kind;
+  PyObject_GC_Track(reinterpret_cast<PyObject*>(h));
+  return reinterpret_cast<PyObject*>(h);
+}
+
+}  // namespace gpuprof::python

@@ -1,0 +1,35 @@
+// State shared between the Python-facing session object and the native call hooks.
+// Owned by the session wrapper (see native_module.cc); hooks keep the wrapper alive.
+#pragma once
+
+#include <Python.h>
+
+#include <cstdint>
+
+#include "record/session.h"
+
+namespace gpuprof::python {
+
+enum HookKind : int { kHookForward = 0, kHookBackward = 1, kHookOptimizer = 2 };
+
+struct HookState {
+  record::Session* session = nullptr;  // null once the session has stopped
+  unsigned long owner_thread = 0;      // only this thread's calls are recorded
+  int depth[3] = {0, 0, 0};            // outermost-call tracking per kind
+  uint64_t calls[3] = {0, 0, 0};       // outermost calls recorded per kind
+  uint64_t foreign_thread_calls = 0;   // calls seen from other threads (not recorded)
+
+  bool Recording() const { return session != nullptr; }
+};
+
+// Registers the CallHook type on `module`. Returns 0 on success, -1 with a Python error set.
+int InitCallHookType(PyObject* module);
+
+// A descriptor-aware callable that wraps `original`: calls through unchanged, and around the
+// outermost call (per kind) on the owner thread it records begin/end events and, when
+// `callback` is not None, calls callback(kind, is_begin, ts_ns) (used for CUDA events).
+// `owner` is a strong reference that keeps `state` alive.
+PyObject* NewCallHook(PyObject* owner, HookState* state, int kind, PyObject* original,
+                      PyObject* callback);
+
+}  // namespace gpuprof::python

@@ -1,0 +1,250 @@
+// gpuprof._native: the binding layer. The only code besides call_hook.cc that includes
+// Python.h. Converts Python options into SessionConfig, exposes the session's event API to the
+// thin Python layer, and turns native errors into Python exceptions (only here).
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/tuple.h>
+#include <pythread.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "analysis/analysis.h"
+#include "clock/clock.h"
+#include "hook_state.h"
+#include "record/session.h"
+#include "store/sqlite_store.h"
+
+namespace nb = nanobind;
+
+namespace gpuprof::python {
+namespace {
+
+using record::EventKind;
+
+template <typename T>
+std::optional<T> Opt(const nb::dict& d, const char* key) {
+  if (!d.contains(key)) return std::nullopt;
+  nb::object v = d[key];
+  if (v.is_none()) return std::nullopt;
+  return nb::cast<T>(v);
+}
+
+// The Python-facing session. Holds the native Session and the hook state the call hooks share.
+class PySession {
+ public:
+  explicit PySession(nb::dict options) {
+    record::SessionConfig c;
+    c.db_path = Opt<std::string>(options, "db_path").value_or("gpuprof.db");
+    c.run.run_name = Opt<std::string>(options, "run_name").value_or("run");
+    c.run.group_id = Opt<std::string>(options, "group_id");
+    c.run.rank = Opt<int64_t>(options, "rank");
+    c.run.world_size = Opt<int64_t>(options, "world_size");
+    c.run.hostname = Opt<std::string>(options, "hostname").value_or("");
+    c.run.device_kind = Opt<std::string>(options, "device_kind");
+    c.run.dtype = Opt<std::string>(options, "dtype");
+    c.run.flops_per_step = Opt<double>(options, "flops_per_step");
+    c.run.flops_method = Opt<std::string>(options, "flops_method");
+    c.run.python_version = Opt<std::string>(options, "python_version");
+    c.run.torch_version = Opt<std::string>(options, "torch_version");
+    c.run.config_json = Opt<std::string>(options, "config_json");
+    if (auto hz = Opt<double>(options, "sample_hz")) {
+      c.recorder.sample_hz = *hz;
+      c.run.sample_hz = *hz;
+    }
+    if (auto hz = Opt<double>(options, "host_hz")) c.recorder.host_hz = *hz;
+    c.gpu.backend = Opt<std::string>(options, "gpu_backend").value_or("auto");
+    c.gpu.nvml_library = Opt<std::string>(options, "nvml_library").value_or("");
+    c.gpu.mock_gpus = static_cast<int>(Opt<int64_t>(options, "mock_gpus").value_or(1));
+    c.gpu.mock_scenario = Opt<std::string>(options, "mock_scenario").value_or("");
+    c.host_telemetry = Opt<bool>(options, "host").value_or(true);
+    c.proc_root = Opt<std::string>(options, "proc_root").value_or("/proc");
+    c.analysis.gpu_rate_usd_per_hour = Opt<double>(options, "gpu_rate");
+    auto s = record::Session::Start(std::move(c));
+    if (!s) throw std::runtime_error(s.error());
+    session_ = std::move(s.value());
+    state_.session = session_.get();
+    state_.owner_thread = PyThread_get_thread_ident();
+  }
+
+  ~PySession() {
+    state_.session = nullptr;
+    if (session_ && !session_->stopped()) {
+      nb::gil_scoped_release release;
+      session_->Stop("failed", std::string("session object collected before stop()"));
+    }
+  }
+
+  HookState* state() { return &state_; }
+  int64_t run_id() const { return session_->run_id(); }
+  const std::string& db_path() const { return session_->db_path(); }
+
+  void Emit(int kind, uint32_t arg, int64_t value) {
+    if (state_.Recording()) session_->Emit(static_cast<EventKind>(kind), arg, value);
+  }
+  void EmitAt(int64_t ts, int kind, uint32_t arg, int64_t value) {
+    if (state_.Recording()) session_->EmitAt(ts, static_cast<EventKind>(kind), arg, value);
+  }
+
+  // Optimizer step pre/post hooks (torch.optim global hooks): share the optimizer depth with
+  // the GradScaler.step hook so that a scaler step counts once.
+  // Both return true when they recorded the outermost boundary.
+  bool OptimizerPre() {
+    if (!OnOwnerThread()) return false;
+    if (state_.depth[kHookOptimizer]++ != 0) return false;
+    session_->Emit(EventKind::kOptimizerBegin);
+    ++state_.calls[kHookOptimizer];
+    return true;
+  }
+  bool OptimizerPost() {
+    if (!OnOwnerThread()) return false;
+    if (state_.depth[kHookOptimizer] <= 0) return false;
+    if (--state_.depth[kHookOptimizer] != 0) return false;
+    session_->Emit(EventKind::kOptimizerEnd);
+    return true;
+  }
+
+  std::pair<std::string, std::optional<std::string>> Stop(const std::string& status,
+                                                          std::optional<std::string> error) {
+    state_.session = nullptr;
+    record::StopResult r;
+    {
+      nb::gil_scoped_release release;
+      r = session_->Stop(status, error);
+    }
+    return {r.summary, r.error};
+  }
+
+  nb::dict Stats() const {
+    nb::dict d;
+    d["forward_calls"] = state_.calls[kHookForward];
+    d["backward_calls"] = state_.calls[kHookBackward];
+    d["optimizer_calls"] = state_.calls[kHookOptimizer];
+    d["foreign_thread_calls"] = state_.foreign_thread_calls;
+    d["dropped_events"] = session_->recorder().dropped_events();
+    d["gpu_ticks"] = session_->recorder().gpu_ticks();
+    d["host_ticks"] = session_->recorder().host_ticks();
+    d["steps"] = session_->recorder().assembler().steps_emitted();
+    return d;
+  }
+
+  record::Session& session() { return *session_; }
+
+ private:
+  bool OnOwnerThread() {
+    if (!state_.Recording()) return false;
+    if (PyThread_get_thread_ident() != state_.owner_thread) {
+      ++state_.foreign_thread_calls;
+      return false;
+    }
+    return true;
+  }
+
+  std::unique_ptr<record::Session> session_;
+  HookState state_;
+};
+
+std::string Summary(const std::string& db_path, std::optional<int64_t> run_id) {
+  auto store = store::SqliteStore::Open(db_path, store::SqliteStore::Mode::kReadOnly);
+  if (!store) throw std::runtime_error(store.error());
+  int64_t id = 0;
+  if (run_id) {
+    id = *run_id;
+  } else {
+    auto latest = store.value()->LatestRunId();
+    if (!latest) throw std::runtime_error(latest.error());
+    if (!latest.value()) throw std::runtime_error(db_path + ": no runs recorded yet");
+    id = *latest.value();
+  }
+  auto text = analysis::SummaryText(*store.value(), id, db_path, analysis::AnalysisOptions{});
+  if (!text) throw std::runtime_error(text.error());
+  return text.value();
+}
+
+}  // namespace
+}  // namespace gpuprof::python
+
+NB_MODULE(_native, m) {
+  using namespace gpuprof::python;
+  m.doc() = "gpuprof native core (private; use the gpuprof package)";
+  m.attr("__version__") = GPUPROF_VERSION;
+
+  if (InitCallHookType(m.ptr()) < 0) throw nb::python_error();
+
+  nb::class_<PySession>(m, "Session")
+      .def(nb::init<nb::dict>(), nb::arg("options"))
+      .def_prop_ro("run_id", &PySession::run_id)
+      .def_prop_ro("db_path", &PySession::db_path)
+      .def("emit", &PySession::Emit, nb::arg("kind"), nb::arg("arg") = 0, nb::arg("value") = 0)
+      .def("emit_at", &PySession::EmitAt)
+      .def("intern_phase",
+           [](PySession& s, const std::string& name) { return s.session().InternPhase(name); })
+      .def("optimizer_pre", [](PySession& s, nb::args, nb::kwargs) { return s.OptimizerPre(); })
+      .def("optimizer_post", [](PySession& s, nb::args, nb::kwargs) { return s.OptimizerPost(); })
+      .def("hook",
+           [](nb::handle self, int kind, nb::handle original, nb::handle callback) {
+             PySession& s = nb::cast<PySession&>(self);
+             PyObject* h = NewCallHook(self.ptr(), s.state(), kind, original.ptr(),
+                                       callback.ptr());
+             if (h == nullptr) throw nb::python_error();
+             return nb::steal(h);
+           },
+           nb::arg("kind"), nb::arg("original"), nb::arg("callback").none() = nb::none())
+      .def("add_diagnostic",
+           [](PySession& s, const std::string& level, const std::string& source,
+              const std::string& message) { s.session().AddDiagnostic(level, source, message); })
+      .def("set_telemetry_status",
+           [](PySession& s, const std::string& source, bool available,
+              std::optional<std::string> backend, std::optional<std::string> reason) {
+             s.session().SetTelemetryStatus(source, available, backend, reason);
+           },
+           nb::arg("source"), nb::arg("available"), nb::arg("backend").none() = nb::none(),
+           nb::arg("reason").none() = nb::none())
+      .def("info",
+           [](PySession& s) {
+             const auto& i = s.session().info();
+             nb::dict d;
+             d["run_id"] = i.run_id;
+             d["run_name"] = i.run_name;
+             d["gpu_backend"] = i.gpu_backend;
+             d["gpu_model"] = i.gpu_model;
+             d["gpu_count"] = i.gpu_count;
+             return d;
+           })
+      .def("update_run",
+           [](PySession& s, std::optional<std::string> device_kind,
+              std::optional<std::string> torch_version, std::optional<double> flops_per_step,
+              std::optional<std::string> flops_method, std::optional<std::string> dtype) {
+             gpuprof::Status st = s.session().UpdateRun([&](gpuprof::store::RunInfo* r) {
+               if (device_kind) r->device_kind = device_kind;
+               if (torch_version) r->torch_version = torch_version;
+               if (flops_per_step) r->flops_per_step = flops_per_step;
+               if (flops_method) r->flops_method = flops_method;
+               if (dtype) r->dtype = dtype;
+             });
+             if (!st.ok()) throw std::runtime_error(st.message());
+           },
+           nb::arg("device_kind").none() = nb::none(), nb::arg("torch_version").none() = nb::none(),
+           nb::arg("flops_per_step").none() = nb::none(),
+           nb::arg("flops_method").none() = nb::none(), nb::arg("dtype").none() = nb::none())
+      .def("stats", &PySession::Stats)
+      .def("stop", &PySession::Stop, nb::arg("status"), nb::arg("error").none() = nb::none());
+
+  m.def("monotonic_ns", &gpuprof::clock::NowNs);
+  m.def("summary", &Summary, nb::arg("db_path"), nb::arg("run_id").none() = nb::none());
+
+  nb::module_ kinds = m.def_submodule("kind", "event kinds");
+  kinds.attr("STEP_BEGIN") = static_cast<int>(gpuprof::record::EventKind::kStepBegin);
+  kinds.attr("STEP_END") = static_cast<int>(gpuprof::record::EventKind::kStepEnd);
+  kinds.attr("PHASE_BEGIN") = static_cast<int>(gpuprof::record::EventKind::kPhaseBegin);
+  kinds.attr("PHASE_END") = static_cast<int>(gpuprof::record::EventKind::kPhaseEnd);
+  kinds.attr("WAIT_BEGIN") = static_cast<int>(gpuprof::record::EventKind::kWaitBegin);
+  kinds.attr("WAIT_END") = static_cast<int>(gpuprof::record::EventKind::kWaitEnd);
+  kinds.attr("GPU_PHASE") = static_cast<int>(gpuprof::record::EventKind::kGpuPhase);
+  kinds.attr("FORWARD") = static_cast<int>(kHookForward);
+  kinds.attr("BACKWARD") = static_cast<int>(kHookBackward);
+  kinds.attr("OPTIMIZER") = static_cast<int>(kHookOptimizer);
+}

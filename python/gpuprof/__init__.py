@@ -1,0 +1,23 @@
+"""gpuprof: why is my training slow? One-sentence diagnoses for PyTorch training loops.
+
+Public API::
+
+    import gpuprof
+    with gpuprof.profile("my-experiment"):
+        for batch in dataloader:
+            ...
+
+The measuring, storing and deciding happen in the native core (``gpuprof._native``); this
+package only holds what must touch Python objects.
+"""
+
+from __future__ import annotations
+
+from ._profile import GpuprofWarning, Profile, Step, profile
+
+__all__ = ["profile", "Profile", "Step", "GpuprofWarning", "__version__"]
+
+try:
+    from ._native import __version__
+except ImportError:  # pragma: no cover - a broken install; the error surfaces on profile()
+    __version__ = "0+unknown"

@@ -1,0 +1,373 @@
+"""profile(): the context manager that records a run. See README "Quick start"."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import sys
+import threading
+import warnings
+from types import TracebackType
+from typing import Any, Iterable, Iterator, Optional, TypeVar
+
+T = TypeVar("T")
+
+_GPU_BACKENDS = ("auto", "nvml", "mock", "none")
+_DTYPES = ("bf16", "fp16", "tf32", "fp32", "fp8")
+
+_active_lock = threading.Lock()
+_active: Optional["Profile"] = None
+
+
+class GpuprofWarning(RuntimeWarning):
+    """A problem inside gpuprof. The training continues; the run records a diagnostic."""
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, GpuprofWarning, stacklevel=3)
+
+
+def _check_positive(name: str, value: Any, allow_zero: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"gpuprof.profile: {name} must be a number, got {type(value).__name__}")
+    if value < 0 or (value == 0 and not allow_zero) or value != value:
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"gpuprof.profile: {name} must be {bound}, got {value!r}")
+    return float(value)
+
+
+class Step:
+    """One manual step: ``with prof.step(i) as s: with s.phase("forward"): ...``."""
+
+    __slots__ = ("_prof", "index")
+
+    def __init__(self, prof: "Profile", index: int) -> None:
+        self._prof = prof
+        self.index = index
+
+    def __enter__(self) -> "Step":
+        self._prof._emit_kind("STEP_BEGIN", 0, self.index)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._prof._emit_kind("STEP_END", 0, self.index)
+
+    def phase(self, name: str) -> "_Phase":
+        """Times a named phase of this step (forward, backward, optimizer or any name)."""
+        if not isinstance(name, str) or not name:
+            raise ValueError("Step.phase: name must be a non-empty string")
+        return _Phase(self._prof, self._prof._phase_id(name))
+
+
+class _Phase:
+    __slots__ = ("_prof", "_id", "_ts")
+
+    def __init__(self, prof: "Profile", phase_id: int) -> None:
+        self._prof = prof
+        self._id = phase_id
+        self._ts = 0
+
+    def __enter__(self) -> "_Phase":
+        self._ts = self._prof._phase_edge(self._id, True)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._prof._phase_edge(self._id, False)
+
+
+class _WrappedLoader(Iterable[T]):
+    """Iterates like the wrapped loader; time spent in next() is the step's explicit wait."""
+
+    def __init__(self, prof: "Profile", iterable: Iterable[T]) -> None:
+        self._prof = prof
+        self._iterable = iterable
+
+    def __len__(self) -> int:
+        return len(self._iterable)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._iterable, name)
+
+    def __iter__(self) -> Iterator[T]:
+        prof = self._prof
+        it = iter(self._iterable)
+        while True:
+            prof._emit_kind("WAIT_BEGIN")
+            try:
+                item = next(it)
+            except StopIteration:
+                prof._emit_kind("WAIT_END")
+                return
+            prof._emit_kind("WAIT_END")
+            yield item
+
+
+class Profile:
+    """A profiled run. Use through :func:`profile`."""
+
+    def __init__(self, run_name: str, options: dict[str, Any], auto: bool, print_summary: bool,
+                 cuda_events: bool) -> None:
+        self.run_name = run_name
+        self._options = options
+        self._auto = auto
+        self._print_summary = print_summary
+        self._cuda_events = cuda_events
+        self._session: Any = None
+        self._native: Any = None
+        self._kinds: dict[str, int] = {}
+        self._phase_ids: dict[str, int] = {}
+        self._patches: Any = None
+        self._timer: Any = None
+        self._state = "new"
+        self.summary: Optional[str] = None
+        self.run_id: Optional[int] = None
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    @property
+    def db_path(self) -> str:
+        return str(self._options["db_path"])
+
+    @property
+    def active(self) -> bool:
+        """True while the run is recording (False when profiling could not start)."""
+        return self._session is not None and self._state == "running"
+
+    def __enter__(self) -> "Profile":
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        if exc_type is None:
+            self.stop()
+        else:
+            self.stop(error=f"{exc_type.__name__}: {exc}" if str(exc) else exc_type.__name__)
+        # Never swallow the user's exception.
+
+    def start(self) -> "Profile":
+        global _active
+        if self._state != "new":
+            raise RuntimeError("gpuprof: this profile was already started; create a new one")
+        self._state = "running"
+        with _active_lock:
+            if _active is not None:
+                _warn(f"gpuprof: a profile ({_active.run_name!r}) is already active in this "
+                      f"process; {self.run_name!r} will not be recorded")
+                self._state = "disabled"
+                return self
+            _active = self
+        try:
+            from . import _native
+        except ImportError as e:
+            self._disable(f"gpuprof's native core failed to import ({e}); reinstall gpuprof")
+            return self
+        self._native = _native
+        self._kinds = {k: getattr(_native.kind, k) for k in dir(_native.kind) if k.isupper()}
+        torch = sys.modules.get("torch")
+        if torch is None and self._auto:
+            try:
+                import torch  # noqa: F811
+            except ImportError:
+                torch = None
+        opts = dict(self._options)
+        opts.update(_environment(torch))
+        try:
+            self._session = _native.Session(opts)
+        except Exception as e:  # a profiler failure never breaks the training
+            self._disable(f"gpuprof could not start recording: {e}")
+            return self
+        self.run_id = self._session.run_id
+        if self._auto:
+            if torch is None:
+                self._session.add_diagnostic(
+                    "warning", "auto", "auto=True but torch is not importable: no steps recorded; "
+                    "use profile(..., auto=False) with prof.step()")
+                _warn("gpuprof: torch is not installed, auto-instrumentation is off; use the "
+                      "manual API (auto=False, prof.step(i))")
+            else:
+                self._install_torch(torch)
+        return self
+
+    def _install_torch(self, torch: Any) -> None:
+        from ._torch_patch import TorchPatches
+        try:
+            if self._cuda_events and torch.cuda.is_available():
+                from ._cuda_timing import CudaPhaseTimer
+                self._timer = CudaPhaseTimer(self._session, self._kinds["GPU_PHASE"], torch)
+                self._session.set_telemetry_status("cuda_events", True, "torch.cuda.Event")
+            else:
+                reason = ("CUDA not available: phase times are CPU wall time"
+                          if self._cuda_events else "cuda_events=False")
+                self._session.set_telemetry_status("cuda_events", False, None, reason)
+            self._patches = TorchPatches(self._session, self._kinds, self._timer)
+            self._patches.install(torch)
+        except Exception as e:
+            self._session.add_diagnostic("error", "auto", f"auto-instrumentation failed: {e!r}")
+            _warn(f"gpuprof: auto-instrumentation failed ({e!r}); recording telemetry only")
+            if self._patches is not None:
+                self._patches.uninstall()
+                self._patches = None
+
+    def stop(self, error: Optional[str] = None) -> Optional[str]:
+        """Ends the run (``error`` marks it failed) and returns the summary text."""
+        global _active
+        if self._state != "running":
+            return self.summary
+        self._state = "stopped"
+        try:
+            if self._session is None:
+                return None
+            problems = []
+            if self._patches is not None:
+                problems += self._patches.uninstall()
+            if self._timer is not None:
+                try:
+                    self._timer.finish()
+                except Exception as e:
+                    problems.append(f"resolving CUDA events failed: {e!r}")
+            for p in problems:
+                self._session.add_diagnostic("warning", "auto", p)
+            summary, err = self._session.stop("failed" if error else "ok", error)
+            self.summary = summary or None
+            if err:
+                _warn(f"gpuprof: problems while finishing run {self.run_id}: {err}")
+            if self._print_summary and self.summary:
+                print(self.summary, flush=True)
+            return self.summary
+        except Exception as e:  # never raise into the user's code on the way out
+            _warn(f"gpuprof: stopping the run failed: {e!r}")
+            return None
+        finally:
+            with _active_lock:
+                if _active is self:
+                    _active = None
+
+    def _disable(self, reason: str) -> None:
+        global _active
+        _warn(reason)
+        self._session = None
+        with _active_lock:
+            if _active is self:
+                _active = None
+
+    def stats(self) -> dict[str, int]:
+        """Counters of the recorder (hook calls, dropped events, telemetry ticks, steps)."""
+        return dict(self._session.stats()) if self._session is not None else {}
+
+    # ---- manual API ------------------------------------------------------------------------
+    def step(self, index: Optional[int] = None) -> Step:
+        """Brackets one training step: ``with prof.step(i) as s:``."""
+        if index is None:
+            index = getattr(self, "_next_step", 0)
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise TypeError(f"Profile.step: index must be an int, got {type(index).__name__}")
+        self._next_step = index + 1
+        return Step(self, index)
+
+    def wrap_dataloader(self, iterable: Iterable[T]) -> Iterable[T]:
+        """Returns an iterable over ``iterable`` whose next() time is recorded as dataloader
+        wait of the step that consumes the item."""
+        return _WrappedLoader(self, iterable)
+
+    # ---- internals --------------------------------------------------------------------------
+    def _emit_kind(self, kind: str, arg: int = 0, value: int = 0) -> None:
+        s = self._session
+        if s is not None and self._state == "running":
+            s.emit(self._kinds[kind], arg, value)
+
+    def _phase_id(self, name: str) -> int:
+        pid = self._phase_ids.get(name)
+        if pid is None:
+            pid = self._session.intern_phase(name) if self._session is not None else 0
+            self._phase_ids[name] = pid
+        return pid
+
+    def _phase_edge(self, phase_id: int, begin: bool) -> int:
+        s = self._session
+        if s is None or self._state != "running":
+            return 0
+        ts = self._native.monotonic_ns()
+        s.emit_at(ts, self._kinds["PHASE_BEGIN" if begin else "PHASE_END"], phase_id, 0)
+        if self._timer is not None:
+            self._timer.edge(phase_id, begin, ts)
+        return ts
+
+
+def _environment(torch: Any) -> dict[str, Any]:
+    env: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "python_version": platform.python_version(),
+    }
+    if torch is not None:
+        env["torch_version"] = str(getattr(torch, "__version__", "unknown"))
+        try:
+            env["device_kind"] = "cuda" if torch.cuda.is_available() else "cpu"
+        except Exception:
+            env["device_kind"] = "unknown"
+    for var, key in (("RANK", "rank"), ("WORLD_SIZE", "world_size")):
+        if os.environ.get(var, "").isdigit():
+            env[key] = int(os.environ[var])
+    if os.environ.get("TORCHELASTIC_RUN_ID"):
+        env["group_id"] = os.environ["TORCHELASTIC_RUN_ID"]
+    return env
+
+
+def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db",
+            auto: bool = True, sample_hz: float = 100.0, host_hz: float = 5.0,
+            gpu: Optional[str] = None, mock_gpus: int = 1, mock_scenario: str = "",
+            host: bool = True, flops_per_step: Optional[float] = None,
+            dtype: Optional[str] = None, group: Optional[str] = None,
+            cuda_events: bool = True, summary: bool = True) -> Profile:
+    """Profiles the code inside ``with``.
+
+    run_name: groups runs for regression comparison. db: SQLite file (created if missing).
+    auto: patch torch (nn.Module.__call__, Tensor.backward, optimizer steps) inside the block;
+    False = manual API only (prof.step / s.phase / prof.wrap_dataloader).
+    sample_hz: GPU telemetry rate. host_hz: /proc sampling rate (0 disables it).
+    gpu: "auto" (NVML when present), "nvml", "mock" (fake GPUs, see mock_gpus /
+    mock_scenario) or "none"; default $GPUPROF_GPU_BACKEND or "auto".
+    flops_per_step + dtype: model FLOPs per optimizer step and the compute dtype, for MFU.
+    cuda_events: time phases on the GPU with CUDA events when CUDA is available.
+    summary: print the insight summary when the block exits.
+    """
+    if not isinstance(run_name, str) or not run_name.strip():
+        raise ValueError("gpuprof.profile: run_name must be a non-empty string")
+    if gpu is None:
+        gpu = os.environ.get("GPUPROF_GPU_BACKEND", "auto")
+    if gpu not in _GPU_BACKENDS:
+        raise ValueError(f"gpuprof.profile: gpu must be one of {', '.join(_GPU_BACKENDS)}; "
+                         f"got {gpu!r}")
+    sample_hz = _check_positive("sample_hz", sample_hz)
+    if sample_hz > 10000:
+        raise ValueError(f"gpuprof.profile: sample_hz must be <= 10000, got {sample_hz!r}")
+    host_hz = _check_positive("host_hz", host_hz, allow_zero=True)
+    if isinstance(mock_gpus, bool) or not isinstance(mock_gpus, int) or not 1 <= mock_gpus <= 64:
+        raise ValueError(f"gpuprof.profile: mock_gpus must be an int in 1..64, got {mock_gpus!r}")
+    if flops_per_step is not None:
+        flops_per_step = _check_positive("flops_per_step", flops_per_step)
+    if dtype is not None and dtype not in _DTYPES:
+        raise ValueError(f"gpuprof.profile: dtype must be one of {', '.join(_DTYPES)}; "
+                         f"got {dtype!r}")
+    db_path = os.fspath(db)
+    if not db_path:
+        raise ValueError("gpuprof.profile: db must be a file path")
+    options: dict[str, Any] = {
+        "run_name": run_name,
+        "db_path": db_path,
+        "sample_hz": sample_hz,
+        "host_hz": host_hz,
+        "host": bool(host) and host_hz > 0,
+        "gpu_backend": gpu,
+        "mock_gpus": mock_gpus,
+        "mock_scenario": mock_scenario,
+        "flops_per_step": flops_per_step,
+        "flops_method": "declared" if flops_per_step is not None else None,
+        "dtype": dtype,
+        "group_id": group,
+    }
+    config = {k: v for k, v in options.items() if k != "db_path"}
+    config.update(auto=auto, cuda_events=cuda_events)
+    options["config_json"] = json.dumps(config, sort_keys=True)
+    return Profile(run_name, options, auto=auto, print_summary=summary, cuda_events=cuda_events)

@@ -1,0 +1,80 @@
+"""Auto-instrumentation of torch inside a profile() block.
+
+Patched (and restored on exit, also when the loop raises):
+  nn.Module.__call__          -> forward phase (outermost module call only; depth is native)
+  Tensor.backward,
+  torch.autograd.backward     -> backward phase (shared depth: the inner call is not counted)
+  optimizer steps             -> torch's global optimizer step pre/post hooks, so optimizers
+                                 created lazily inside the block are caught
+  GradScaler.step             -> optimizer phase (shares the optimizer depth: counts once,
+                                 also when the scaler skips the inner step on inf/NaN)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+
+class TorchPatches:
+    def __init__(self, session: Any, kinds: dict[str, int], timer: Any) -> None:
+        self._session = session
+        self._kinds = kinds
+        self._timer = timer
+        self._restore: list[tuple[Any, str, Any, Any]] = []  # (owner, attr, original, hook)
+        self._handles: list[Any] = []
+
+    def _patch(self, owner: Any, attr: str, kind: int) -> None:
+        # Take the attribute from the owner's own namespace (not an inherited one), so that
+        # restoring puts back exactly what was there.
+        if isinstance(owner, type):
+            original = owner.__dict__.get(attr)
+        else:
+            original = getattr(owner, attr, None)
+        if original is None:
+            return
+        callback: Optional[Callable[..., Any]] = self._timer if self._timer is not None else None
+        hook = self._session.hook(kind, original, callback)
+        setattr(owner, attr, hook)
+        self._restore.append((owner, attr, original, hook))
+
+    def install(self, torch: Any) -> None:
+        k = self._kinds
+        self._patch(torch.nn.Module, "__call__", k["FORWARD"])
+        self._patch(torch.Tensor, "backward", k["BACKWARD"])
+        self._patch(torch.autograd, "backward", k["BACKWARD"])
+        try:
+            from torch.amp.grad_scaler import GradScaler
+            self._patch(GradScaler, "step", k["OPTIMIZER"])
+        except ImportError:
+            pass
+        from torch.optim.optimizer import (register_optimizer_step_post_hook,
+                                           register_optimizer_step_pre_hook)
+        pre, post = self._session.optimizer_pre, self._session.optimizer_post
+        if self._timer is not None:
+            pre, post = self._timer.wrap_optimizer_hooks(pre, post)
+        self._handles.append(register_optimizer_step_pre_hook(pre))
+        self._handles.append(register_optimizer_step_post_hook(post))
+
+    def uninstall(self) -> list[str]:
+        """Restores everything; returns problems as text (never raises)."""
+        problems: list[str] = []
+        for handle in reversed(self._handles):
+            try:
+                handle.remove()
+            except Exception as e:  # pragma: no cover - torch internals changed
+                problems.append(f"could not remove optimizer hook: {e!r}")
+        self._handles.clear()
+        for owner, attr, original, hook in reversed(self._restore):
+            try:
+                current = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(
+                    owner, attr, None)
+                if current is hook:
+                    setattr(owner, attr, original)
+                else:
+                    # Someone patched on top of us; putting ours back would drop theirs.
+                    problems.append(f"{getattr(owner, '__name__', owner)}.{attr} was replaced "
+                                    "by other code during the run; left as it is")
+            except Exception as e:  # pragma: no cover
+                problems.append(f"could not restore {attr}: {e!r}")
+        self._restore.clear()
+        return problems

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Sets up everything on a fresh Debian machine, idempotently:
+#   apt packages -> .venv (Python 3.11) -> build deps + torch 2.13.0 (CPU) -> gpuprof built from
+#   source (C++ core, extension, native CLI, C++ tests in build/py).
+# Re-running only rebuilds what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(g++ make libsqlite3-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
+              libbenchmark-dev sqlite3)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing apt packages: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+PYTHON="${PYTHON:-}"
+if [ -z "$PYTHON" ]; then
+  for cand in python3.11 python3; do
+    if command -v "$cand" >/dev/null 2>&1; then PYTHON="$cand"; break; fi
+  done
+fi
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv with $($PYTHON --version)"
+  "$PYTHON" -m venv .venv
+fi
+PY=.venv/bin/python
+
+# Build requirements and test tools (installed once; pip skips what is present).
+want=(scikit-build-core nanobind cmake ninja pytest)
+if ! $PY -c "import scikit_build_core, nanobind, cmake, ninja, pytest" >/dev/null 2>&1; then
+  $PY -m pip install -q "${want[@]}"
+fi
+# torch 2.13.0, CPU build (a local wheel on these machines; a bare 'torch' pulls CUDA builds).
+if ! $PY -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.0') else 1)" \
+    >/dev/null 2>&1; then
+  $PY -m pip install -q "torch==2.13.0"
+fi
+
+# gpuprof from source. build/py is kept between runs, so this is incremental.
+echo "setup: building gpuprof (C++ core, extension, CLI, C++ tests)"
+$PY -m pip install -q --no-build-isolation --no-deps \
+  -Ccmake.define.GPUPROF_BUILD_TESTS=ON -Cbuild.verbose=false . 
+echo "setup: ready ($($PY -c 'import gpuprof; print("gpuprof", gpuprof.__version__)'))"

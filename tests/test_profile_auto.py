@@ -1,0 +1,262 @@
+"""Auto-instrumentation through `with gpuprof.profile(...)` on a real (CPU) torch loop."""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import gpuprof
+
+
+def mlp(width: int = 32, depth: int = 3) -> nn.Module:
+    layers: list[nn.Module] = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    return nn.Sequential(*layers)
+
+
+def batches(n: int, width: int = 32, delay_s: float = 0.0):
+    for _ in range(n):
+        if delay_s:
+            time.sleep(delay_s)
+        yield torch.randn(8, width)
+
+
+def train(model, opt, data, accumulate: int = 1) -> None:
+    for i, x in enumerate(data):
+        model(x).square().mean().backward()
+        if (i + 1) % accumulate == 0:
+            opt.step()
+            opt.zero_grad()
+
+
+def steps_of(db, run_id: int = 1) -> list[tuple]:
+    return db.rows("SELECT step, wait_ns, forward_calls, backward_calls, optimizer_calls "
+                   "FROM steps WHERE run_id=? ORDER BY step", run_id)
+
+
+def phase_calls(db, name: str, run_id: int = 1) -> list[int]:
+    return [r[0] for r in db.rows("SELECT calls FROM phases WHERE run_id=? AND name=? "
+                                  "ORDER BY step", run_id, name)]
+
+
+def test_each_optimizer_step_is_a_step_with_forward_backward_optimizer_phases(db, capsys):
+    # GIVEN a plain loop of 12 iterations
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    # WHEN it runs inside gpuprof.profile
+    with gpuprof.profile("plain", db=db.path, gpu="none") as prof:
+        train(model, opt, batches(12))
+    # THEN 12 steps are stored, each with one outermost forward/backward/optimizer call
+    rows = steps_of(db)
+    assert [r[0] for r in rows] == list(range(12))
+    assert all(r[2:] == (1, 1, 1) for r in rows)
+    for name in ("forward", "backward", "optimizer"):
+        assert phase_calls(db, name) == [1] * 12
+    # AND step 0 has no inter-step gap (unknown), later steps have one
+    assert rows[0][1] is None
+    assert all(r[1] is not None and r[1] >= 0 for r in rows[1:])
+    # AND the run is marked ok and the summary is printed with the run's own step count
+    assert db.one("SELECT status FROM runs WHERE run_id=1") == "ok"
+    out = capsys.readouterr().out
+    assert "gpuprof · plain  (12 steps, avg" in out
+    assert f"gpuprof insights {db.path} {prof.run_id}" in out
+
+
+def test_nested_submodules_are_not_counted_as_forward_calls(db):
+    # GIVEN a model of 3 levels of nesting (Sequential of Sequentials of Linear)
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(16, 16), nn.Sequential(nn.Tanh()))
+                            for _ in range(5)])
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with gpuprof.profile("nested", db=db.path, gpu="none", summary=False) as prof:
+        train(model, opt, batches(4, width=16))
+        stats = prof.stats()
+    # THEN only the outermost call per iteration is a forward call
+    assert phase_calls(db, "forward") == [1, 1, 1, 1]
+    assert stats["forward_calls"] == 4
+
+
+def test_gradient_accumulation_is_one_step(db):
+    # GIVEN 4 micro-batches per optimizer step, 20 micro-batches
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with gpuprof.profile("accum", db=db.path, gpu="none", summary=False):
+        train(model, opt, batches(20), accumulate=4)
+    # THEN 5 steps with 4 forward and 4 backward calls each
+    rows = steps_of(db)
+    assert len(rows) == 5
+    assert all(r[2:] == (4, 4, 1) for r in rows)
+
+
+def test_optimizer_created_lazily_inside_the_block_is_caught(db):
+    # GIVEN an optimizer constructed only after the profile started (as trainers do)
+    model = mlp()
+    with gpuprof.profile("lazy", db=db.path, gpu="none", summary=False):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        train(model, opt, batches(6))
+    # THEN its steps are the run's steps
+    assert len(steps_of(db)) == 6
+
+
+def test_several_optimizers_in_one_iteration_are_one_step(db):
+    # GIVEN a GAN-like loop: two models, two optimizers stepping each iteration
+    g, d = mlp(), mlp()
+    og = torch.optim.SGD(g.parameters(), lr=0.01)
+    od = torch.optim.Adam(d.parameters(), lr=0.01)
+    with gpuprof.profile("gan", db=db.path, gpu="none", summary=False):
+        for x in batches(5):
+            d(g(x)).mean().backward()
+            od.step()
+            og.step()
+            od.zero_grad()
+            og.zero_grad()
+    # THEN 5 steps, each with two optimizer calls
+    rows = steps_of(db)
+    assert len(rows) == 5
+    assert all(r[4] == 2 for r in rows)
+
+
+def test_grad_scaler_step_counts_once(db):
+    # GIVEN a mixed-precision style loop using GradScaler (CPU device)
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cpu")
+    with gpuprof.profile("amp", db=db.path, gpu="none", summary=False):
+        for x in batches(6):
+            scaler.scale(model(x).square().mean()).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+    # THEN each iteration is one step with one optimizer call (scaler.step + inner opt.step)
+    rows = steps_of(db)
+    assert len(rows) == 6
+    assert all(r[4] == 1 for r in rows)
+    assert phase_calls(db, "optimizer") == [1] * 6
+
+
+def test_ddp_wrapped_model(db, tmp_path):
+    # GIVEN a single-process gloo group and a DDP-wrapped model
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/pg", rank=0, world_size=1)
+    try:
+        model = DDP(mlp())
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        with gpuprof.profile("ddp", db=db.path, gpu="none", summary=False):
+            train(model, opt, batches(5))
+    finally:
+        dist.destroy_process_group()
+    # THEN the DDP call is the outermost forward: one per step
+    rows = steps_of(db)
+    assert len(rows) == 5
+    assert phase_calls(db, "forward") == [1] * 5
+
+
+def test_slow_loader_is_measured_as_wait_and_diagnosed(db, capsys):
+    # GIVEN a loader that takes 30 ms per batch and a fast model
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with gpuprof.profile("slow-loader", db=db.path, gpu="none"):
+        train(model, opt, batches(12, delay_s=0.03))
+    # THEN each step after the first carries >= 30 ms of gap wait
+    waits = [r[1] for r in steps_of(db)[1:]]
+    assert all(w >= 29_000_000 for w in waits), waits
+    # AND the stored insights and the summary name the loader stall
+    rules = [r[0] for r in db.rows("SELECT rule_id FROM insights WHERE run_id=1")]
+    assert "dataloader_stall" in rules
+    assert "waiting on the loader" in capsys.readouterr().out
+
+
+def test_patches_are_restored_on_exit_and_on_raise(db):
+    originals = (nn.Module.__dict__["__call__"], torch.Tensor.__dict__["backward"],
+                 torch.autograd.backward)
+    # WHEN a profiled loop exits normally
+    with gpuprof.profile("restore", db=db.path, gpu="none", summary=False):
+        assert nn.Module.__dict__["__call__"] is not originals[0]
+    assert (nn.Module.__dict__["__call__"], torch.Tensor.__dict__["backward"],
+            torch.autograd.backward) == originals
+    # AND when it raises
+    with pytest.raises(KeyError):
+        with gpuprof.profile("restore2", db=db.path, gpu="none", summary=False):
+            raise KeyError("boom")
+    assert (nn.Module.__dict__["__call__"], torch.Tensor.__dict__["backward"],
+            torch.autograd.backward) == originals
+    # AND no optimizer hook is left registered
+    from torch.optim.optimizer import _global_optimizer_pre_hooks, _global_optimizer_post_hooks
+    assert len(_global_optimizer_pre_hooks) == 0 and len(_global_optimizer_post_hooks) == 0
+
+
+def test_user_exception_propagates_unchanged_and_run_is_failed(db):
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    err = RuntimeError("loss went NaN")
+    # WHEN the loop raises after 3 steps
+    with pytest.raises(RuntimeError) as caught:
+        with gpuprof.profile("crash", db=db.path, gpu="none", summary=False):
+            train(model, opt, batches(3))
+            raise err
+    # THEN the very same exception object reaches the caller
+    assert caught.value is err
+    # AND the run is stored as failed with the error, keeping its steps
+    status, error = db.one("SELECT status, error FROM runs WHERE run_id=1")
+    assert status == "failed"
+    assert error == "RuntimeError: loss went NaN"
+    assert len(steps_of(db)) == 3
+
+
+def test_module_calls_from_other_threads_are_not_recorded(db):
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with gpuprof.profile("threads", db=db.path, gpu="none", summary=False) as prof:
+        t = threading.Thread(target=lambda: [model(torch.randn(2, 32)) for _ in range(5)])
+        t.start()
+        t.join()
+        train(model, opt, batches(3))
+        stats = prof.stats()
+    assert stats["foreign_thread_calls"] == 5
+    assert phase_calls(db, "forward") == [1, 1, 1]
+
+
+def test_nested_profile_warns_and_records_only_the_outer(db):
+    with gpuprof.profile("outer", db=db.path, gpu="none", summary=False):
+        with pytest.warns(gpuprof.GpuprofWarning, match="already active"):
+            with gpuprof.profile("inner", db=db.path, gpu="none", summary=False) as inner:
+                assert not inner.active
+    assert [r[0] for r in db.rows("SELECT run_name FROM runs")] == ["outer"]
+
+
+def test_profiler_failure_never_breaks_the_loop(tmp_path):
+    # GIVEN a DB path inside a directory that does not exist
+    bad = tmp_path / "missing-dir" / "x.db"
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    # WHEN profiling cannot start
+    with pytest.warns(gpuprof.GpuprofWarning, match="could not start recording"):
+        with gpuprof.profile("nodb", db=bad, summary=False) as prof:
+            train(model, opt, batches(3))  # THEN the loop still runs
+    assert not prof.active
+    assert nn.Module.__dict__["__call__"].__class__.__name__ == "function"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"gpu": "cuda"}, "gpu must be one of"),
+    ({"sample_hz": 0}, "sample_hz must be > 0"),
+    ({"sample_hz": "fast"}, "sample_hz must be a number"),
+    ({"host_hz": -1}, "host_hz must be >= 0"),
+    ({"dtype": "int4"}, "dtype must be one of"),
+    ({"mock_gpus": 0}, "mock_gpus must be an int"),
+    ({"flops_per_step": -5}, "flops_per_step must be > 0"),
+])
+def test_invalid_options_name_the_problem(db, kwargs, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        gpuprof.profile("bad", db=db.path, **kwargs)
+
+
+def test_empty_run_name_is_rejected():
+    with pytest.raises(ValueError, match="run_name"):
+        gpuprof.profile("  ")
