@@ -359,11 +359,13 @@ Expected<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path
                             tables.out(), nullptr);
     bool has_meta = false;
     int ntables = 0;
-    while (rc == SQLITE_OK && (rc = sqlite3_step(tables.get())) == SQLITE_ROW) {
-      std::string name = Reader(tables.get()).Text();
-      ++ntables;
-      has_meta |= name == "meta";
-      fs.has_runs |= name == "runs";
+    if (rc == SQLITE_OK) {
+      while ((rc = sqlite3_step(tables.get())) == SQLITE_ROW) {
+        std::string name = Reader(tables.get()).Text();
+        ++ntables;
+        has_meta |= name == "meta";
+        fs.has_runs |= name == "runs";
+      }
     }
     if (rc != SQLITE_DONE) {
       if (sqlite3_errcode(db) == SQLITE_NOTADB) {

@@ -1,0 +1,156 @@
+"""Instrumentation overhead of gpuprof on a CPU toy loop, side by side with torch.profiler.
+
+Not a pass/fail test. Run: `make bench` (or `.venv/bin/python bench/overhead.py`).
+
+1. Step time: an MLP with ~50 submodules (a few ms per step on one thread), trained in
+   interleaved blocks: plain / gpuprof (auto, host sampling on, GPU backend mock at 100 Hz) /
+   torch.profiler (CPU activities). Median step time per mode, ratio to plain.
+2. Breakdown: cost per hooked call (outermost and nested module call, backward, optimizer
+   hook) measured on trivial modules with and without the patch, times calls per step.
+3. Background cost: CPU time of the sampler/recorder/writer threads per tick, measured on an
+   idle process over a fixed window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import tempfile
+import time
+
+import torch
+from torch import nn
+
+import gpuprof
+
+
+def make_model(width: int, blocks: int) -> nn.Module:
+    layers: list[nn.Module] = []
+    for _ in range(blocks):
+        layers += [nn.Linear(width, width), nn.LayerNorm(width), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(width, 10))
+
+
+def count_modules(model: nn.Module) -> int:
+    return sum(1 for _ in model.modules())
+
+
+def run_steps(model, opt, xs, ys, loss_fn) -> list[float]:
+    times = []
+    for x, y in zip(xs, ys):
+        t0 = time.perf_counter()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def step_time_comparison(args, db: str) -> dict[str, list[float]]:
+    torch.manual_seed(0)
+    model = make_model(args.width, args.blocks)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    loss_fn = nn.CrossEntropyLoss()
+    xs = [torch.randn(args.batch, args.width) for _ in range(args.steps)]
+    ys = [torch.randint(0, 10, (args.batch,)) for _ in range(args.steps)]
+    run_steps(model, opt, xs, ys, loss_fn)  # warm up allocator and kernels
+    modes = ["plain", "gpuprof", "torch.profiler"]
+    out: dict[str, list[float]] = {m: [] for m in modes}
+    rng = random.Random(0)
+    for _ in range(args.rounds):
+        order = modes[:]
+        rng.shuffle(order)
+        for mode in order:
+            if mode == "plain":
+                out[mode] += run_steps(model, opt, xs, ys, loss_fn)
+            elif mode == "gpuprof":
+                with gpuprof.profile("bench", db=db, gpu="mock", mock_gpus=1, summary=False):
+                    out[mode] += run_steps(model, opt, xs, ys, loss_fn)
+            else:
+                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+                    out[mode] += run_steps(model, opt, xs, ys, loss_fn)
+    return out
+
+
+def per_call_costs(n: int = 200_000) -> dict[str, float]:
+    """ns per call added by the patch, for an outermost and a nested module call."""
+    leaf = nn.Identity()
+    nested = nn.Sequential(nn.Identity())  # outer call + one nested call
+    x = torch.zeros(1)
+
+    def time_calls(fn) -> float:
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter_ns()
+            for _ in range(n):
+                fn(x)
+            best = min(best, (time.perf_counter_ns() - t0) / n)
+        return best
+
+    plain_leaf, plain_nested = time_calls(leaf), time_calls(nested)
+    with tempfile.TemporaryDirectory() as d:
+        with gpuprof.profile("calls", db=os.path.join(d, "c.db"), gpu="none", host=False,
+                             summary=False):
+            hooked_leaf, hooked_nested = time_calls(leaf), time_calls(nested)
+    outer = hooked_leaf - plain_leaf
+    inner = (hooked_nested - plain_nested) - outer
+    return {"plain_call_ns": plain_leaf, "outermost_added_ns": outer, "nested_added_ns": inner}
+
+
+def background_cost(seconds: float, gpus: int) -> dict[str, float]:
+    """CPU seconds used by gpuprof's threads while the training thread sleeps."""
+    with tempfile.TemporaryDirectory() as d:
+        t_cpu = time.process_time()
+        time.sleep(seconds)
+        idle = time.process_time() - t_cpu
+        with gpuprof.profile("bg", db=os.path.join(d, "b.db"), gpu="mock", mock_gpus=gpus,
+                             sample_hz=100, host_hz=5, summary=False) as prof:
+            t_cpu = time.process_time()
+            time.sleep(seconds)
+            busy = time.process_time() - t_cpu
+            stats = prof.stats()
+    cpu = max(0.0, busy - idle)
+    return {"cpu_pct_of_one_core": 100 * cpu / seconds, "gpu_ticks": stats["gpu_ticks"],
+            "host_ticks": stats["host_ticks"],
+            "us_per_tick_all_threads": 1e6 * cpu / max(1, stats["gpu_ticks"])}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description="gpuprof overhead benchmark")
+    p.add_argument("--width", type=int, default=256)
+    p.add_argument("--blocks", type=int, default=16)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    model_modules = count_modules(make_model(args.width, args.blocks))
+    with tempfile.TemporaryDirectory() as d:
+        res = step_time_comparison(args, os.path.join(d, "bench.db"))
+    plain = statistics.median(res["plain"])
+    print(f"# step time ({model_modules} modules, width {args.width}, batch {args.batch}, "
+          f"{args.rounds} interleaved rounds x {args.steps} steps, torch threads {args.threads})")
+    print(f"{'mode':<16}{'median ms':>12}{'ratio':>10}")
+    for mode, ts in res.items():
+        med = statistics.median(ts)
+        print(f"{mode:<16}{med * 1e3:>12.3f}{med / plain:>10.4f}")
+    c = per_call_costs()
+    print("\n# per hooked call")
+    for k, v in c.items():
+        print(f"{k:<24}{v:>10.1f} ns")
+    calls_per_step = 1 + (model_modules - 1) + 1  # outer model call, nested, loss module
+    predicted = (2 * c["outermost_added_ns"] + (model_modules - 1) * c["nested_added_ns"]) / 1e6
+    print(f"predicted hook cost per step: {predicted:.4f} ms for {calls_per_step} module calls "
+          f"({100 * predicted / (plain * 1e3):.3f}% of the plain step)")
+    b = background_cost(3.0, gpus=8)
+    print("\n# background threads (mock 8 GPUs at 100 Hz, host at 5 Hz, idle training thread)")
+    for k, v in b.items():
+        print(f"{k:<26}{v:>10.2f}")
+
+
+if __name__ == "__main__":
+    main()
