@@ -129,12 +129,16 @@ struct RowTraits<StepRow> {
 template <>
 struct RowTraits<PhaseRow> {
   static constexpr const char* kPurpose = "upsert into phases";
-  // A re-write replaces wall_ns and calls; gpu_ns only when the new row carries one, so GPU
-  // time accumulated by PhaseGpuRow (before or after this row) is kept.
+  // A re-write replaces wall_ns and calls. gpu_ns: a NULL in the new row keeps the stored
+  // value (GPU time added by PhaseGpuRow); over a placeholder made by PhaseGpuRow (calls 0)
+  // the new row's GPU time is added to the deltas already there; otherwise it replaces.
   static constexpr const char* kSql =
       "INSERT INTO phases(run_id, step, name, wall_ns, gpu_ns, calls) VALUES(?,?,?,?,?,?)"
       " ON CONFLICT(run_id, step, name) DO UPDATE SET wall_ns = excluded.wall_ns,"
-      " gpu_ns = coalesce(excluded.gpu_ns, phases.gpu_ns), calls = excluded.calls";
+      " gpu_ns = CASE WHEN excluded.gpu_ns IS NULL THEN phases.gpu_ns"
+      " WHEN phases.calls = 0 THEN coalesce(phases.gpu_ns, 0) + excluded.gpu_ns"
+      " ELSE excluded.gpu_ns END,"
+      " calls = excluded.calls";
   static void Bind(Binder& b, const PhaseRow& r) {
     b.Int(r.step).Text(r.name).Int(r.wall_ns).Int(r.gpu_ns).Int(r.calls);
   }
@@ -614,9 +618,15 @@ Status SqliteStore::WriteOne(size_t index, int64_t run_id, const T& row) {
 }
 
 Status SqliteStore::WriteRows(int64_t run_id, const std::vector<Row>& rows) {
-  if (rows.empty()) return Status::Ok();
+  return WriteRange(run_id, rows.begin(), rows.end());
+}
+
+template <typename It>
+Status SqliteStore::WriteRange(int64_t run_id, It begin, It end) {
+  if (begin == end) return Status::Ok();
   if (Status st = Begin(); !st.ok()) return st;
-  for (const Row& row : rows) {
+  for (It it = begin; it != end; ++it) {
+    const Row& row = *it;
     Status st = std::visit([&](const auto& r) { return WriteOne(row.index(), run_id, r); }, row);
     if (!st.ok()) {
       Rollback();
@@ -977,9 +987,7 @@ std::optional<std::string> StoreWriter::error() const {
 void StoreWriter::Loop() {
   using Clock = std::chrono::steady_clock;
   const auto interval = std::chrono::milliseconds(options_.flush_interval_ms);
-  std::vector<Row> batch;
-  batch.reserve(std::min<size_t>(options_.max_batch, 1 << 16));
-
+  std::deque<Row> batch;
   std::unique_lock<std::mutex> lock(mu_);
   // Rows handed to the writer but not yet taken = queue_.size(); taken = pushed - queued.
   auto urgent = [&] {
@@ -993,13 +1001,17 @@ void StoreWriter::Loop() {
     cv_.wait_until(lock, Clock::now() + interval, urgent);
 
     while (!queue_.empty()) {
+      // Take the batch out under the lock; O(1) when the whole queue fits in one batch.
       const size_t n = std::min(queue_.size(), options_.max_batch);
-      for (size_t i = 0; i < n; ++i) {
-        batch.push_back(std::move(queue_.front()));
-        queue_.pop_front();
+      if (n == queue_.size()) {
+        batch.swap(queue_);
+      } else {
+        batch.insert(batch.end(), std::make_move_iterator(queue_.begin()),
+                     std::make_move_iterator(queue_.begin() + static_cast<ptrdiff_t>(n)));
+        queue_.erase(queue_.begin(), queue_.begin() + static_cast<ptrdiff_t>(n));
       }
       lock.unlock();
-      Status st = store_->WriteRows(run_id_, batch);
+      Status st = store_->WriteRange(run_id_, batch.begin(), batch.end());
       batch.clear();
       lock.lock();
       committed_seq_ += n;

@@ -74,9 +74,10 @@ class SqliteStore {
   // Deletes the run's insights and inserts `insights`, in one transaction.
   Status ReplaceInsights(int64_t run_id, const std::vector<InsightRow>& insights);
   // Writes rows in one transaction (all or nothing). Steps, phases, gpus and telemetry_status
-  // are upserts on their primary key (a re-write replaces; a PhaseRow with gpu_ns nullopt keeps
-  // GPU time already stored). PhaseGpuRow adds to gpu_ns, creating the phase row (wall_ns 0,
-  // calls 0) if absent. Other tables append. The writer thread uses the same code.
+  // are upserts on their primary key: a re-write replaces. PhaseGpuRow adds to gpu_ns,
+  // creating a placeholder phase row (wall_ns 0, calls 0) if absent. A PhaseRow keeps stored
+  // GPU time when its gpu_ns is nullopt, adds its gpu_ns to a placeholder's, and otherwise
+  // replaces it. Other tables append. The writer thread uses the same code.
   Status WriteRows(int64_t run_id, const std::vector<Row>& rows);
 
   // Reads.
@@ -99,6 +100,7 @@ class SqliteStore {
   sqlite3* handle() { return db_; }
 
  private:
+  friend class StoreWriter;  // writes its queue through WriteRange without copying
   SqliteStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
   // "<path>: <purpose>: <sqlite3_errmsg>".
   Status Error(const std::string& purpose) const;
@@ -108,6 +110,8 @@ class SqliteStore {
   void Rollback();  // no-op outside a transaction
   template <typename T>
   Status WriteOne(size_t index, int64_t run_id, const T& row);
+  template <typename It>
+  Status WriteRange(int64_t run_id, It begin, It end);  // what WriteRows does, for any range
   template <typename BindFn, typename RowFn>
   Status Query(const std::string& sql, const std::string& purpose, BindFn bind, RowFn each);
 

@@ -780,9 +780,15 @@ TEST_F(StoreTest, PhaseGpuAccumulatesBeforeAndAfterPhaseRow) {
   }
   ASSERT_TRUE(store->WriteRows(id, {PhaseGpuRow{1, "backward", 70}, PhaseGpuRow{1, "backward", 0}})
                   .ok());
-  // THEN wall/calls come from the phase row and gpu_ns is the sum of all deltas
+  // AND for step 2 optimizer a delta arrives before a phase row that carries GPU time itself
+  ASSERT_TRUE(store->WriteRows(id, {PhaseGpuRow{2, "optimizer", 11}}).ok());
+  ASSERT_TRUE(store->WriteRows(id, {PhaseRow{2, "optimizer", 300, 9, 1}}).ok());
+  // THEN wall/calls come from the phase row and gpu_ns is the sum of all GPU time
   auto d = store->LoadRun(id);
-  ASSERT_EQ(d->phases.size(), 2u);
+  ASSERT_EQ(d->phases.size(), 3u);
+  EXPECT_EQ(d->phases[2].wall_ns, 300);
+  EXPECT_EQ(d->phases[2].calls, 1);
+  EXPECT_EQ(d->phases[2].gpu_ns, 20);
   EXPECT_EQ(d->phases[0].step, 0);
   EXPECT_EQ(d->phases[0].wall_ns, 900);
   EXPECT_EQ(d->phases[0].calls, 3);
