@@ -88,6 +88,9 @@ void Recorder::HostTick() noexcept {
       writer_->Push(std::move(host));
       for (auto& w : workers) writer_->Push(std::move(w));
     }
+    for (auto& note : host_->TakeNotes()) {
+      writer_->Push(store::DiagnosticRow{RelNow(), "warning", "host", std::move(note)});
+    }
     {
       std::lock_guard lock(pids_mu_);
       if (!host_->tree_pids().empty()) pids_ = host_->tree_pids();

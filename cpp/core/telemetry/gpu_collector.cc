@@ -15,9 +15,9 @@ Expected<std::unique_ptr<GpuCollector>> MakeGpuCollector(const GpuCollectorOptio
     auto nvml = NvmlCollector::Open(path);
     if (!nvml.ok()) {
       if (!asked) return Status::Error("NVML not available: " + nvml.error());
-      return Status::Error("gpu_backend='nvml' was requested but NVML could not be used: " +
-                           nvml.error() + ". Install the NVIDIA driver, or point " +
-                           kNvmlLibraryEnv + " at libnvidia-ml.so.1");
+      return Status::Error(
+          "gpu_backend='nvml' was requested but NVML could not be used: " + nvml.error() +
+          ". Install the NVIDIA driver, or point " + kNvmlLibraryEnv + " at libnvidia-ml.so.1");
     }
     if (nvml.value()->devices().empty()) {
       if (!asked) return Status::Error("NVML found no GPUs (" + path + ")");

@@ -17,7 +17,7 @@ namespace gpuprof::telemetry {
 
 struct GpuDevice {
   int64_t index = 0;
-  std::optional<std::string> name;     // e.g. "NVIDIA H100 80GB HBM3"
+  std::optional<std::string> name;  // e.g. "NVIDIA H100 80GB HBM3"
   std::optional<std::string> uuid;
   std::optional<int64_t> memory_total_bytes;
   std::optional<int64_t> sm_clock_max_mhz;

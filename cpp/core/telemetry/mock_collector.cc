@@ -18,8 +18,8 @@ namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 
-constexpr std::array<const char*, 8> kMockFields = {
-    "util", "memory", "proc_mem", "power", "temp", "sm_clock", "clock_reasons", "pcie"};
+constexpr std::array<const char*, 8> kMockFields = {"util", "memory",   "proc_mem",      "power",
+                                                    "temp", "sm_clock", "clock_reasons", "pcie"};
 
 std::string Trim(std::string_view s) {
   size_t b = 0;
@@ -87,8 +87,8 @@ Expected<MockScenario> MockScenario::Parse(const std::string& spec) {
       {"pcie_rx_gbps", &s.pcie_rx_gbps, 0, 1e4},
       {"pcie_tx_gbps", &s.pcie_tx_gbps, 0, 1e4},
   };
-  const char* const other_keys[] = {"model",              "sm_clock_max_mhz", "throttle",
-                                    "throttle_clock_mhz", "throttle_reason",  "missing"};
+  const char* const other_keys[] = {
+      "model", "sm_clock_max_mhz", "throttle", "throttle_clock_mhz", "throttle_reason", "missing"};
   auto valid_keys = [&] {
     std::string all;
     for (const char* k : other_keys) all += (all.empty() ? "" : ", ") + std::string(k);
@@ -110,8 +110,8 @@ Expected<MockScenario> MockScenario::Parse(const std::string& spec) {
     std::string key = Trim(std::string_view(item).substr(0, eq));
     std::string value = Trim(std::string_view(item).substr(eq + 1));
     auto bad_value = [&](const std::string& expect) {
-      return Status::Error("mock scenario key '" + key + "' expects " + expect + ", got '" +
-                           value + "'");
+      return Status::Error("mock scenario key '" + key + "' expects " + expect + ", got '" + value +
+                           "'");
     };
 
     bool handled = false;
@@ -138,9 +138,12 @@ Expected<MockScenario> MockScenario::Parse(const std::string& spec) {
       (key == "sm_clock_max_mhz" ? s.sm_clock_max_mhz : s.throttle_clock_mhz) =
           static_cast<int64_t>(*v);
     } else if (key == "throttle") {
-      if (value == "1" || value == "true") s.throttle = true;
-      else if (value == "0" || value == "false") s.throttle = false;
-      else return bad_value("0 or 1");
+      if (value == "1" || value == "true")
+        s.throttle = true;
+      else if (value == "0" || value == "false")
+        s.throttle = false;
+      else
+        return bad_value("0 or 1");
     } else if (key == "throttle_reason") {
       if (value != "thermal" && value != "power" && value != "hw") {
         return bad_value("thermal, power or hw");
@@ -163,8 +166,8 @@ Expected<MockScenario> MockScenario::Parse(const std::string& spec) {
         s.missing.push_back(field);
       }
     } else {
-      return Status::Error("unknown mock scenario key '" + key + "' (valid keys: " +
-                           valid_keys() + ")");
+      return Status::Error("unknown mock scenario key '" + key + "' (valid keys: " + valid_keys() +
+                           ")");
     }
   }
   return s;
@@ -209,17 +212,16 @@ bool MockCollector::Sample(int64_t now_rel_ns, const std::vector<int64_t>& pids,
       row.ts_ns = now_rel_ns;
       row.gpu_index = d.index;
       const double phase = static_cast<double>(d.index);
-      const double util =
-          std::clamp(s.util + s.util_amp * std::sin(2.0 * kPi * t / s.period_s + phase), 0.0,
-                     100.0);
+      const double util = std::clamp(
+          s.util + s.util_amp * std::sin(2.0 * kPi * t / s.period_s + phase), 0.0, 100.0);
       if (!Missing("util")) {
         row.util_pct = util;
         row.mem_util_pct = util * s.mem_util_ratio;
       }
       const double ramp = s.mem_ramp_s > 0 ? std::min(std::max(t, 0.0) / s.mem_ramp_s, 1.0) : 1.0;
-      const int64_t mem_used = static_cast<int64_t>(std::llround(
-          static_cast<double>(mem_total_bytes_) *
-          (s.mem_start_frac + (s.mem_frac - s.mem_start_frac) * ramp)));
+      const int64_t mem_used = static_cast<int64_t>(
+          std::llround(static_cast<double>(mem_total_bytes_) *
+                       (s.mem_start_frac + (s.mem_frac - s.mem_start_frac) * ramp)));
       if (!Missing("memory")) {
         row.mem_used_bytes = mem_used;
         row.mem_total_bytes = mem_total_bytes_;
@@ -230,10 +232,9 @@ bool MockCollector::Sample(int64_t now_rel_ns, const std::vector<int64_t>& pids,
             std::llround((s.idle_power_w + (s.power_w - s.idle_power_w) * util / 100.0) * 1000.0));
       }
       if (!Missing("temp")) {
-        double temp = s.temp_tau_s > 0
-                          ? s.temp - (s.temp - s.idle_temp) * std::exp(-std::max(t, 0.0) /
-                                                                       s.temp_tau_s)
-                          : s.temp;
+        double temp = s.temp_tau_s > 0 ? s.temp - (s.temp - s.idle_temp) *
+                                                      std::exp(-std::max(t, 0.0) / s.temp_tau_s)
+                                       : s.temp;
         if (throttling) temp += s.throttle_temp_c;
         row.temp_c = temp;
       }

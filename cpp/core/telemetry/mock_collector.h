@@ -28,16 +28,16 @@ namespace gpuprof::telemetry {
 struct MockScenario {
   std::string model = "NVIDIA H100 80GB HBM3";
   double mem_total_gib = 80.0;
-  double util = 85.0;          // mean GPU utilization, %
-  double util_amp = 10.0;      // +- wobble around it, %
-  double period_s = 20.0;      // wobble period
+  double util = 85.0;      // mean GPU utilization, %
+  double util_amp = 10.0;  // +- wobble around it, %
+  double period_s = 20.0;  // wobble period
   double mem_util_ratio = 0.6;
-  double mem_frac = 0.5;       // memory used at the end of the ramp, fraction of total
+  double mem_frac = 0.5;  // memory used at the end of the ramp, fraction of total
   double mem_start_frac = 0.02;
   double mem_ramp_s = 10.0;
-  double power_w = 700.0;      // at 100% util
+  double power_w = 700.0;  // at 100% util
   double idle_power_w = 90.0;
-  double temp = 70.0;          // steady-state degrees C
+  double temp = 70.0;  // steady-state degrees C
   double idle_temp = 35.0;
   double temp_tau_s = 30.0;
   int64_t sm_clock_max_mhz = 1980;
@@ -46,7 +46,7 @@ struct MockScenario {
   int64_t throttle_clock_mhz = 1200;
   std::string throttle_reason = "thermal";  // thermal | power | hw
   double throttle_temp_c = 15.0;
-  double pcie_rx_gbps = 2.0;   // at 100% util, GB/s (1e9 bytes)
+  double pcie_rx_gbps = 2.0;  // at 100% util, GB/s (1e9 bytes)
   double pcie_tx_gbps = 0.5;
   std::vector<std::string> missing;  // subset of: util memory proc_mem power temp sm_clock
                                      // clock_reasons pcie

@@ -49,37 +49,68 @@ inline constexpr Return kErrorUnknown = 999;
 // nvmlErrorString (or before it is loaded). Never null.
 inline const char* ReturnName(Return r) {
   switch (r) {
-    case kSuccess: return "Success";
-    case kErrorUninitialized: return "Uninitialized";
-    case kErrorInvalidArgument: return "Invalid Argument";
-    case kErrorNotSupported: return "Not Supported";
-    case kErrorNoPermission: return "Insufficient Permissions";
-    case kErrorAlreadyInitialized: return "Already Initialized";
-    case kErrorNotFound: return "Not Found";
-    case kErrorInsufficientSize: return "Insufficient Size";
-    case kErrorInsufficientPower: return "Insufficient External Power";
-    case kErrorDriverNotLoaded: return "Driver Not Loaded";
-    case kErrorTimeout: return "Timeout";
-    case kErrorIrqIssue: return "Interrupt request issue";
-    case kErrorLibraryNotFound: return "NVML Shared Library Not Found";
-    case kErrorFunctionNotFound: return "Function Not Found";
-    case kErrorCorruptedInforom: return "Corrupted infoROM";
-    case kErrorGpuIsLost: return "GPU is lost";
-    case kErrorResetRequired: return "GPU requires restart";
-    case kErrorOperatingSystem: return "The operating system has blocked the request";
-    case kErrorLibRmVersionMismatch: return "RM has detected an NVML/RM version mismatch";
-    case kErrorInUse: return "In use by another client";
-    case kErrorMemory: return "Insufficient Memory";
-    case kErrorNoData: return "No data";
-    case kErrorVgpuEccNotSupported: return "ECC is not supported for vGPU";
-    case kErrorInsufficientResources: return "Insufficient resources";
-    case kErrorFreqNotSupported: return "Frequency not supported";
-    case kErrorArgumentVersionMismatch: return "Argument version mismatch";
-    case kErrorDeprecated: return "Deprecated";
-    case kErrorNotReady: return "Not ready";
-    case kErrorGpuNotFound: return "GPU not found";
-    case kErrorInvalidState: return "Invalid state";
-    default: return "Unknown Error";
+    case kSuccess:
+      return "Success";
+    case kErrorUninitialized:
+      return "Uninitialized";
+    case kErrorInvalidArgument:
+      return "Invalid Argument";
+    case kErrorNotSupported:
+      return "Not Supported";
+    case kErrorNoPermission:
+      return "Insufficient Permissions";
+    case kErrorAlreadyInitialized:
+      return "Already Initialized";
+    case kErrorNotFound:
+      return "Not Found";
+    case kErrorInsufficientSize:
+      return "Insufficient Size";
+    case kErrorInsufficientPower:
+      return "Insufficient External Power";
+    case kErrorDriverNotLoaded:
+      return "Driver Not Loaded";
+    case kErrorTimeout:
+      return "Timeout";
+    case kErrorIrqIssue:
+      return "Interrupt request issue";
+    case kErrorLibraryNotFound:
+      return "NVML Shared Library Not Found";
+    case kErrorFunctionNotFound:
+      return "Function Not Found";
+    case kErrorCorruptedInforom:
+      return "Corrupted infoROM";
+    case kErrorGpuIsLost:
+      return "GPU is lost";
+    case kErrorResetRequired:
+      return "GPU requires restart";
+    case kErrorOperatingSystem:
+      return "The operating system has blocked the request";
+    case kErrorLibRmVersionMismatch:
+      return "RM has detected an NVML/RM version mismatch";
+    case kErrorInUse:
+      return "In use by another client";
+    case kErrorMemory:
+      return "Insufficient Memory";
+    case kErrorNoData:
+      return "No data";
+    case kErrorVgpuEccNotSupported:
+      return "ECC is not supported for vGPU";
+    case kErrorInsufficientResources:
+      return "Insufficient resources";
+    case kErrorFreqNotSupported:
+      return "Frequency not supported";
+    case kErrorArgumentVersionMismatch:
+      return "Argument version mismatch";
+    case kErrorDeprecated:
+      return "Deprecated";
+    case kErrorNotReady:
+      return "Not ready";
+    case kErrorGpuNotFound:
+      return "GPU not found";
+    case kErrorInvalidState:
+      return "Invalid state";
+    default:
+      return "Unknown Error";
   }
 }
 

@@ -116,15 +116,24 @@ struct NvmlCollector::DeviceState {
 
 const char* NvmlCollector::FieldName(Field field) {
   switch (field) {
-    case kUtil: return "util";
-    case kMemory: return "memory";
-    case kProcMem: return "proc_mem";
-    case kPower: return "power";
-    case kTemp: return "temp";
-    case kSmClock: return "sm_clock";
-    case kClockReasons: return "clock_reasons";
-    case kPcie: return "pcie";
-    default: return "?";
+    case kUtil:
+      return "util";
+    case kMemory:
+      return "memory";
+    case kProcMem:
+      return "proc_mem";
+    case kPower:
+      return "power";
+    case kTemp:
+      return "temp";
+    case kSmClock:
+      return "sm_clock";
+    case kClockReasons:
+      return "clock_reasons";
+    case kPcie:
+      return "pcie";
+    default:
+      return "?";
   }
 }
 
@@ -162,7 +171,7 @@ Expected<std::unique_ptr<NvmlCollector>> NvmlCollector::Open(const std::string& 
       h, std::array{"nvmlDeviceGetCount_v2", "nvmlDeviceGetCount"}, nullptr);
   api.get_handle = ResolveFirst<nvml::DeviceGetHandleByIndexFn>(
       h, std::array{"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex"}, nullptr);
-  const char* missing = api.init == nullptr          ? "nvmlInit_v2"
+  const char* missing = api.init == nullptr         ? "nvmlInit_v2"
                         : api.shutdown == nullptr   ? "nvmlShutdown"
                         : api.get_count == nullptr  ? "nvmlDeviceGetCount_v2"
                         : api.get_handle == nullptr ? "nvmlDeviceGetHandleByIndex_v2"
@@ -310,9 +319,9 @@ bool NvmlCollector::OnFieldError(DeviceState& dev, Field field, nvml::Return r) 
     if (r == nvml::kErrorNotSupported || r == nvml::kErrorFunctionNotFound) {
       dev.active[field] = false;
       AddNote(dev.label + ": " + FieldName(field) +
-              (r == nvml::kErrorNotSupported ? " not supported by this device"
-                                             : " not supported by this driver (" +
-                                                   ErrorText(r) + ")"));
+              (r == nvml::kErrorNotSupported
+                   ? " not supported by this device"
+                   : " not supported by this driver (" + ErrorText(r) + ")"));
       return false;
     }
     if (!dev.error_noted[field]) {
@@ -384,8 +393,10 @@ bool NvmlCollector::SampleDevice(DeviceState& dev, int64_t now_rel_ns,
         // before the next read.
         size_t want = static_cast<size_t>(count) + count / 2 + 8;
         try {
-          if (api.processes_v2 != nullptr) dev.procs.resize(want);
-          else dev.procs_v1.resize(want);
+          if (api.processes_v2 != nullptr)
+            dev.procs.resize(want);
+          else
+            dev.procs_v1.resize(want);
         } catch (...) {
           break;
         }
@@ -403,8 +414,10 @@ bool NvmlCollector::SampleDevice(DeviceState& dev, int64_t now_rel_ns,
       auto add = [&](unsigned int pid, unsigned long long used) {
         if (!PidWanted(pids, pid)) return;
         matched = true;
-        if (used == nvml::kValueNotAvailable) any_unknown = true;
-        else sum += static_cast<int64_t>(used);
+        if (used == nvml::kValueNotAvailable)
+          any_unknown = true;
+        else
+          sum += static_cast<int64_t>(used);
       };
       if (api.processes_v2 != nullptr) {
         for (size_t i = 0; i < listed && i < dev.procs.size(); ++i)
@@ -415,7 +428,9 @@ bool NvmlCollector::SampleDevice(DeviceState& dev, int64_t now_rel_ns,
       }
       if (any_unknown) {
         // The driver listed our process but cannot say how much it holds: unknown, not a sum.
-      } else if (matched || !pid_namespace_nested_) {
+      } else if (matched || listed == 0 || !pid_namespace_nested_) {
+        // The sum of ours; 0 when none of ours is listed. But in a container a non-empty list
+        // of strangers may be host pids, ours among them: that is the unknown case below.
         row->proc_mem_bytes = sum;
       } else if (!dev.proc_unmatched_noted) {
         dev.proc_unmatched_noted = true;
@@ -431,29 +446,37 @@ bool NvmlCollector::SampleDevice(DeviceState& dev, int64_t now_rel_ns,
     ++attempted;
     unsigned int mw = 0;
     nvml::Return r = api.power(h, &mw);
-    if (r == nvml::kSuccess) row->power_mw = mw;
-    else if (fail(kPower, r)) return false;
+    if (r == nvml::kSuccess)
+      row->power_mw = mw;
+    else if (fail(kPower, r))
+      return false;
   }
   if (dev.active[kTemp]) {
     ++attempted;
     unsigned int c = 0;
     nvml::Return r = api.temperature(h, nvml::kTemperatureGpu, &c);
-    if (r == nvml::kSuccess) row->temp_c = c;
-    else if (fail(kTemp, r)) return false;
+    if (r == nvml::kSuccess)
+      row->temp_c = c;
+    else if (fail(kTemp, r))
+      return false;
   }
   if (dev.active[kSmClock]) {
     ++attempted;
     unsigned int mhz = 0;
     nvml::Return r = api.clock_info(h, nvml::kClockSm, &mhz);
-    if (r == nvml::kSuccess) row->sm_clock_mhz = mhz;
-    else if (fail(kSmClock, r)) return false;
+    if (r == nvml::kSuccess)
+      row->sm_clock_mhz = mhz;
+    else if (fail(kSmClock, r))
+      return false;
   }
   if (dev.active[kClockReasons]) {
     ++attempted;
     unsigned long long reasons = 0;
     nvml::Return r = api.clock_reasons(h, &reasons);
-    if (r == nvml::kSuccess) row->clock_reasons = static_cast<int64_t>(reasons);
-    else if (fail(kClockReasons, r)) return false;
+    if (r == nvml::kSuccess)
+      row->clock_reasons = static_cast<int64_t>(reasons);
+    else if (fail(kClockReasons, r))
+      return false;
   }
   if (dev.active[kPcie]) {
     ++attempted;

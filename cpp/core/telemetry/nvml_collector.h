@@ -35,8 +35,9 @@ inline constexpr const char* kNvmlDefaultLibrary = "libnvidia-ml.so.1";
 std::string ResolveNvmlLibraryPath(const std::string& configured);
 
 // Whether this process lives in a nested pid namespace (a container), read from
-// /proc/self/status NSpid. There the driver's process list carries host pids that cannot be
-// matched to ours, so process memory is reported as unknown rather than 0 when none match.
+// /proc/self/status NSpid. There the driver's process list may carry host pids that cannot be
+// matched to ours, so process memory is reported as unknown rather than 0 when the list is
+// non-empty and none of its pids match (an empty list still means 0).
 bool InNestedPidNamespace();
 
 class NvmlCollector final : public GpuCollector {

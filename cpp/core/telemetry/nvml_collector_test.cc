@@ -1,1 +1,480 @@
-// placeholder
+// NvmlCollector through the real dlopen/dlsym path, against the scenario-driven fake library
+// (fake_nvml/fake_nvml.cc). Each test writes a scenario, points the collector at the fake, and
+// checks the rows and notes.
+#include "telemetry/nvml_collector.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "telemetry/gpu_collector.h"
+#include "telemetry/telemetry_test_util.h"
+
+namespace gpuprof::telemetry {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+constexpr const char* kScenarioEnv = "GPUPROF_FAKE_NVML_SCENARIO";
+
+std::string FakeDir() {
+  const char* env = std::getenv("GPUPROF_FAKE_NVML_DIR");
+  return env != nullptr && *env != '\0' ? env : GPUPROF_FAKE_NVML_DIR_DEFAULT;
+}
+std::string FakeLibrary() { return FakeDir() + "/libnvidia-ml.so.1"; }
+std::string LegacyFakeLibrary() {
+  return std::string(GPUPROF_FAKE_NVML_LEGACY_DIR) + "/libnvidia-ml.so.1";
+}
+
+class NvmlCollectorTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    unsetenv(kScenarioEnv);
+    unsetenv(kNvmlLibraryEnv);
+  }
+
+  // Writes the scenario and selects it for the next nvmlInit.
+  void UseScenario(const std::string& text) {
+    std::string path = dir_.Write("scenario.txt", text);
+    setenv(kScenarioEnv, path.c_str(), 1);
+  }
+
+  std::unique_ptr<NvmlCollector> OpenFake(const std::string& library = FakeLibrary()) {
+    auto c = NvmlCollector::Open(library);
+    EXPECT_TRUE(c.ok()) << c.error();
+    return c.ok() ? std::move(c).value() : nullptr;
+  }
+
+  // Samples once with the given pids and returns the rows.
+  static std::vector<store::GpuSampleRow> Tick(GpuCollector& c, int64_t ts,
+                                               const std::vector<int64_t>& pids = {}) {
+    std::vector<store::GpuSampleRow> rows;
+    c.Sample(ts, pids, &rows);
+    return rows;
+  }
+
+  testing::TempDir dir_;
+};
+
+TEST_F(NvmlCollectorTest, GivenFullScenario_WhenSampled_ThenEveryFieldCarriesTheScriptedValue) {
+  // GIVEN two devices with every field scripted, util ramping 40..90 over 10 samples
+  UseScenario(R"(# two H100s
+devices 2
+gpu * name NVIDIA H100 80GB HBM3
+gpu 1 uuid GPU-11111111-2222-3333-4444-555555555555
+gpu * mem_total 85520809984
+gpu * mem_used 1000000000..2000000000
+gpu * util 40..90
+gpu * mem_util 30
+gpu * power 250000
+gpu 1 power 310000..410000/2
+gpu * temp 65
+gpu * sm_clock 1755
+gpu * sm_clock_max 1980
+gpu 1 clock_reasons 0x40
+gpu * pcie_rx 1000
+gpu * pcie_tx 500
+)");
+  auto c = OpenFake();
+  ASSERT_NE(c, nullptr);
+
+  // THEN the device info is the scripted one
+  ASSERT_THAT(c->devices(), SizeIs(2));
+  EXPECT_EQ(c->backend(), "nvml");
+  EXPECT_EQ(c->devices()[0].index, 0);
+  EXPECT_EQ(c->devices()[0].name, "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(c->devices()[0].uuid, "GPU-fa4e0000-0000-4000-8000-000000000000");
+  EXPECT_EQ(c->devices()[1].uuid, "GPU-11111111-2222-3333-4444-555555555555");
+  EXPECT_EQ(c->devices()[1].memory_total_bytes, 85520809984);
+  EXPECT_EQ(c->devices()[1].sm_clock_max_mhz, 1980);
+
+  // WHEN sampled three times
+  auto t0 = Tick(*c, 1000);
+  auto t1 = Tick(*c, 2000);
+  auto t2 = Tick(*c, 3000);
+
+  // THEN every field of every device is present with the curve's value at that sample
+  ASSERT_THAT(t0, SizeIs(2));
+  ASSERT_THAT(t2, SizeIs(2));
+  const store::GpuSampleRow& a = t0[0];
+  EXPECT_EQ(a.ts_ns, 1000);
+  EXPECT_EQ(a.gpu_index, 0);
+  EXPECT_EQ(a.util_pct, 40.0);
+  EXPECT_EQ(a.mem_util_pct, 30.0);
+  EXPECT_EQ(a.mem_used_bytes, 1000000000);
+  EXPECT_EQ(a.mem_total_bytes, 85520809984);
+  EXPECT_EQ(a.power_mw, 250000);
+  EXPECT_EQ(a.temp_c, 65.0);
+  EXPECT_EQ(a.sm_clock_mhz, 1755);
+  EXPECT_EQ(a.clock_reasons, 0);
+  EXPECT_EQ(a.pcie_rx_bps, 1000.0 * 1024);
+  EXPECT_EQ(a.pcie_tx_bps, 500.0 * 1024);
+  EXPECT_FALSE(a.proc_mem_bytes.has_value());  // no pids given: not measured
+  EXPECT_EQ(t1[0].util_pct, 45.0);
+  EXPECT_EQ(t1[0].mem_used_bytes, 1100000000);
+  EXPECT_EQ(t2[0].util_pct, 50.0);
+  EXPECT_EQ(t2[0].ts_ns, 3000);
+  EXPECT_EQ(t0[1].gpu_index, 1);
+  EXPECT_EQ(t0[1].clock_reasons, 0x40);
+  EXPECT_EQ(t0[1].power_mw, 310000);
+  EXPECT_EQ(t1[1].power_mw, 360000);
+  EXPECT_EQ(t2[1].power_mw, 410000);
+  EXPECT_THAT(c->TakeNotes(), IsEmpty());
+}
+
+TEST_F(NvmlCollectorTest, GivenUnsupportedFields_WhenSampled_ThenTheyStayEmptyWithOneNoteEach) {
+  // GIVEN a device without power readings and a second without PCIe counters
+  UseScenario(R"(devices 2
+gpu * power 200000
+gpu 0 not_supported power
+gpu 1 not_supported pcie
+gpu * pcie_rx 10
+gpu * pcie_tx 20
+)");
+  auto c = OpenFake();
+  ASSERT_NE(c, nullptr);
+
+  // WHEN sampled repeatedly
+  std::vector<std::string> notes;
+  std::vector<std::vector<store::GpuSampleRow>> ticks;
+  for (int i = 0; i < 4; ++i) {
+    ticks.push_back(Tick(*c, i));
+    for (std::string& n : c->TakeNotes()) notes.push_back(std::move(n));
+  }
+
+  // THEN the unsupported fields are empty on every tick, the rest present
+  for (const auto& rows : ticks) {
+    ASSERT_THAT(rows, SizeIs(2));
+    EXPECT_FALSE(rows[0].power_mw.has_value());
+    EXPECT_EQ(rows[0].pcie_rx_bps, 10.0 * 1024);
+    EXPECT_EQ(rows[1].power_mw, 200000);
+    EXPECT_FALSE(rows[1].pcie_rx_bps.has_value());
+    EXPECT_FALSE(rows[1].pcie_tx_bps.has_value());
+  }
+  // AND exactly one note per unsupported field, and the collector stopped asking
+  EXPECT_THAT(notes, ElementsAre("gpu0: power not supported by this device",
+                                 "gpu1: pcie not supported by this device"));
+  EXPECT_FALSE(c->FieldActive(0, NvmlCollector::kPower));
+  EXPECT_TRUE(c->FieldActive(1, NvmlCollector::kPower));
+  EXPECT_FALSE(c->FieldActive(1, NvmlCollector::kPcie));
+}
+
+TEST_F(NvmlCollectorTest, GivenFieldFailingMidRun_WhenSampled_ThenValuesBeforeEmptyAfterOneNote) {
+  // GIVEN temperature that fails with an unknown error from the third sample on
+  UseScenario(R"(gpu 0 temp 70..80/2
+gpu 0 util 55
+gpu 0 fail temp after 2
+)");
+  auto c = OpenFake();
+  ASSERT_NE(c, nullptr);
+
+  // WHEN sampled five times
+  std::vector<store::GpuSampleRow> rows;
+  for (int i = 0; i < 5; ++i) {
+    auto t = Tick(*c, i);
+    ASSERT_THAT(t, SizeIs(1));
+    rows.push_back(t[0]);
+  }
+
+  // THEN temperature is present before the failure and empty after; other fields unaffected
+  EXPECT_EQ(rows[0].temp_c, 70.0);
+  EXPECT_EQ(rows[1].temp_c, 75.0);
+  for (int i = 2; i < 5; ++i) {
+    EXPECT_FALSE(rows[i].temp_c.has_value()) << "tick " << i;
+    EXPECT_EQ(rows[i].util_pct, 55.0) << "tick " << i;
+  }
+  // AND one note names the field and the error; the field is still tried (errors may pass)
+  auto notes = c->TakeNotes();
+  ASSERT_THAT(notes, SizeIs(1));
+  EXPECT_THAT(notes[0], HasSubstr("gpu0: temp read failed: Unknown Error (NVML error 999)"));
+  EXPECT_TRUE(c->FieldActive(0, NvmlCollector::kTemp));
+}
+
+TEST_F(NvmlCollectorTest, GivenDeviceLostMidRun_WhenSampled_ThenItsRowsStopWithANote) {
+  // GIVEN two devices, the second falling off the bus after two samples
+  UseScenario(R"(devices 2
+gpu * util 90
+gpu 1 lost after 2
+)");
+  auto c = OpenFake();
+  ASSERT_NE(c, nullptr);
+
+  // WHEN sampled four times
+  std::vector<std::vector<store::GpuSampleRow>> ticks;
+  std::vector<bool> ok;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<store::GpuSampleRow> rows;
+    ok.push_back(c->Sample(i, {}, &rows));
+    ticks.push_back(rows);
+  }
+
+  // THEN both devices report before the loss, only gpu0 after, and the tick still succeeds
+  EXPECT_THAT(ticks[0], SizeIs(2));
+  EXPECT_THAT(ticks[1], SizeIs(2));
+  ASSERT_THAT(ticks[2], SizeIs(1));
+  EXPECT_EQ(ticks[2][0].gpu_index, 0);
+  EXPECT_EQ(ticks[2][0].util_pct, 90.0);
+  EXPECT_THAT(ticks[3], SizeIs(1));
+  EXPECT_EQ(ok, (std::vector<bool>{true, true, true, true}));
+  auto notes = c->TakeNotes();
+  ASSERT_THAT(notes, SizeIs(1));
+  EXPECT_THAT(notes[0], HasSubstr("gpu1: device lost (GPU is lost (NVML error 15))"));
+  EXPECT_FALSE(c->FieldActive(1, NvmlCollector::kUtil));
+}
+
+TEST_F(NvmlCollectorTest, GivenEveryDeviceLost_WhenSampled_ThenSampleReportsFailure) {
+  UseScenario("devices 1\ngpu 0 lost after 1\n");
+  auto c = OpenFake();
+  ASSERT_NE(c, nullptr);
+  std::vector<store::GpuSampleRow> rows;
+  EXPECT_TRUE(c->Sample(1, {}, &rows));
+  EXPECT_THAT(rows, SizeIs(1));
+  EXPECT_FALSE(c->Sample(2, {}, &rows));
+  EXPECT_THAT(rows, IsEmpty());
+}
+
+TEST_F(NvmlCollectorTest, GivenEveryReadFailingOneTick_WhenSampled_ThenNoRowForThatDeviceAndANote) {
+  // GIVEN gpu0 whose every per-tick read fails from the second sample on (not lost, just broken)
+  UseScenario(R"(devices 2
+gpu 0 fail util after 1 10
+gpu 0 fail memory after 1 10
+gpu 0 fail power after 1 10
+gpu 0 fail temp after 1 10
+gpu 0 fail sm_clock after 1 10
+gpu 0 fail clock_reasons after 1 10
+gpu 0 fail pcie after 1 10
+gpu 0 fail proc_mem after 1 10
+)");
+  auto c = OpenFake();
+  ASSERT_NE(c, nullptr);
+  EXPECT_THAT(Tick(*c, 1, {getpid()}), SizeIs(2));
+  c->TakeNotes();
+
+  // WHEN sampled again
+  auto rows = Tick(*c, 2, {getpid()});
+
+  // THEN only gpu1 has a row, and a note says gpu0's read failed
+  ASSERT_THAT(rows, SizeIs(1));
+  EXPECT_EQ(rows[0].gpu_index, 1);
+  auto notes = c->TakeNotes();
+  EXPECT_THAT(notes, ::testing::Contains(HasSubstr("gpu0: device read failed (Timeout (NVML "
+                                                   "error 10)); no sample this tick")));
+}
+
+TEST_F(NvmlCollectorTest, GivenProcessesOnTheDevice_WhenSampledWithPids_ThenTheirMemoryIsSummed) {
+  // GIVEN our process, our parent, an unrelated process, and enough filler processes to
+  // overflow the collector's initial buffer (forcing the Insufficient Size path)
+  UseScenario(R"(devices 2
+gpu 0 process self 123456789
+gpu 0 process parent 1000
+gpu 0 process 3999999 5555
+gpu 0 process_fill 100 7
+gpu 1 process 3999999 42
+)");
+  auto c = OpenFake();
+  ASSERT_NE(c, nullptr);
+  const int64_t self = getpid();
+  const int64_t parent = getppid();
+
+  // WHEN sampled with our pid, then with our pid and the parent's, then with none
+  auto only_self = Tick(*c, 1, {self});
+  auto with_parent = Tick(*c, 2, {self, parent});
+  auto no_pids = Tick(*c, 3, {});
+
+  // THEN only the given pids' memory is summed, per device
+  ASSERT_THAT(only_self, SizeIs(2));
+  EXPECT_EQ(only_self[0].proc_mem_bytes, 123456789);
+  EXPECT_EQ(with_parent[0].proc_mem_bytes, 123456789 + 1000);
+  EXPECT_FALSE(no_pids[0].proc_mem_bytes.has_value());
+  if (!InNestedPidNamespace()) {
+    // A device that lists none of our processes holds 0 bytes of ours (measured, not unknown).
+    EXPECT_EQ(only_self[1].proc_mem_bytes, 0);
+  }
+  EXPECT_THAT(c->TakeNotes(), IsEmpty());
+}
+
+TEST_F(NvmlCollectorTest, GivenDriverCannotTellProcessMemory_WhenSampled_ThenProcMemIsUnknown) {
+  UseScenario("gpu 0 process self na\n");
+  auto c = OpenFake();
+  ASSERT_NE(c, nullptr);
+  auto rows = Tick(*c, 1, {getpid()});
+  ASSERT_THAT(rows, SizeIs(1));
+  EXPECT_FALSE(rows[0].proc_mem_bytes.has_value());
+}
+
+TEST_F(NvmlCollectorTest,
+       GivenOldDriverSymbolSet_WhenOpened_ThenFallbacksAreUsedAndMissingOnesNoted) {
+  // GIVEN the legacy fake: unversioned init/count/handle, the v1 (two-field) process list,
+  // clocks *throttle* reasons, and no PCIe throughput entry point
+  UseScenario(R"(gpu 0 util 12
+gpu 0 clock_reasons 0x4
+gpu 0 process self 4096
+gpu 0 process_fill 40 1
+gpu 0 pcie_rx 1
+)");
+  auto c = OpenFake(LegacyFakeLibrary());
+  ASSERT_NE(c, nullptr);
+
+  // WHEN sampled
+  auto rows = Tick(*c, 7, {getpid()});
+
+  // THEN the fallback entry points deliver the values and PCIe is unavailable with a note
+  ASSERT_THAT(rows, SizeIs(1));
+  EXPECT_EQ(rows[0].util_pct, 12.0);
+  EXPECT_EQ(rows[0].clock_reasons, 0x4);
+  EXPECT_EQ(rows[0].proc_mem_bytes, 4096);
+  EXPECT_FALSE(rows[0].pcie_rx_bps.has_value());
+  EXPECT_THAT(c->TakeNotes(),
+              ElementsAre("NVML library lacks nvmlDeviceGetPcieThroughput: pcie unavailable on "
+                          "every GPU"));
+}
+
+TEST_F(NvmlCollectorTest, GivenInitFailure_WhenMakingCollector_ThenErrorCarriesTheReason) {
+  // GIVEN a driver that is not loaded
+  UseScenario("init_error 9\n");
+  GpuCollectorOptions auto_opts;
+  auto_opts.nvml_library = FakeLibrary();
+  GpuCollectorOptions nvml_opts = auto_opts;
+  nvml_opts.backend = "nvml";
+
+  // WHEN asked for auto and for nvml explicitly
+  auto a = MakeGpuCollector(auto_opts);
+  auto n = MakeGpuCollector(nvml_opts);
+
+  // THEN both fail with the NVML reason; the explicit request says what was asked
+  ASSERT_FALSE(a.ok());
+  EXPECT_THAT(a.error(), HasSubstr("NVML not available: nvmlInit_v2 failed: Driver Not Loaded"));
+  EXPECT_THAT(a.error(), HasSubstr("(NVML error 9)"));
+  ASSERT_FALSE(n.ok());
+  EXPECT_THAT(n.error(), HasSubstr("gpu_backend='nvml' was requested"));
+  EXPECT_THAT(n.error(), HasSubstr("Driver Not Loaded"));
+}
+
+TEST_F(NvmlCollectorTest, GivenNoScenario_WhenOpened_ThenInitFailsSayingSo) {
+  unsetenv(kScenarioEnv);
+  auto c = NvmlCollector::Open(FakeLibrary());
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.error(), HasSubstr("Driver Not Loaded"));
+  EXPECT_THAT(c.error(), HasSubstr("GPUPROF_FAKE_NVML_SCENARIO is not set"));
+}
+
+TEST_F(NvmlCollectorTest, GivenMalformedScenario_WhenOpened_ThenErrorNamesTheLine) {
+  UseScenario("devices 1\ngpu 0 utilisation 5\n");
+  auto c = NvmlCollector::Open(FakeLibrary());
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.error(), HasSubstr("scenario.txt:2: unknown device key 'utilisation'"));
+}
+
+TEST_F(NvmlCollectorTest, GivenMissingLibrary_WhenMakingCollector_ThenErrorNamesTheLibrary) {
+  // GIVEN a library path that does not exist, once as an option and once from the environment
+  const std::string missing = dir_.path() + "/nowhere/libnvidia-ml.so.1";
+  GpuCollectorOptions opts;
+  opts.nvml_library = missing;
+  auto by_option = MakeGpuCollector(opts);
+  setenv(kNvmlLibraryEnv, missing.c_str(), 1);
+  auto by_env = MakeGpuCollector(GpuCollectorOptions());
+
+  // THEN the error names the library and the loader's reason
+  ASSERT_FALSE(by_option.ok());
+  EXPECT_THAT(by_option.error(), HasSubstr("NVML not available: cannot load " + missing));
+  EXPECT_THAT(by_option.error(), HasSubstr("No such file or directory"));
+  ASSERT_FALSE(by_env.ok());
+  EXPECT_THAT(by_env.error(), HasSubstr("cannot load " + missing));
+  EXPECT_EQ(ResolveNvmlLibraryPath(""), missing);
+  EXPECT_EQ(ResolveNvmlLibraryPath("/x/libnvidia-ml.so.1"), "/x/libnvidia-ml.so.1");
+  unsetenv(kNvmlLibraryEnv);
+  EXPECT_EQ(ResolveNvmlLibraryPath(""), "libnvidia-ml.so.1");
+}
+
+TEST_F(NvmlCollectorTest,
+       GivenLibraryWithoutNvmlSymbols_WhenOpened_ThenErrorNamesTheMissingEntryPoint) {
+  // libdl-style: any shared library that is not NVML (the C library itself).
+  auto c = NvmlCollector::Open("libc.so.6");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.error(), HasSubstr("libc.so.6 is not a usable NVML library: it lacks nvmlInit_v2"));
+}
+
+TEST_F(NvmlCollectorTest, GivenZeroDevices_WhenMakingCollector_ThenAutoReportsNoGpus) {
+  UseScenario("devices 0\n");
+  GpuCollectorOptions opts;
+  opts.nvml_library = FakeLibrary();
+  auto a = MakeGpuCollector(opts);
+  ASSERT_FALSE(a.ok());
+  EXPECT_THAT(a.error(), HasSubstr("NVML found no GPUs"));
+}
+
+TEST_F(NvmlCollectorTest, GivenWorkingFake_WhenMakingAutoCollector_ThenNvmlBackendIsChosen) {
+  UseScenario("devices 3\ngpu * util 33\n");
+  GpuCollectorOptions opts;
+  opts.nvml_library = FakeLibrary();
+  auto c = MakeGpuCollector(opts);
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c.value()->backend(), "nvml");
+  EXPECT_THAT(c.value()->devices(), SizeIs(3));
+  std::vector<store::GpuSampleRow> rows;
+  EXPECT_TRUE(c.value()->Sample(5, {}, &rows));
+  ASSERT_THAT(rows, SizeIs(3));
+  EXPECT_EQ(rows[2].util_pct, 33.0);
+}
+
+TEST(MakeGpuCollectorTest, GivenNoneOrUnknownBackend_WhenMade_ThenErrorsExplain) {
+  GpuCollectorOptions none;
+  none.backend = "none";
+  auto n = MakeGpuCollector(none);
+  ASSERT_FALSE(n.ok());
+  EXPECT_EQ(n.error(), "GPU telemetry disabled (gpu_backend='none')");
+
+  GpuCollectorOptions bad;
+  bad.backend = "cuda";
+  auto b = MakeGpuCollector(bad);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.error(), "unknown gpu_backend 'cuda' (valid values: auto, nvml, mock, none)");
+}
+
+TEST_F(NvmlCollectorTest, GivenFourFakeDevices_WhenSampledManyTimes_ThenPerTickCostIsReported) {
+  // GIVEN four devices with every field scripted and our process on each
+  UseScenario(R"(devices 4
+gpu * util 10..90
+gpu * mem_used 1..1000000
+gpu * power 300000
+gpu * temp 60
+gpu * clock_reasons 0
+gpu * pcie_rx 100
+gpu * pcie_tx 100
+gpu * process self 1000
+)");
+  auto c = OpenFake();
+  ASSERT_NE(c, nullptr);
+  const std::vector<int64_t> pids = {getpid()};
+  std::vector<store::GpuSampleRow> rows;
+  rows.reserve(4);
+
+  // WHEN sampled 20000 times
+  constexpr int kTicks = 20000;
+  auto start = std::chrono::steady_clock::now();
+  int ok = 0;
+  for (int i = 0; i < kTicks; ++i) ok += c->Sample(i, pids, &rows) ? 1 : 0;
+  auto ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count();
+
+  // THEN every tick produced four full rows; the cost is printed for the record
+  EXPECT_EQ(ok, kTicks);
+  ASSERT_THAT(rows, SizeIs(4));
+  EXPECT_EQ(rows[3].util_pct, 90.0);
+  EXPECT_EQ(rows[3].proc_mem_bytes, 1000);
+  std::printf("[telemetry cost] NvmlCollector::Sample, fake NVML, 4 devices: %.2f us/tick\n",
+              static_cast<double>(ns) / kTicks / 1000.0);
+}
+
+}  // namespace
+}  // namespace gpuprof::telemetry
