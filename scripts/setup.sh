@@ -33,8 +33,8 @@ fi
 PY=.venv/bin/python
 
 # Build requirements and test tools (installed once; pip skips what is present).
-want=(scikit-build-core nanobind cmake ninja pytest)
-if ! $PY -c "import scikit_build_core, nanobind, cmake, ninja, pytest" >/dev/null 2>&1; then
+want=(scikit-build-core nanobind cmake ninja pytest numpy)
+if ! $PY -c "import scikit_build_core, nanobind, cmake, ninja, pytest, numpy" >/dev/null 2>&1; then
   $PY -m pip install -q "${want[@]}"
 fi
 # torch 2.13.0, CPU build (a local wheel on these machines; a bare 'torch' pulls CUDA builds).

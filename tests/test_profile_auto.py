@@ -218,7 +218,7 @@ def test_module_calls_from_other_threads_are_not_recorded(db):
         t.join()
         train(model, opt, batches(3))
         stats = prof.stats()
-    assert stats["foreign_thread_calls"] == 5
+    assert stats["foreign_thread_calls"] == 5 * len(list(model.modules()))
     assert phase_calls(db, "forward") == [1, 1, 1]
 
 

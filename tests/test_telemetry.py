@@ -122,7 +122,8 @@ def test_host_telemetry_sees_dataloader_workers(db):
         for _ in range(3):
             for _batch in loader:
                 pass
-        time.sleep(0.2)
+        # (the process tree is rescanned once per second; persistent workers stay alive)
+        time.sleep(1.5)
     # THEN host samples carry CPU, memory and page cache
     cpu, mem, total, cache = db.rows(
         "SELECT cpu_pct, mem_used_bytes, mem_total_bytes, page_cache_bytes FROM host_samples "

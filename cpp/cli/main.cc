@@ -1,1 +1,176 @@
-int main() { return 0; }
+// The `gpuprof` command-line tool.
+//
+//   gpuprof insights [DB] [RUN] [--json] [--gpu-rate USD]   report of a stored run
+//   gpuprof rules [--markdown | --reference]                 the rule registry / MFU and
+//                                                            cost reference tables
+//   gpuprof version
+//
+// Exit status: 0 on success, 1 on an error the user can fix (the message on stderr says
+// how), CLI11's codes for malformed command lines.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "analysis/analysis.h"
+#include "analysis/flops.h"
+#include "analysis/pricing.h"
+#include "analysis/rules/registry.h"
+#include "store/rows.h"
+#include "store/sqlite_store.h"
+
+namespace gpuprof::cli {
+namespace {
+
+constexpr int kUserError = 1;
+
+int Fail(const std::string& message) {
+  std::cerr << "gpuprof: " << message << "\n";
+  return kUserError;
+}
+
+// "1–3, 5, 7–9" for ascending ids.
+std::string IdRanges(const std::vector<int64_t>& ids) {
+  std::string out;
+  for (size_t i = 0; i < ids.size();) {
+    size_t j = i;
+    while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
+    if (!out.empty()) out += ", ";
+    out += std::to_string(ids[i]);
+    if (j > i) out += "–" + std::to_string(ids[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::optional<int64_t> ParseRunId(const std::string& text) {
+  int64_t v = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (ec != std::errc() || ptr != end) return std::nullopt;
+  return v;
+}
+
+struct InsightsArgs {
+  std::string db = "gpuprof.db";
+  std::string run;  // empty or "latest" = the latest run
+  bool json = false;
+  std::string gpu_rate;
+};
+
+int RunInsights(InsightsArgs args) {
+  std::error_code ec;
+  // `gpuprof insights 42` means run 42 of ./gpuprof.db unless a file named "42" exists.
+  if (args.run.empty() && ParseRunId(args.db) && !std::filesystem::exists(args.db, ec)) {
+    args.run = args.db;
+    args.db = "gpuprof.db";
+  }
+  if (!std::filesystem::exists(args.db, ec)) {
+    return Fail("no such file: " + args.db +
+                " — run a profiled script first, or pass the DB path");
+  }
+  if (std::filesystem::is_directory(args.db, ec)) {
+    return Fail(args.db + " is a directory; pass the gpuprof DB file (e.g. " +
+                (std::filesystem::path(args.db) / "gpuprof.db").string() + ")");
+  }
+  analysis::AnalysisOptions options;
+  if (!args.gpu_rate.empty()) {
+    options.gpu_rate_usd_per_hour = analysis::ParseRate(args.gpu_rate);
+    if (!options.gpu_rate_usd_per_hour) {
+      return Fail("--gpu-rate '" + args.gpu_rate +
+                  "' is not a non-negative number of USD per GPU-hour");
+    }
+  }
+  auto store = store::SqliteStore::Open(args.db, store::SqliteStore::Mode::kReadOnly);
+  if (!store) return Fail(store.error());
+  auto runs = (*store)->ListRuns();
+  if (!runs) return Fail(runs.error());
+  if (runs->empty()) {
+    return Fail(args.db + " holds no runs yet — run a script under gpuprof.profile() first");
+  }
+  std::vector<int64_t> ids;
+  for (const auto& r : *runs) ids.push_back(r.run_id);
+
+  int64_t run_id = ids.back();
+  if (!args.run.empty() && args.run != "latest") {
+    const std::optional<int64_t> parsed = ParseRunId(args.run);
+    if (!parsed) {
+      return Fail("RUN must be a run id (an integer) or 'latest', got '" + args.run + "'");
+    }
+    run_id = *parsed;
+    if (std::find(ids.begin(), ids.end(), run_id) == ids.end()) {
+      return Fail("no run " + args.run + " in " + args.db + " (run ids: " + IdRanges(ids) + ")");
+    }
+  }
+  auto report = analysis::AnalyzeRun(**store, run_id, options);
+  if (!report) return Fail(report.error());
+  if (args.json) {
+    std::cout << analysis::ReportJson(*report).dump(2) << "\n";
+  } else {
+    std::cout << analysis::FormatFullReport(*report);
+  }
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{"gpuprof: diagnoses why a training run is slow, in one sentence per problem."};
+  app.name("gpuprof");
+  app.require_subcommand(0, 1);
+
+  InsightsArgs insights_args;
+  CLI::App* insights = app.add_subcommand(
+      "insights", "Print the full insights report of a stored run (latest run by default).");
+  insights->add_option("db", insights_args.db,
+                       "gpuprof SQLite file written by gpuprof.profile() (default: ./gpuprof.db)");
+  insights->add_option("run", insights_args.run,
+                       "Run id (default: the latest run). A lone integer is a run id in "
+                       "./gpuprof.db unless a file of that name exists");
+  insights->add_flag("--json", insights_args.json,
+                     "Print a JSON document (run, steps, mfu, telemetry, insights, "
+                     "not_evaluated) instead of text");
+  insights->add_option("--gpu-rate", insights_args.gpu_rate,
+                       "USD per GPU-hour for the cost line (overrides $GPUPROF_GPU_RATE and "
+                       "the reference table)");
+
+  bool markdown = false;
+  bool reference = false;
+  CLI::App* rules = app.add_subcommand("rules", "List the insight rules and their thresholds.");
+  rules->add_flag("--markdown", markdown, "Print Markdown tables (the README rule table)");
+  rules->add_flag("--reference", reference,
+                  "Print the reference tables instead: dense peak TFLOPs per GPU model and "
+                  "dtype (MFU) and USD per GPU-hour (cost), as Markdown");
+
+  CLI::App* version = app.add_subcommand("version", "Print the gpuprof version.");
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (insights->parsed()) return RunInsights(insights_args);
+  if (rules->parsed()) {
+    if (reference) {
+      std::cout << "Peak TFLOPs (dense, per GPU)\n\n"
+                << analysis::PeakTflopsMarkdown() << "\nReference GPU rates\n\n"
+                << analysis::GpuRatesMarkdown();
+    } else {
+      std::cout << (markdown ? analysis::RulesMarkdown() : analysis::RulesText());
+    }
+    return 0;
+  }
+  if (version->parsed()) {
+    std::cout << "gpuprof " << GPUPROF_VERSION << " (store schema " << store::kSchemaVersion
+              << ")\n";
+    return 0;
+  }
+  std::cerr << app.help();
+  return kUserError;
+}
+
+}  // namespace
+}  // namespace gpuprof::cli
+
+int main(int argc, char** argv) { return gpuprof::cli::Main(argc, argv); }

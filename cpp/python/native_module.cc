@@ -182,6 +182,10 @@ NB_MODULE(_native, m) {
       .def("emit_at", &PySession::EmitAt)
       .def("intern_phase",
            [](PySession& s, const std::string& name) { return s.session().InternPhase(name); })
+      // torch's global optimizer step hooks: must return None (torch treats a value as new args).
+      .def("optimizer_pre_hook", [](PySession& s, nb::args, nb::kwargs) { s.OptimizerPre(); })
+      .def("optimizer_post_hook", [](PySession& s, nb::args, nb::kwargs) { s.OptimizerPost(); })
+      // Same, returning whether the outermost boundary was recorded (for CUDA event timing).
       .def("optimizer_pre", [](PySession& s, nb::args, nb::kwargs) { return s.OptimizerPre(); })
       .def("optimizer_post", [](PySession& s, nb::args, nb::kwargs) { return s.OptimizerPost(); })
       .def("hook",

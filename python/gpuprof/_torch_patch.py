@@ -49,9 +49,11 @@ class TorchPatches:
             pass
         from torch.optim.optimizer import (register_optimizer_step_post_hook,
                                            register_optimizer_step_pre_hook)
-        pre, post = self._session.optimizer_pre, self._session.optimizer_post
+        # torch treats a hook's non-None return value as replacement arguments: these return None.
+        pre, post = self._session.optimizer_pre_hook, self._session.optimizer_post_hook
         if self._timer is not None:
-            pre, post = self._timer.wrap_optimizer_hooks(pre, post)
+            pre, post = self._timer.wrap_optimizer_hooks(self._session.optimizer_pre,
+                                                         self._session.optimizer_post)
         self._handles.append(register_optimizer_step_pre_hook(pre))
         self._handles.append(register_optimizer_step_post_hook(post))
 

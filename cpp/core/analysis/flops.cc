@@ -116,6 +116,18 @@ std::optional<double> PeakTflops(std::string_view gpu_name, Dtype dtype) {
   return e->For(dtype);
 }
 
+std::string PeakTflopsMarkdown() {
+  std::string out = "| GPU | Matches words | fp32 | tf32 | bf16 | fp16 | fp8 |\n";
+  out += "|---|---|---|---|---|---|---|\n";
+  auto cell = [](double v) { return v > 0 ? FormatCompact(v) : std::string("—"); };
+  for (const PeakTflopsEntry& e : kPeakTable) {
+    out += "| " + std::string(e.label) + " | `" + std::string(e.match) + "` | " + cell(e.fp32) +
+           " | " + cell(e.tf32) + " | " + cell(e.bf16) + " | " + cell(e.fp16) + " | " +
+           cell(e.fp8) + " |\n";
+  }
+  return out;
+}
+
 MfuResult ComputeMfu(const RunView& view) {
   const store::RunInfo& run = view.run();
   auto unknown = [](std::string why) { return MfuResult{std::nullopt, "MFU unknown: " + why}; };

@@ -41,6 +41,9 @@ const PeakTflopsEntry* FindPeakEntry(std::string_view gpu_name);
 // Dense peak TFLOPs of one GPU of that model for that dtype; nullopt when unknown.
 std::optional<double> PeakTflops(std::string_view gpu_name, Dtype dtype);
 
+// The peak table as Markdown (GPU, matched words, fp32, tf32, bf16, fp16, fp8; "—" = none).
+std::string PeakTflopsMarkdown();
+
 struct Mfu {
   double value = 0;            // achieved / peak, 0..1 (may exceed 1 on bad inputs)
   double achieved_tflops = 0;  // flops_per_step / steady mean step time

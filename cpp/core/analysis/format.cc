@@ -66,6 +66,28 @@ std::string FormatBytes(double bytes) {
   return StrFormat("%.1f %s", v, kUnits[unit]);
 }
 
+namespace {
+size_t Columns(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;  // count UTF-8 lead bytes
+  return n;
+}
+}  // namespace
+
+std::string PadRight(const std::string& text, size_t width) {
+  const size_t cols = Columns(text);
+  return cols >= width ? text : text + std::string(width - cols, ' ');
+}
+
+std::string PadLeft(const std::string& text, size_t width) {
+  const size_t cols = Columns(text);
+  return cols >= width ? text : std::string(width - cols, ' ') + text;
+}
+
+std::string Plural(size_t n, const char* singular, const char* plural) {
+  return StrFormat("%zu %s", n, n == 1 ? singular : plural);
+}
+
 std::string FormatRatio(double ratio) { return StrFormat("%.1f×", ratio); }
 
 }  // namespace gpuprof::analysis

@@ -26,6 +26,11 @@ std::string FormatUsd(double usd);
 std::string FormatBytes(double bytes);
 // A ratio with one decimal and a multiplication sign: "2.7×".
 std::string FormatRatio(double ratio);
+// Pads with spaces to `width` display columns (UTF-8 code points), left- or right-aligned.
+std::string PadRight(const std::string& text, size_t width);
+std::string PadLeft(const std::string& text, size_t width);
+// "1 sample", "3 samples".
+std::string Plural(size_t n, const char* singular, const char* plural);
 // "—" for an unknown value, else f(value).
 template <typename T, typename F>
 std::string OrDash(const std::optional<T>& value, F f) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "analysis/flops.h"
+#include "analysis/format.h"
 
 namespace gpuprof::analysis {
 namespace {
@@ -31,6 +32,15 @@ const GpuRateEntry* FindGpuRate(std::string_view gpu_name) {
     if (GpuNameMatches(gpu_name, e.match)) return &e;
   }
   return nullptr;
+}
+
+std::string GpuRatesMarkdown() {
+  std::string out = "| Matches words | USD per GPU-hour | Reference |\n|---|---|---|\n";
+  for (const GpuRateEntry& e : kRates) {
+    out += "| `" + std::string(e.match) + "` | " + StrFormat("%.2f", e.usd_per_gpu_hour) + " | " +
+           std::string(e.source) + " |\n";
+  }
+  return out;
 }
 
 std::optional<double> ParseRate(std::string_view text) {

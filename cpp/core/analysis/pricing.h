@@ -24,6 +24,9 @@ std::span<const GpuRateEntry> GpuRateTable();
 // First entry matching the GPU name, or null.
 const GpuRateEntry* FindGpuRate(std::string_view gpu_name);
 
+// The rate table as Markdown (matched words, USD per GPU-hour, source).
+std::string GpuRatesMarkdown();
+
 // Parses a rate given by a user ("12.29", "$12.29"); must be a finite number >= 0.
 std::optional<double> ParseRate(std::string_view text);
 

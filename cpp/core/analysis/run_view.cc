@@ -132,7 +132,9 @@ Breakdown ComputeBreakdown(const std::vector<StepView>& steps, size_t begin) {
     for (const PhaseTime& p : s.phases) {
       auto [it, inserted] = index.try_emplace(p.name, b.phases.size());
       if (inserted) {
-        b.phases.push_back(PhaseSummary{.name = p.name});
+        PhaseSummary fresh;
+        fresh.name = p.name;
+        b.phases.push_back(std::move(fresh));
       }
       PhaseSummary& ps = b.phases[it->second];
       ++ps.steps;

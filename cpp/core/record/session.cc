@@ -71,7 +71,10 @@ Expected<std::unique_ptr<Session>> Session::Start(SessionConfig config) {
 }
 
 Session::~Session() {
-  if (!stopped_) Stop("failed", std::string("profiler session destroyed without stop()"));
+  // A session that failed part-way through Start() has nothing to stop.
+  if (!stopped_ && recorder_) {
+    Stop("failed", std::string("profiler session destroyed without stop()"));
+  }
 }
 
 void Session::AddDiagnostic(const std::string& level, const std::string& source,

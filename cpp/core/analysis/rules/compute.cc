@@ -72,11 +72,11 @@ RuleResult LowMfu(const RunView& view, const RuleContext&) {
       {"step_ns", m.step_ns},
       {"threshold", kLowMfu},
   };
-  return RuleResult::Fire(Severity::kMed,
-                          StrFormat("MFU %s of %s TFLOPs %s peak", FormatPercent(m.value, 1).c_str(),
-                                    FormatCompact(m.peak_tflops).c_str(),
-                                    std::string(DtypeName(m.dtype)).c_str()),
-                          std::move(evidence));
+  return RuleResult::Fire(
+      Severity::kMed,
+      StrFormat("MFU %s of %s TFLOPs %s peak", FormatPercent(m.value, 1).c_str(),
+                FormatCompact(m.peak_tflops).c_str(), std::string(DtypeName(m.dtype)).c_str()),
+      std::move(evidence));
 }
 
 }  // namespace gpuprof::analysis::rules

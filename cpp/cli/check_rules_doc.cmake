@@ -1,0 +1,61 @@
+# Keeps the generated blocks of a Markdown file in sync with the `gpuprof` binary.
+#
+#   cmake -DGPUPROF=<gpuprof binary> -DDOC=<file.md> [-DUPDATE=ON] -P check_rules_doc.cmake
+#
+# Blocks (each optional, at least one required):
+#   <!-- rules:begin ... -->      ... <!-- rules:end -->      = `gpuprof rules --markdown`
+#   <!-- reference:begin ... -->  ... <!-- reference:end -->  = `gpuprof rules --reference`
+# Without UPDATE the script fails when a block differs; with UPDATE=ON it rewrites the file.
+cmake_minimum_required(VERSION 3.24)
+if(NOT GPUPROF OR NOT DOC)
+  message(FATAL_ERROR "usage: cmake -DGPUPROF=<binary> -DDOC=<file.md> [-DUPDATE=ON] -P ${CMAKE_CURRENT_LIST_FILE}")
+endif()
+file(READ "${DOC}" content)
+set(found 0)
+set(stale "")
+
+function(sync_block name flag)
+  string(FIND "${content}" "<!-- ${name}:begin" begin)
+  if(begin EQUAL -1)
+    return()
+  endif()
+  math(EXPR found "${found} + 1")
+  set(found ${found} PARENT_SCOPE)
+  string(SUBSTRING "${content}" ${begin} -1 tail)
+  string(FIND "${tail}" "-->\n" close)
+  if(close EQUAL -1)
+    message(FATAL_ERROR "${DOC}: unterminated <!-- ${name}:begin comment")
+  endif()
+  math(EXPR body_start "${begin} + ${close} + 4")
+  string(FIND "${content}" "<!-- ${name}:end -->" end)
+  if(end LESS body_start)
+    message(FATAL_ERROR "${DOC}: <!-- ${name}:end --> missing or before its begin marker")
+  endif()
+  math(EXPR body_len "${end} - ${body_start}")
+  string(SUBSTRING "${content}" ${body_start} ${body_len} current)
+  execute_process(COMMAND "${GPUPROF}" rules ${flag} OUTPUT_VARIABLE wanted RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "`${GPUPROF} rules ${flag}` failed (${rc})")
+  endif()
+  if(NOT current STREQUAL wanted)
+    set(stale "${stale} ${name}" PARENT_SCOPE)
+    string(SUBSTRING "${content}" 0 ${body_start} head)
+    string(SUBSTRING "${content}" ${end} -1 rest)
+    set(content "${head}${wanted}${rest}" PARENT_SCOPE)
+  endif()
+endfunction()
+
+sync_block(rules --markdown)
+sync_block(reference --reference)
+if(found EQUAL 0)
+  message(FATAL_ERROR "${DOC}: no <!-- rules:begin --> or <!-- reference:begin --> block")
+endif()
+if(stale STREQUAL "")
+  message(STATUS "${DOC}: generated blocks are up to date")
+elseif(UPDATE)
+  file(WRITE "${DOC}" "${content}")
+  message(STATUS "${DOC}: regenerated:${stale}")
+else()
+  message(FATAL_ERROR "${DOC}: generated block(s) out of date:${stale}. Regenerate with\n"
+    "  cmake -DGPUPROF=${GPUPROF} -DDOC=${DOC} -DUPDATE=ON -P ${CMAKE_CURRENT_LIST_FILE}")
+endif()

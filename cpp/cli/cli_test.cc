@@ -1,0 +1,233 @@
+// Black-box tests of the built `gpuprof` binary (path in GPUPROF_CLI_PATH): help, version,
+// the rule registry, error messages and exit codes, and `insights` on DBs written here.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "analysis/analysis.h"
+#include "analysis/format.h"
+#include "analysis/report.h"
+#include "analysis/rules/registry.h"
+#include "analysis/store_test_util.h"
+#include "analysis/test_runs.h"
+
+namespace gpuprof::cli {
+namespace {
+
+using analysis::testing::kMs;
+using analysis::testing::RunBuilder;
+using analysis::testing::StepShape;
+using ::testing::HasSubstr;
+
+struct Result {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string Quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// A scratch directory per test; the CLI runs inside it.
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           ("gpuprof_cli_" + std::to_string(::getpid()) + "_" + info->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    // In-process analysis must see the same (unset) rate as the CLI runs below.
+    if (const char* rate = std::getenv("GPUPROF_GPU_RATE")) saved_rate_ = rate;
+    unsetenv("GPUPROF_GPU_RATE");
+  }
+  void TearDown() override {
+    std::filesystem::remove_all(dir_);
+    if (saved_rate_) setenv("GPUPROF_GPU_RATE", saved_rate_->c_str(), 1);
+  }
+
+  Result Run(const std::string& args, const std::string& env = "") {
+    const std::string out = (dir_ / "stdout.txt").string();
+    const std::string err = (dir_ / "stderr.txt").string();
+    // The caller's GPUPROF_GPU_RATE must not leak into expectations about the cost line.
+    const std::string cmd = "cd " + Quote(dir_.string()) + " && env -u GPUPROF_GPU_RATE " +
+                            env + " " + Quote(GPUPROF_CLI_PATH) + " " + args + " >" + Quote(out) +
+                            " 2>" + Quote(err);
+    const int status = std::system(cmd.c_str());
+    Result r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = Slurp(out);
+    r.err = Slurp(err);
+    return r;
+  }
+
+  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // Writes runs into `db` and returns their ids.
+  std::vector<int64_t> WriteRuns(const std::string& db, const std::vector<store::RunData>& runs) {
+    auto store = analysis::testing::OpenDb(db);
+    std::vector<int64_t> ids;
+    if (!store) return ids;
+    for (const auto& r : runs) ids.push_back(analysis::testing::WriteRun(*store, r));
+    return ids;
+  }
+
+  std::filesystem::path dir_;
+  std::optional<std::string> saved_rate_;
+};
+
+RunBuilder StallRun(const std::string& name, size_t steps) {
+  RunBuilder b;
+  b.Name(name);
+  StepShape s;
+  s.wait_ns = 50 * kMs;
+  s.phases = {{"forward", 20 * kMs, std::nullopt},
+              {"backward", 20 * kMs, std::nullopt},
+              {"optimizer", 5 * kMs, std::nullopt}};
+  b.Steps(steps, s);
+  return b;
+}
+
+TEST_F(CliTest, HelpForEveryCommand) {
+  for (const char* args : {"--help", "insights --help", "rules --help", "version --help"}) {
+    const Result r = Run(args);
+    EXPECT_EQ(r.code, 0) << args << "\n" << r.err;
+    EXPECT_THAT(r.out, HasSubstr("Usage")) << args;
+  }
+  EXPECT_THAT(Run("insights --help").out, HasSubstr("--json"));
+  EXPECT_THAT(Run("rules --help").out, HasSubstr("--markdown"));
+}
+
+TEST_F(CliTest, NoCommandPrintsUsageAndFails) {
+  const Result r = Run("");
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.err, HasSubstr("insights"));
+}
+
+TEST_F(CliTest, Version) {
+  const Result r = Run("version");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out, std::string("gpuprof ") + GPUPROF_VERSION + " (store schema " +
+                       std::to_string(store::kSchemaVersion) + ")\n");
+}
+
+TEST_F(CliTest, RulesMarkdownIsTheRegistry) {
+  const Result r = Run("rules --markdown");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_EQ(r.out, analysis::RulesMarkdown());
+  for (const auto& rule : analysis::Rules()) EXPECT_THAT(r.out, HasSubstr("`" + rule.id + "`"));
+  const Result text = Run("rules");
+  EXPECT_EQ(text.code, 0);
+  EXPECT_EQ(text.out, analysis::RulesText());
+}
+
+TEST_F(CliTest, MissingDbIsAClearError) {
+  const Result r = Run("insights x.db");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err,
+            "gpuprof: no such file: x.db — run a profiled script first, or pass the DB path\n");
+  // The default DB is ./gpuprof.db.
+  EXPECT_THAT(Run("insights").err, HasSubstr("no such file: gpuprof.db"));
+}
+
+TEST_F(CliTest, EmptyDbIsAClearError) {
+  ASSERT_TRUE(analysis::testing::OpenDb(Path("empty.db")));  // schema, no runs
+  const Result r = Run("insights empty.db");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("empty.db holds no runs yet"));
+}
+
+TEST_F(CliTest, NotADbIsAClearError) {
+  std::ofstream(Path("notes.db")) << "hello, not sqlite";
+  const Result r = Run("insights notes.db");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("notes.db"));
+}
+
+TEST_F(CliTest, UnknownRunListsTheAvailableIds) {
+  const auto ids = WriteRuns(Path("u.db"), {StallRun("a", 4).Build(), StallRun("b", 4).Build(),
+                                            StallRun("c", 4).Build()});
+  ASSERT_EQ(ids.size(), 3u);
+  const Result r = Run("insights u.db 999");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "gpuprof: no run 999 in u.db (run ids: " + std::to_string(ids[0]) + "–" +
+                       std::to_string(ids[2]) + ")\n");
+  // A lone integer is a run id in ./gpuprof.db.
+  EXPECT_THAT(Run("insights 999").err, HasSubstr("no such file: gpuprof.db"));
+  const Result bad = Run("insights u.db seven");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("RUN must be a run id"));
+}
+
+TEST_F(CliTest, InsightsDefaultsToTheLatestRunInGpuprofDb) {
+  WriteRuns(Path("gpuprof.db"), {StallRun("first", 3).Build(), StallRun("second", 6).Build()});
+  const Result r = Run("insights");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("gpuprof · second · run 2  (6 steps, avg " +
+                               analysis::FormatDuration(100.0 * kMs) + ")"));
+  // The same text as the library renders for that run.
+  auto store = analysis::testing::OpenDb(Path("gpuprof.db"));
+  auto report = analysis::AnalyzeRun(*store, 2, {});
+  ASSERT_TRUE(report.ok());
+  EXPECT_EQ(r.out, analysis::FormatFullReport(*report));
+  EXPECT_EQ(Run("insights 2").out, r.out);
+  EXPECT_EQ(Run("insights gpuprof.db latest").out, r.out);
+  EXPECT_THAT(Run("insights 1").out, HasSubstr("gpuprof · first · run 1  (3 steps"));
+  EXPECT_THAT(r.out, HasSubstr("[HIGH]  " + analysis::FormatPercent(0.5) +
+                               " of step time waiting on the loader (inter-step gap)"));
+}
+
+TEST_F(CliTest, InsightsForAGivenRunAndJson) {
+  const auto ids =
+      WriteRuns(Path("runs.db"), {StallRun("first", 3).Build(), StallRun("second", 5).Build()});
+  const Result r = Run("insights runs.db " + std::to_string(ids[0]));
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("gpuprof · first · run " + std::to_string(ids[0]) + "  (3 steps"));
+
+  const Result j = Run("insights runs.db " + std::to_string(ids[1]) + " --json");
+  EXPECT_EQ(j.code, 0) << j.err;
+  const auto doc = nlohmann::json::parse(j.out);
+  EXPECT_EQ(doc["run"]["run_name"], "second");
+  EXPECT_EQ(doc["run"]["run_id"], ids[1]);
+  EXPECT_EQ(doc["steps"]["count"], 5);
+  ASSERT_FALSE(doc["insights"].empty());
+  EXPECT_EQ(doc["insights"][0]["rule_id"], "dataloader_stall");
+  EXPECT_TRUE(doc["not_evaluated"].is_array());
+}
+
+TEST_F(CliTest, GpuRateOptionAndEnvironment) {
+  RunBuilder b = StallRun("priced", 5);
+  b.Gpu("Acme X1", 2);  // no reference rate
+  b.run().end_ns = 1800LL * 1'000'000'000;
+  WriteRuns(Path("gpuprof.db"), {b.Build()});
+  EXPECT_THAT(Run("insights").out,
+              ::testing::ContainsRegex("\n  cost +cost unknown: no reference rate"));
+  EXPECT_THAT(Run("insights --gpu-rate 2").out,
+              HasSubstr("Estimated cost: $2.00 (30 min · 2× GPU @ $2.00/h)"));
+  EXPECT_THAT(Run("insights", "GPUPROF_GPU_RATE=3").out,
+              HasSubstr("Estimated cost: $3.00 (30 min · 2× GPU @ $3.00/h)"));
+  const Result bad = Run("insights --gpu-rate cheap");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("--gpu-rate 'cheap'"));
+}
+
+}  // namespace
+}  // namespace gpuprof::cli

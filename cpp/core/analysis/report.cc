@@ -1,0 +1,502 @@
+#include "analysis/report.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <ctime>
+
+#include "analysis/format.h"
+#include "analysis/pricing.h"
+#include "analysis/rules/registry.h"
+
+namespace gpuprof::analysis {
+namespace {
+
+using nlohmann::json;
+
+std::string Rule() {
+  std::string line;
+  for (int i = 0; i < kSummaryRuleWidth; ++i) line += "─";
+  return line + "\n";
+}
+
+// First line of a (possibly multi-line) error, shortened for a one-line header.
+std::string OneLine(const std::string& text, size_t max_chars = 120) {
+  std::string line = text.substr(0, text.find('\n'));
+  if (line.size() > max_chars) line = line.substr(0, max_chars - 1) + "…";
+  return line;
+}
+
+std::string QuoteIfNeeded(const std::string& s) {
+  if (s.find_first_of(" \t'\"$") == std::string::npos && !s.empty()) return s;
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') out += "'\\''";
+    else out += c;
+  }
+  return out + "'";
+}
+
+std::string Tag(Severity s) { return "[" + std::string(SeverityTag(s)) + "]"; }
+
+std::string UtcTime(int64_t unix_ns) {
+  const std::time_t t = static_cast<std::time_t>(unix_ns / 1000000000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+template <typename T>
+json J(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+std::string WaitSourceText(const std::optional<std::string>& s) {
+  if (!s) return "source unknown";
+  if (*s == "gap") return "inter-step gap";
+  if (*s == "explicit") return "wrap_dataloader";
+  return *s;
+}
+
+std::string MfuText(const MfuResult& r) {
+  if (!r.mfu) return r.reason;
+  const Mfu& m = *r.mfu;
+  return StrFormat("%s of %s TFLOPs %s peak (%s; %s TFLOPs achieved)",
+                   FormatPercent(m.value, 1).c_str(), FormatCompact(m.peak_tflops).c_str(),
+                   std::string(DtypeName(m.dtype)).c_str(), m.gpu_label.c_str(),
+                   FormatCompact(m.achieved_tflops).c_str());
+}
+
+std::string DeviceText(const store::RunInfo& run) {
+  std::string out = run.device_kind.value_or("device unknown");
+  if (run.gpu_model) {
+    out += " · " + *run.gpu_model;
+    if (run.gpu_count) out += StrFormat(" × %lld", static_cast<long long>(*run.gpu_count));
+  } else if (run.gpu_count && *run.gpu_count > 0) {
+    out += StrFormat(" · %lld GPU(s), model unknown", static_cast<long long>(*run.gpu_count));
+  }
+  return out;
+}
+
+std::string GpuAggText(const GpuAggregates& g) {
+  std::vector<std::string> parts;
+  parts.push_back(Plural(g.samples, "sample", "samples"));
+  if (g.mean_util_pct) parts.push_back("mean util " + FormatPercent(*g.mean_util_pct / 100));
+  if (g.peak_mem_used_bytes) {
+    std::string s = "peak memory " + FormatBytes(*g.peak_mem_used_bytes);
+    if (g.mem_total_bytes) s += " of " + FormatBytes(*g.mem_total_bytes);
+    parts.push_back(s);
+  }
+  if (g.max_temp_c) parts.push_back(StrFormat("max temp %.0f °C", *g.max_temp_c));
+  if (g.mean_power_w) parts.push_back(StrFormat("mean power %.0f W", *g.mean_power_w));
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? " · " : "") + parts[i];
+  return out;
+}
+
+std::string HostAggText(const HostAggregates& h) {
+  std::vector<std::string> parts;
+  parts.push_back(Plural(h.samples, "sample", "samples"));
+  if (h.mean_cpu_pct) {
+    std::string s = "mean CPU " + FormatPercent(*h.mean_cpu_pct / 100);
+    if (h.ncores) s += StrFormat(" of %.0f cores", *h.ncores);
+    parts.push_back(s);
+  }
+  if (h.peak_mem_used_bytes) {
+    std::string s = "peak memory " + FormatBytes(*h.peak_mem_used_bytes);
+    if (h.mem_total_bytes) s += " of " + FormatBytes(*h.mem_total_bytes);
+    parts.push_back(s);
+  }
+  if (h.max_disk_read_bps) {
+    parts.push_back("peak disk read " + FormatBytes(*h.max_disk_read_bps) + "/s");
+  }
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? " · " : "") + parts[i];
+  return out;
+}
+
+// One telemetry line: the status row when there is one, plus what was actually sampled.
+std::string TelemetryLine(const RunView& v, const std::string& source) {
+  const store::TelemetryStatusRow* row = v.Telemetry(source);
+  std::string out;
+  if (row) {
+    out = row->available ? "available" : "unavailable";
+    if (row->backend) out += " (" + *row->backend + ")";
+    if (!row->available) out += ": " + row->reason.value_or("no reason recorded");
+    else if (row->reason) out += " · " + *row->reason;
+  } else {
+    out = "no status recorded";
+  }
+  if (source == "gpu" && v.gpu.samples > 0) out += " · " + GpuAggText(v.gpu);
+  if (source == "host" && v.host.samples > 0) out += " · " + HostAggText(v.host);
+  return out;
+}
+
+// "(200 steps, avg 121.3 ms)" or "(no steps recorded)".
+std::string StepsHeadline(const RunView& v) {
+  if (!v.all) return "(no steps recorded)";
+  return StrFormat("(%s, avg %s)", Plural(v.all->count, "step", "steps").c_str(),
+                   FormatDuration(v.all->mean_ns).c_str());
+}
+
+json DurationJson(const std::optional<DurationStats>& s) {
+  if (!s) return nullptr;
+  return json{{"count", s->count},   {"total_ns", s->total_ns}, {"mean_ns", s->mean_ns},
+              {"p50_ns", s->p50_ns}, {"p99_ns", s->p99_ns},     {"min_ns", s->min_ns},
+              {"max_ns", s->max_ns}};
+}
+
+}  // namespace
+
+RuleContext MakeRuleContext(const AnalysisOptions& options, const char* env_rate) {
+  RuleContext ctx;
+  if (options.gpu_rate_usd_per_hour) {
+    ctx.gpu_rate_usd_per_hour = options.gpu_rate_usd_per_hour;
+    ctx.gpu_rate_source = "option";
+    return ctx;
+  }
+  if (env_rate && *env_rate) {
+    if (auto rate = ParseRate(env_rate)) {
+      ctx.gpu_rate_usd_per_hour = rate;
+      ctx.gpu_rate_source = "GPUPROF_GPU_RATE";
+    } else {
+      ctx.gpu_rate_error = StrFormat(
+          "GPUPROF_GPU_RATE='%s' is not a non-negative number of USD per GPU-hour", env_rate);
+    }
+  }
+  return ctx;
+}
+
+RuleContext MakeRuleContextFromEnv(const AnalysisOptions& options) {
+  return MakeRuleContext(options, std::getenv("GPUPROF_GPU_RATE"));
+}
+
+Report Analyze(store::RunData data, const RuleContext& context) {
+  Report report;
+  report.view = BuildRunView(std::move(data));
+  report.mfu = ComputeMfu(report.view);
+  std::vector<std::pair<size_t, Insight>> fired;
+  const auto& specs = Rules();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    RuleResult r = EvaluateRule(specs[i], report.view, context);
+    if (r.insight) {
+      fired.emplace_back(i, std::move(*r.insight));
+    } else if (r.not_evaluated) {
+      report.not_evaluated.push_back({specs[i].id, specs[i].family, *r.not_evaluated});
+    }
+  }
+  std::stable_sort(fired.begin(), fired.end(), [](const auto& a, const auto& b) {
+    return a.second.severity > b.second.severity;
+  });
+  for (auto& [index, insight] : fired) report.insights.push_back(std::move(insight));
+  return report;
+}
+
+std::string FormatSummary(const Report& report, const std::string& db_path) {
+  const RunView& v = report.view;
+  const store::RunInfo& run = v.run();
+  std::string out = Rule();
+  std::string header = "gpuprof · " + run.run_name + "  " + StepsHeadline(v);
+  if (run.status == "failed") {
+    header += " · failed: " + OneLine(run.error.value_or("no error recorded"));
+  }
+  out += header + "\n";
+  if (v.steps.empty()) {
+    out +=
+        "  No steps were recorded. Auto mode ends a step at each optimizer.step();\n"
+        "  for loops without one, use profile(..., auto=False) and prof.step().\n";
+  }
+  if (report.insights.empty()) {
+    out += "  Insights: none (nothing crossed a rule threshold)\n";
+  } else {
+    out += StrFormat("  Insights (%zu):\n", report.insights.size());
+    const size_t shown = std::min(report.insights.size(), kSummaryMaxInsights);
+    for (size_t i = 0; i < shown; ++i) {
+      const Insight& in = report.insights[i];
+      out += StrFormat("  %-8s%s\n", Tag(in.severity).c_str(), in.message.c_str());
+    }
+    if (shown < report.insights.size()) {
+      out += StrFormat("  … %zu more in the full report\n", report.insights.size() - shown);
+    }
+  }
+  if (!report.not_evaluated.empty()) {
+    std::string ids;
+    for (size_t i = 0; i < report.not_evaluated.size(); ++i) {
+      ids += (i ? ", " : "") + report.not_evaluated[i].rule_id;
+    }
+    out += "  Not evaluated: " + ids + " (reasons in the full report)\n";
+  }
+  out += StrFormat("  Full report: gpuprof insights %s %lld\n", QuoteIfNeeded(db_path).c_str(),
+                   static_cast<long long>(run.run_id));
+  out += Rule();
+  return out;
+}
+
+std::string FormatFullReport(const Report& report) {
+  const RunView& v = report.view;
+  const store::RunInfo& run = v.run();
+  std::string out;
+  out += StrFormat("gpuprof · %s · run %lld  %s\n", run.run_name.c_str(),
+                   static_cast<long long>(run.run_id), StepsHeadline(v).c_str());
+  std::string status = run.status;
+  if (run.status == "failed") {
+    status += ": " + OneLine(run.error.value_or("no error recorded"), 300);
+  }
+  if (run.status == "running") {
+    status += " (no end recorded: still running, or the process was killed)";
+  }
+  out += "  status     " + status + "\n";
+  out += "  started    " + UtcTime(run.start_unix_ns) + "\n";
+  out += "  duration   " +
+         OrDash(v.duration_ns, [](int64_t ns) { return FormatDuration(static_cast<double>(ns)); }) +
+         (v.duration_from_steps ? " (to the last step's end)" : "") + "\n";
+  out += "  device     " + DeviceText(run) + "\n";
+  out += "  backend    " + run.gpu_backend.value_or("—") + "\n";
+  if (!run.hostname.empty() || run.pid) {
+    out += "  host       " + (run.hostname.empty() ? std::string("—") : run.hostname) +
+           StrFormat(" · pid %lld", static_cast<long long>(run.pid)) + "\n";
+  }
+  if (run.rank || run.group_id) {
+    out += "  group      " + run.group_id.value_or("—") + " · rank " +
+           OrDash(run.rank, [](int64_t r) { return std::to_string(r); }) + " of " +
+           OrDash(run.world_size, [](int64_t w) { return std::to_string(w); }) + "\n";
+  }
+  std::string versions = "gpuprof " + run.gpuprof_version;
+  if (run.python_version) versions += " · Python " + *run.python_version;
+  if (run.torch_version) versions += " · torch " + *run.torch_version;
+  out += "  versions   " + versions + "\n";
+  out += "  declared   dtype " + run.dtype.value_or("—") + " · FLOPs/step " +
+         OrDash(run.flops_per_step, [](double f) { return StrFormat("%.3g", f); }) +
+         (run.flops_method ? " (" + *run.flops_method + ")" : "") + "\n";
+
+  out += "\n";
+  if (!v.all) {
+    out += "Steps: none recorded. Auto mode ends a step at each optimizer.step(); for other loops "
+           "use the manual API (profile(..., auto=False) and prof.step()).\n";
+  } else {
+    const DurationStats& a = *v.all;
+    out += StrFormat("Steps (%zu)\n", a.count);
+    out += StrFormat("  all steps    mean %s · p50 %s · p99 %s · min %s · max %s\n",
+                     FormatDuration(a.mean_ns).c_str(), FormatDuration(a.p50_ns).c_str(),
+                     FormatDuration(a.p99_ns).c_str(), FormatDuration(a.min_ns).c_str(),
+                     FormatDuration(a.max_ns).c_str());
+    if (v.steady) {
+      const DurationStats& s = *v.steady;
+      out += StrFormat("  steady state steps %lld–%lld: mean %s · p50 %s · p99 %s\n",
+                       static_cast<long long>(v.steps[v.steady_begin].step),
+                       static_cast<long long>(v.steps.back().step),
+                       FormatDuration(s.mean_ns).c_str(), FormatDuration(s.p50_ns).c_str(),
+                       FormatDuration(s.p99_ns).c_str());
+      const Breakdown& b = v.breakdown;
+      out += "  breakdown (share of steady-state step time; CPU wall clock):\n";
+      auto row = [&](const std::string& name, const std::string& share, const std::string& note) {
+        out += "    " + PadRight(name, 14) + " " + PadLeft(share, 8) + note + "\n";
+      };
+      row("loader wait",
+          OrDash(b.wait_fraction, [](double f) { return FormatPercent(f, 1); }),
+          b.wait_fraction ? StrFormat("   (%s, %zu steps)", WaitSourceText(b.wait_source).c_str(),
+                                      b.wait_steps)
+                          : std::string("   (not measured)"));
+      bool any_gpu = false;
+      for (const PhaseSummary& p : b.phases) {
+        any_gpu = any_gpu || p.gpu_mean_ns.has_value();
+        row(p.name, FormatPercent(p.wall_fraction, 1),
+            "   " + FormatDuration(p.wall_total_ns / std::max<size_t>(1, p.steps)) + "/step");
+      }
+      if (b.phases.empty()) row("phases", "—", "   (no phase timings recorded)");
+      row("other", OrDash(b.other_fraction, [](double f) { return FormatPercent(f, 1); }),
+          b.other_fraction ? "   (outside wait and phases)" : "   (needs wait and phases)");
+      if (any_gpu) {
+        out += "  GPU time per step (CUDA events; separate from the CPU wall clock above):\n";
+        for (const PhaseSummary& p : b.phases) {
+          out += "    " + PadRight(p.name, 14) + " " +
+                 PadLeft(OrDash(p.gpu_mean_ns, [](double ns) { return FormatDuration(ns); }), 8) +
+                 (p.gpu_mean_ns ? "   (" + Plural(p.gpu_steps, "step", "steps") + " measured)"
+                                : std::string("   (not measured)")) +
+                 "\n";
+        }
+      }
+    } else {
+      out += "  steady state: needs at least 2 steps\n";
+    }
+  }
+  out += "  MFU          " + MfuText(report.mfu) + "\n";
+
+  out += "\nTelemetry\n";
+  std::vector<std::string> sources = {"gpu", "host"};
+  for (const auto& t : v.data.telemetry) {
+    if (std::find(sources.begin(), sources.end(), t.source) == sources.end()) {
+      sources.push_back(t.source);
+    }
+  }
+  for (const std::string& s : sources) {
+    out += "  " + PadRight(s, 12) + " " + TelemetryLine(v, s) + "\n";
+  }
+
+  out += "\n";
+  if (report.insights.empty()) {
+    out += "Insights: none (nothing crossed a rule threshold)\n";
+  } else {
+    out += StrFormat("Insights (%zu)\n", report.insights.size());
+    for (const Insight& in : report.insights) {
+      out += StrFormat("  %-8s%s\n", Tag(in.severity).c_str(), in.message.c_str());
+      out += "          fix: " + in.fix + "\n";
+      out += "          rule: " + in.rule_id + " (" + in.family + ")\n";
+    }
+  }
+  if (!report.not_evaluated.empty()) {
+    out += StrFormat("\nNot evaluated (%zu): an input was not measured or the run is too short\n",
+                     report.not_evaluated.size());
+    size_t width = 0;
+    for (const auto& n : report.not_evaluated) width = std::max(width, n.rule_id.size());
+    for (const auto& n : report.not_evaluated) {
+      out += StrFormat("  %-*s  %s\n", static_cast<int>(width), n.rule_id.c_str(),
+                       n.reason.c_str());
+    }
+  }
+  return out;
+}
+
+json ReportJson(const Report& report) {
+  const RunView& v = report.view;
+  const store::RunInfo& r = v.run();
+  json run = {
+      {"run_id", r.run_id},
+      {"run_name", r.run_name},
+      {"status", r.status},
+      {"error", J(r.error)},
+      {"start_unix_ns", r.start_unix_ns},
+      {"end_ns", J(r.end_ns)},
+      {"duration_ns", J(v.duration_ns)},
+      {"device_kind", J(r.device_kind)},
+      {"gpu_backend", J(r.gpu_backend)},
+      {"gpu_model", J(r.gpu_model)},
+      {"gpu_count", J(r.gpu_count)},
+      {"dtype", J(r.dtype)},
+      {"flops_per_step", J(r.flops_per_step)},
+      {"flops_method", J(r.flops_method)},
+      {"hostname", r.hostname},
+      {"pid", r.pid},
+      {"group_id", J(r.group_id)},
+      {"rank", J(r.rank)},
+      {"world_size", J(r.world_size)},
+      {"gpuprof_version", r.gpuprof_version},
+      {"python_version", J(r.python_version)},
+      {"torch_version", J(r.torch_version)},
+  };
+  const Breakdown& b = v.breakdown;
+  json phases = json::array();
+  for (const PhaseSummary& p : b.phases) {
+    phases.push_back({{"name", p.name},
+                      {"steps", p.steps},
+                      {"calls", p.calls},
+                      {"wall_fraction", p.wall_fraction},
+                      {"wall_mean_ns", p.steps ? json(p.wall_total_ns / p.steps) : json(nullptr)},
+                      {"gpu_mean_ns", J(p.gpu_mean_ns)},
+                      {"gpu_steps", p.gpu_steps}});
+  }
+  json steps = {
+      {"count", v.steps.size()},
+      {"all", DurationJson(v.all)},
+      {"steady", DurationJson(v.steady)},
+      {"steady_first_step", v.steady ? json(v.steps[v.steady_begin].step) : json(nullptr)},
+      {"breakdown",
+       {{"wait_fraction", J(b.wait_fraction)},
+        {"wait_source", J(b.wait_source)},
+        {"wait_steps", b.wait_steps},
+        {"phases", phases},
+        {"other_fraction", J(b.other_fraction)}}},
+  };
+  json mfu = {{"value", nullptr},          {"peak_tflops", nullptr}, {"achieved_tflops", nullptr},
+              {"dtype", nullptr},          {"gpu", nullptr},         {"reason", nullptr}};
+  if (report.mfu.mfu) {
+    const Mfu& m = *report.mfu.mfu;
+    mfu["value"] = m.value;
+    mfu["peak_tflops"] = m.peak_tflops;
+    mfu["achieved_tflops"] = m.achieved_tflops;
+    mfu["dtype"] = DtypeName(m.dtype);
+    mfu["gpu"] = m.gpu_label;
+  } else {
+    mfu["reason"] = report.mfu.reason;
+  }
+  json telemetry = json::array();
+  for (const auto& t : v.data.telemetry) {
+    telemetry.push_back({{"source", t.source},
+                         {"available", t.available},
+                         {"backend", J(t.backend)},
+                         {"reason", J(t.reason)}});
+  }
+  const GpuAggregates& g = v.gpu;
+  json gpu = {{"samples", g.samples},
+              {"gpus_sampled", g.gpus_sampled},
+              {"mean_util_pct", J(g.mean_util_pct)},
+              {"max_util_pct", J(g.max_util_pct)},
+              {"peak_mem_used_bytes", J(g.peak_mem_used_bytes)},
+              {"mem_total_bytes", J(g.mem_total_bytes)},
+              {"peak_mem_fraction", J(g.peak_mem_fraction)},
+              {"peak_proc_mem_bytes", J(g.peak_proc_mem_bytes)},
+              {"max_temp_c", J(g.max_temp_c)},
+              {"mean_power_w", J(g.mean_power_w)},
+              {"max_power_w", J(g.max_power_w)},
+              {"min_sm_clock_mhz", J(g.min_sm_clock_mhz)},
+              {"max_sm_clock_mhz", J(g.max_sm_clock_mhz)},
+              {"max_pcie_rx_bps", J(g.max_pcie_rx_bps)},
+              {"max_pcie_tx_bps", J(g.max_pcie_tx_bps)}};
+  const HostAggregates& h = v.host;
+  json host = {{"samples", h.samples},
+               {"mean_cpu_pct", J(h.mean_cpu_pct)},
+               {"max_cpu_pct", J(h.max_cpu_pct)},
+               {"ncores", J(h.ncores)},
+               {"peak_mem_used_bytes", J(h.peak_mem_used_bytes)},
+               {"mem_total_bytes", J(h.mem_total_bytes)},
+               {"peak_page_cache_bytes", J(h.peak_page_cache_bytes)},
+               {"mean_swap_in_bps", J(h.mean_swap_in_bps)},
+               {"max_swap_in_bps", J(h.max_swap_in_bps)},
+               {"mean_disk_read_bps", J(h.mean_disk_read_bps)},
+               {"max_disk_read_bps", J(h.max_disk_read_bps)},
+               {"max_disk_read_iops", J(h.max_disk_read_iops)},
+               {"mean_proc_cpu_pct", J(h.mean_proc_cpu_pct)},
+               {"peak_proc_rss_bytes", J(h.peak_proc_rss_bytes)}};
+  json insights = json::array();
+  for (const Insight& in : report.insights) {
+    insights.push_back({{"rule_id", in.rule_id},
+                        {"family", in.family},
+                        {"severity", SeverityName(in.severity)},
+                        {"message", in.message},
+                        {"fix", in.fix},
+                        {"evidence", in.evidence}});
+  }
+  json not_evaluated = json::array();
+  for (const NotEvaluated& n : report.not_evaluated) {
+    not_evaluated.push_back({{"rule_id", n.rule_id}, {"family", n.family}, {"reason", n.reason}});
+  }
+  return json{{"format", "gpuprof.insights/1"},
+              {"run", run},
+              {"steps", steps},
+              {"mfu", mfu},
+              {"telemetry", telemetry},
+              {"gpu", gpu},
+              {"host", host},
+              {"insights", insights},
+              {"not_evaluated", not_evaluated}};
+}
+
+std::vector<store::InsightRow> ToInsightRows(const Report& report) {
+  std::vector<store::InsightRow> rows;
+  for (size_t i = 0; i < report.insights.size(); ++i) {
+    const Insight& in = report.insights[i];
+    store::InsightRow row;
+    row.ordinal = static_cast<int64_t>(i);
+    row.rule_id = in.rule_id;
+    row.family = in.family;
+    row.severity = std::string(SeverityName(in.severity));
+    row.message = in.message;
+    row.fix = in.fix;
+    row.evidence_json = in.evidence.dump();
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+}  // namespace gpuprof::analysis

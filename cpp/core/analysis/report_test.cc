@@ -1,0 +1,268 @@
+// The summary block, the full report and the JSON document, checked against numbers
+// computed from each scenario.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "analysis/format.h"
+#include "analysis/report.h"
+#include "analysis/rules/registry.h"
+#include "analysis/test_runs.h"
+
+namespace gpuprof::analysis {
+namespace {
+
+using testing::HealthyRun;
+using testing::kMs;
+using testing::RunBuilder;
+using testing::StepShape;
+using ::testing::HasSubstr;
+using ::testing::ContainsRegex;
+
+// A regex for one table row: the label, spaces, then the value (escaped).
+std::string Row(const std::string& label, const std::string& value) {
+  std::string escaped;
+  for (char c : value) {
+    if (std::string("\\.()[]{}*+?^$|").find(c) != std::string::npos) escaped += '\\';
+    escaped += c;
+  }
+  return "\n +" + label + " +" + escaped;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::string Rule60() {
+  std::string s;
+  for (int i = 0; i < 60; ++i) s += "─";
+  return s;
+}
+
+// The README's example run: 200 steps of 121.3 ms, 34% of each waiting on the loader,
+// MFU 12.4% of the H100 bf16 peak.
+struct ExampleRun {
+  static constexpr int64_t kStepNs = 121'300'000;
+  static constexpr double kWait = 0.34;
+  static constexpr double kMfu = 0.124;
+  RunBuilder builder;
+  ExampleRun() {
+    builder.Name("my-experiment");
+    StepShape s;
+    s.duration_ns = kStepNs;
+    s.wait_ns = static_cast<int64_t>(kWait * kStepNs);
+    const int64_t busy = kStepNs - *s.wait_ns - 2 * kMs;  // 2 ms outside phases
+    s.phases = {{"forward", busy / 3, std::nullopt},
+                {"backward", busy - busy / 3 - busy / 10, std::nullopt},
+                {"optimizer", busy / 10, std::nullopt}};
+    builder.Steps(200, s);
+    builder.Flops(kMfu * 989e12 * (kStepNs * 1e-9), "bf16");
+  }
+};
+
+TEST(Summary, MatchesTheReadmeShapeWithTheRunsOwnNumbers) {
+  ExampleRun ex;
+  const Report report = Analyze(ex.builder.Build(), RuleContext{});
+  const std::string text = FormatSummary(report, "gpuprof.db");
+  const auto lines = Lines(text);
+  ASSERT_GE(lines.size(), 6u);
+  EXPECT_EQ(lines.front(), Rule60());
+  EXPECT_EQ(lines.back(), Rule60());
+  EXPECT_EQ(lines[1], "gpuprof · my-experiment  (200 steps, avg " +
+                          FormatDuration(static_cast<double>(ExampleRun::kStepNs)) + ")");
+  EXPECT_EQ(lines[1], "gpuprof · my-experiment  (200 steps, avg 121.3 ms)");
+  EXPECT_EQ(lines[2], "  Insights (3):");
+  EXPECT_EQ(lines[3], "  [HIGH]  " + FormatPercent(ExampleRun::kWait) +
+                          " of step time waiting on the loader (inter-step gap)");
+  EXPECT_EQ(lines[4], "  [MED]   MFU " + FormatPercent(ExampleRun::kMfu, 1) +
+                          " of 989 TFLOPs bf16 peak");
+  const double seconds = 200 * ExampleRun::kStepNs * 1e-9;
+  const double usd = seconds / 3600 * 12.29;
+  EXPECT_EQ(lines[5], "  [LOW]   Estimated cost: " + FormatUsd(usd) + " (" +
+                          FormatMinutes(seconds * 1e9) + " · $12.29/h); ~" +
+                          FormatUsd(usd * (1 - ExampleRun::kMfu)) +
+                          " of that is idle capacity (MFU " +
+                          FormatPercent(ExampleRun::kMfu, 1) + ")");
+  EXPECT_EQ(lines[6], "  Full report: gpuprof insights gpuprof.db 1");
+  EXPECT_EQ(lines.size(), 8u) << text;
+}
+
+TEST(Summary, SaysSoWhenThereAreNoInsights) {
+  RunBuilder b = HealthyRun();
+  b.Gpu("NVIDIA H200", 1);  // no reference rate: no cost line either
+  const Report report = Analyze(b.Build(), RuleContext{});
+  ASSERT_TRUE(report.insights.empty());
+  const std::string text = FormatSummary(report, "runs/x.db");
+  EXPECT_THAT(text, HasSubstr("  Insights: none"));
+  EXPECT_THAT(text, HasSubstr("  Not evaluated: cost (reasons in the full report)\n"));
+  EXPECT_THAT(text, HasSubstr("Full report: gpuprof insights runs/x.db 1"));
+}
+
+TEST(Summary, FailedRunShowsTheErrorInTheHeader) {
+  RunBuilder b;
+  b.Name("crashy").Steps(4, StepShape{});
+  b.run().status = "failed";
+  b.run().error = "RuntimeError: CUDA out of memory\nTraceback (most recent call last): ...";
+  const std::string text = FormatSummary(Analyze(b.Build(), RuleContext{}), "gpuprof.db");
+  EXPECT_EQ(Lines(text)[1], "gpuprof · crashy  (4 steps, avg " + FormatDuration(100.0 * kMs) +
+                                ") · failed: RuntimeError: CUDA out of memory");
+}
+
+TEST(Summary, ZeroStepsPointsAtTheManualApi) {
+  RunBuilder b;
+  b.Name("no-steps").Cpu();
+  const std::string text = FormatSummary(Analyze(b.Build(), RuleContext{}), "gpuprof.db");
+  EXPECT_EQ(Lines(text)[1], "gpuprof · no-steps  (no steps recorded)");
+  EXPECT_THAT(text, HasSubstr("No steps were recorded"));
+  EXPECT_THAT(text, HasSubstr("optimizer.step()"));
+  EXPECT_THAT(text, HasSubstr("prof.step()"));
+  EXPECT_THAT(text, HasSubstr("Insights: none"));
+}
+
+TEST(Summary, QuotesADbPathWithSpaces) {
+  const Report report = Analyze(HealthyRun().Build(), RuleContext{});
+  EXPECT_THAT(FormatSummary(report, "my runs/g.db"),
+              HasSubstr("Full report: gpuprof insights 'my runs/g.db' 1"));
+}
+
+TEST(FullReport, ListsHeaderStepsTelemetryInsightsAndSkippedRules) {
+  RunBuilder b;
+  b.Name("full").Gpu("NVIDIA H100 80GB HBM3", 8);
+  b.run().run_id = 7;
+  b.run().python_version = "3.11.9";
+  b.run().torch_version = "2.3.0";
+  StepShape s;  // wait 5, forward 30, backward 50, optimizer 10 of 100 ms
+  s.wait_ns = 40 * kMs;
+  s.phases = {{"forward", 20 * kMs, 15 * kMs},
+              {"backward", 30 * kMs, 25 * kMs},
+              {"optimizer", 5 * kMs, std::nullopt}};
+  b.Steps(20, s);
+  b.Telemetry("gpu", true, "nvml", std::nullopt);
+  b.Telemetry("host", false, std::nullopt, "/proc not readable");
+  store::GpuSampleRow g;
+  g.util_pct = 42;
+  g.mem_used_bytes = 40LL << 30;
+  g.mem_total_bytes = 80LL << 30;
+  b.GpuSample(g);
+  const Report report = Analyze(b.Build(), RuleContext{});
+  const std::string text = FormatFullReport(report);
+  EXPECT_THAT(text, HasSubstr("gpuprof · full · run 7  (20 steps, avg " +
+                              FormatDuration(100.0 * kMs) + ")\n"));
+  EXPECT_THAT(text, HasSubstr("  status     ok\n"));
+  EXPECT_THAT(text, HasSubstr("  started    2024-05-01 12:00:00 UTC\n"));
+  EXPECT_THAT(text, HasSubstr("  duration   " + FormatDuration(20 * 100.0 * kMs) + "\n"));
+  EXPECT_THAT(text, HasSubstr("  device     cuda · NVIDIA H100 80GB HBM3 × 8\n"));
+  EXPECT_THAT(text, HasSubstr("  backend    nvml\n"));
+  EXPECT_THAT(text, HasSubstr("Python 3.11.9 · torch 2.3.0"));
+  EXPECT_THAT(text, HasSubstr("Steps (20)\n"));
+  EXPECT_THAT(text, HasSubstr("steady state steps 3–19"));
+  // Breakdown rows: share of the steady step time, then GPU times in their own section.
+  EXPECT_THAT(text, ContainsRegex(Row("loader wait", FormatPercent(0.40, 1))));
+  EXPECT_THAT(text, ContainsRegex(Row("forward", FormatPercent(0.20, 1))));
+  EXPECT_THAT(text, ContainsRegex(Row("backward", FormatPercent(0.30, 1))));
+  EXPECT_THAT(text, ContainsRegex(Row("optimizer", FormatPercent(0.05, 1))));
+  EXPECT_THAT(text, ContainsRegex(Row("other", FormatPercent(0.05, 1))));
+  const size_t gpu_section = text.find("GPU time per step (CUDA events");
+  ASSERT_NE(gpu_section, std::string::npos);
+  const std::string gpu_text = text.substr(gpu_section);
+  EXPECT_THAT(gpu_text, ContainsRegex(Row("forward", FormatDuration(15.0 * kMs))));
+  EXPECT_THAT(gpu_text, ContainsRegex(Row("backward", FormatDuration(25.0 * kMs))));
+  EXPECT_THAT(gpu_text, ContainsRegex(Row("optimizer", "—") + " +\\(not measured\\)"));
+  EXPECT_THAT(text, HasSubstr("MFU          MFU unknown: flops_per_step not declared"));
+  EXPECT_THAT(text, HasSubstr("  gpu          available (nvml) · 1 sample · mean util 42%"));
+  EXPECT_THAT(text, HasSubstr("peak memory 40.0 GiB of 80.0 GiB"));
+  EXPECT_THAT(text, HasSubstr("  host         unavailable: /proc not readable\n"));
+  // Every insight with its fix; every skipped rule with its reason.
+  for (const Insight& in : report.insights) {
+    EXPECT_THAT(text, HasSubstr(in.message));
+    EXPECT_THAT(text, HasSubstr("fix: " + in.fix));
+  }
+  EXPECT_THAT(text, HasSubstr("[HIGH]  " + FormatPercent(0.40) + " of step time waiting"));
+  EXPECT_THAT(text, HasSubstr("Not evaluated (1)"));
+  EXPECT_THAT(text, HasSubstr("low_mfu  MFU unknown: flops_per_step not declared"));
+}
+
+TEST(FullReport, NoStepsAndRunningRun) {
+  RunBuilder b;
+  b.run().status = "running";
+  b.run().end_ns.reset();
+  const std::string text = FormatFullReport(Analyze(b.Build(), RuleContext{}));
+  EXPECT_THAT(text, HasSubstr("status     running (no end recorded"));
+  EXPECT_THAT(text, HasSubstr("duration   —"));
+  EXPECT_THAT(text, HasSubstr("Steps: none recorded"));
+  EXPECT_THAT(text, HasSubstr(StrFormat("Not evaluated (%zu)", Rules().size())));
+}
+
+TEST(ReportJson, StableShapeWithNullsForUnknowns) {
+  ExampleRun ex;
+  ex.builder.run().flops_per_step.reset();  // MFU unknown -> nulls and a reason
+  const Report report = Analyze(ex.builder.Build(), RuleContext{});
+  const nlohmann::json j = ReportJson(report);
+  for (const char* key :
+       {"format", "run", "steps", "mfu", "telemetry", "gpu", "host", "insights", "not_evaluated"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_EQ(j["run"]["run_name"], "my-experiment");
+  EXPECT_EQ(j["run"]["gpu_count"], 1);
+  EXPECT_TRUE(j["run"]["flops_per_step"].is_null());
+  EXPECT_TRUE(j["run"]["error"].is_null());
+  EXPECT_EQ(j["steps"]["count"], 200);
+  EXPECT_DOUBLE_EQ(j["steps"]["all"]["mean_ns"].get<double>(), ExampleRun::kStepNs);
+  EXPECT_EQ(j["steps"]["steady_first_step"], 3);
+  EXPECT_EQ(j["steps"]["breakdown"]["wait_source"], "gap");
+  EXPECT_EQ(j["steps"]["breakdown"]["phases"].size(), 3u);
+  EXPECT_TRUE(j["mfu"]["value"].is_null());
+  EXPECT_THAT(j["mfu"]["reason"].get<std::string>(), HasSubstr("flops_per_step"));
+  EXPECT_TRUE(j["gpu"]["mean_util_pct"].is_null());
+  EXPECT_EQ(j["gpu"]["samples"], 0);
+  ASSERT_EQ(j["insights"].size(), report.insights.size());
+  EXPECT_EQ(j["insights"][0]["rule_id"], "dataloader_stall");
+  EXPECT_EQ(j["insights"][0]["severity"], "high");
+  EXPECT_EQ(j["insights"][0]["message"], report.insights[0].message);
+  EXPECT_TRUE(j["insights"][0]["evidence"].is_object());
+  ASSERT_EQ(j["not_evaluated"].size(), 1u);
+  EXPECT_EQ(j["not_evaluated"][0]["rule_id"], "low_mfu");
+  // Round-trips through text.
+  EXPECT_EQ(nlohmann::json::parse(j.dump()), j);
+}
+
+TEST(InsightRows, OrdinalsSeverityAndEvidence) {
+  ExampleRun ex;
+  const Report report = Analyze(ex.builder.Build(), RuleContext{});
+  const auto rows = ToInsightRows(report);
+  ASSERT_EQ(rows.size(), report.insights.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i].ordinal, static_cast<int64_t>(i));
+    EXPECT_EQ(rows[i].rule_id, report.insights[i].rule_id);
+    EXPECT_EQ(rows[i].severity, SeverityName(report.insights[i].severity));
+    EXPECT_EQ(nlohmann::json::parse(*rows[i].evidence_json), report.insights[i].evidence);
+  }
+}
+
+TEST(Format, Helpers) {
+  EXPECT_EQ(FormatDuration(850), "850 ns");
+  EXPECT_EQ(FormatDuration(12'340), "12.3 µs");
+  EXPECT_EQ(FormatDuration(121.3e6), "121.3 ms");
+  EXPECT_EQ(FormatDuration(2.414e9), "2.41 s");
+  EXPECT_EQ(FormatDuration(210e9), "3.5 min");
+  EXPECT_EQ(FormatMinutes(41e9), "41 s");
+  EXPECT_EQ(FormatMinutes(231 * 60e9), "231 min");
+  EXPECT_EQ(FormatPercent(0.3412), "34%");
+  EXPECT_EQ(FormatPercent(0.124, 1), "12.4%");
+  EXPECT_EQ(FormatCompact(989), "989");
+  EXPECT_EQ(FormatCompact(417.5), "417.5");
+  EXPECT_EQ(FormatUsd(0.004), "<$0.01");
+  EXPECT_EQ(FormatUsd(47.2), "$47.20");
+  EXPECT_EQ(FormatBytes(80.0 * (1LL << 30)), "80.0 GiB");
+  EXPECT_EQ(FormatRatio(2.66), "2.7×");
+  EXPECT_EQ(SeverityName(Severity::kMed), "med");
+  EXPECT_EQ(ParseSeverity("high"), Severity::kHigh);
+  EXPECT_EQ(ParseSeverity("urgent"), std::nullopt);
+}
+
+}  // namespace
+}  // namespace gpuprof::analysis

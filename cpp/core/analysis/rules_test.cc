@@ -1,0 +1,442 @@
+// Every rule: a scenario that fires, a near miss that must not, and the inputs whose absence
+// makes it "not evaluated". Expected numbers are computed from the scenario's shapes.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "analysis/format.h"
+#include "analysis/report.h"
+#include "analysis/rules/registry.h"
+#include "analysis/test_runs.h"
+
+namespace gpuprof::analysis {
+namespace {
+
+using testing::HealthyRun;
+using testing::kMs;
+using testing::kSec;
+using testing::RunBuilder;
+using testing::StepShape;
+using ::testing::HasSubstr;
+
+RuleResult Eval(const std::string& id, const RunBuilder& b, const RuleContext& ctx = {}) {
+  const RuleSpec* spec = FindRule(id);
+  EXPECT_NE(spec, nullptr) << id;
+  if (!spec) return RuleResult::Skip("no such rule");
+  return EvaluateRule(*spec, BuildRunView(b.Build()), ctx);
+}
+
+StepShape Shape(int64_t duration_ms, std::optional<int64_t> wait_ms,
+                std::vector<std::pair<std::string, int64_t>> phases_ms) {
+  StepShape s;
+  s.duration_ns = duration_ms * kMs;
+  s.wait_ns = wait_ms ? std::optional<int64_t>(*wait_ms * kMs) : std::nullopt;
+  s.phases.clear();
+  for (auto& [name, ms] : phases_ms) s.phases.push_back({name, ms * kMs, std::nullopt});
+  return s;
+}
+
+// forward/backward/optimizer summing to `phase_ms`, split 3:5:2 (rounded to ms).
+StepShape Split(int64_t duration_ms, std::optional<int64_t> wait_ms, int64_t phase_ms) {
+  const int64_t f = phase_ms * 3 / 10, o = phase_ms * 2 / 10;
+  return Shape(duration_ms, wait_ms,
+               {{"forward", f}, {"backward", phase_ms - f - o}, {"optimizer", o}});
+}
+
+// ---------------------------------------------------------------- registry
+
+TEST(Registry, EveryRuleIsCompleteAndUnique) {
+  std::set<std::string> ids;
+  const std::set<std::string> families = {"data_pipeline", "compute", "warmup", "cost"};
+  for (const RuleSpec& r : Rules()) {
+    EXPECT_TRUE(ids.insert(r.id).second) << "duplicate " << r.id;
+    EXPECT_TRUE(families.count(r.family)) << r.id << " family " << r.family;
+    EXPECT_FALSE(r.fires_when.empty()) << r.id;
+    EXPECT_FALSE(r.fix.empty()) << r.id;
+    EXPECT_FALSE(r.inputs.empty()) << r.id;
+    EXPECT_FALSE(r.severity.empty()) << r.id;
+    EXPECT_NE(r.evaluate, nullptr) << r.id;
+    EXPECT_EQ(FindRule(r.id), &r);
+  }
+  for (const char* id : {"dataloader_stall", "compilation_warmup", "first_step_outlier",
+                         "high_step_variance", "kernel_launch_overhead", "low_mfu", "cost"}) {
+    EXPECT_TRUE(ids.count(id)) << id;
+  }
+  EXPECT_EQ(FindRule("no_such_rule"), nullptr);
+}
+
+TEST(Registry, MarkdownIsGeneratedFromTheConstants) {
+  const std::string md = RulesMarkdown();
+  EXPECT_THAT(md, HasSubstr("| Rule | Family | Severity | Fires when | Fix |"));
+  for (const RuleSpec& r : Rules()) {
+    EXPECT_THAT(md, HasSubstr("| `" + r.id + "` | " + r.family + " |"));
+    for (const RuleThreshold& t : r.thresholds) {
+      EXPECT_THAT(md, HasSubstr("`" + t.name + "` | " + StrFormat("%g", t.value)));
+    }
+  }
+  // The "fires when" text quotes the very constants the rules compare with.
+  EXPECT_THAT(FindRule("dataloader_stall")->fires_when,
+              HasSubstr(FormatPercent(thresholds::kStallFraction)));
+  EXPECT_THAT(FindRule("low_mfu")->fires_when, HasSubstr(FormatPercent(thresholds::kLowMfu)));
+  EXPECT_THAT(FindRule("compilation_warmup")->fires_when,
+              HasSubstr(FormatCompact(thresholds::kWarmupRatio) + "×"));
+  EXPECT_THAT(FindRule("first_step_outlier")->fires_when,
+              HasSubstr(FormatCompact(thresholds::kFirstStepRatio) + "×"));
+  EXPECT_THAT(RulesText(), HasSubstr("kernel_launch_overhead"));
+}
+
+TEST(Registry, EvaluateRuleFillsIdFamilyAndFix) {
+  RunBuilder b;
+  b.Steps(10, Shape(100, 40, {{"forward", 50}}));
+  const RuleResult r = Eval("dataloader_stall", b);
+  ASSERT_TRUE(r.fired());
+  EXPECT_EQ(r.insight->rule_id, "dataloader_stall");
+  EXPECT_EQ(r.insight->family, "data_pipeline");
+  EXPECT_EQ(r.insight->fix, FindRule("dataloader_stall")->fix);
+}
+
+// ---------------------------------------------------------------- dataloader_stall
+
+TEST(DataloaderStall, FiresHighAtAThirdOfStepTime) {
+  RunBuilder b;
+  b.Steps(20, Split(100, 34, 60));
+  const RuleResult r = Eval("dataloader_stall", b);
+  ASSERT_TRUE(r.fired());
+  EXPECT_EQ(r.insight->severity, Severity::kHigh);
+  EXPECT_EQ(r.insight->message, FormatPercent(34.0 / 100) +
+                                    " of step time waiting on the loader (inter-step gap)");
+  EXPECT_DOUBLE_EQ(r.insight->evidence["wait_fraction"].get<double>(), 0.34);
+  EXPECT_EQ(r.insight->evidence["steps"].get<size_t>(), 20u - kWarmupSteps);
+}
+
+TEST(DataloaderStall, FiresMedBelowTheHighThreshold) {
+  RunBuilder b;
+  StepShape s = Split(100, 20, 70);
+  s.wait_source = "explicit";
+  b.Steps(20, s);
+  const RuleResult r = Eval("dataloader_stall", b);
+  ASSERT_TRUE(r.fired());
+  EXPECT_EQ(r.insight->severity, Severity::kMed);
+  EXPECT_EQ(r.insight->message,
+            FormatPercent(0.20) + " of step time waiting on the loader (wrap_dataloader)");
+}
+
+TEST(DataloaderStall, NearMissAtTheThresholdDoesNotFire) {
+  RunBuilder b;
+  b.Steps(20, Split(100, 15, 80));  // exactly 15%: the rule needs more
+  const RuleResult r = Eval("dataloader_stall", b);
+  EXPECT_FALSE(r.fired());
+  EXPECT_FALSE(r.skipped());
+}
+
+TEST(DataloaderStall, WarmupWaitDoesNotCount) {
+  // Workers starting up: 90 ms explicit wait on steps 0-2, 5 ms afterwards.
+  RunBuilder b;
+  StepShape warm = Split(100, 90, 5);
+  warm.wait_source = "explicit";
+  StepShape steady = Split(100, 5, 90);
+  steady.wait_source = "explicit";
+  b.Steps(3, warm).Steps(20, steady);
+  EXPECT_FALSE(Eval("dataloader_stall", b).fired());
+}
+
+TEST(DataloaderStall, NotEvaluatedWithoutWaitTimes) {
+  RunBuilder b;
+  b.Steps(20, Split(100, std::nullopt, 80));
+  const RuleResult r = Eval("dataloader_stall", b);
+  ASSERT_TRUE(r.skipped());
+  EXPECT_THAT(*r.not_evaluated, HasSubstr("not measured"));
+  RunBuilder none;
+  EXPECT_EQ(*Eval("dataloader_stall", none).not_evaluated, "no steps recorded");
+}
+
+// ---------------------------------------------------------------- kernel_launch_overhead
+
+TEST(KernelLaunchOverhead, FiresLowWhenStepExceedsWaitPlusPhases) {
+  RunBuilder b;
+  b.Steps(20, Split(100, 5, 80));  // 15 ms of 100 outside
+  const RuleResult r = Eval("kernel_launch_overhead", b);
+  ASSERT_TRUE(r.fired());
+  EXPECT_EQ(r.insight->severity, Severity::kLow);
+  EXPECT_THAT(r.insight->message, HasSubstr(FormatPercent(15.0 / 100) + " of step time (" +
+                                            FormatDuration(15.0 * kMs) + " per step)"));
+  EXPECT_THAT(r.insight->message, HasSubstr("forward/backward/optimizer"));
+}
+
+TEST(KernelLaunchOverhead, FiresMedAtAQuarter) {
+  RunBuilder b;
+  b.Steps(20, Split(100, 5, 60));  // 35 ms outside
+  const RuleResult r = Eval("kernel_launch_overhead", b);
+  ASSERT_TRUE(r.fired());
+  EXPECT_EQ(r.insight->severity, Severity::kMed);
+  EXPECT_THAT(r.insight->message, HasSubstr(FormatPercent(0.35)));
+}
+
+TEST(KernelLaunchOverhead, NearMissDoesNotFire) {
+  RunBuilder b;
+  b.Steps(20, Split(100, 5, 86));  // 9% outside
+  const RuleResult r = Eval("kernel_launch_overhead", b);
+  EXPECT_FALSE(r.fired());
+  EXPECT_FALSE(r.skipped());
+}
+
+TEST(KernelLaunchOverhead, OverlappingManualPhasesDoNotFire) {
+  RunBuilder b;
+  b.Steps(20, Shape(100, 5, {{"forward", 60}, {"attention", 40}, {"backward", 30}}));
+  EXPECT_FALSE(Eval("kernel_launch_overhead", b).fired());
+}
+
+TEST(KernelLaunchOverhead, NotEvaluatedWithoutPhasesOrWait) {
+  RunBuilder no_phases;
+  no_phases.Steps(20, Shape(100, 5, {}));
+  EXPECT_THAT(*Eval("kernel_launch_overhead", no_phases).not_evaluated,
+              HasSubstr("no phase timings"));
+  RunBuilder no_wait;
+  no_wait.Steps(20, Split(100, std::nullopt, 50));
+  EXPECT_THAT(*Eval("kernel_launch_overhead", no_wait).not_evaluated,
+              HasSubstr("wait not measured"));
+}
+
+// ---------------------------------------------------------------- low_mfu
+
+RunBuilder MfuRun(double mfu, const std::string& model = "NVIDIA H100 80GB HBM3",
+                  double peak_tflops = 989, const std::string& dtype = "bf16") {
+  RunBuilder b;
+  b.Gpu(model, 1).Steps(10, StepShape{});  // 100 ms steps
+  b.Flops(mfu * peak_tflops * 1e12 * 0.100, dtype);
+  return b;
+}
+
+TEST(LowMfu, FiresBelowThirtyPercent) {
+  const RuleResult r = Eval("low_mfu", MfuRun(0.124));
+  ASSERT_TRUE(r.fired());
+  EXPECT_EQ(r.insight->severity, Severity::kMed);
+  EXPECT_EQ(r.insight->message, "MFU " + FormatPercent(0.124, 1) + " of 989 TFLOPs bf16 peak");
+  EXPECT_NEAR(r.insight->evidence["mfu"].get<double>(), 0.124, 1e-12);
+}
+
+TEST(LowMfu, UsesTheDtypePeak) {
+  const RuleResult r = Eval("low_mfu", MfuRun(0.2, "NVIDIA A100-SXM4-40GB", 156, "tf32"));
+  ASSERT_TRUE(r.fired());
+  EXPECT_EQ(r.insight->message, "MFU " + FormatPercent(0.2, 1) + " of 156 TFLOPs tf32 peak");
+}
+
+TEST(LowMfu, NearMissDoesNotFire) {
+  const RuleResult r = Eval("low_mfu", MfuRun(0.31));
+  EXPECT_FALSE(r.fired());
+  EXPECT_FALSE(r.skipped());
+}
+
+TEST(LowMfu, NotEvaluatedWhenAnInputIsMissing) {
+  RunBuilder cpu = MfuRun(0.1);
+  cpu.Cpu();
+  EXPECT_EQ(*Eval("low_mfu", cpu).not_evaluated, "MFU unknown: CPU run");
+  RunBuilder no_flops = MfuRun(0.1);
+  no_flops.run().flops_per_step.reset();
+  EXPECT_THAT(*Eval("low_mfu", no_flops).not_evaluated, HasSubstr("flops_per_step not declared"));
+  RunBuilder volta = MfuRun(0.1, "Tesla V100-SXM2-16GB", 125, "bf16");
+  EXPECT_THAT(*Eval("low_mfu", volta).not_evaluated, HasSubstr("no bf16 peak listed"));
+  // Over 100% means flops_per_step counts more than one GPU's work.
+  EXPECT_THAT(*Eval("low_mfu", MfuRun(3.0)).not_evaluated, HasSubstr("more than"));
+}
+
+// ---------------------------------------------------------------- compilation_warmup
+
+TEST(CompilationWarmup, FiresWhenFirstStepIsFourTimesSteady) {
+  RunBuilder b;
+  b.Step(Split(400, 0, 300)).Steps(19, Split(100, 5, 90));
+  const RuleResult r = Eval("compilation_warmup", b);
+  ASSERT_TRUE(r.fired());
+  EXPECT_EQ(r.insight->severity, Severity::kLow);
+  EXPECT_THAT(r.insight->message,
+              HasSubstr("Step 0 took " + FormatDuration(400.0 * kMs) + ", " + FormatRatio(4.0) +
+                        " the steady-state median of " + FormatDuration(100.0 * kMs)));
+  // Steps 0-2 are warmup; only step 0 exceeds the median, by 300 ms.
+  EXPECT_THAT(r.insight->message,
+              HasSubstr("warmup (steps 0–2) cost " + FormatDuration(300.0 * kMs)));
+}
+
+TEST(CompilationWarmup, NearMissDoesNotFire) {
+  RunBuilder b;
+  b.Step(Split(290, 0, 200)).Steps(19, Split(100, 5, 90));
+  const RuleResult r = Eval("compilation_warmup", b);
+  EXPECT_FALSE(r.fired());
+  EXPECT_FALSE(r.skipped());
+}
+
+TEST(CompilationWarmup, NotEvaluatedOnTwoSteps) {
+  RunBuilder b;
+  b.Step(Split(900, 0, 800)).Step(Split(100, 5, 90));
+  EXPECT_THAT(*Eval("compilation_warmup", b).not_evaluated,
+              HasSubstr("only 2 steps recorded; needs at least 3"));
+}
+
+// ---------------------------------------------------------------- first_step_outlier
+
+TEST(FirstStepOutlier, FiresAtFifteenTimesTheRest) {
+  RunBuilder b;
+  b.Step(Split(1500, 0, 1400)).Steps(9, Split(100, 5, 90));
+  const RuleResult r = Eval("first_step_outlier", b);
+  ASSERT_TRUE(r.fired());
+  const double mean_all = (1500.0 + 9 * 100) / 10;
+  EXPECT_THAT(r.insight->message,
+              HasSubstr("Step 0 (" + FormatDuration(1500.0 * kMs) + ") is " + FormatRatio(15.0) +
+                        " the median of the other 9 steps (" + FormatDuration(100.0 * kMs) + ")"));
+  EXPECT_THAT(r.insight->message, HasSubstr("from " + FormatDuration(100.0 * kMs) + " to " +
+                                            FormatDuration(mean_all * kMs)));
+}
+
+TEST(FirstStepOutlier, NearMissDoesNotFire) {
+  RunBuilder b;
+  b.Step(Split(950, 0, 900)).Steps(9, Split(100, 5, 90));
+  EXPECT_FALSE(Eval("first_step_outlier", b).fired());
+  // ...while the softer warmup rule does see it.
+  EXPECT_TRUE(Eval("compilation_warmup", b).fired());
+}
+
+TEST(FirstStepOutlier, NotEvaluatedOnOneStep) {
+  RunBuilder b;
+  b.Step(Split(900, 0, 800));
+  EXPECT_THAT(*Eval("first_step_outlier", b).not_evaluated, HasSubstr("only 1 step recorded"));
+}
+
+// ---------------------------------------------------------------- high_step_variance
+
+RunBuilder SpikyRun(size_t spikes) {
+  RunBuilder b;
+  b.Steps(kWarmupSteps, Split(100, 5, 90));
+  for (size_t i = 0; i < 100; ++i) {
+    b.Step(i % 20 == 7 && i / 20 < spikes ? Split(300, 5, 90) : Split(100, 5, 90));
+  }
+  return b;
+}
+
+TEST(HighStepVariance, FiresWithFiveSpikesInAHundred) {
+  const RuleResult r = Eval("high_step_variance", SpikyRun(5));
+  ASSERT_TRUE(r.fired());
+  EXPECT_EQ(r.insight->severity, Severity::kMed);
+  // p99 of 95×100 ms + 5×300 ms sits inside the spikes: 300 ms.
+  EXPECT_EQ(r.insight->message,
+            "Step time p99 is " + FormatRatio(3.0) + " p50 (" + FormatDuration(300.0 * kMs) +
+                " vs " + FormatDuration(100.0 * kMs) +
+                "); 5 of 100 steady-state steps took over 2× the median");
+}
+
+TEST(HighStepVariance, OneSpikeIsANearMiss) {
+  // One 300 ms step in 100: p99 = 100 + 0.01 × 200 = 102 ms.
+  const RuleResult r = Eval("high_step_variance", SpikyRun(1));
+  EXPECT_FALSE(r.fired());
+  EXPECT_FALSE(r.skipped());
+}
+
+TEST(HighStepVariance, NotEvaluatedOnFewSteadySteps) {
+  RunBuilder b;
+  b.Steps(kWarmupSteps + 5, Split(100, 5, 90));
+  EXPECT_THAT(*Eval("high_step_variance", b).not_evaluated,
+              HasSubstr("only 5 steady-state steps"));
+}
+
+// ---------------------------------------------------------------- cost
+
+RunBuilder TimedRun(int64_t duration_s, const std::string& model, int64_t gpus) {
+  RunBuilder b;
+  b.Gpu(model, gpus).Steps(10, StepShape{});
+  b.run().end_ns = duration_s * kSec;
+  return b;
+}
+
+TEST(Cost, OneGpuAtTheReferenceRate) {
+  const RuleResult r = Eval("cost", TimedRun(120, "NVIDIA H100 80GB HBM3", 1));
+  ASSERT_TRUE(r.fired());
+  EXPECT_EQ(r.insight->severity, Severity::kLow);
+  EXPECT_EQ(r.insight->message,
+            "Estimated cost: " + FormatUsd(120.0 / 3600 * 12.29) + " (2 min · $12.29/h)");
+}
+
+TEST(Cost, EightGpusWithIdleShareFromMfu) {
+  RunBuilder b = TimedRun(231 * 60, "NVIDIA H100 80GB HBM3", 8);
+  b.Flops(0.35 * 989e12 * 0.100, "bf16");
+  const RuleResult r = Eval("cost", b);
+  ASSERT_TRUE(r.fired());
+  const double usd = 231.0 / 60 * 8 * 12.29;
+  EXPECT_EQ(r.insight->message, "Estimated cost: " + FormatUsd(usd) +
+                                    " (231 min · 8× GPU @ $12.29/h); ~" +
+                                    FormatUsd(usd * (1 - 0.35)) +
+                                    " of that is idle capacity (MFU 35.0%)");
+}
+
+TEST(Cost, RateOverrideFromOptionsOrEnvironment) {
+  const RunBuilder b = TimedRun(3600, "NVIDIA H100 80GB HBM3", 2);
+  const RuleContext env = MakeRuleContext({}, "3.50");
+  EXPECT_EQ(env.gpu_rate_source, "GPUPROF_GPU_RATE");
+  EXPECT_EQ(Eval("cost", b, env).insight->message,
+            "Estimated cost: $7.00 (60 min · 2× GPU @ $3.50/h)");
+  AnalysisOptions opts;
+  opts.gpu_rate_usd_per_hour = 1.0;
+  const RuleContext both = MakeRuleContext(opts, "3.50");  // the option wins
+  EXPECT_EQ(Eval("cost", b, both).insight->evidence["usd"].get<double>(), 2.0);
+  const RuleContext bad = MakeRuleContext({}, "lots");
+  EXPECT_THAT(*Eval("cost", b, bad).not_evaluated, HasSubstr("GPUPROF_GPU_RATE='lots'"));
+}
+
+TEST(Cost, CpuRunNeedsARate) {
+  RunBuilder b = TimedRun(120, "unused", 1);
+  b.Cpu();
+  EXPECT_THAT(*Eval("cost", b).not_evaluated, HasSubstr("CPU run and no rate given"));
+  const RuleResult r = Eval("cost", b, MakeRuleContext({}, "0.5"));
+  ASSERT_TRUE(r.fired());
+  EXPECT_EQ(r.insight->message,
+            "Estimated cost: " + FormatUsd(120.0 / 3600 * 0.5) + " (2 min · 1 machine @ $0.50/h)");
+}
+
+TEST(Cost, NotEvaluatedWithoutAReferenceRate) {
+  const RuleResult r = Eval("cost", TimedRun(120, "NVIDIA H200", 1));
+  ASSERT_TRUE(r.skipped());
+  EXPECT_THAT(*r.not_evaluated, HasSubstr("no reference rate for 'NVIDIA H200'"));
+  RunBuilder no_count = TimedRun(120, "NVIDIA H100 80GB HBM3", 1);
+  no_count.run().gpu_count.reset();
+  EXPECT_THAT(*Eval("cost", no_count).not_evaluated, HasSubstr("GPU count"));
+  RunBuilder no_time;
+  no_time.run().end_ns.reset();
+  EXPECT_THAT(*Eval("cost", no_time).not_evaluated, HasSubstr("duration"));
+}
+
+// ---------------------------------------------------------------- whole runs
+
+TEST(Analyze, HealthyRunHasNoHighOrMedInsight) {
+  const Report report = Analyze(HealthyRun().Build(), RuleContext{});
+  for (const Insight& in : report.insights) {
+    EXPECT_LT(in.severity, Severity::kMed) << in.rule_id << ": " << in.message;
+  }
+  // Everything the healthy run needs was measured, so only ...
+  for (const NotEvaluated& n : report.not_evaluated) {
+    ADD_FAILURE() << n.rule_id << " not evaluated: " << n.reason;
+  }
+  // ... and the one thing it always says is what it cost.
+  ASSERT_EQ(report.insights.size(), 1u);
+  EXPECT_EQ(report.insights[0].rule_id, "cost");
+}
+
+TEST(Analyze, InsightsAreOrderedBySeverityThenRegistry) {
+  RunBuilder b;
+  b.Step(Split(2000, 0, 1900)).Steps(30, Split(100, 40, 30));  // stall HIGH, overhead MED
+  const Report report = Analyze(b.Build(), RuleContext{});
+  ASSERT_GE(report.insights.size(), 3u);
+  for (size_t i = 1; i < report.insights.size(); ++i) {
+    EXPECT_GE(report.insights[i - 1].severity, report.insights[i].severity);
+  }
+  EXPECT_EQ(report.insights[0].rule_id, "dataloader_stall");
+  EXPECT_EQ(report.insights[1].rule_id, "kernel_launch_overhead");
+}
+
+TEST(Analyze, EveryRuleIsEitherFiredPassedOrSkippedOnAnEmptyRun) {
+  RunBuilder b;
+  b.run().end_ns.reset();
+  const Report report = Analyze(b.Build(), RuleContext{});
+  EXPECT_TRUE(report.insights.empty());
+  EXPECT_EQ(report.not_evaluated.size(), Rules().size());
+}
+
+}  // namespace
+}  // namespace gpuprof::analysis

@@ -1,0 +1,196 @@
+#include "analysis/run_view.h"
+
+#include <gtest/gtest.h>
+
+#include "analysis/test_runs.h"
+
+namespace gpuprof::analysis {
+namespace {
+
+using testing::kMs;
+using testing::RunBuilder;
+using testing::StepShape;
+
+StepShape Dur(int64_t ms) {
+  StepShape s;
+  s.duration_ns = ms * kMs;
+  return s;
+}
+
+TEST(RunView, PercentileInterpolatesLinearly) {
+  const std::vector<double> v = {1, 2, 3, 4};
+  EXPECT_DOUBLE_EQ(Percentile(v, 0.5), 2.5);
+  EXPECT_DOUBLE_EQ(Percentile(v, 0.0), 1);
+  EXPECT_DOUBLE_EQ(Percentile(v, 1.0), 4);
+  EXPECT_DOUBLE_EQ(Percentile(v, 0.99), 3 + 0.97);  // rank 2.97
+  EXPECT_DOUBLE_EQ(Percentile({7}, 0.99), 7);
+  EXPECT_EQ(Median({}), std::nullopt);
+  EXPECT_DOUBLE_EQ(*Median({5, 1, 3}), 3);
+}
+
+TEST(RunView, EmptyRunHasNoStatistics) {
+  RunBuilder b;
+  b.run().end_ns.reset();
+  const RunView v = BuildRunView(b.Build());
+  EXPECT_EQ(v.step_count(), 0u);
+  EXPECT_FALSE(v.all);
+  EXPECT_FALSE(v.steady);
+  EXPECT_FALSE(v.breakdown.wait_fraction);
+  EXPECT_FALSE(v.duration_ns);
+}
+
+TEST(RunView, SteadyStateSkipsThreeWarmupStepsWhenEnoughRemain) {
+  RunBuilder b;
+  b.Step(Dur(1000)).Step(Dur(500)).Step(Dur(300)).Steps(3, Dur(100));
+  const RunView v = BuildRunView(b.Build());
+  ASSERT_EQ(v.step_count(), kWarmupSteps + kMinSteadySteps);
+  EXPECT_EQ(v.steady_begin, kWarmupSteps);
+  ASSERT_TRUE(v.steady);
+  EXPECT_EQ(v.steady->count, 3u);
+  EXPECT_DOUBLE_EQ(v.steady->p50_ns, 100.0 * kMs);
+  EXPECT_DOUBLE_EQ(v.all->mean_ns, (1000.0 + 500 + 300 + 300) / 6 * kMs);
+}
+
+TEST(RunView, ShortRunsSkipOnlyStepZero) {
+  RunBuilder b;
+  b.Step(Dur(1000)).Steps(4, Dur(100));
+  const RunView v = BuildRunView(b.Build());
+  EXPECT_EQ(v.steady_begin, 1u);
+  EXPECT_EQ(v.steady->count, 4u);
+  EXPECT_DOUBLE_EQ(v.steady->mean_ns, 100.0 * kMs);
+
+  RunBuilder one;
+  one.Step(Dur(100));
+  const RunView single = BuildRunView(one.Build());
+  EXPECT_EQ(single.steady_count(), 0u);
+  EXPECT_FALSE(single.steady);
+  EXPECT_TRUE(single.all);
+}
+
+TEST(RunView, StepsAreSortedAndTileTheTimeline) {
+  RunBuilder b;
+  b.Steps(4, Dur(100));
+  store::RunData d = b.Build();
+  std::swap(d.steps[0], d.steps[3]);
+  const RunView v = BuildRunView(std::move(d));
+  for (size_t i = 0; i < v.steps.size(); ++i) {
+    EXPECT_EQ(v.steps[i].step, static_cast<int64_t>(i));
+    EXPECT_EQ(v.steps[i].duration_ns, 100 * kMs);
+    if (i) {
+      EXPECT_EQ(v.steps[i].start_ns, v.steps[i - 1].end_ns);
+    }
+  }
+}
+
+TEST(RunView, BreakdownUsesSteadyStepsAndSkipsUnmeasuredWait) {
+  // Steps 0-2 wait 90 ms (explicit, measured) but are warmup; steady steps wait 20 of 100 ms,
+  // except one steady step whose wait was not measured.
+  RunBuilder b;
+  StepShape warm;
+  warm.wait_ns = 90 * kMs;
+  warm.wait_source = "explicit";
+  warm.phases = {};
+  StepShape steady;
+  steady.wait_ns = 20 * kMs;
+  StepShape unmeasured;
+  unmeasured.wait_ns.reset();
+  b.Steps(3, warm).Steps(5, steady).Step(unmeasured);
+  const RunView v = BuildRunView(b.Build());
+  const Breakdown& br = v.breakdown;
+  EXPECT_EQ(br.wait_steps, 5u);
+  ASSERT_TRUE(br.wait_fraction);
+  EXPECT_DOUBLE_EQ(*br.wait_fraction, 20.0 / 100.0);
+  EXPECT_EQ(br.wait_source, "gap");
+  // forward/backward/optimizer summed over the 6 steady steps.
+  ASSERT_EQ(br.phases.size(), 3u);
+  EXPECT_EQ(br.phases[0].name, "forward");
+  EXPECT_DOUBLE_EQ(br.phases[0].wall_fraction, 30.0 / 100.0);
+  EXPECT_DOUBLE_EQ(br.phases[1].wall_fraction, 50.0 / 100.0);
+  // Other = 100 - 20 - 90 = -10 ms (this shape over-fills the step): negative is kept.
+  ASSERT_TRUE(br.other_fraction);
+  EXPECT_DOUBLE_EQ(*br.other_fraction, -10.0 / 100.0);
+  EXPECT_EQ(br.other_steps, 5u);
+}
+
+TEST(RunView, CanonicalPhasesComeFirstThenFirstAppearance) {
+  RunBuilder b;
+  StepShape s;
+  s.phases = {{"zeta", 1 * kMs, std::nullopt},
+              {"optimizer", 1 * kMs, std::nullopt},
+              {"alpha", 1 * kMs, std::nullopt},
+              {"forward", 1 * kMs, 2 * kMs}};
+  b.Steps(3, s);
+  const RunView v = BuildRunView(b.Build());
+  std::vector<std::string> names;
+  for (const auto& p : v.breakdown.phases) names.push_back(p.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"forward", "optimizer", "zeta", "alpha"}));
+  EXPECT_EQ(v.breakdown.phases[0].gpu_steps, 2u);
+  EXPECT_DOUBLE_EQ(*v.breakdown.phases[0].gpu_mean_ns, 2.0 * kMs);
+  EXPECT_FALSE(v.breakdown.phases[1].gpu_mean_ns);
+}
+
+TEST(RunView, DurationFromRunEndElseLastStep) {
+  RunBuilder b;
+  b.Steps(3, Dur(100));
+  b.run().end_ns = 400 * kMs;
+  EXPECT_EQ(BuildRunView(b.Build()).duration_ns, 400 * kMs);
+  b.run().end_ns.reset();
+  const RunView v = BuildRunView(b.Build());
+  EXPECT_EQ(v.duration_ns, 300 * kMs);
+  EXPECT_TRUE(v.duration_from_steps);
+}
+
+TEST(RunView, GpuAndHostAggregatesIgnoreNulls) {
+  RunBuilder b;
+  store::GpuSampleRow s1;
+  s1.ts_ns = 1;
+  s1.util_pct = 80;
+  s1.mem_used_bytes = 40;
+  s1.mem_total_bytes = 100;
+  s1.temp_c = 60;
+  s1.power_mw = 300000;
+  store::GpuSampleRow s2;
+  s2.ts_ns = 2;
+  s2.gpu_index = 1;
+  s2.util_pct = 40;
+  s2.mem_used_bytes = 90;
+  s2.mem_total_bytes = 100;
+  store::GpuSampleRow s3;  // everything unmeasured
+  s3.ts_ns = 3;
+  b.GpuSample(s1).GpuSample(s2).GpuSample(s3);
+  store::HostSampleRow h1;
+  h1.cpu_pct = 50;
+  h1.ncores = 16;
+  store::HostSampleRow h2;
+  h2.cpu_pct = 70;
+  h2.swap_in_bps = 2e6;
+  b.HostSample(h1).HostSample(h2);
+  const RunView v = BuildRunView(b.Build());
+  EXPECT_EQ(v.gpu.samples, 3u);
+  EXPECT_EQ(v.gpu.gpus_sampled, 2u);
+  EXPECT_DOUBLE_EQ(*v.gpu.mean_util_pct, 60);
+  EXPECT_DOUBLE_EQ(*v.gpu.peak_mem_used_bytes, 90);
+  EXPECT_DOUBLE_EQ(*v.gpu.peak_mem_fraction, 0.9);
+  EXPECT_DOUBLE_EQ(*v.gpu.max_temp_c, 60);
+  EXPECT_DOUBLE_EQ(*v.gpu.mean_power_w, 300);
+  EXPECT_FALSE(v.gpu.max_pcie_rx_bps);
+  EXPECT_EQ(v.host.samples, 2u);
+  EXPECT_DOUBLE_EQ(*v.host.mean_cpu_pct, 60);
+  EXPECT_DOUBLE_EQ(*v.host.ncores, 16);
+  EXPECT_DOUBLE_EQ(*v.host.max_swap_in_bps, 2e6);
+  EXPECT_FALSE(v.host.mean_disk_read_bps);
+}
+
+TEST(RunView, CpuRunDetection) {
+  RunBuilder b;
+  EXPECT_FALSE(BuildRunView(b.Build()).IsCpuRun());
+  b.Cpu();
+  EXPECT_TRUE(BuildRunView(b.Build()).IsCpuRun());
+  b.run().device_kind.reset();  // unknown device and no GPU seen
+  EXPECT_TRUE(BuildRunView(b.Build()).IsCpuRun());
+  b.run().gpu_model = "NVIDIA L4";
+  EXPECT_FALSE(BuildRunView(b.Build()).IsCpuRun());
+}
+
+}  // namespace
+}  // namespace gpuprof::analysis
