@@ -2,7 +2,7 @@
 .DEFAULT_GOAL := help
 PY := .venv/bin/python
 
-.PHONY: help setup demo test test-cpp test-py bench format clean
+.PHONY: help setup demo test test-cpp test-py bench rules-table format clean
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -24,6 +24,10 @@ test-py: ## Python tests (pytest through the public API), assumes setup
 
 bench: setup ## Benchmarks (not pass/fail): overhead vs torch.profiler, hook and sampler costs
 	$(PY) bench/overhead.py
+
+rules-table: setup ## Regenerate the rule tables in README.md and docs/rules.md from the registry
+	for doc in README.md docs/rules.md; do \
+	  cmake -DGPUPROF=.venv/bin/gpuprof -DDOC=$$doc -DUPDATE=ON -P cpp/cli/check_rules_doc.cmake; done
 
 format: ## clang-format the C++ tree
 	find cpp -name '*.h' -o -name '*.cc' | xargs clang-format -i
