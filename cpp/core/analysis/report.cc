@@ -215,6 +215,10 @@ std::string FormatSummary(const Report& report, const std::string& db_path) {
     for (size_t i = 0; i < shown; ++i) {
       const Insight& in = report.insights[i];
       out += StrFormat("  %-8s%s\n", Tag(in.severity).c_str(), in.message.c_str());
+      // The fix rides along for the findings that need action (HIGH/MED).
+      if ((in.severity == Severity::kHigh || in.severity == Severity::kMed) && !in.fix.empty()) {
+        out += "          → " + in.fix + "\n";
+      }
     }
     if (shown < report.insights.size()) {
       out += StrFormat("  … %zu more in the full report\n", report.insights.size() - shown);

@@ -78,17 +78,26 @@ TEST(Summary, MatchesTheReadmeShapeWithTheRunsOwnNumbers) {
   EXPECT_EQ(lines[2], "  Insights (3):");
   EXPECT_EQ(lines[3], "  [HIGH]  " + FormatPercent(ExampleRun::kWait) +
                           " of step time waiting on the loader (inter-step gap)");
-  EXPECT_EQ(lines[4], "  [MED]   MFU " + FormatPercent(ExampleRun::kMfu, 1) +
+  // HIGH and MED findings carry their fix on the next line.
+  const auto fix_line = [&](const std::string& rule_id) {
+    for (const Insight& in : report.insights) {
+      if (in.rule_id == rule_id) return "          → " + in.fix;
+    }
+    return std::string("missing insight ") + rule_id;
+  };
+  EXPECT_EQ(lines[4], fix_line("dataloader_stall"));
+  EXPECT_EQ(lines[5], "  [MED]   MFU " + FormatPercent(ExampleRun::kMfu, 1) +
                           " of 989 TFLOPs bf16 peak");
+  EXPECT_EQ(lines[6], fix_line("low_mfu"));
   const double seconds = 200 * ExampleRun::kStepNs * 1e-9;
   const double usd = seconds / 3600 * 12.29;
-  EXPECT_EQ(lines[5], "  [LOW]   Estimated cost: " + FormatUsd(usd) + " (" +
+  EXPECT_EQ(lines[7], "  [LOW]   Estimated cost: " + FormatUsd(usd) + " (" +
                           FormatMinutes(seconds * 1e9) + " · $12.29/h); ~" +
                           FormatUsd(usd * (1 - ExampleRun::kMfu)) +
                           " of that is idle capacity (MFU " +
                           FormatPercent(ExampleRun::kMfu, 1) + ")");
-  EXPECT_EQ(lines[6], "  Full report: gpuprof insights gpuprof.db 1");
-  EXPECT_EQ(lines.size(), 8u) << text;
+  EXPECT_EQ(lines[8], "  Full report: gpuprof insights gpuprof.db 1");
+  EXPECT_EQ(lines.size(), 10u) << text;
 }
 
 TEST(Summary, SaysSoWhenThereAreNoInsights) {

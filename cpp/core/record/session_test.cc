@@ -1,1 +1,155 @@
-// session tests: see session_test.cc (end to end through the store)
+// End to end through the native core: Session -> Recorder threads -> StoreWriter -> SQLite ->
+// analysis, with mock GPUs and the real /proc.
+#include "record/session.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+namespace gpuprof::record {
+namespace {
+
+namespace fs = std::filesystem;
+
+class SessionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("gpuprof_session_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  SessionConfig Config(const std::string& name) {
+    SessionConfig c;
+    c.db_path = (dir_ / "gpuprof.db").string();
+    c.run.run_name = name;
+    c.run.device_kind = "cpu";
+    c.recorder.sample_hz = 200;
+    c.recorder.host_hz = 20;
+    c.gpu.backend = "mock";
+    c.gpu.mock_gpus = 2;
+    return c;
+  }
+
+  // One auto iteration with `wait_ms` of loader gap before it.
+  static void Iteration(Session* s, int wait_ms, int compute_ms) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+    s->Emit(EventKind::kForwardBegin);
+    std::this_thread::sleep_for(std::chrono::milliseconds(compute_ms));
+    s->Emit(EventKind::kForwardEnd);
+    s->Emit(EventKind::kBackwardBegin);
+    s->Emit(EventKind::kBackwardEnd);
+    s->Emit(EventKind::kOptimizerBegin);
+    s->Emit(EventKind::kOptimizerEnd);
+  }
+
+  store::RunData Load(int64_t run_id) {
+    auto st = store::SqliteStore::Open((dir_ / "gpuprof.db").string(),
+                                       store::SqliteStore::Mode::kReadOnly);
+    EXPECT_TRUE(st.ok()) << st.error();
+    auto data = st.value()->LoadRun(run_id);
+    EXPECT_TRUE(data.ok()) << data.error();
+    return std::move(data.value());
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(SessionTest, RecordsStepsTelemetryAndInsightsAndPrintsTheSummary) {
+  // GIVEN a session with two mock GPUs
+  auto s = Session::Start(Config("e2e"));
+  ASSERT_TRUE(s.ok()) << s.error();
+  Session& session = *s.value();
+  // WHEN ten iterations run, each waiting 8 ms on the "loader" and computing 2 ms
+  for (int i = 0; i < 10; ++i) Iteration(&session, 8, 2);
+  const StopResult r = session.Stop("ok", std::nullopt);
+  // THEN stopping succeeded and the summary names the run and the stall
+  ASSERT_FALSE(r.error.has_value()) << *r.error;
+  EXPECT_NE(r.summary.find("gpuprof · e2e  (10 steps"), std::string::npos) << r.summary;
+  EXPECT_NE(r.summary.find("waiting on the loader"), std::string::npos) << r.summary;
+  // AND the store holds the run, its steps with gap waits, telemetry and the insight
+  const store::RunData d = Load(session.run_id());
+  EXPECT_EQ(d.run.status, "ok");
+  EXPECT_EQ(d.run.gpu_backend, "mock");
+  EXPECT_EQ(d.run.gpu_count, 2);
+  ASSERT_EQ(d.steps.size(), 10u);
+  for (size_t i = 1; i < d.steps.size(); ++i) {
+    ASSERT_TRUE(d.steps[i].wait_ns.has_value());
+    EXPECT_GE(*d.steps[i].wait_ns, 7'000'000);
+    EXPECT_EQ(d.steps[i].start_ns, d.steps[i - 1].end_ns);
+  }
+  EXPECT_EQ(d.gpus.size(), 2u);
+  EXPECT_GT(d.gpu_samples.size(), 10u);
+  EXPECT_GE(d.host_samples.size(), 2u);
+  bool stall = false;
+  for (const auto& in : d.insights) stall |= in.rule_id == "dataloader_stall";
+  EXPECT_TRUE(stall);
+}
+
+TEST_F(SessionTest, StopIsIdempotentAndFailedStatusKeepsTheError) {
+  auto s = Session::Start(Config("failing"));
+  ASSERT_TRUE(s.ok()) << s.error();
+  Iteration(s.value().get(), 0, 1);
+  const StopResult first = s.value()->Stop("failed", std::string("ValueError: bad batch"));
+  const StopResult second = s.value()->Stop("ok", std::nullopt);
+  EXPECT_EQ(first.summary, second.summary);
+  const store::RunData d = Load(s.value()->run_id());
+  EXPECT_EQ(d.run.status, "failed");
+  EXPECT_EQ(d.run.error, "ValueError: bad batch");
+  EXPECT_NE(first.summary.find("failed: ValueError: bad batch"), std::string::npos);
+}
+
+TEST_F(SessionTest, UnavailableGpuIsRecordedWithItsReason) {
+  SessionConfig c = Config("no-gpu");
+  c.gpu.backend = "nvml";
+  c.gpu.nvml_library = (dir_ / "no-such-libnvidia-ml.so.1").string();
+  auto s = Session::Start(c);
+  ASSERT_TRUE(s.ok()) << s.error();
+  s.value()->Stop("ok", std::nullopt);
+  const store::RunData d = Load(s.value()->run_id());
+  EXPECT_EQ(d.run.gpu_backend, "none");
+  EXPECT_TRUE(d.gpu_samples.empty());
+  bool found = false;
+  for (const auto& t : d.telemetry) {
+    if (t.source == "gpu") {
+      found = true;
+      EXPECT_FALSE(t.available);
+      ASSERT_TRUE(t.reason.has_value());
+      EXPECT_NE(t.reason->find("no-such-libnvidia-ml.so.1"), std::string::npos) << *t.reason;
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST_F(SessionTest, UnwritableDbIsAnErrorNamingThePath) {
+  SessionConfig c = Config("bad");
+  c.db_path = (dir_ / "missing" / "x.db").string();
+  auto s = Session::Start(c);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().find("x.db"), std::string::npos) << s.error();
+}
+
+TEST_F(SessionTest, FullRingDropsAndCountsInsteadOfBlocking) {
+  SessionConfig c = Config("flood");
+  c.recorder.ring_capacity = 64;
+  c.recorder.drain_interval_ms = 1000;  // the drain thread will not keep up
+  auto s = Session::Start(c);
+  ASSERT_TRUE(s.ok()) << s.error();
+  for (int i = 0; i < 10000; ++i) s.value()->Emit(EventKind::kForwardBegin);
+  EXPECT_GT(s.value()->recorder().dropped_events(), 0u);
+  s.value()->Stop("ok", std::nullopt);
+  const store::RunData d = Load(s.value()->run_id());
+  bool noted = false;
+  for (const auto& diag : d.diagnostics) {
+    noted |= diag.message.find("events dropped") != std::string::npos;
+  }
+  EXPECT_TRUE(noted);
+}
+
+}  // namespace
+}  // namespace gpuprof::record
