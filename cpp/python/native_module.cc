@@ -220,20 +220,25 @@ NB_MODULE(_native, m) {
            })
       .def("update_run",
            [](PySession& s, std::optional<std::string> device_kind,
-              std::optional<std::string> torch_version, std::optional<double> flops_per_step,
-              std::optional<std::string> flops_method, std::optional<std::string> dtype) {
+              std::optional<std::string> gpu_model, std::optional<int64_t> gpu_count,
+              std::optional<double> flops_per_step, std::optional<std::string> flops_method,
+              std::optional<std::string> dtype, std::optional<std::string> config_json) {
              gpuprof::Status st = s.session().UpdateRun([&](gpuprof::store::RunInfo* r) {
                if (device_kind) r->device_kind = device_kind;
-               if (torch_version) r->torch_version = torch_version;
+               if (gpu_model) r->gpu_model = gpu_model;
+               if (gpu_count) r->gpu_count = gpu_count;
                if (flops_per_step) r->flops_per_step = flops_per_step;
                if (flops_method) r->flops_method = flops_method;
                if (dtype) r->dtype = dtype;
+               if (config_json) r->config_json = config_json;
              });
              if (!st.ok()) throw std::runtime_error(st.message());
            },
-           nb::arg("device_kind").none() = nb::none(), nb::arg("torch_version").none() = nb::none(),
+           nb::arg("device_kind").none() = nb::none(), nb::arg("gpu_model").none() = nb::none(),
+           nb::arg("gpu_count").none() = nb::none(),
            nb::arg("flops_per_step").none() = nb::none(),
-           nb::arg("flops_method").none() = nb::none(), nb::arg("dtype").none() = nb::none())
+           nb::arg("flops_method").none() = nb::none(), nb::arg("dtype").none() = nb::none(),
+           nb::arg("config_json").none() = nb::none())
       .def("stats", &PySession::Stats)
       .def("stop", &PySession::Stop, nb::arg("status"), nb::arg("error").none() = nb::none());
 

@@ -193,6 +193,10 @@ class Profile:
     def _install_torch(self, torch: Any) -> None:
         from ._torch_patch import TorchPatches
         try:
+            self._describe_cuda(torch)
+        except Exception as e:  # descriptive only; never fatal
+            self._session.add_diagnostic("warning", "device", f"reading the CUDA device: {e!r}")
+        try:
             if self._cuda_events and torch.cuda.is_available():
                 from ._cuda_timing import CudaPhaseTimer
                 self._timer = CudaPhaseTimer(self._session, self._kinds["GPU_PHASE"], torch)
@@ -209,6 +213,15 @@ class Profile:
             if self._patches is not None:
                 self._patches.uninstall()
                 self._patches = None
+
+    def _describe_cuda(self, torch: Any) -> None:
+        """A CUDA process trains on one device (one rank per GPU): gpu_count is 1 and the model
+        is that device's, also when NVML is unavailable. NVML still samples every GPU."""
+        if not torch.cuda.is_available():
+            return
+        info = self._session.info()
+        model = info.get("gpu_model") or torch.cuda.get_device_name(torch.cuda.current_device())
+        self._session.update_run(gpu_model=model, gpu_count=1)
 
     def stop(self, error: Optional[str] = None) -> Optional[str]:
         """Ends the run (``error`` marks it failed) and returns the summary text."""
