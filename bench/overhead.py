@@ -4,7 +4,8 @@ Not a pass/fail test. Run: `make bench` (or `.venv/bin/python bench/overhead.py`
 
 1. Step time: an MLP with ~50 submodules (a few ms per step on one thread), trained in
    interleaved blocks: plain / gpuprof (auto, host sampling on, GPU backend mock at 100 Hz) /
-   torch.profiler (CPU activities). Median step time per mode, ratio to plain.
+   gpuprof with hooks only (no telemetry threads) / torch.profiler (CPU activities). Median
+   step time per mode, ratio to plain.
 2. Breakdown: cost per hooked call (outermost and nested module call, backward, optimizer
    hook) measured on trivial modules with and without the patch, times calls per step.
 3. Background cost: CPU time of the sampler/recorder/writer threads per tick, measured on an
@@ -57,7 +58,7 @@ def step_time_comparison(args, db: str) -> dict[str, list[float]]:
     xs = [torch.randn(args.batch, args.width) for _ in range(args.steps)]
     ys = [torch.randint(0, 10, (args.batch,)) for _ in range(args.steps)]
     run_steps(model, opt, xs, ys, loss_fn)  # warm up allocator and kernels
-    modes = ["plain", "gpuprof", "torch.profiler"]
+    modes = ["plain", "gpuprof", "gpuprof-hooks-only", "torch.profiler"]
     out: dict[str, list[float]] = {m: [] for m in modes}
     rng = random.Random(0)
     for _ in range(args.rounds):
@@ -68,6 +69,10 @@ def step_time_comparison(args, db: str) -> dict[str, list[float]]:
                 out[mode] += run_steps(model, opt, xs, ys, loss_fn)
             elif mode == "gpuprof":
                 with gpuprof.profile("bench", db=db, gpu="mock", mock_gpus=1, summary=False):
+                    out[mode] += run_steps(model, opt, xs, ys, loss_fn)
+            elif mode == "gpuprof-hooks-only":
+                # No telemetry threads: isolates the cost of the hooks and the recorder.
+                with gpuprof.profile("bench", db=db, gpu="none", host=False, summary=False):
                     out[mode] += run_steps(model, opt, xs, ys, loss_fn)
             else:
                 with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
