@@ -260,3 +260,45 @@ def test_invalid_options_name_the_problem(db, kwargs, message):
 def test_empty_run_name_is_rejected():
     with pytest.raises(ValueError, match="run_name"):
         gpuprof.profile("  ")
+
+
+def test_internal_failure_becomes_a_warning_and_a_stored_diagnostic(db, monkeypatch):
+    # GIVEN torch's optimizer hook registration is broken
+    import torch.optim.optimizer as optim_mod
+
+    def broken(hook):
+        raise RuntimeError("hook registry unavailable")
+
+    monkeypatch.setattr(optim_mod, "register_optimizer_step_pre_hook", broken)
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    # WHEN a profiled loop runs
+    with pytest.warns(gpuprof.GpuprofWarning, match="auto-instrumentation failed"):
+        with gpuprof.profile("broken", db=db.path, gpu="none", summary=False):
+            train(model, opt, batches(3))  # THEN the loop runs to the end
+    # AND the failure is stored, the patches are gone, the run is ok
+    msgs = [r[0] for r in db.rows("SELECT message FROM diagnostics WHERE level='error'")]
+    assert any("hook registry unavailable" in m for m in msgs), msgs
+    assert nn.Module.__dict__["__call__"].__class__.__name__ == "function"
+    assert db.one("SELECT status FROM runs") == "ok"
+
+
+def test_failing_cuda_callback_is_dropped_with_a_diagnostic(db):
+    # GIVEN a hook whose boundary callback raises (as a broken CUDA event would)
+    calls = []
+
+    def callback(kind, begin, ts):
+        calls.append(kind)
+        raise ValueError("event pool exhausted")
+
+    model = mlp()
+    with gpuprof.profile("cb", db=db.path, auto=False, gpu="none", summary=False) as prof:
+        hook = prof._session.hook(0, nn.Module.__dict__["__call__"], callback)
+        with pytest.warns(RuntimeWarning, match="event pool exhausted"):
+            out = hook(model, torch.randn(2, 32))
+        hook(model, torch.randn(2, 32))
+    # THEN the call itself succeeded, the callback ran once and was then dropped
+    assert out.shape == (2, 32)
+    assert calls == [0]
+    msgs = [r[0] for r in db.rows("SELECT message FROM diagnostics WHERE source='cuda_events'")]
+    assert any("event pool exhausted" in m for m in msgs), msgs

@@ -5,6 +5,8 @@
 #include <Python.h>
 #include <pythread.h>
 
+#include <string>
+
 #include "clock/clock.h"
 #include "hook_state.h"
 
@@ -36,7 +38,24 @@ void RunCallback(CallHook* h, bool begin, int64_t ts) {
   PyObject* r = PyObject_CallFunction(h->callback, "iOL", h->kind, begin ? Py_True : Py_False,
                                       static_cast<long long>(ts));
   if (r == nullptr) {
-    PyErr_WriteUnraisable(h->callback);
+    // Record the failure (diagnostic + warning), stop calling the callback, keep training.
+    std::string what = "CUDA event callback failed";
+    PyObject *et, *ev, *etb;
+    PyErr_Fetch(&et, &ev, &etb);
+    if (ev != nullptr) {
+      if (PyObject* s = PyObject_Repr(ev)) {
+        if (const char* c = PyUnicode_AsUTF8(s)) what += std::string(": ") + c;
+        Py_DECREF(s);
+      }
+    }
+    PyErr_Clear();
+    Py_XDECREF(et);
+    Py_XDECREF(ev);
+    Py_XDECREF(etb);
+    if (h->state->session != nullptr) {
+      h->state->session->AddDiagnostic("error", "cuda_events", what + "; GPU phase times stop here");
+    }
+    if (PyErr_WarnEx(PyExc_RuntimeWarning, ("gpuprof: " + what).c_str(), 1) < 0) PyErr_Clear();
     Py_CLEAR(h->callback);
   } else {
     Py_DECREF(r);
