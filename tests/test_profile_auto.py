@@ -251,6 +251,7 @@ def test_profiler_failure_never_breaks_the_loop(tmp_path):
     ({"dtype": "int4"}, "dtype must be one of"),
     ({"mock_gpus": 0}, "mock_gpus must be an int"),
     ({"flops_per_step": -5}, "flops_per_step must be > 0"),
+    ({"gpu": "mock", "mock_scenario": "tmp=90"}, "mock_scenario: unknown mock scenario key 'tmp'"),
 ])
 def test_invalid_options_name_the_problem(db, kwargs, message):
     with pytest.raises((ValueError, TypeError), match=message):

@@ -17,6 +17,7 @@
 #include "hook_state.h"
 #include "record/session.h"
 #include "store/sqlite_store.h"
+#include "telemetry/mock_collector.h"
 
 namespace nb = nanobind;
 
@@ -243,6 +244,10 @@ NB_MODULE(_native, m) {
       .def("stop", &PySession::Stop, nb::arg("status"), nb::arg("error").none() = nb::none());
 
   m.def("monotonic_ns", &gpuprof::clock::NowNs);
+  m.def("check_mock_scenario", [](const std::string& spec) {
+    auto parsed = gpuprof::telemetry::MockScenario::Parse(spec);
+    if (!parsed) throw nb::value_error(parsed.error().c_str());
+  });
   m.def("summary", &Summary, nb::arg("db_path"), nb::arg("run_id").none() = nb::none());
 
   nb::module_ kinds = m.def_submodule("kind", "event kinds");

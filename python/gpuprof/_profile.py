@@ -358,6 +358,18 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
     host_hz = _check_positive("host_hz", host_hz, allow_zero=True)
     if isinstance(mock_gpus, bool) or not isinstance(mock_gpus, int) or not 1 <= mock_gpus <= 64:
         raise ValueError(f"gpuprof.profile: mock_gpus must be an int in 1..64, got {mock_gpus!r}")
+    if not isinstance(mock_scenario, str):
+        raise TypeError("gpuprof.profile: mock_scenario must be a string like 'temp=88,throttle=1'")
+    if mock_scenario:
+        try:
+            from . import _native
+        except ImportError:
+            _native = None
+        if _native is not None:
+            try:
+                _native.check_mock_scenario(mock_scenario)
+            except ValueError as e:
+                raise ValueError(f"gpuprof.profile: mock_scenario: {e}") from None
     if flops_per_step is not None:
         flops_per_step = _check_positive("flops_per_step", flops_per_step)
     if dtype is not None and dtype not in _DTYPES:
