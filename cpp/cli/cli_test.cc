@@ -112,6 +112,7 @@ TEST_F(CliTest, HelpForEveryCommand) {
     EXPECT_THAT(r.out, HasSubstr("Usage")) << args;
   }
   EXPECT_THAT(Run("insights --help").out, HasSubstr("--json"));
+  EXPECT_THAT(Run("insights --help").out, HasSubstr("--group"));
   EXPECT_THAT(Run("rules --help").out, HasSubstr("--markdown"));
 }
 
@@ -227,6 +228,62 @@ TEST_F(CliTest, GpuRateOptionAndEnvironment) {
   const Result bad = Run("insights --gpu-rate cheap");
   EXPECT_EQ(bad.code, 1);
   EXPECT_THAT(bad.err, HasSubstr("--gpu-rate 'cheap'"));
+}
+
+// Rank `rank` of group `group` with steady steps of `step_ms`.
+RunBuilder RankRun(const std::string& group, int64_t rank, int64_t step_ms) {
+  RunBuilder b;
+  b.Name("ddp").Rank(group, rank, 2);
+  b.run().hostname = "node-" + std::to_string(rank);
+  StepShape s;
+  s.duration_ns = step_ms * kMs;
+  s.wait_ns = 5 * kMs;
+  s.phases = {{"forward", 20 * kMs, std::nullopt}};
+  b.Steps(30, s);
+  return b;
+}
+
+TEST_F(CliTest, InsightsForAGroup) {
+  WriteRuns(Path("gpuprof.db"), {StallRun("single", 5).Build(), RankRun("job", 0, 62).Build(),
+                                 RankRun("job", 1, 87).Build()});
+  const Result r = Run("insights --group job");
+  EXPECT_EQ(r.code, 0) << r.err;
+  auto store = analysis::testing::OpenDb(Path("gpuprof.db"));
+  auto report = analysis::AnalyzeStoredGroup(*store, "job", {});
+  ASSERT_TRUE(report.ok()) << report.error();
+  EXPECT_EQ(r.out, analysis::FormatGroupReport(*report, "gpuprof.db"));
+  EXPECT_THAT(r.out, HasSubstr("gpuprof · group job · 2 ranks (runs 2, 3)"));
+  EXPECT_THAT(r.out, HasSubstr("[MED]   Rank skew: rank 1 median step " +
+                               analysis::FormatDuration(87.0 * kMs) + " vs " +
+                               analysis::FormatDuration(62.0 * kMs) + " on rank 0 ("));
+  // bucket_skew needs collective timings, which these ranks did not record.
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("\n  bucket_skew +collective timings"));
+  // The DB may be named too.
+  EXPECT_EQ(Run("insights gpuprof.db --group job").out, r.out);
+
+  const Result j = Run("insights gpuprof.db --group job --json");
+  EXPECT_EQ(j.code, 0) << j.err;
+  const auto doc = nlohmann::json::parse(j.out);
+  EXPECT_EQ(doc, analysis::GroupReportJson(*report));
+  EXPECT_EQ(doc["group_id"], "job");
+  ASSERT_EQ(doc["ranks"].size(), 2u);
+  EXPECT_EQ(doc["ranks"][0]["hostname"], "node-0");
+  EXPECT_EQ(doc["insights"][0]["rule_id"], "rank_skew");
+  EXPECT_EQ(doc["not_evaluated"][0]["rule_id"], "bucket_skew");
+}
+
+TEST_F(CliTest, UnknownGroupIsAClearError) {
+  WriteRuns(Path("g.db"), {RankRun("job", 0, 62).Build(), StallRun("single", 5).Build()});
+  const Result r = Run("insights g.db --group jbo");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "gpuprof: no runs with group_id 'jbo' in g.db (groups: job)\n");
+  WriteRuns(Path("plain.db"), {StallRun("single", 5).Build()});
+  EXPECT_EQ(Run("insights plain.db --group job").err,
+            "gpuprof: no runs with group_id 'job' in plain.db (no run in it has a group_id)\n");
+  const Result with_run = Run("insights g.db 1 --group job");
+  EXPECT_EQ(with_run.code, 1);
+  EXPECT_THAT(with_run.err, HasSubstr("--group analyzes every run of the group; leave out RUN"));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The `gpuprof` command-line tool.
 //
 //   gpuprof insights [DB] [RUN] [--json] [--gpu-rate USD]   report of a stored run
+//   gpuprof insights [DB] --group NAME [--json]              every rank of a multi-rank run
 //   gpuprof rules [--markdown | --reference]                 the rule registry / MFU and
 //                                                            cost reference tables
 //   gpuprof version
@@ -62,6 +63,7 @@ struct InsightsArgs {
   std::string run;  // empty or "latest" = the latest run
   bool json = false;
   std::string gpu_rate;
+  std::optional<std::string> group;  // --group NAME: analyze runs with runs.group_id == NAME
 };
 
 int RunInsights(InsightsArgs args) {
@@ -93,6 +95,20 @@ int RunInsights(InsightsArgs args) {
   if (!runs) return Fail(runs.error());
   if (runs->empty()) {
     return Fail(args.db + " holds no runs yet — run a script under gpuprof.profile() first");
+  }
+  if (args.group) {
+    if (!args.run.empty()) {
+      return Fail("--group analyzes every run of the group; leave out RUN (got '" + args.run +
+                  "')");
+    }
+    auto group = analysis::AnalyzeStoredGroup(**store, *args.group, options);
+    if (!group) return Fail(group.error());
+    if (args.json) {
+      std::cout << analysis::GroupReportJson(*group).dump(2) << "\n";
+    } else {
+      std::cout << analysis::FormatGroupReport(*group, args.db);
+    }
+    return 0;
   }
   std::vector<int64_t> ids;
   for (const auto& r : *runs) ids.push_back(r.run_id);
@@ -133,7 +149,12 @@ int Main(int argc, char** argv) {
                        "./gpuprof.db unless a file of that name exists");
   insights->add_flag("--json", insights_args.json,
                      "Print a JSON document (run, steps, mfu, telemetry, insights, "
-                     "not_evaluated) instead of text");
+                     "not_evaluated; with --group: ranks, insights, not_evaluated) instead of "
+                     "text");
+  insights->add_option("--group", insights_args.group,
+                       "Analyze every rank of a multi-rank run: the runs whose group_id is NAME "
+                       "(per-rank step times, rank skew, per-bucket collective skew)")
+      ->type_name("NAME");
   insights->add_option("--gpu-rate", insights_args.gpu_rate,
                        "USD per GPU-hour for the cost line (overrides $GPUPROF_GPU_RATE and "
                        "the reference table)");

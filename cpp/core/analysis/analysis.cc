@@ -1,6 +1,7 @@
 #include "analysis/analysis.h"
 
 #include "analysis/format.h"
+#include "analysis/run_loader.h"
 
 namespace gpuprof::analysis {
 
@@ -14,7 +15,28 @@ Expected<Report> AnalyzeRun(store::SqliteStore& store, int64_t run_id,
   }
   Expected<store::RunData> data = store.LoadRun(run_id);
   if (!data) return data.status();
-  return Analyze(std::move(data).value(), MakeRuleContextFromEnv(options));
+  RuleContext context = MakeRuleContextFromEnv(options);
+  Expected<std::vector<PriorRun>> prior = LoadPriorRuns(store, data->run);
+  if (!prior) return prior.status();
+  context.previous_runs = std::move(prior).value();
+  return Analyze(std::move(data).value(), context);
+}
+
+Expected<GroupReport> AnalyzeStoredGroup(store::SqliteStore& store, const std::string& group_id,
+                                         const AnalysisOptions& options) {
+  Expected<std::vector<store::RunData>> runs = LoadGroupRuns(store, group_id);
+  if (!runs) return runs.status();
+  if (runs->empty()) {
+    Expected<std::vector<std::string>> groups = ListGroupIds(store);
+    if (!groups) return groups.status();
+    std::string known;
+    for (size_t i = 0; i < groups->size(); ++i) known += (i ? ", " : "") + (*groups)[i];
+    return Status::Error(StrFormat("no runs with group_id '%s' in %s (%s)", group_id.c_str(),
+                                   store.path().c_str(),
+                                   groups->empty() ? "no run in it has a group_id"
+                                                   : ("groups: " + known).c_str()));
+  }
+  return AnalyzeGroup(group_id, std::move(runs).value(), MakeRuleContextFromEnv(options));
 }
 
 Expected<std::string> SummaryText(store::SqliteStore& store, int64_t run_id,

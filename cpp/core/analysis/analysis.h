@@ -1,6 +1,8 @@
 // Entry points of the insights engine against a store (see docs/rules.md).
 //
-//   AnalyzeRun   load a stored run and analyze it (writes nothing)
+//   AnalyzeRun   load a stored run and analyze it (writes nothing); the regression rule
+//                compares it with the earlier runs of the same run_name in the same store
+//   AnalyzeStoredGroup  load every run of a multi-rank group and run the group rules
 //   SummaryText  AnalyzeRun + the summary block
 //   FinalizeRun  AnalyzeRun + store.ReplaceInsights + the summary block; called once when
 //                `with gpuprof.profile(...)` exits, after FinishRun.
@@ -14,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/group.h"
 #include "analysis/insight.h"
 #include "analysis/report.h"
 #include "store/sqlite_store.h"
@@ -22,9 +25,16 @@
 namespace gpuprof::analysis {
 
 // Loads run `run_id` and analyzes it with the rate override resolved from `options` and
-// $GPUPROF_GPU_RATE. Errors: unknown run id, store read failures.
+// $GPUPROF_GPU_RATE, and with the earlier runs of the same name (their steps only) as the
+// regression baseline. Errors: unknown run id, store read failures.
 Expected<Report> AnalyzeRun(store::SqliteStore& store, int64_t run_id,
                             const AnalysisOptions& options);
+
+// Loads every run with runs.group_id == group_id (run rows, steps, comm_buckets) and runs the
+// group rules. Errors: no run has that group id (the message lists the groups that exist),
+// store read failures.
+Expected<GroupReport> AnalyzeStoredGroup(store::SqliteStore& store, const std::string& group_id,
+                                         const AnalysisOptions& options);
 
 // The summary block for a stored run (what FinalizeRun returns), without writing anything.
 // `db_path` is quoted in the "Full report:" hint as given.

@@ -66,26 +66,56 @@ std::string FormatBytes(double bytes) {
   return StrFormat("%.1f %s", v, kUnits[unit]);
 }
 
-namespace {
-size_t Columns(const std::string& s) {
+size_t DisplayColumns(const std::string& s) {
   size_t n = 0;
   for (unsigned char c : s) n += (c & 0xC0) != 0x80;  // count UTF-8 lead bytes
   return n;
 }
-}  // namespace
 
 std::string PadRight(const std::string& text, size_t width) {
-  const size_t cols = Columns(text);
+  const size_t cols = DisplayColumns(text);
   return cols >= width ? text : text + std::string(width - cols, ' ');
 }
 
 std::string PadLeft(const std::string& text, size_t width) {
-  const size_t cols = Columns(text);
+  const size_t cols = DisplayColumns(text);
   return cols >= width ? text : std::string(width - cols, ' ') + text;
 }
 
 std::string Plural(size_t n, const char* singular, const char* plural) {
   return StrFormat("%zu %s", n, n == 1 ? singular : plural);
+}
+
+namespace {
+// One decimal below 100, none above: "3.1", "820".
+std::string Scaled(double v) {
+  return std::fabs(v) < 99.95 ? StrFormat("%.1f", v) : StrFormat("%.0f", v);
+}
+}  // namespace
+
+std::string FormatBandwidth(double bps) {
+  const double a = std::fabs(bps);
+  if (a < 1e3) return StrFormat("%.0f B/s", bps);
+  if (a < 1e6) return Scaled(bps / 1e3) + " kB/s";
+  if (a < 1e9) return Scaled(bps / 1e6) + " MB/s";
+  return Scaled(bps / 1e9) + " GB/s";
+}
+
+std::string FormatCount(double n) {
+  const double a = std::fabs(n);
+  if (a < 1e3) return StrFormat("%.0f", n);
+  if (a < 1e6) return (a < 99.95e3 ? FormatCompact(n / 1e3) : Scaled(n / 1e3)) + "k";
+  return (a < 99.95e6 ? FormatCompact(n / 1e6) : Scaled(n / 1e6)) + "M";
+}
+
+std::string ShellQuoteIfNeeded(const std::string& s) {
+  if (s.find_first_of(" \t'\"$") == std::string::npos && !s.empty()) return s;
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') out += "'\\''";
+    else out += c;
+  }
+  return out + "'";
 }
 
 std::string FormatRatio(double ratio) { return StrFormat("%.1f×", ratio); }

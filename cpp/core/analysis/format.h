@@ -24,11 +24,20 @@ std::string FormatCompact(double value);
 std::string FormatUsd(double usd);
 // Binary units with one decimal: "512 B", "3.2 MiB", "79.6 GiB".
 std::string FormatBytes(double bytes);
+// A rate in decimal (SI) units, as disks and links are quoted: "850 B/s", "3.1 MB/s",
+// "820 MB/s", "24.1 GB/s" (one decimal below 100 of a unit).
+std::string FormatBandwidth(double bytes_per_second);
+// A count with an SI suffix: "850", "6.1k", "5k", "120k", "1.2M".
+std::string FormatCount(double n);
 // A ratio with one decimal and a multiplication sign: "2.7×".
 std::string FormatRatio(double ratio);
+// Display columns of UTF-8 text (code points; every character is taken as one column).
+size_t DisplayColumns(const std::string& text);
 // Pads with spaces to `width` display columns (UTF-8 code points), left- or right-aligned.
 std::string PadRight(const std::string& text, size_t width);
 std::string PadLeft(const std::string& text, size_t width);
+// `s` as one shell word: unchanged when it needs no quoting, else in single quotes.
+std::string ShellQuoteIfNeeded(const std::string& s);
 // "1 sample", "3 samples".
 std::string Plural(size_t n, const char* singular, const char* plural);
 // "—" for an unknown value, else f(value).

@@ -3,9 +3,12 @@
 // the store themselves; everything they depend on is in RunView or RuleContext.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -65,6 +68,15 @@ struct AnalysisOptions {
   std::optional<double> gpu_rate_usd_per_hour;
 };
 
+// What the regression rule needs of one earlier run of the same run_name. Loaded by AnalyzeRun
+// (analysis.h) from the store; only the steps are read.
+struct PriorRun {
+  int64_t run_id = 0;
+  std::string status;                      // ok | failed
+  size_t steps = 0;
+  std::optional<double> steady_median_ns;  // nullopt: the run has no steady state
+};
+
 // Inputs to rules that do not come from the run itself. Built once per analysis by
 // MakeRuleContext (report.h); rules treat it as read-only.
 struct RuleContext {
@@ -75,6 +87,10 @@ struct RuleContext {
   std::string gpu_rate_source;
   // Set when $GPUPROF_GPU_RATE was present but unusable; the cost rule reports it.
   std::optional<std::string> gpu_rate_error;
+  // Earlier finished runs with the same run_name in the same store, newest first (at most
+  // thresholds::kRegressionLookback). nullopt when nobody looked (an analysis without a store):
+  // the regression rule is then "not evaluated"; an empty list means there are none.
+  std::optional<std::vector<PriorRun>> previous_runs;
 };
 
 }  // namespace gpuprof::analysis

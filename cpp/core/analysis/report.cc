@@ -26,16 +26,6 @@ std::string OneLine(const std::string& text, size_t max_chars = 120) {
   return line;
 }
 
-std::string QuoteIfNeeded(const std::string& s) {
-  if (s.find_first_of(" \t'\"$") == std::string::npos && !s.empty()) return s;
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') out += "'\\''";
-    else out += c;
-  }
-  return out + "'";
-}
-
 std::string Tag(Severity s) { return "[" + std::string(SeverityTag(s)) + "]"; }
 
 std::string UtcTime(int64_t unix_ns) {
@@ -109,7 +99,7 @@ std::string HostAggText(const HostAggregates& h) {
     parts.push_back(s);
   }
   if (h.max_disk_read_bps) {
-    parts.push_back("peak disk read " + FormatBytes(*h.max_disk_read_bps) + "/s");
+    parts.push_back("peak disk read " + FormatBandwidth(*h.max_disk_read_bps));
   }
   std::string out;
   for (size_t i = 0; i < parts.size(); ++i) out += (i ? " · " : "") + parts[i];
@@ -179,6 +169,7 @@ Report Analyze(store::RunData data, const RuleContext& context) {
   std::vector<std::pair<size_t, Insight>> fired;
   const auto& specs = Rules();
   for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].group()) continue;  // needs every rank: AnalyzeGroup (group.h)
     RuleResult r = EvaluateRule(specs[i], report.view, context);
     if (r.insight) {
       fired.emplace_back(i, std::move(*r.insight));
@@ -225,13 +216,28 @@ std::string FormatSummary(const Report& report, const std::string& db_path) {
     }
   }
   if (!report.not_evaluated.empty()) {
+    // One line: as many rule ids as fit, then how many more.
+    const std::string head = StrFormat("  Not evaluated (%zu): ", report.not_evaluated.size());
+    const std::string tail = " (reasons in the full report)";
     std::string ids;
-    for (size_t i = 0; i < report.not_evaluated.size(); ++i) {
-      ids += (i ? ", " : "") + report.not_evaluated[i].rule_id;
+    size_t shown = 0;
+    for (const NotEvaluated& n : report.not_evaluated) {
+      const std::string next = (shown ? ", " : "") + n.rule_id;
+      const size_t rest = report.not_evaluated.size() - shown - 1;
+      const std::string more = rest ? StrFormat(", … +%zu", rest) : std::string();
+      if (shown > 0 && head.size() + ids.size() + next.size() + more.size() + tail.size() >
+                           kSummaryMaxLineColumns) {
+        break;
+      }
+      ids += next;
+      ++shown;
     }
-    out += "  Not evaluated: " + ids + " (reasons in the full report)\n";
+    if (shown < report.not_evaluated.size()) {
+      ids += StrFormat(", … +%zu", report.not_evaluated.size() - shown);
+    }
+    out += head + ids + tail + "\n";
   }
-  out += StrFormat("  Full report: gpuprof insights %s %lld\n", QuoteIfNeeded(db_path).c_str(),
+  out += StrFormat("  Full report: gpuprof insights %s %lld\n", ShellQuoteIfNeeded(db_path).c_str(),
                    static_cast<long long>(run.run_id));
   out += Rule();
   return out;
@@ -264,7 +270,11 @@ std::string FormatFullReport(const Report& report) {
   if (run.rank || run.group_id) {
     out += "  group      " + run.group_id.value_or("—") + " · rank " +
            OrDash(run.rank, [](int64_t r) { return std::to_string(r); }) + " of " +
-           OrDash(run.world_size, [](int64_t w) { return std::to_string(w); }) + "\n";
+           OrDash(run.world_size, [](int64_t w) { return std::to_string(w); }) +
+           (run.group_id ? " · all ranks: gpuprof insights DB --group " +
+                               ShellQuoteIfNeeded(*run.group_id)
+                         : std::string()) +
+           "\n";
   }
   std::string versions = "gpuprof " + run.gpuprof_version;
   if (run.python_version) versions += " · Python " + *run.python_version;

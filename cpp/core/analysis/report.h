@@ -35,13 +35,16 @@ RuleContext MakeRuleContext(const AnalysisOptions& options, const char* env_rate
 // The same, reading $GPUPROF_GPU_RATE.
 RuleContext MakeRuleContextFromEnv(const AnalysisOptions& options);
 
-// Builds the RunView and runs every registered rule.
+// Builds the RunView and runs every per-run rule of the registry (group rules need every rank:
+// AnalyzeGroup in group.h).
 Report Analyze(store::RunData data, const RuleContext& context);
 
 // Width of the summary block's horizontal rules.
 inline constexpr int kSummaryRuleWidth = 60;
 // The summary block shows at most this many insights, then "… N more".
 inline constexpr size_t kSummaryMaxInsights = 8;
+// The summary's "Not evaluated (N): ..." line names rules until it would pass this many bytes.
+inline constexpr size_t kSummaryMaxLineColumns = 120;
 
 // The block printed when `with gpuprof.profile(...)` exits. `db_path` is shown in the
 // "Full report: gpuprof insights <db> <run>" hint as given. Ends with a newline.

@@ -8,47 +8,30 @@
 #include "analysis/format.h"
 #include "analysis/report.h"
 #include "analysis/rules/registry.h"
+#include "analysis/rule_test_util.h"
 #include "analysis/test_runs.h"
 
 namespace gpuprof::analysis {
 namespace {
 
+using testing::Eval;
+using testing::HealthyFullRun;
 using testing::HealthyRun;
+using testing::Shape;
+using testing::Split;
 using testing::kMs;
 using testing::kSec;
 using testing::RunBuilder;
 using testing::StepShape;
 using ::testing::HasSubstr;
 
-RuleResult Eval(const std::string& id, const RunBuilder& b, const RuleContext& ctx = {}) {
-  const RuleSpec* spec = FindRule(id);
-  EXPECT_NE(spec, nullptr) << id;
-  if (!spec) return RuleResult::Skip("no such rule");
-  return EvaluateRule(*spec, BuildRunView(b.Build()), ctx);
-}
-
-StepShape Shape(int64_t duration_ms, std::optional<int64_t> wait_ms,
-                std::vector<std::pair<std::string, int64_t>> phases_ms) {
-  StepShape s;
-  s.duration_ns = duration_ms * kMs;
-  s.wait_ns = wait_ms ? std::optional<int64_t>(*wait_ms * kMs) : std::nullopt;
-  s.phases.clear();
-  for (auto& [name, ms] : phases_ms) s.phases.push_back({name, ms * kMs, std::nullopt});
-  return s;
-}
-
-// forward/backward/optimizer summing to `phase_ms`, split 3:5:2 (rounded to ms).
-StepShape Split(int64_t duration_ms, std::optional<int64_t> wait_ms, int64_t phase_ms) {
-  const int64_t f = phase_ms * 3 / 10, o = phase_ms * 2 / 10;
-  return Shape(duration_ms, wait_ms,
-               {{"forward", f}, {"backward", phase_ms - f - o}, {"optimizer", o}});
-}
-
 // ---------------------------------------------------------------- registry
 
 TEST(Registry, EveryRuleIsCompleteAndUnique) {
   std::set<std::string> ids;
-  const std::set<std::string> families = {"data_pipeline", "compute", "warmup", "cost"};
+  const std::set<std::string> families = {"data_pipeline", "host",        "compute",
+                                          "memory_thermal", "warmup",      "distributed",
+                                          "regression",     "cost"};
   for (const RuleSpec& r : Rules()) {
     EXPECT_TRUE(ids.insert(r.id).second) << "duplicate " << r.id;
     EXPECT_TRUE(families.count(r.family)) << r.id << " family " << r.family;
@@ -56,13 +39,23 @@ TEST(Registry, EveryRuleIsCompleteAndUnique) {
     EXPECT_FALSE(r.fix.empty()) << r.id;
     EXPECT_FALSE(r.inputs.empty()) << r.id;
     EXPECT_FALSE(r.severity.empty()) << r.id;
-    EXPECT_NE(r.evaluate, nullptr) << r.id;
+    EXPECT_NE(r.evaluate == nullptr, r.evaluate_group == nullptr) << r.id << ": one kind";
     EXPECT_EQ(FindRule(r.id), &r);
   }
-  for (const char* id : {"dataloader_stall", "compilation_warmup", "first_step_outlier",
-                         "high_step_variance", "kernel_launch_overhead", "low_mfu", "cost"}) {
+  for (const char* id :
+       {"dataloader_stall", "prefetch_queue_starved", "cpu_bound_dataloader",
+        "io_bound_dataloader", "cold_cache", "cache_thrashing", "pcie_saturation",
+        "worker_imbalance", "host_memory_pressure", "low_mfu", "small_batch",
+        "kernel_launch_overhead", "gradient_checkpointing_detected", "sdpa_suboptimal",
+        "kernel_drift", "memory_pressure", "thermal_throttling", "compilation_warmup",
+        "first_step_outlier", "high_step_variance", "comm_dominant", "bucket_skew", "rank_skew",
+        "regression", "cost"}) {
     EXPECT_TRUE(ids.count(id)) << id;
   }
+  EXPECT_EQ(ids.size(), 25u);
+  EXPECT_TRUE(FindRule("bucket_skew")->group());
+  EXPECT_TRUE(FindRule("rank_skew")->group());
+  EXPECT_FALSE(FindRule("comm_dominant")->group());
   EXPECT_EQ(FindRule("no_such_rule"), nullptr);
 }
 
@@ -70,7 +63,8 @@ TEST(Registry, MarkdownIsGeneratedFromTheConstants) {
   const std::string md = RulesMarkdown();
   EXPECT_THAT(md, HasSubstr("| Rule | Family | Severity | Fires when | Fix |"));
   for (const RuleSpec& r : Rules()) {
-    EXPECT_THAT(md, HasSubstr("| `" + r.id + "` | " + r.family + " |"));
+    EXPECT_THAT(md, HasSubstr("| `" + r.id + "`" + (r.group() ? " (group)" : "") + " | " +
+                              r.family + " |"));
     for (const RuleThreshold& t : r.thresholds) {
       EXPECT_THAT(md, HasSubstr("`" + t.name + "` | " + StrFormat("%g", t.value)));
     }
@@ -83,7 +77,27 @@ TEST(Registry, MarkdownIsGeneratedFromTheConstants) {
               HasSubstr(FormatCompact(thresholds::kWarmupRatio) + "×"));
   EXPECT_THAT(FindRule("first_step_outlier")->fires_when,
               HasSubstr(FormatCompact(thresholds::kFirstStepRatio) + "×"));
+  EXPECT_THAT(FindRule("prefetch_queue_starved")->fires_when,
+              HasSubstr(FormatCompact(thresholds::kStarvedWaitMs) + " ms on ≥ " +
+                        FormatPercent(thresholds::kStarvedStepFraction)));
+  EXPECT_THAT(FindRule("thermal_throttling")->fires_when,
+              HasSubstr(FormatCompact(thresholds::kThrottleTempC) + " °C"));
+  EXPECT_THAT(FindRule("rank_skew")->fires_when,
+              HasSubstr(FormatPercent(thresholds::kRankSkewFraction)));
   EXPECT_THAT(RulesText(), HasSubstr("kernel_launch_overhead"));
+  EXPECT_THAT(RulesText(), HasSubstr("bucket_skew (group)"));
+}
+
+TEST(Registry, NvmlThermalBitsAreNvmlsDocumentedValues) {
+  // nvml.h: nvmlClocksEventReasonSwThermalSlowdown 0x20, ...HwThermalSlowdown 0x40.
+  EXPECT_EQ(thresholds::kNvmlSwThermalSlowdown, 0x20);
+  EXPECT_EQ(thresholds::kNvmlHwThermalSlowdown, 0x40);
+}
+
+TEST(Registry, GroupRulesAreNotEvaluatedOnOneRun) {
+  const RuleResult r = Eval("rank_skew", HealthyRun());
+  ASSERT_TRUE(r.skipped());
+  EXPECT_THAT(*r.not_evaluated, HasSubstr("--group"));
 }
 
 TEST(Registry, EvaluateRuleFillsIdFamilyAndFix) {
@@ -409,12 +423,23 @@ TEST(Analyze, HealthyRunHasNoHighOrMedInsight) {
   for (const Insight& in : report.insights) {
     EXPECT_LT(in.severity, Severity::kMed) << in.rule_id << ": " << in.message;
   }
-  // Everything the healthy run needs was measured, so only ...
+  ASSERT_EQ(report.insights.size(), 1u);
+  EXPECT_EQ(report.insights[0].rule_id, "cost");
+}
+
+TEST(Analyze, HealthyRunWithFullTelemetryEvaluatesEveryRuleAndFlagsNothing) {
+  // Previous runs of the same name ran at the same pace.
+  const Report report =
+      Analyze(HealthyFullRun().Build(), testing::WithPreviousRuns({100, 101, 99}));
+  // Everything the rules need was measured, so every per-run rule was evaluated ...
   for (const NotEvaluated& n : report.not_evaluated) {
     ADD_FAILURE() << n.rule_id << " not evaluated: " << n.reason;
   }
-  // ... and the one thing it always says is what it cost.
-  ASSERT_EQ(report.insights.size(), 1u);
+  // ... and the one thing the run gets told is what it cost.
+  for (const Insight& in : report.insights) {
+    EXPECT_LT(in.severity, Severity::kMed) << in.rule_id << ": " << in.message;
+  }
+  ASSERT_EQ(report.insights.size(), 1u) << report.insights.back().rule_id;
   EXPECT_EQ(report.insights[0].rule_id, "cost");
 }
 
@@ -435,7 +460,10 @@ TEST(Analyze, EveryRuleIsEitherFiredPassedOrSkippedOnAnEmptyRun) {
   b.run().end_ns.reset();
   const Report report = Analyze(b.Build(), RuleContext{});
   EXPECT_TRUE(report.insights.empty());
-  EXPECT_EQ(report.not_evaluated.size(), Rules().size());
+  size_t per_run = 0;
+  for (const RuleSpec& r : Rules()) per_run += r.group() ? 0 : 1;
+  EXPECT_EQ(report.not_evaluated.size(), per_run);
+  for (const NotEvaluated& n : report.not_evaluated) EXPECT_FALSE(FindRule(n.rule_id)->group());
 }
 
 }  // namespace

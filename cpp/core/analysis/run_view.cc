@@ -216,6 +216,18 @@ const store::TelemetryStatusRow* RunView::Telemetry(std::string_view source) con
   return nullptr;
 }
 
+const store::GpuInfoRow* RunView::GpuInfo(int64_t gpu_index) const {
+  for (const auto& g : data.gpus) {
+    if (g.gpu_index == gpu_index) return &g;
+  }
+  return nullptr;
+}
+
+std::optional<std::pair<int64_t, int64_t>> RunView::SteadyWindow() const {
+  if (steady_count() == 0) return std::nullopt;
+  return std::make_pair(steps[steady_begin].start_ns, steps.back().end_ns);
+}
+
 RunView BuildRunView(store::RunData data) {
   RunView v;
   v.data = std::move(data);

@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "store/sqlite_store.h"
@@ -155,6 +156,11 @@ struct RunView {
   bool IsCpuRun() const;
   // The telemetry_status row for `source` (gpu | host | cuda_events), or null.
   const store::TelemetryStatusRow* Telemetry(std::string_view source) const;
+  // The gpus row of device `gpu_index`, or null.
+  const store::GpuInfoRow* GpuInfo(int64_t gpu_index) const;
+  // [start of the first steady-state step, end of the last step]; nullopt without a steady
+  // state. Samples inside it describe the steady state.
+  std::optional<std::pair<int64_t, int64_t>> SteadyWindow() const;
 };
 
 // Builds the view. Rows need not be sorted; steps are ordered by step number.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <map>
 
 #include "analysis/report.h"
 #include "analysis/rules/registry.h"
@@ -13,6 +14,7 @@
 namespace gpuprof::analysis {
 namespace {
 
+using testing::HealthyFullRun;
 using testing::HealthyRun;
 using testing::kMs;
 using testing::kSec;
@@ -28,6 +30,28 @@ StepShape Shape(int64_t duration_ms, std::optional<int64_t> wait_ms, int64_t fwd
   s.phases = {{"forward", fwd_ms * kMs, gpu}, {"backward", bwd_ms * kMs, gpu},
               {"optimizer", opt_ms * kMs, std::nullopt}};
   return s;
+}
+
+// 20 steps of 100 ms with `wait_ms` of loader wait (source `source`).
+RunBuilder Waiting(int64_t wait_ms, const std::string& source = "gap", size_t steps = 20) {
+  RunBuilder b;
+  StepShape s = Shape(100, wait_ms, 20, 100 - wait_ms - 30, 5);
+  s.wait_source = source;
+  b.Steps(steps, s);
+  return b;
+}
+
+RunBuilder WithHost(RunBuilder b, const std::function<void(int64_t, store::HostSampleRow&)>& fill) {
+  b.Telemetry("host", true, "procfs", std::nullopt);
+  b.HostEvery(50 * kMs, fill);
+  return b;
+}
+
+RunBuilder WithGpu(RunBuilder b, const std::function<void(int64_t, store::GpuSampleRow&)>& fill) {
+  b.Telemetry("gpu", true, "nvml", std::nullopt);
+  b.GpuInfo(0, 80LL << 30, 1980);
+  b.GpuEvery(20 * kMs, fill);
+  return b;
 }
 
 struct Scenario {
@@ -84,6 +108,131 @@ std::vector<Scenario> Scenarios() {
          b.run().end_ns = 3600LL * kSec;
          return b;
        }},
+      {"prefetch_queue_starved", "prefetch_queue_starved",
+       [] { return Waiting(45, "explicit", 30); }},
+      {"cpu_bound_dataloader", "cpu_bound_dataloader",
+       [] {
+         return WithHost(Waiting(40), [](int64_t, store::HostSampleRow& h) {
+           h.cpu_pct = 95;
+           h.cpu_per_core = {95, 96, 94, 95};
+           h.ncores = 4;
+           h.disk_read_bps = 3e6;
+           h.disk_read_iops = 40;
+         });
+       }},
+      {"io_bound_dataloader", "io_bound_dataloader",
+       [] {
+         return WithHost(Waiting(25), [](int64_t, store::HostSampleRow& h) {
+           h.cpu_pct = 35;
+           h.disk_read_bps = 820e6;
+           h.disk_read_iops = 6100;
+         });
+       }},
+      {"cold_cache", "cold_cache",
+       [] {
+         RunBuilder b;
+         b.Steps(3, Shape(100, 5, 20, 60, 10)).Steps(10, Shape(150, 5, 20, 110, 10));
+         const int64_t boundary = b.end_ns();
+         b.Steps(20, Shape(100, 5, 20, 60, 10));
+         return WithHost(b, [boundary](int64_t t, store::HostSampleRow& h) {
+           h.disk_read_bps = t <= boundary ? 600e6 : 10e6;
+         });
+       }},
+      {"cache_thrashing", "cache_thrashing",
+       [] {
+         return WithHost(Waiting(30), [](int64_t, store::HostSampleRow& h) {
+           h.mem_total_bytes = 128LL << 30;
+           h.page_cache_bytes = 66LL << 30;
+           h.disk_read_bps = 310e6;
+         });
+       }},
+      {"pcie_saturation", "pcie_saturation",
+       [] {
+         return WithGpu(Waiting(5), [](int64_t t, store::GpuSampleRow& g) {
+           g.pcie_rx_bps = t % (200 * kMs) == 0 ? 24.1e9 : 9e9;
+         });
+       }},
+      {"worker_imbalance", "worker_imbalance",
+       [] {
+         RunBuilder b =
+             WithHost(Waiting(5), [](int64_t, store::HostSampleRow& h) { h.cpu_pct = 40; });
+         for (int64_t t = 0; t <= b.end_ns(); t += 100 * kMs) {
+           b.WorkerSample({t, 100, "main", 100.0, 2LL << 30});
+           for (int64_t w = 0; w < 6; ++w) {
+             b.WorkerSample({t, 300 + w, "child", w == 2 ? 97.5 : 12.25, 1LL << 30});
+           }
+         }
+         return b;
+       }},
+      {"host_memory_pressure", "host_memory_pressure",
+       [] {
+         return WithHost(Waiting(5), [](int64_t, store::HostSampleRow& h) {
+           h.swap_in_bps = 12.4e6;
+           h.mem_used_bytes = 120LL << 30;
+           h.mem_total_bytes = 128LL << 30;
+         });
+       }},
+      {"small_batch", "small_batch",
+       [] {
+         RunBuilder b =
+             WithGpu(Waiting(5), [](int64_t, store::GpuSampleRow& g) { g.util_pct = 87; });
+         b.Flops(0.12 * 989e12 * 0.100, "bf16");
+         return b;
+       }},
+      {"gradient_checkpointing_detected", "gradient_checkpointing_detected",
+       [] {
+         RunBuilder b;
+         StepShape s = Shape(150, 5, 20, 30, 5);
+         s.phases[0].gpu_ns = 30 * kMs;
+         s.phases[1].gpu_ns = 93 * kMs;
+         b.Steps(20, s).Config(R"({"grad_checkpoint": false, "sample_hz": 100.0})");
+         return b;
+       }},
+      {"sdpa_suboptimal", "sdpa_suboptimal",
+       [] {
+         RunBuilder b = Waiting(5);
+         for (int64_t w = 0; w < 3; ++w) {
+           b.Kernel(w * kSec, (w + 1) * kSec, "ampere_bf16_s16816gemm", 900, 500 * kMs)
+               .Kernel(w * kSec, (w + 1) * kSec, "cunn_SoftMaxForward", 100, 150 * kMs)
+               .Kernel(w * kSec, (w + 1) * kSec, "aten::bmm", 200, 250 * kMs);
+         }
+         return b;
+       }},
+      {"kernel_drift", "kernel_drift",
+       [] {
+         RunBuilder b = Waiting(5);
+         for (int64_t w = 0; w < 8; ++w) {
+           b.Kernel(w * kSec, (w + 1) * kSec, "aten::mm", 100, (w < 4 ? 14 : 22) * kMs)
+               .Kernel(w * kSec, (w + 1) * kSec, "sm90_xmma_gemm", 50, 200 * kMs);
+         }
+         return b;
+       }},
+      {"memory_pressure", "memory_pressure",
+       [] {
+         return WithGpu(Waiting(5), [](int64_t t, store::GpuSampleRow& g) {
+           g.mem_used_bytes = t > kSec ? (77LL << 30) : (40LL << 30);  // total from gpus
+         });
+       }},
+      {"thermal_throttling", "thermal_throttling",
+       [] {
+         return WithGpu(Waiting(5), [](int64_t t, store::GpuSampleRow& g) {
+           const bool hot = t > 1200 * kMs;
+           g.temp_c = hot ? 88 : 70;
+           g.sm_clock_mhz = hot ? 1400 : 1980;
+           g.clock_reasons = hot ? 0x40 : 0;
+         });
+       }},
+      {"comm_dominant", "comm_dominant",
+       [] {
+         RunBuilder b = Waiting(5);
+         b.Rank("job", 1, 4);
+         for (const auto& st : b.steps()) {
+           b.CommBucket(st.step, 0, st.start_ns + 40 * kMs, st.start_ns + 70 * kMs, 25LL << 20)
+               .CommBucket(st.step, 1, st.start_ns + 60 * kMs, st.start_ns + 75 * kMs);
+         }
+         return b;
+       }},
+      {"healthy_full_telemetry", "cost", [] { return HealthyFullRun(); }},
       {"healthy_with_telemetry", "cost",
        [] {
          RunBuilder b = HealthyRun();
@@ -137,6 +286,7 @@ TEST_P(StoreRoundTrip, RulesFireTheSameAfterLoadRun) {
     EXPECT_EQ(before.not_evaluated[i].reason, after.not_evaluated[i].reason);
   }
   EXPECT_EQ(FormatSummary(before, file.path()), FormatSummary(after, file.path()));
+  EXPECT_EQ(ReportJson(before), ReportJson(after));
   EXPECT_EQ(FormatFullReport(before), FormatFullReport(after));
 }
 

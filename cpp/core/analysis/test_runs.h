@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "analysis/insight.h"
 #include "store/sqlite_store.h"
 
 namespace gpuprof::analysis::testing {
@@ -120,6 +122,65 @@ class RunBuilder {
     data_.host_samples.push_back(std::move(row));
     return *this;
   }
+  RunBuilder& WorkerSample(store::WorkerSampleRow row) {
+    data_.worker_samples.push_back(std::move(row));
+    return *this;
+  }
+  RunBuilder& Kernel(int64_t window_start_ns, int64_t window_end_ns, std::string name,
+                     int64_t calls, int64_t gpu_ns) {
+    data_.kernels.push_back(store::KernelRow{window_start_ns, window_end_ns, std::move(name),
+                                             calls, gpu_ns, "torch_profiler"});
+    return *this;
+  }
+  RunBuilder& CommBucket(int64_t step, int64_t bucket, int64_t start_ns, int64_t end_ns,
+                         std::optional<int64_t> bytes = std::nullopt) {
+    data_.comm_buckets.push_back(store::CommBucketRow{step, bucket, start_ns, end_ns, bytes});
+    return *this;
+  }
+  RunBuilder& GpuInfo(int64_t index, std::optional<int64_t> memory_total_bytes,
+                      std::optional<int64_t> sm_clock_max_mhz) {
+    data_.gpus.push_back(store::GpuInfoRow{index, data_.run.gpu_model, std::nullopt,
+                                           memory_total_bytes, sm_clock_max_mhz});
+    return *this;
+  }
+  RunBuilder& Config(std::string json) {
+    data_.run.config_json = std::move(json);
+    return *this;
+  }
+  RunBuilder& Rank(std::string group, int64_t rank, int64_t world_size) {
+    data_.run.group_id = std::move(group);
+    data_.run.rank = rank;
+    data_.run.world_size = world_size;
+    return *this;
+  }
+  // One host sample every `period_ns` from t = 0 to the end of the last step, filled by `fill`
+  // (which gets the sample time).
+  RunBuilder& HostEvery(int64_t period_ns,
+                        const std::function<void(int64_t, store::HostSampleRow&)>& fill) {
+    for (int64_t t = 0; t <= end_; t += period_ns) {
+      store::HostSampleRow row;
+      row.ts_ns = t;
+      fill(t, row);
+      data_.host_samples.push_back(std::move(row));
+    }
+    return *this;
+  }
+  // The same for GPU samples of GPU 0..gpus-1.
+  RunBuilder& GpuEvery(int64_t period_ns,
+                       const std::function<void(int64_t, store::GpuSampleRow&)>& fill,
+                       int64_t gpus = 1) {
+    for (int64_t t = 0; t <= end_; t += period_ns) {
+      for (int64_t g = 0; g < gpus; ++g) {
+        store::GpuSampleRow row;
+        row.ts_ns = t;
+        row.gpu_index = g;
+        fill(t, row);
+        data_.gpu_samples.push_back(std::move(row));
+      }
+    }
+    return *this;
+  }
+  const std::vector<store::StepRow>& steps() const { return data_.steps; }
   int64_t end_ns() const { return end_; }
   store::RunData Build() const { return data_; }
 
@@ -137,6 +198,86 @@ inline RunBuilder HealthyRun() {
   b.Step(first).Steps(49, StepShape{});
   b.Flops(0.5 * 989e12 * 0.100, "bf16");
   return b;
+}
+
+// Healthy host telemetry: 30% CPU of 16 cores, 20 MB/s and 200 IOPS of disk reads, page cache
+// at 10% of 64 GiB, no swap.
+inline void HealthyHost(int64_t, store::HostSampleRow& h) {
+  h.cpu_pct = 30;
+  h.ncores = 16;
+  h.mem_total_bytes = 64LL << 30;
+  h.mem_used_bytes = 20LL << 30;
+  h.page_cache_bytes = static_cast<int64_t>(0.1 * (64LL << 30));
+  h.swap_in_bps = 0;
+  h.disk_read_bps = 20e6;
+  h.disk_read_iops = 200;
+  h.proc_cpu_pct = 250;
+  h.proc_rss_bytes = 8LL << 30;
+}
+
+// Healthy GPU telemetry on an 80 GiB, 1980 MHz device: 85% busy, half the memory, 70 °C at
+// the full clock, no clock-event reasons, 2 GB/s of PCIe reads.
+inline void HealthyGpu(int64_t, store::GpuSampleRow& g) {
+  g.util_pct = 85;
+  g.mem_util_pct = 50;
+  g.mem_used_bytes = 40LL << 30;
+  g.mem_total_bytes = 80LL << 30;
+  g.proc_mem_bytes = 38LL << 30;
+  g.power_mw = 600'000;
+  g.temp_c = 70;
+  g.sm_clock_mhz = 1980;
+  g.clock_reasons = 0;
+  g.pcie_rx_bps = 2e9;
+  g.pcie_tx_bps = 0.5e9;
+}
+
+// HealthyRun with every input a rule can use, all of it healthy: GPU and host telemetry every
+// 100 ms, four evenly busy dataloader workers, CUDA-event phase times with backward at 2×
+// forward (grad_checkpoint declared false), kernel windows with fused attention and no drift,
+// and explicit (wrap_dataloader) waits of 5 ms. Not distributed, so comm_dominant passes.
+inline RunBuilder HealthyFullRun() {
+  RunBuilder b;
+  StepShape first;
+  first.duration_ns = 150 * kMs;
+  first.wait_source = "explicit";
+  first.phases = {{"forward", 30 * kMs, 30 * kMs},
+                  {"backward", 50 * kMs, 60 * kMs},
+                  {"optimizer", 10 * kMs, std::nullopt}};
+  StepShape step = first;
+  step.duration_ns = 100 * kMs;
+  b.Step(first).Steps(49, step);
+  b.Flops(0.5 * 989e12 * 0.100, "bf16");
+  b.Config(R"({"grad_checkpoint": false, "sample_hz": 10})");
+  b.Telemetry("gpu", true, "nvml", std::nullopt).Telemetry("host", true, "procfs", std::nullopt);
+  b.GpuInfo(0, 80LL << 30, 1980);
+  b.GpuEvery(100 * kMs, HealthyGpu).HostEvery(100 * kMs, HealthyHost);
+  for (int64_t t = 0; t <= b.end_ns(); t += 100 * kMs) {
+    b.WorkerSample({t, 100, "main", 100.0, 4LL << 30});
+    for (int64_t w = 0; w < 4; ++w) b.WorkerSample({t, 200 + w, "child", 40.0 + w, 1LL << 30});
+  }
+  for (int64_t win = 0; win < 5; ++win) {
+    const int64_t a = win * kSec, z = (win + 1) * kSec;
+    b.Kernel(a, z, "ampere_bf16_s16816gemm_bf16_128x128", 1000, 400 * kMs)
+        .Kernel(a, z, "flash_fwd_kernel", 240, 80 * kMs)
+        .Kernel(a, z, "flash_bwd_kernel", 240, 160 * kMs)
+        .Kernel(a, z, "vectorized_elementwise_kernel", 5000, 60 * kMs);
+  }
+  return b;
+}
+
+// A RuleContext whose previous runs of the same name ran at `median_ms` per step.
+inline RuleContext WithPreviousRuns(std::vector<double> medians_ms, int64_t first_id = 100) {
+  RuleContext ctx;
+  ctx.previous_runs.emplace();
+  for (size_t i = 0; i < medians_ms.size(); ++i) {
+    PriorRun p;
+    p.run_id = first_id - static_cast<int64_t>(i);  // newest first
+    p.status = "ok";
+    p.steps = 50;
+    p.steady_median_ns = medians_ms[i] * kMs;
+    ctx.previous_runs->push_back(p);
+  }
+  return ctx;
 }
 
 }  // namespace gpuprof::analysis::testing

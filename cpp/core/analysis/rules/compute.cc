@@ -1,4 +1,9 @@
 // Compute rules: is the device doing useful math for the time the step takes?
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <set>
+
 #include "analysis/flops.h"
 #include "analysis/format.h"
 #include "analysis/rules/registry.h"
@@ -76,6 +81,257 @@ RuleResult LowMfu(const RunView& view, const RuleContext&) {
       Severity::kMed,
       StrFormat("MFU %s of %s TFLOPs %s peak", FormatPercent(m.value, 1).c_str(),
                 FormatCompact(m.peak_tflops).c_str(), std::string(DtypeName(m.dtype)).c_str()),
+      std::move(evidence));
+}
+
+using namespace thresholds;
+
+namespace {
+
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool Contains(const std::string& haystack, std::string_view needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// Fused attention kernels / ops: FlashAttention (flash_fwd_kernel, _flash_attention_forward),
+// PyTorch's memory-efficient kernel (_efficient_attention_forward, fmha_cutlassF_*), cuDNN
+// attention. PyTorch's "math" SDPA fallback runs bmm + softmax and has none of these names.
+bool IsFusedAttention(const std::string& lower) {
+  for (std::string_view p : {"flash", "efficient_attention", "fmha", "cudnn_attention"}) {
+    if (Contains(lower, p)) return true;
+  }
+  return false;
+}
+
+std::string KernelsMissing(const RunView& view) {
+  if (view.IsCpuRun()) return "kernel timings not recorded (CPU run)";
+  return "kernel timings not recorded (no kernel trace source wrote the kernels table)";
+}
+
+}  // namespace
+
+// Fires when the GPU is busy (mean NVML utilization over the steady state above
+// kSmallBatchUtilPct) while MFU is below kSmallBatchMfu: kernels keep the device occupied but
+// do little math each, the signature of small batches and unfused elementwise work.
+RuleResult SmallBatch(const RunView& view, const RuleContext&) {
+  const MfuResult r = ComputeMfu(view);
+  if (!r.mfu) return RuleResult::Skip(r.reason);
+  if (r.mfu->value > 1.0) {
+    return RuleResult::Skip("MFU unknown: computes to over 100%, so flops_per_step likely "
+                            "counts more than this process's GPU work");
+  }
+  const GpuWindow w = SteadyGpuSamples(view);
+  const auto util = MeanOf(w.samples, &store::GpuSampleRow::util_pct);
+  if (!util) return RuleResult::Skip(GpuMissing(view, "GPU utilization"));
+  if (*util <= kSmallBatchUtilPct || r.mfu->value >= kSmallBatchMfu) return RuleResult::Pass();
+  nlohmann::json evidence = {
+      {"mean_util_pct", *util},          {"mfu", r.mfu->value},
+      {"threshold_util_pct", kSmallBatchUtilPct}, {"threshold_mfu", kSmallBatchMfu},
+      {"window", w.steady ? "steady" : "run"},
+  };
+  return RuleResult::Fire(
+      Severity::kMed,
+      StrFormat("The GPU is busy %s of the time yet MFU is only %s: it runs many small or "
+                "memory-bound kernels instead of large matmuls",
+                FormatPercent(*util / 100).c_str(), FormatPercent(r.mfu->value, 1).c_str()),
+      std::move(evidence));
+}
+
+// Compares the backward / forward time ratio with the declared gradient checkpointing
+// (runs.config_json key "grad_checkpoint", a boolean written by the Python layer). Backward
+// runs at about 2× forward; with activation checkpointing it recomputes the forward, about 3×.
+// Fires (MED) when the ratio is at least kCkptMinRatio but checkpointing is declared off, and
+// (LOW) when it is at most kNoCkptMaxRatio but declared on. GPU times (CUDA events) are used
+// when measured; wall times only on a CPU run, where they are the compute time.
+RuleResult GradientCheckpointing(const RunView& view, const RuleContext&) {
+  const char* kNotDeclared =
+      "gradient checkpointing not declared (runs.config_json has no boolean "
+      "\"grad_checkpoint\"; declare it in the model arch)";
+  if (!view.run().config_json) return RuleResult::Skip(kNotDeclared);
+  const nlohmann::json config = nlohmann::json::parse(*view.run().config_json, nullptr, false);
+  if (config.is_discarded() || !config.is_object()) {
+    return RuleResult::Skip("runs.config_json is not a JSON object");
+  }
+  auto it = config.find("grad_checkpoint");
+  if (it == config.end() || !it->is_boolean()) return RuleResult::Skip(kNotDeclared);
+  const bool declared = it->get<bool>();
+  if (auto why = NeedSteadyState(view)) return RuleResult::Skip(*why);
+  const PhaseSummary* fwd = nullptr;
+  const PhaseSummary* bwd = nullptr;
+  for (const PhaseSummary& p : view.breakdown.phases) {
+    if (p.name == "forward") fwd = &p;
+    if (p.name == "backward") bwd = &p;
+  }
+  if (!fwd || !bwd) return RuleResult::Skip("forward and backward phase times not recorded");
+  double f = 0, b = 0;
+  std::string basis;
+  if (fwd->gpu_mean_ns && bwd->gpu_mean_ns) {
+    f = *fwd->gpu_mean_ns;
+    b = *bwd->gpu_mean_ns;
+    basis = "GPU time";
+  } else if (view.IsCpuRun()) {
+    f = fwd->wall_total_ns / static_cast<double>(std::max<size_t>(1, fwd->steps));
+    b = bwd->wall_total_ns / static_cast<double>(std::max<size_t>(1, bwd->steps));
+    basis = "CPU time";
+  } else {
+    return RuleResult::Skip(
+        "GPU time of forward/backward not measured (CUDA events off); CPU-side times of GPU "
+        "work are launch times");
+  }
+  if (f <= 0) return RuleResult::Skip("forward time is 0");
+  const double ratio = b / f;
+  nlohmann::json evidence = {
+      {"ratio", ratio},          {"forward_ns", f},
+      {"backward_ns", b},        {"basis", basis},
+      {"declared", declared},    {"no_ckpt_max_ratio", kNoCkptMaxRatio},
+      {"ckpt_min_ratio", kCkptMinRatio},
+  };
+  const std::string times = StrFormat("%s %s vs %s per step", basis.c_str(),
+                                      FormatDuration(b).c_str(), FormatDuration(f).c_str());
+  if (!declared && ratio >= kCkptMinRatio) {
+    RuleResult r = RuleResult::Fire(
+        Severity::kMed,
+        StrFormat("Backward takes %s forward (%s), which implies activation checkpointing, but "
+                  "the run declares grad_checkpoint=False",
+                  FormatRatio(ratio).c_str(), times.c_str()),
+        std::move(evidence));
+    r.insight->fix =
+        "If checkpointing is meant, declare it (grad_checkpoint=True in the arch) so MFU counts "
+        "the recomputed forward; if not, look for torch.utils.checkpoint or "
+        "gradient_checkpointing_enable() in the model and remove it to save ~1/3 of the compute.";
+    return r;
+  }
+  if (declared && ratio <= kNoCkptMaxRatio) {
+    RuleResult r = RuleResult::Fire(
+        Severity::kLow,
+        StrFormat("Backward takes only %s forward (%s), as without checkpointing, but the run "
+                  "declares grad_checkpoint=True: checkpointing does not seem to be active",
+                  FormatRatio(ratio).c_str(), times.c_str()),
+        std::move(evidence));
+    r.insight->fix =
+        "Check the wrapping: torch.utils.checkpoint must wrap the blocks that actually run "
+        "(Hugging Face: call model.gradient_checkpointing_enable() before training, with "
+        "use_cache=False); or declare grad_checkpoint=False so MFU is not over-counted.";
+    return r;
+  }
+  return RuleResult::Pass();
+}
+
+// Fires when kernels whose names contain "softmax" and "bmm" together take more than
+// kSdpaHotFraction of the GPU kernel time recorded in the kernels table and no fused attention
+// kernel (flash / memory-efficient / cuDNN attention) ran at all: attention is computed as
+// matmul-softmax-matmul.
+RuleResult SdpaSuboptimal(const RunView& view, const RuleContext&) {
+  if (view.data.kernels.empty()) return RuleResult::Skip(KernelsMissing(view));
+  double total = 0, softmax = 0, bmm = 0;
+  for (const auto& k : view.data.kernels) {
+    const std::string name = Lower(k.name);
+    const double ns = static_cast<double>(k.gpu_ns);
+    total += ns;
+    if (IsFusedAttention(name)) return RuleResult::Pass();
+    if (Contains(name, "softmax")) softmax += ns;
+    else if (Contains(name, "bmm")) bmm += ns;
+  }
+  if (total <= 0) return RuleResult::Skip("kernel times are all 0");
+  const double share = (softmax + bmm) / total;
+  if (softmax <= 0 || bmm <= 0 || share <= kSdpaHotFraction) return RuleResult::Pass();
+  nlohmann::json evidence = {
+      {"share", share},          {"softmax_share", softmax / total},
+      {"bmm_share", bmm / total}, {"kernel_total_ns", total},
+      {"threshold", kSdpaHotFraction},
+  };
+  return RuleResult::Fire(
+      Severity::kMed,
+      StrFormat("Softmax and bmm kernels take %s of GPU kernel time (softmax %s, bmm %s) and no "
+                "fused attention kernel ran: attention is computed unfused",
+                FormatPercent(share).c_str(), FormatPercent(softmax / total).c_str(),
+                FormatPercent(bmm / total).c_str()),
+      std::move(evidence));
+}
+
+// Splits the kernel windows at the midpoint of the time they span. Fires when a kernel's mean
+// time per window in the second half exceeds the first half's by more than kDriftGrowth, its
+// time per call grew by as much (so a loop that merely runs more steps per window does not
+// count), and the added time is at least kDriftMinShare of the mean kernel time per window.
+// Reports the kernel that added the most time per window.
+RuleResult KernelDrift(const RunView& view, const RuleContext&) {
+  const auto& kernels = view.data.kernels;
+  if (kernels.empty()) return RuleResult::Skip(KernelsMissing(view));
+  int64_t lo = kernels.front().window_start_ns, hi = kernels.front().window_end_ns;
+  std::set<std::pair<int64_t, int64_t>> windows;
+  for (const auto& k : kernels) {
+    lo = std::min(lo, k.window_start_ns);
+    hi = std::max(hi, k.window_end_ns);
+    windows.emplace(k.window_start_ns, k.window_end_ns);
+  }
+  const double mid = (static_cast<double>(lo) + static_cast<double>(hi)) / 2;
+  auto second_half = [mid](int64_t start, int64_t end) {
+    return (static_cast<double>(start) + static_cast<double>(end)) / 2 >= mid;
+  };
+  size_t n1 = 0, n2 = 0;
+  for (const auto& [a, b] : windows) (second_half(a, b) ? n2 : n1) += 1;
+  if (n1 < kDriftMinWindows || n2 < kDriftMinWindows) {
+    return RuleResult::Skip(StrFormat("kernel timings cover %zu window%s; drift needs at least %zu "
+                                      "in each half of the run",
+                                      windows.size(), windows.size() == 1 ? "" : "s",
+                                      kDriftMinWindows));
+  }
+  struct Acc {
+    double ns[2] = {0, 0};
+    double calls[2] = {0, 0};
+  };
+  std::map<std::string, Acc> by_name;
+  double total = 0;
+  for (const auto& k : kernels) {
+    const int h = second_half(k.window_start_ns, k.window_end_ns) ? 1 : 0;
+    Acc& a = by_name[k.name];
+    a.ns[h] += static_cast<double>(k.gpu_ns);
+    a.calls[h] += static_cast<double>(k.calls);
+    total += static_cast<double>(k.gpu_ns);
+  }
+  const double per_window_total = total / static_cast<double>(windows.size());
+  const std::string* worst = nullptr;
+  double worst_added = 0, worst_t1 = 0, worst_t2 = 0, worst_growth = 0;
+  size_t drifting = 0;
+  for (const auto& [name, a] : by_name) {
+    const double t1 = a.ns[0] / static_cast<double>(n1);
+    const double t2 = a.ns[1] / static_cast<double>(n2);
+    if (t1 <= 0 || a.calls[0] <= 0 || a.calls[1] <= 0) continue;
+    const double growth = t2 / t1 - 1;
+    const double per_call_growth = (a.ns[1] / a.calls[1]) / (a.ns[0] / a.calls[0]) - 1;
+    const double added = t2 - t1;
+    if (growth <= kDriftGrowth || per_call_growth <= kDriftGrowth) continue;
+    if (added < kDriftMinShare * per_window_total) continue;
+    ++drifting;
+    if (!worst || added > worst_added) {
+      worst = &name;
+      worst_added = added;
+      worst_t1 = t1;
+      worst_t2 = t2;
+      worst_growth = growth;
+    }
+  }
+  if (!worst) return RuleResult::Pass();
+  nlohmann::json evidence = {
+      {"kernel", *worst},          {"first_half_ns_per_window", worst_t1},
+      {"second_half_ns_per_window", worst_t2}, {"growth", worst_growth},
+      {"windows_first_half", n1},  {"windows_second_half", n2},
+      {"drifting_kernels", drifting}, {"threshold", kDriftGrowth},
+  };
+  std::string more;
+  if (drifting > 1) {
+    more = StrFormat("; %zu more kernel%s drifted", drifting - 1, drifting == 2 ? "" : "s");
+  }
+  return RuleResult::Fire(
+      Severity::kMed,
+      StrFormat("Kernel drift: %s added %s/window in the second half (%s → %s per window, +%s)%s",
+                worst->c_str(), FormatDuration(worst_added).c_str(),
+                FormatDuration(worst_t1).c_str(), FormatDuration(worst_t2).c_str(),
+                FormatPercent(worst_growth).c_str(), more.c_str()),
       std::move(evidence));
 }
 

@@ -1,4 +1,7 @@
-// Data-pipeline rules: is the GPU (or CPU) starving for input?
+// Data-pipeline rules: is the GPU (or CPU) starving for input, and why?
+#include <algorithm>
+#include <cmath>
+
 #include "analysis/format.h"
 #include "analysis/rules/registry.h"
 #include "analysis/rules/rules.h"
@@ -6,11 +9,38 @@
 namespace gpuprof::analysis::rules {
 namespace {
 
+using namespace thresholds;
+
 std::string WaitSourceLabel(const std::optional<std::string>& source) {
   if (!source) return "source unknown";
   if (*source == "gap") return "inter-step gap";
   if (*source == "explicit") return "wrap_dataloader";
   return *source;
+}
+
+// "95% average across 16 cores" / "95% average".
+std::string CpuText(double pct, const std::optional<double>& ncores) {
+  std::string out = FormatPercent(pct / 100) + " average";
+  if (ncores) out += StrFormat(" across %.0f cores", *ncores);
+  return out;
+}
+
+std::optional<double> MaxNcores(const std::vector<const store::HostSampleRow*>& rows) {
+  std::optional<double> n;
+  for (const auto* r : rows) {
+    if (r->ncores) n = std::max(n.value_or(0), static_cast<double>(*r->ncores));
+  }
+  return n;
+}
+
+// Samples in [begin, end] (run-relative ns).
+std::vector<const store::HostSampleRow*> HostBetween(const RunView& view, int64_t begin,
+                                                     int64_t end) {
+  std::vector<const store::HostSampleRow*> out;
+  for (const auto& r : view.data.host_samples) {
+    if (r.ts_ns >= begin && r.ts_ns <= end) out.push_back(&r);
+  }
+  return out;
 }
 
 }  // namespace
@@ -20,16 +50,11 @@ std::string WaitSourceLabel(const std::optional<std::string>& source) {
 // inside wrap_dataloader's next()). Steps without a measured wait (step 0's gap) are left
 // out of both numerator and denominator.
 RuleResult DataloaderStall(const RunView& view, const RuleContext&) {
-  using namespace thresholds;
-  if (auto why = NeedSteadyState(view)) return RuleResult::Skip(*why);
+  const Stall stall = MeasureStall(view);
+  if (!stall.fraction) return RuleResult::Skip(stall.reason);
+  if (!stall.stalled()) return RuleResult::Pass();
   const Breakdown& b = view.breakdown;
-  if (!b.wait_fraction) {
-    return RuleResult::Skip(
-        "dataloader wait not measured on any steady-state step (no inter-step gap or "
-        "wrap_dataloader timing)");
-  }
-  const double f = *b.wait_fraction;
-  if (f <= kStallFraction) return RuleResult::Pass();
+  const double f = *stall.fraction;
   nlohmann::json evidence = {
       {"wait_fraction", f},
       {"wait_total_ns", b.wait_total_ns},
@@ -39,12 +64,242 @@ RuleResult DataloaderStall(const RunView& view, const RuleContext&) {
       {"wait_source", b.wait_source ? nlohmann::json(*b.wait_source) : nlohmann::json()},
       {"threshold", kStallFraction},
   };
-  const Severity severity = f >= kStallHighFraction ? Severity::kHigh : Severity::kMed;
-  return RuleResult::Fire(severity,
+  return RuleResult::Fire(stall.severity(),
                           StrFormat("%s of step time waiting on the loader (%s)",
                                     FormatPercent(f).c_str(),
                                     WaitSourceLabel(b.wait_source).c_str()),
                           std::move(evidence));
+}
+
+// Fires when, over the steady-state steps whose wait was measured inside wrap_dataloader, at
+// least kStarvedStepFraction waited longer than kStarvedWaitMs: the prefetch queue was empty
+// when the loop asked for the next batch. Gap waits do not count (they include anything
+// between steps); only explicit waits say the loader itself had nothing ready.
+RuleResult PrefetchQueueStarved(const RunView& view, const RuleContext&) {
+  if (auto why = NeedSteadyState(view)) return RuleResult::Skip(*why);
+  size_t measured = 0, starved = 0;
+  std::vector<double> starved_waits;
+  const double limit_ns = kStarvedWaitMs * 1e6;
+  for (size_t i = view.steady_begin; i < view.steps.size(); ++i) {
+    const StepView& s = view.steps[i];
+    if (!s.wait_ns || !s.wait_source || *s.wait_source != "explicit") continue;
+    ++measured;
+    if (static_cast<double>(*s.wait_ns) > limit_ns) {
+      ++starved;
+      starved_waits.push_back(static_cast<double>(*s.wait_ns));
+    }
+  }
+  if (measured == 0) {
+    return RuleResult::Skip(
+        "no wrap_dataloader wait on steady-state steps (wrap the loader: "
+        "prof.wrap_dataloader(loader))");
+  }
+  const double share = static_cast<double>(starved) / static_cast<double>(measured);
+  if (share < kStarvedStepFraction) return RuleResult::Pass();
+  const double median_wait = *Median(starved_waits);
+  nlohmann::json evidence = {
+      {"starved_steps", starved},       {"measured_steps", measured},
+      {"starved_fraction", share},      {"median_starved_wait_ns", median_wait},
+      {"wait_threshold_ms", kStarvedWaitMs}, {"threshold", kStarvedStepFraction},
+  };
+  return RuleResult::Fire(
+      share >= kStarvedHighFraction ? Severity::kHigh : Severity::kMed,
+      StrFormat("wrap_dataloader waited over %s for a batch on %s of steps (%zu of %zu, median "
+                "%s): the prefetch queue runs dry",
+                FormatDuration(limit_ns).c_str(), FormatPercent(share).c_str(), starved, measured,
+                FormatDuration(median_wait).c_str()),
+      std::move(evidence));
+}
+
+// Fires on a dataloader stall while the host CPU averages above kCpuBoundPct over the steady
+// state and the disk is idle (mean read below kDiskIdleMBps and, if sampled, IOPS below
+// kDiskIdleIops): the loader workers are busy computing, not waiting on storage.
+RuleResult CpuBoundDataloader(const RunView& view, const RuleContext&) {
+  const Stall stall = MeasureStall(view);
+  if (!stall.fraction) return RuleResult::Skip(stall.reason);
+  if (!stall.stalled()) return RuleResult::Pass();
+  const HostWindow w = SteadyHostSamples(view);
+  const auto cpu = MeanOf(w.samples, &store::HostSampleRow::cpu_pct);
+  if (!cpu) return RuleResult::Skip(HostMissing(view, "host CPU"));
+  const auto disk = MeanOf(w.samples, &store::HostSampleRow::disk_read_bps);
+  if (!disk) return RuleResult::Skip(HostMissing(view, "disk reads"));
+  const auto iops = MeanOf(w.samples, &store::HostSampleRow::disk_read_iops);
+  if (*cpu <= kCpuBoundPct) return RuleResult::Pass();
+  if (*disk >= kDiskIdleMBps * 1e6 || (iops && *iops >= kDiskIdleIops)) return RuleResult::Pass();
+  const auto ncores = MaxNcores(w.samples);
+  nlohmann::json evidence = {
+      {"wait_fraction", *stall.fraction},
+      {"mean_cpu_pct", *cpu},
+      {"ncores", ncores ? nlohmann::json(*ncores) : nlohmann::json()},
+      {"mean_disk_read_bps", *disk},
+      {"mean_disk_read_iops", iops ? nlohmann::json(*iops) : nlohmann::json()},
+      {"window", w.steady ? "steady" : "run"},
+      {"threshold_cpu_pct", kCpuBoundPct},
+  };
+  return RuleResult::Fire(
+      stall.severity(),
+      StrFormat("Dataloader stall (%s of step time) with the host CPU pegged (%s) and the disk "
+                "idle (%s): the loader workers are CPU-bound",
+                FormatPercent(*stall.fraction).c_str(), CpuText(*cpu, ncores).c_str(),
+                FormatBandwidth(*disk).c_str()),
+      std::move(evidence));
+}
+
+// Fires on a dataloader stall while the disk reads more than kIoBoundMBps or kIoBoundIops on
+// average over the steady state and the host CPU has headroom (mean below kIoCpuHeadroomPct):
+// the loader waits on storage.
+RuleResult IoBoundDataloader(const RunView& view, const RuleContext&) {
+  const Stall stall = MeasureStall(view);
+  if (!stall.fraction) return RuleResult::Skip(stall.reason);
+  if (!stall.stalled()) return RuleResult::Pass();
+  const HostWindow w = SteadyHostSamples(view);
+  const auto disk = MeanOf(w.samples, &store::HostSampleRow::disk_read_bps);
+  const auto iops = MeanOf(w.samples, &store::HostSampleRow::disk_read_iops);
+  if (!disk && !iops) return RuleResult::Skip(HostMissing(view, "disk reads"));
+  const auto cpu = MeanOf(w.samples, &store::HostSampleRow::cpu_pct);
+  if (!cpu) return RuleResult::Skip(HostMissing(view, "host CPU"));
+  const bool busy_bw = disk && *disk > kIoBoundMBps * 1e6;
+  const bool busy_iops = iops && *iops > kIoBoundIops;
+  if (!busy_bw && !busy_iops) return RuleResult::Pass();
+  if (*cpu >= kIoCpuHeadroomPct) return RuleResult::Pass();
+  std::string reads = disk ? FormatBandwidth(*disk) : std::string("throughput not sampled");
+  if (iops) reads += ", " + FormatCount(*iops) + " IOPS";
+  nlohmann::json evidence = {
+      {"wait_fraction", *stall.fraction},
+      {"mean_disk_read_bps", disk ? nlohmann::json(*disk) : nlohmann::json()},
+      {"mean_disk_read_iops", iops ? nlohmann::json(*iops) : nlohmann::json()},
+      {"mean_cpu_pct", *cpu},
+      {"window", w.steady ? "steady" : "run"},
+      {"threshold_mbps", kIoBoundMBps},
+      {"threshold_iops", kIoBoundIops},
+  };
+  return RuleResult::Fire(
+      stall.severity(),
+      StrFormat("Dataloader stall (%s of step time) while the disk reads %s on average and the "
+                "host CPU has headroom (%s average): the input pipeline is I/O-bound",
+                FormatPercent(*stall.fraction).c_str(), reads.c_str(),
+                FormatPercent(*cpu / 100).c_str()),
+      std::move(evidence));
+}
+
+// Fires when the steady state's first third read at least kColdCacheReadRatio × the disk
+// throughput of its last third (and at least kColdCacheMinMBps), while its median step was
+// more than kColdCacheSpeedup slower: the first pass over the data came from cold storage and
+// later passes from the page cache.
+RuleResult ColdCache(const RunView& view, const RuleContext&) {
+  if (auto why = NeedSteadyState(view)) return RuleResult::Skip(*why);
+  const size_t n = view.steady_count();
+  if (n < kColdCacheMinSteps) {
+    return RuleResult::Skip(StrFormat("only %zu steady-state steps; comparing thirds needs at "
+                                      "least %zu",
+                                      n, kColdCacheMinSteps));
+  }
+  const size_t third = n / 3;
+  const size_t first_begin = view.steady_begin, first_end = view.steady_begin + third;
+  const size_t last_begin = view.steps.size() - third, last_end = view.steps.size();
+  const auto first_reads = HostBetween(view, view.steps[first_begin].start_ns,
+                                       view.steps[first_end - 1].end_ns);
+  const auto last_reads = HostBetween(view, view.steps[last_begin].start_ns,
+                                      view.steps[last_end - 1].end_ns);
+  const auto read_first = MeanOf(first_reads, &store::HostSampleRow::disk_read_bps);
+  const auto read_last = MeanOf(last_reads, &store::HostSampleRow::disk_read_bps);
+  if (!read_first || !read_last) {
+    if (view.data.host_samples.empty()) return RuleResult::Skip(HostMissing(view, "disk reads"));
+    return RuleResult::Skip("disk reads not sampled in both the first and the last third of the "
+                            "steady state");
+  }
+  std::vector<double> d_first, d_last;
+  for (size_t i = first_begin; i < first_end; ++i) d_first.push_back(view.steps[i].duration_ns);
+  for (size_t i = last_begin; i < last_end; ++i) d_last.push_back(view.steps[i].duration_ns);
+  const double step_first = *Median(d_first), step_last = *Median(d_last);
+  if (*read_first < kColdCacheMinMBps * 1e6) return RuleResult::Pass();
+  if (*read_first < kColdCacheReadRatio * *read_last) return RuleResult::Pass();
+  if (step_last <= 0 || step_first <= (1 + kColdCacheSpeedup) * step_last) {
+    return RuleResult::Pass();
+  }
+  nlohmann::json evidence = {
+      {"first_third_read_bps", *read_first}, {"last_third_read_bps", *read_last},
+      {"first_third_median_ns", step_first}, {"last_third_median_ns", step_last},
+      {"steps_per_third", third},            {"threshold_ratio", kColdCacheReadRatio},
+  };
+  return RuleResult::Fire(
+      Severity::kLow,
+      StrFormat("Disk reads fell from %s in the first third of the run to %s in the last while "
+                "the median step sped up from %s to %s: the first pass read from a cold cache",
+                FormatBandwidth(*read_first).c_str(), FormatBandwidth(*read_last).c_str(),
+                FormatDuration(step_first).c_str(), FormatDuration(step_last).c_str()),
+      std::move(evidence));
+}
+
+// Fires when the page cache peaks at kThrashCacheFraction of RAM or more while the median
+// steady-state disk read stays above kThrashReadMBps: the cache is full and the data is still
+// read from disk, so the working set does not fit in memory. MED when the loader also stalls,
+// else LOW (the reads are not yet costing step time).
+RuleResult CacheThrashing(const RunView& view, const RuleContext&) {
+  std::optional<double> frac;
+  const store::HostSampleRow* peak = nullptr;
+  for (const auto& r : view.data.host_samples) {
+    if (!r.page_cache_bytes || !r.mem_total_bytes || *r.mem_total_bytes <= 0) continue;
+    const double f = static_cast<double>(*r.page_cache_bytes) / *r.mem_total_bytes;
+    if (!frac || f > *frac) {
+      frac = f;
+      peak = &r;
+    }
+  }
+  if (!frac) return RuleResult::Skip(HostMissing(view, "page cache or total RAM"));
+  const HostWindow w = SteadyHostSamples(view);
+  const auto reads = MedianOf(w.samples, &store::HostSampleRow::disk_read_bps);
+  if (!reads) return RuleResult::Skip(HostMissing(view, "disk reads"));
+  if (*frac < kThrashCacheFraction || *reads <= kThrashReadMBps * 1e6) return RuleResult::Pass();
+  const Stall stall = MeasureStall(view);
+  nlohmann::json evidence = {
+      {"peak_page_cache_bytes", *peak->page_cache_bytes},
+      {"mem_total_bytes", *peak->mem_total_bytes},
+      {"page_cache_fraction", *frac},
+      {"median_disk_read_bps", *reads},
+      {"stalled", stall.stalled()},
+      {"window", w.steady ? "steady" : "run"},
+  };
+  return RuleResult::Fire(
+      stall.stalled() ? Severity::kMed : Severity::kLow,
+      StrFormat("The page cache fills %s of RAM (%s of %s) yet the disk still reads %s (median) "
+                "in the steady state: the data's working set does not fit in memory",
+                FormatPercent(*frac).c_str(),
+                FormatBytes(static_cast<double>(*peak->page_cache_bytes)).c_str(),
+                FormatBytes(static_cast<double>(*peak->mem_total_bytes)).c_str(),
+                FormatBandwidth(*reads).c_str()),
+      std::move(evidence));
+}
+
+// Fires when the peak PCIe host-to-device (RX) throughput of any GPU exceeds kPcieRxGBps.
+RuleResult PcieSaturation(const RunView& view, const RuleContext&) {
+  const store::GpuSampleRow* peak = nullptr;
+  double sum = 0;
+  size_t n = 0, above = 0;
+  for (const auto& s : view.data.gpu_samples) {
+    if (!s.pcie_rx_bps) continue;
+    sum += *s.pcie_rx_bps;
+    ++n;
+    if (*s.pcie_rx_bps > kPcieRxGBps * 1e9) ++above;
+    if (!peak || *s.pcie_rx_bps > *peak->pcie_rx_bps) peak = &s;
+  }
+  if (!peak) return RuleResult::Skip(GpuMissing(view, "PCIe throughput"));
+  if (*peak->pcie_rx_bps <= kPcieRxGBps * 1e9) return RuleResult::Pass();
+  const double mean = sum / static_cast<double>(n);
+  const double share = static_cast<double>(above) / static_cast<double>(n);
+  nlohmann::json evidence = {
+      {"peak_rx_bps", *peak->pcie_rx_bps}, {"gpu_index", peak->gpu_index},
+      {"mean_rx_bps", mean},               {"samples_above", above},
+      {"samples", n},                      {"threshold_gbps", kPcieRxGBps},
+  };
+  return RuleResult::Fire(
+      Severity::kMed,
+      StrFormat("PCIe host-to-device traffic peaked at %s on GPU %lld (mean %s; above %s on %s "
+                "of samples): input copies are bandwidth-bound",
+                FormatBandwidth(*peak->pcie_rx_bps).c_str(),
+                static_cast<long long>(peak->gpu_index), FormatBandwidth(mean).c_str(),
+                FormatBandwidth(kPcieRxGBps * 1e9).c_str(), FormatPercent(share).c_str()),
+      std::move(evidence));
 }
 
 }  // namespace gpuprof::analysis::rules

@@ -11,9 +11,10 @@ using namespace thresholds;
 std::string Pct(double f) { return FormatPercent(f); }
 std::string Times(double r) { return FormatCompact(r) + "×"; }
 
-std::vector<RuleSpec> BuildRules() {
-  std::vector<RuleSpec> r;
-  r.push_back(RuleSpec{
+std::string Num(double v) { return FormatCompact(v); }
+
+RuleSpec StallSpec() {
+  return RuleSpec{
       .id = "dataloader_stall",
       .family = "data_pipeline",
       .max_severity = Severity::kHigh,
@@ -27,6 +28,184 @@ std::vector<RuleSpec> BuildRules() {
       .thresholds = {{"kStallFraction", kStallFraction, "fires above this share of step time"},
                      {"kStallHighFraction", kStallHighFraction, "high at or above this share"}},
       .evaluate = rules::DataloaderStall,
+  };
+}
+
+void AddDataPipeline(std::vector<RuleSpec>& r) {
+  r.push_back(StallSpec());
+  r.push_back(RuleSpec{
+      .id = "prefetch_queue_starved",
+      .family = "data_pipeline",
+      .max_severity = Severity::kHigh,
+      .severity = "high on ≥ " + Pct(kStarvedHighFraction) + " of steps, else med",
+      .fires_when = "wrap_dataloader wait > " + Num(kStarvedWaitMs) + " ms on ≥ " +
+                    Pct(kStarvedStepFraction) + " of steady-state steps",
+      .fix = "Keep the prefetch queue full: raise prefetch_factor and num_workers, set "
+             "persistent_workers=True (no worker restart each epoch) and pin_memory=True.",
+      .inputs = "steps.wait_ns with wait_source 'explicit' (prof.wrap_dataloader) on "
+                "steady-state steps",
+      .thresholds = {{"kStarvedWaitMs", kStarvedWaitMs, "a wait longer than this (ms) starves "
+                                                        "the step"},
+                     {"kStarvedStepFraction", kStarvedStepFraction,
+                      "fires at or above this share of steps"},
+                     {"kStarvedHighFraction", kStarvedHighFraction, "high at or above this share"}},
+      .evaluate = rules::PrefetchQueueStarved,
+  });
+  r.push_back(RuleSpec{
+      .id = "cpu_bound_dataloader",
+      .family = "data_pipeline",
+      .max_severity = Severity::kHigh,
+      .severity = "as dataloader_stall (high ≥ " + Pct(kStallHighFraction) + ", else med)",
+      .fires_when = "dataloader stall + mean host CPU > " + Num(kCpuBoundPct) +
+                    "% with the disk idle (< " + Num(kDiskIdleMBps) + " MB/s and < " +
+                    Num(kDiskIdleIops) + " IOPS)",
+      .fix = "The workers are CPU-bound, so more num_workers won't help: move augmentations to "
+             "the GPU (torchvision.transforms.v2 or kornia on CUDA tensors, NVIDIA DALI), decode "
+             "less (smaller or pre-resized images), or pre-process the dataset offline.",
+      .inputs = "steps.wait_ns; host_samples.cpu_pct and disk_read_bps (disk_read_iops when "
+                "sampled) in the steady state",
+      .thresholds = {{"kCpuBoundPct", kCpuBoundPct, "fires above this mean host CPU (%)"},
+                     {"kDiskIdleMBps", kDiskIdleMBps, "disk idle below this mean read (MB/s)"},
+                     {"kDiskIdleIops", kDiskIdleIops, "disk idle below this mean IOPS"}},
+      .evaluate = rules::CpuBoundDataloader,
+  });
+  r.push_back(RuleSpec{
+      .id = "io_bound_dataloader",
+      .family = "data_pipeline",
+      .max_severity = Severity::kHigh,
+      .severity = "as dataloader_stall (high ≥ " + Pct(kStallHighFraction) + ", else med)",
+      .fires_when = "dataloader stall + mean disk read > " + Num(kIoBoundMBps) + " MB/s or > " +
+                    FormatCount(kIoBoundIops) + " IOPS, with host CPU < " +
+                    Num(kIoCpuHeadroomPct) + "%",
+      .fix = "Read fewer, larger files: pack samples into shards (WebDataset, FFCV, TFRecord), "
+             "cache the dataset in RAM or on local NVMe, or move it to a faster storage tier.",
+      .inputs = "steps.wait_ns; host_samples.disk_read_bps or disk_read_iops, and cpu_pct, in "
+                "the steady state",
+      .thresholds = {{"kIoBoundMBps", kIoBoundMBps, "fires above this mean read (MB/s)"},
+                     {"kIoBoundIops", kIoBoundIops, "...or above this mean IOPS"},
+                     {"kIoCpuHeadroomPct", kIoCpuHeadroomPct,
+                      "only with mean host CPU below this (%)"}},
+      .evaluate = rules::IoBoundDataloader,
+  });
+  r.push_back(RuleSpec{
+      .id = "cold_cache",
+      .family = "data_pipeline",
+      .max_severity = Severity::kLow,
+      .severity = "low",
+      .fires_when = "disk read in the first third of the steady state ≥ " +
+                    Times(kColdCacheReadRatio) + " the last third's (and ≥ " +
+                    Num(kColdCacheMinMBps) + " MB/s) + median step > " +
+                    Pct(kColdCacheSpeedup) + " slower in the first third",
+      .fix = "Warm the page cache before timing (one pass over the data, or vmtouch), or "
+             "pre-stage the dataset to local disk; compare runs only once the cache is warm.",
+      .inputs = "at least " + std::to_string(kColdCacheMinSteps) +
+                " steady-state steps; host_samples.disk_read_bps in their first and last "
+                "thirds",
+      .thresholds = {{"kColdCacheReadRatio", kColdCacheReadRatio,
+                      "first-third read at least this multiple of the last third's"},
+                     {"kColdCacheMinMBps", kColdCacheMinMBps,
+                      "first-third read at least this (MB/s)"},
+                     {"kColdCacheSpeedup", kColdCacheSpeedup,
+                      "first-third median step slower than the last third's by more than this"},
+                     {"kColdCacheMinSteps", static_cast<double>(kColdCacheMinSteps),
+                      "evaluated with at least this many steady-state steps"}},
+      .evaluate = rules::ColdCache,
+  });
+  r.push_back(RuleSpec{
+      .id = "cache_thrashing",
+      .family = "data_pipeline",
+      .max_severity = Severity::kMed,
+      .severity = "med with a dataloader stall, else low",
+      .fires_when = "page cache ≥ " + Pct(kThrashCacheFraction) +
+                    " of RAM + median steady-state disk read > " + Num(kThrashReadMBps) +
+                    " MB/s",
+      .fix = "The working set is larger than RAM: shard the dataset so each node reads its own "
+             "part, stream it sequentially (WebDataset), compress it, or add RAM.",
+      .inputs = "host_samples.page_cache_bytes, mem_total_bytes and disk_read_bps",
+      .thresholds = {{"kThrashCacheFraction", kThrashCacheFraction,
+                      "page cache peak at or above this share of RAM"},
+                     {"kThrashReadMBps", kThrashReadMBps,
+                      "median disk read above this (MB/s)"}},
+      .evaluate = rules::CacheThrashing,
+  });
+  r.push_back(RuleSpec{
+      .id = "pcie_saturation",
+      .family = "data_pipeline",
+      .max_severity = Severity::kMed,
+      .severity = "med",
+      .fires_when = "PCIe host-to-device (RX) peak > " + Num(kPcieRxGBps) + " GB/s",
+      .fix = "Move fewer bytes over PCIe: send uint8 images and normalize/augment on the GPU, "
+             "keep tensors resident instead of copying back and forth, use pinned memory with "
+             "non_blocking=True; between GPUs, prefer NVLink.",
+      .inputs = "gpu_samples.pcie_rx_bps",
+      .thresholds = {{"kPcieRxGBps", kPcieRxGBps, "fires above this peak (GB/s)"}},
+      .evaluate = rules::PcieSaturation,
+  });
+}
+
+void AddHost(std::vector<RuleSpec>& r) {
+  r.push_back(RuleSpec{
+      .id = "worker_imbalance",
+      .family = "host",
+      .max_severity = Severity::kMed,
+      .severity = "med",
+      .fires_when = "hottest dataloader worker > " + Times(kWorkerImbalanceRatio) +
+                    " the workers' mean CPU (fair share) and ≥ " + Num(kWorkerMinCpuPct) +
+                    "% of a core",
+      .fix = "Spread the loading: with an IterableDataset, split the stream per worker with "
+             "torch.utils.data.get_worker_info() (worker_init_fn), balance shard sizes, or use a "
+             "map-style Dataset with a Sampler.",
+      .inputs = "worker_samples.cpu_pct of at least 2 child processes (dataloader workers)",
+      .thresholds = {{"kWorkerImbalanceRatio", kWorkerImbalanceRatio,
+                      "fires above this multiple of the fair share"},
+                     {"kWorkerMinCpuPct", kWorkerMinCpuPct,
+                      "the hottest worker averages at least this (% of one core)"}},
+      .evaluate = rules::WorkerImbalance,
+  });
+  r.push_back(RuleSpec{
+      .id = "host_memory_pressure",
+      .family = "host",
+      .max_severity = Severity::kMed,
+      .severity = "med",
+      .fires_when = "mean swap-in > " + Num(kSwapInMBps) + " MB/s",
+      .fix = "Use less host memory: fewer DataLoader workers or a lower prefetch_factor (each "
+             "worker holds prefetch_factor batches), share the dataset between workers "
+             "(memory-mapped arrays instead of Python lists copied per worker), or add RAM.",
+      .inputs = "host_samples.swap_in_bps",
+      .thresholds = {{"kSwapInMBps", kSwapInMBps, "fires above this mean swap-in (MB/s)"}},
+      .evaluate = rules::HostMemoryPressure,
+  });
+}
+
+void AddCompute(std::vector<RuleSpec>& r) {
+  r.push_back(RuleSpec{
+      .id = "low_mfu",
+      .family = "compute",
+      .max_severity = Severity::kMed,
+      .severity = "med",
+      .fires_when = "MFU < " + Pct(kLowMfu) + " of the declared dtype's dense peak",
+      .fix = "Give the GPU bigger, fused work: raise the batch size, use bf16 autocast, "
+             "FlashAttention / F.scaled_dot_product_attention, and torch.compile.",
+      .inputs = "runs.flops_per_step, runs.dtype, runs.gpu_model (with a listed peak) and step "
+                "times",
+      .thresholds = {{"kLowMfu", kLowMfu, "fires below this MFU"}},
+      .evaluate = rules::LowMfu,
+  });
+  r.push_back(RuleSpec{
+      .id = "small_batch",
+      .family = "compute",
+      .max_severity = Severity::kMed,
+      .severity = "med",
+      .fires_when = "mean GPU utilization > " + Num(kSmallBatchUtilPct) + "% but MFU < " +
+                    Pct(kSmallBatchMfu),
+      .fix = "The kernels are too small: raise the batch size (or micro-batch, with fewer "
+             "accumulation steps), fuse elementwise ops with torch.compile, and use bf16 so "
+             "matmuls run on tensor cores.",
+      .inputs = "MFU (as low_mfu) and gpu_samples.util_pct",
+      .thresholds = {{"kSmallBatchUtilPct", kSmallBatchUtilPct,
+                      "fires above this mean GPU utilization (%)"},
+                     {"kSmallBatchMfu", kSmallBatchMfu, "...with MFU below this"}},
+      .evaluate = rules::SmallBatch,
   });
   r.push_back(RuleSpec{
       .id = "kernel_launch_overhead",
@@ -45,18 +224,105 @@ std::vector<RuleSpec> BuildRules() {
       .evaluate = rules::KernelLaunchOverhead,
   });
   r.push_back(RuleSpec{
-      .id = "low_mfu",
+      .id = "gradient_checkpointing_detected",
+      .family = "compute",
+      .max_severity = Severity::kMed,
+      .severity = "med when checkpointing runs undeclared, low when declared but not seen",
+      .fires_when = "backward/forward ≥ " + Num(kCkptMinRatio) +
+                    " (checkpointing) with grad_checkpoint=False, or ≤ " +
+                    Num(kNoCkptMaxRatio) + " (none) with grad_checkpoint=True",
+      .fix = "Make the declared grad_checkpoint match what runs (it feeds the MFU FLOP count), "
+             "or fix the checkpoint wrapping.",
+      .inputs = "runs.config_json \"grad_checkpoint\" (bool); forward and backward phases.gpu_ns "
+                "(wall_ns on a CPU run)",
+      .thresholds = {{"kCkptMinRatio", kCkptMinRatio,
+                      "backward/forward at or above this means checkpointing"},
+                     {"kNoCkptMaxRatio", kNoCkptMaxRatio,
+                      "at or below this means no checkpointing"}},
+      .evaluate = rules::GradientCheckpointing,
+  });
+  r.push_back(RuleSpec{
+      .id = "sdpa_suboptimal",
       .family = "compute",
       .max_severity = Severity::kMed,
       .severity = "med",
-      .fires_when = "MFU < " + Pct(kLowMfu) + " of the declared dtype's dense peak",
-      .fix = "Give the GPU bigger, fused work: raise the batch size, use bf16 autocast, "
-             "FlashAttention / F.scaled_dot_product_attention, and torch.compile.",
-      .inputs = "runs.flops_per_step, runs.dtype, runs.gpu_model (with a listed peak) and step "
-                "times",
-      .thresholds = {{"kLowMfu", kLowMfu, "fires below this MFU"}},
-      .evaluate = rules::LowMfu,
+      .fires_when = "softmax + bmm kernels > " + Pct(kSdpaHotFraction) +
+                    " of kernel time with no flash / memory-efficient attention kernel",
+      .fix = "Use torch.nn.functional.scaled_dot_product_attention instead of "
+             "matmul-softmax-matmul, and keep it on a fused backend (fp16/bf16 inputs, a "
+             "supported head dim, is_causal=True instead of a dense mask); or install "
+             "FlashAttention.",
+      .inputs = "kernels (names and gpu_ns)",
+      .thresholds = {{"kSdpaHotFraction", kSdpaHotFraction,
+                      "fires above this share of kernel time"}},
+      .evaluate = rules::SdpaSuboptimal,
   });
+  r.push_back(RuleSpec{
+      .id = "kernel_drift",
+      .family = "compute",
+      .max_severity = Severity::kMed,
+      .severity = "med",
+      .fires_when = "a kernel's time per window (and per call) grew > " + Pct(kDriftGrowth) +
+                    " between the halves of the run, adding ≥ " + Pct(kDriftMinShare) +
+                    " of kernel time per window",
+      .fix = "Look for memory fragmentation (torch.cuda.memory_stats: num_alloc_retries; try "
+             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), cuBLAS/cuDNN autotune cache "
+             "invalidation from changing shapes, or clocks dropping (see thermal_throttling).",
+      .inputs = "kernels with at least " + std::to_string(kDriftMinWindows) +
+                " windows in each half of the run",
+      .thresholds = {{"kDriftGrowth", kDriftGrowth, "fires above this growth"},
+                     {"kDriftMinShare", kDriftMinShare,
+                      "added time at least this share of kernel time per window"},
+                     {"kDriftMinWindows", static_cast<double>(kDriftMinWindows),
+                      "evaluated with at least this many windows per half"}},
+      .evaluate = rules::KernelDrift,
+  });
+}
+
+void AddMemoryThermal(std::vector<RuleSpec>& r) {
+  r.push_back(RuleSpec{
+      .id = "memory_pressure",
+      .family = "memory_thermal",
+      .max_severity = Severity::kMed,
+      .severity = "med",
+      .fires_when = "peak GPU memory in use > " + Pct(kGpuMemPressure) + " of the device's",
+      .fix = "Free device memory: gradient checkpointing, bf16 activations (autocast), a smaller "
+             "micro-batch with gradient accumulation, or sharded optimizer state (ZeRO / FSDP); "
+             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces fragmentation.",
+      .inputs = "gpu_samples.mem_used_bytes with mem_total_bytes (or gpus.memory_total_bytes)",
+      .thresholds = {{"kGpuMemPressure", kGpuMemPressure,
+                      "fires above this share of device memory"}},
+      .evaluate = rules::MemoryPressure,
+  });
+  r.push_back(RuleSpec{
+      .id = "thermal_throttling",
+      .family = "memory_thermal",
+      .max_severity = Severity::kHigh,
+      .severity = "high on ≥ " + Pct(kThrottleHighFraction) + " of samples, else med",
+      .fires_when = "> " + Pct(kThrottleSampleFraction) + " of a GPU's samples at > " +
+                    Num(kThrottleTempC) + " °C with the SM clock > " + Pct(kThrottleClockDrop) +
+                    " below max, or with NVML thermal slowdown reasons",
+      .fix = "Cool the GPU: check fans and airflow, inlet temperature, blanking panels and dust; "
+             "compare `nvidia-smi -q -d PERFORMANCE,TEMPERATURE` across GPUs and report a GPU "
+             "that throttles alone.",
+      .inputs = "gpu_samples.clock_reasons, or temp_c with sm_clock_mhz (max from "
+                "gpus.sm_clock_max_mhz, else the run's highest)",
+      .thresholds = {{"kThrottleTempC", kThrottleTempC, "hotter than this (°C)..."},
+                     {"kThrottleClockDrop", kThrottleClockDrop,
+                      "...with the SM clock more than this below max"},
+                     {"kNvmlSwThermalSlowdown", static_cast<double>(kNvmlSwThermalSlowdown),
+                      "NVML clocks-event reason bit 0x20: SW thermal slowdown"},
+                     {"kNvmlHwThermalSlowdown", static_cast<double>(kNvmlHwThermalSlowdown),
+                      "NVML clocks-event reason bit 0x40: HW thermal slowdown"},
+                     {"kThrottleSampleFraction", kThrottleSampleFraction,
+                      "fires above this share of a GPU's samples"},
+                     {"kThrottleHighFraction", kThrottleHighFraction,
+                      "high at or above this share"}},
+      .evaluate = rules::ThermalThrottling,
+  });
+}
+
+void AddWarmup(std::vector<RuleSpec>& r) {
   r.push_back(RuleSpec{
       .id = "compilation_warmup",
       .family = "warmup",
@@ -102,12 +368,98 @@ std::vector<RuleSpec> BuildRules() {
                       "evaluated with at least this many steady-state steps"}},
       .evaluate = rules::HighStepVariance,
   });
+}
+
+void AddDistributed(std::vector<RuleSpec>& r) {
+  r.push_back(RuleSpec{
+      .id = "comm_dominant",
+      .family = "distributed",
+      .max_severity = Severity::kMed,
+      .severity = "med",
+      .fires_when = "collectives in flight > " + Pct(kCommFraction) + " of steady-state step time",
+      .fix = "Shrink or overlap communication: tune DDP bucket_cap_mb, set "
+             "gradient_as_bucket_view=True, use no_sync() on gradient-accumulation steps, "
+             "FSDP or a compression comm hook for large models; check the interconnect "
+             "(NVLink vs PCIe / Ethernet).",
+      .inputs = "comm_buckets on steady-state steps (a run that is not distributed passes)",
+      .thresholds = {{"kCommFraction", kCommFraction, "fires above this share of step time"}},
+      .evaluate = rules::CommDominant,
+  });
+  r.push_back(RuleSpec{
+      .id = "bucket_skew",
+      .family = "distributed",
+      .max_severity = Severity::kHigh,
+      .severity = "high on ≥ " + Pct(kBucketHighFraction) + " of steps, else med",
+      .fires_when = "one rank starts the same bucket's collective last (> " +
+                    Num(kBucketLateMs) + " ms after the others' median) on ≥ " +
+                    Pct(kBucketLateFraction) + " of steps",
+      .fix = "One collective waits on one rank: check that rank's host and GPU (thermals, "
+             "clocks, CPU load, its own dataloader), its NIC / NVLink topology, and uneven work "
+             "before that bucket (data-dependent layers, unbalanced shards).",
+      .inputs = "comm_buckets on at least 2 ranks, for buckets timed on " +
+                std::to_string(kBucketSkewMinSteps) + "+ steps; runs.start_unix_ns aligns hosts",
+      .thresholds = {{"kBucketLateMs", kBucketLateMs,
+                      "late: starts more than this (ms) after the others' median"},
+                     {"kBucketLateFraction", kBucketLateFraction,
+                      "fires at or above this share of the bucket's steps"},
+                     {"kBucketHighFraction", kBucketHighFraction, "high at or above this share"},
+                     {"kBucketSkewMinSteps", static_cast<double>(kBucketSkewMinSteps),
+                      "a bucket is judged on at least this many steps"}},
+      .evaluate_group = rules::BucketSkew,
+  });
+  r.push_back(RuleSpec{
+      .id = "rank_skew",
+      .family = "distributed",
+      .max_severity = Severity::kMed,
+      .severity = "med",
+      .fires_when = "a rank's steady-state median step > " + Pct(kRankSkewFraction) +
+                    " above the median of the other ranks' medians",
+      .fix = "Find what differs on that rank: its host (CPU load, dataloader, page cache; read "
+             "its own report with gpuprof insights DB RUN), its GPU (clocks, thermals, PCIe / "
+             "NVLink topology), or uneven data sharding.",
+      .inputs = "steps of at least 2 ranks with a steady state",
+      .thresholds = {{"kRankSkewFraction", kRankSkewFraction,
+                      "fires above this share over the others"}},
+      .evaluate_group = rules::RankSkew,
+  });
+}
+
+std::vector<RuleSpec> BuildRules() {
+  std::vector<RuleSpec> r;
+  AddDataPipeline(r);
+  AddHost(r);
+  AddCompute(r);
+  AddMemoryThermal(r);
+  AddWarmup(r);
+  AddDistributed(r);
+  r.push_back(RuleSpec{
+      .id = "regression",
+      .family = "regression",
+      .max_severity = Severity::kMed,
+      .severity = "med when slower, info when faster",
+      .fires_when = "steady-state median step > " + Pct(kRegressionSlower) +
+                    " slower (or > " + Pct(kImprovementFaster) +
+                    " faster) than the median of the last " + std::to_string(kRegressionRuns) +
+                    " runs with the same run_name",
+      .fix = "Diff this run against the baseline runs (code, config, batch size, data, driver, "
+             "GPU); the other insights show where the time goes.",
+      .inputs = "an earlier finished run with the same run_name and a steady state, in the same "
+                "DB",
+      .thresholds = {{"kRegressionSlower", kRegressionSlower, "med above this slowdown"},
+                     {"kImprovementFaster", kImprovementFaster, "info above this speed-up"},
+                     {"kRegressionRuns", static_cast<double>(kRegressionRuns),
+                      "baseline: median of up to this many previous runs"},
+                     {"kRegressionLookback", static_cast<double>(kRegressionLookback),
+                      "looking back at most this many runs"}},
+      .evaluate = rules::Regression,
+  });
   r.push_back(RuleSpec{
       .id = "cost",
       .family = "cost",
       .max_severity = Severity::kLow,
       .severity = "low (reported whenever it can be computed)",
-      .fires_when = "always, when a rate is known: run duration × GPU count × USD per GPU-hour",
+      .fires_when = "always, when a rate is known: run duration × GPU count × USD per GPU-hour; "
+                    "with MFU known, the idle share cost × (1 − MFU)",
       .fix = "Recover idle capacity first (see the other insights). The rate is a reference "
              "on-demand price; set GPUPROF_GPU_RATE=<USD per GPU-hour> for your own.",
       .inputs = "run duration, runs.gpu_model with a reference rate (or GPUPROF_GPU_RATE) and "
@@ -129,26 +481,6 @@ std::string EscapePipes(const std::string& s) {
 
 }  // namespace
 
-namespace rules {
-
-std::optional<std::string> NeedSteps(const RunView& view, size_t min_steps) {
-  if (view.steps.empty()) return std::string("no steps recorded");
-  if (view.steps.size() < min_steps) {
-    return StrFormat("only %zu step%s recorded; needs at least %zu", view.steps.size(),
-                     view.steps.size() == 1 ? "" : "s", min_steps);
-  }
-  return std::nullopt;
-}
-
-std::optional<std::string> NeedSteadyState(const RunView& view) {
-  if (view.steps.empty()) return std::string("no steps recorded");
-  if (view.steady_count() == 0) {
-    return std::string("only 1 step recorded; the steady state needs at least 2");
-  }
-  return std::nullopt;
-}
-
-}  // namespace rules
 
 std::string_view SeverityName(Severity severity) {
   switch (severity) {
@@ -189,8 +521,8 @@ const RuleSpec* FindRule(std::string_view id) {
   return nullptr;
 }
 
-RuleResult EvaluateRule(const RuleSpec& spec, const RunView& view, const RuleContext& context) {
-  RuleResult result = spec.evaluate(view, context);
+namespace {
+RuleResult Complete(const RuleSpec& spec, RuleResult result) {
   if (result.insight) {
     result.insight->rule_id = spec.id;
     result.insight->family = spec.family;
@@ -198,13 +530,28 @@ RuleResult EvaluateRule(const RuleSpec& spec, const RunView& view, const RuleCon
   }
   return result;
 }
+}  // namespace
+
+RuleResult EvaluateRule(const RuleSpec& spec, const RunView& view, const RuleContext& context) {
+  if (!spec.evaluate) {
+    return RuleResult::Skip("a group rule: run gpuprof insights DB --group NAME");
+  }
+  return Complete(spec, spec.evaluate(view, context));
+}
+
+RuleResult EvaluateGroupRule(const RuleSpec& spec, const GroupView& group,
+                             const RuleContext& context) {
+  if (!spec.evaluate_group) return RuleResult::Skip("not a group rule");
+  return Complete(spec, spec.evaluate_group(group, context));
+}
 
 std::string RulesMarkdown() {
   std::string out;
   out += "| Rule | Family | Severity | Fires when | Fix |\n";
   out += "|---|---|---|---|---|\n";
   for (const RuleSpec& s : Rules()) {
-    out += "| `" + s.id + "` | " + s.family + " | " + EscapePipes(s.severity) + " | " +
+    out += "| `" + s.id + "`" + (s.group() ? " (group)" : "") + " | " + s.family + " | " +
+           EscapePipes(s.severity) + " | " +
            EscapePipes(s.fires_when) + " | " + EscapePipes(s.fix) + " |\n";
   }
   out += "\n| Rule | Threshold | Value | Meaning |\n";
@@ -232,7 +579,7 @@ std::string RulesText() {
       family = s.family;
       out += "\n" + family + "\n";
     }
-    out += "  " + s.id + "  [" + s.severity + "]\n";
+    out += "  " + s.id + (s.group() ? " (group)" : "") + "  [" + s.severity + "]\n";
     out += "    fires when: " + s.fires_when + "\n";
     out += "    needs:      " + s.inputs + "\n";
     out += "    fix:        " + s.fix + "\n";

@@ -16,18 +16,99 @@
 
 namespace gpuprof::analysis {
 
-// Named thresholds. Fractions are of step time unless stated otherwise.
+// Named thresholds. Fractions are of step time unless stated otherwise. A rule fires when its
+// measured value is strictly beyond the threshold ("> 15%"), never at it.
 namespace thresholds {
+// ---- data pipeline
 // dataloader_stall: loader wait above this share of step time fires...
 inline constexpr double kStallFraction = 0.15;
 // ...and is HIGH at or above this share (MED below).
 inline constexpr double kStallHighFraction = 0.30;
+// prefetch_queue_starved: a steady-state wrap_dataloader wait longer than this starves a step...
+inline constexpr double kStarvedWaitMs = 30.0;
+// ...and the rule fires when at least this share of the measured steps starved...
+inline constexpr double kStarvedStepFraction = 0.20;
+// ...HIGH at or above this share.
+inline constexpr double kStarvedHighFraction = 0.50;
+// cpu_bound_dataloader: mean host CPU (all cores, 0-100) above this during a stall fires...
+inline constexpr double kCpuBoundPct = 80.0;
+// ...when the disk is idle: mean read below this many MB/s (1e6 bytes) and, when IOPS were
+// sampled, below kDiskIdleIops.
+inline constexpr double kDiskIdleMBps = 50.0;
+inline constexpr double kDiskIdleIops = 500.0;
+// io_bound_dataloader: during a stall, mean disk read above this many MB/s or above this many
+// IOPS fires...
+inline constexpr double kIoBoundMBps = 500.0;
+inline constexpr double kIoBoundIops = 5000.0;
+// ...when the CPU has headroom: mean host CPU below this.
+inline constexpr double kIoCpuHeadroomPct = 60.0;
+// cold_cache: mean disk read in the first third of the steady state at least this multiple of
+// the last third's...
+inline constexpr double kColdCacheReadRatio = 3.0;
+// ...and at least this many MB/s (a few MB/s falling to nothing is not a cold cache)...
+inline constexpr double kColdCacheMinMBps = 50.0;
+// ...while the median step of the first third is this much slower than the last third's.
+inline constexpr double kColdCacheSpeedup = 0.10;
+// cold_cache needs this many steady-state steps (three per third).
+inline constexpr size_t kColdCacheMinSteps = 9;
+// cache_thrashing: page cache peak at least this share of RAM...
+inline constexpr double kThrashCacheFraction = 0.40;
+// ...while the median steady-state disk read stays above this many MB/s.
+inline constexpr double kThrashReadMBps = 100.0;
+// pcie_saturation: peak host-to-device PCIe throughput above this many GB/s (1e9 bytes) fires.
+inline constexpr double kPcieRxGBps = 20.0;
+// ---- host
+// worker_imbalance: the hottest dataloader worker above this multiple of the workers' mean
+// (fair share) fires...
+inline constexpr double kWorkerImbalanceRatio = 2.5;
+// ...if it is busy at all: its mean CPU is at least this (percent of one core).
+inline constexpr double kWorkerMinCpuPct = 10.0;
+// host_memory_pressure: mean swap-in above this many MB/s fires.
+inline constexpr double kSwapInMBps = 1.0;
+// ---- compute
 // kernel_launch_overhead: time outside wait and phases above this share fires...
 inline constexpr double kOverheadFraction = 0.10;
 // ...and is MED at or above this share (LOW below).
 inline constexpr double kOverheadMedFraction = 0.25;
 // low_mfu: MFU below this fraction of the dtype peak fires (MED).
 inline constexpr double kLowMfu = 0.30;
+// small_batch: mean GPU utilization above this (percent)...
+inline constexpr double kSmallBatchUtilPct = 60.0;
+// ...with MFU below this fires.
+inline constexpr double kSmallBatchMfu = 0.25;
+// gradient_checkpointing_detected: backward / forward time. Plain training runs backward at
+// about 2x forward (gradients w.r.t. inputs and weights); activation checkpointing recomputes
+// the forward inside backward, about 3x. At or below kNoCkptMaxRatio means "not
+// checkpointing", at or above kCkptMinRatio means "checkpointing"; in between is ambiguous and
+// never fires.
+inline constexpr double kNoCkptMaxRatio = 2.3;
+inline constexpr double kCkptMinRatio = 2.7;
+// sdpa_suboptimal: softmax + bmm kernels above this share of GPU kernel time, with no fused
+// attention kernel, fires.
+inline constexpr double kSdpaHotFraction = 0.20;
+// kernel_drift: a kernel's mean time per window grew by more than this between the halves of
+// the run (and its time per call by as much)...
+inline constexpr double kDriftGrowth = 0.50;
+// ...adding at least this share of the mean total kernel time per window...
+inline constexpr double kDriftMinShare = 0.01;
+// ...with at least this many kernel windows in each half.
+inline constexpr size_t kDriftMinWindows = 2;
+// ---- memory & thermals
+// memory_pressure: peak device memory in use above this share of the device's memory fires.
+inline constexpr double kGpuMemPressure = 0.90;
+// thermal_throttling: a sample is throttled when NVML reports a thermal clock-event reason, or
+// when the GPU is hotter than kThrottleTempC with the SM clock more than kThrottleClockDrop
+// below its maximum...
+inline constexpr double kThrottleTempC = 82.0;
+inline constexpr double kThrottleClockDrop = 0.15;
+// ...and the rule fires when more than this share of one GPU's samples are throttled...
+inline constexpr double kThrottleSampleFraction = 0.05;
+// ...HIGH at or above this share.
+inline constexpr double kThrottleHighFraction = 0.50;
+// NVML clocks-event reason bits (nvmlClocksEventReason*, nvml.h): SW and HW thermal slowdown.
+inline constexpr int64_t kNvmlSwThermalSlowdown = 0x20;
+inline constexpr int64_t kNvmlHwThermalSlowdown = 0x40;
+// ---- warmup & tail
 // compilation_warmup: step 0 longer than this multiple of the steady-state median fires.
 inline constexpr double kWarmupRatio = 3.0;
 // first_step_outlier: step 0 longer than this multiple of the median of steps 1..n-1 fires.
@@ -38,9 +119,39 @@ inline constexpr size_t kWarmupMinSteps = 3;
 inline constexpr double kVarianceRatio = 2.0;
 // ...evaluated only with at least this many steady-state steps (p99 of fewer is the max).
 inline constexpr size_t kVarianceMinSteps = 10;
+// ---- distributed
+// comm_dominant: collectives in flight for more than this share of step time fires.
+inline constexpr double kCommFraction = 0.20;
+// bucket_skew: a rank is late on a step's bucket when it starts that collective more than this
+// many ms after the median start of the other ranks (and after every other rank)...
+inline constexpr double kBucketLateMs = 1.0;
+// ...and the rule fires when one rank is late on the same bucket on at least this share of
+// the steps where that bucket was timed on 2+ ranks...
+inline constexpr double kBucketLateFraction = 0.60;
+// ...HIGH at or above this share...
+inline constexpr double kBucketHighFraction = 0.90;
+// ...evaluated for buckets timed on 2+ ranks on at least this many steps.
+inline constexpr size_t kBucketSkewMinSteps = 5;
+// rank_skew: a rank whose steady-state median step exceeds the median of the other ranks'
+// medians by more than this fires.
+inline constexpr double kRankSkewFraction = 0.20;
+// ---- regression
+// The baseline is the median of the steady-state median step time of up to this many previous
+// finished runs of the same run_name...
+inline constexpr size_t kRegressionRuns = 3;
+// ...looking back at most this many runs (runs without a steady state are passed over).
+inline constexpr size_t kRegressionLookback = 10;
+// More than this much slower than the baseline fires MED...
+inline constexpr double kRegressionSlower = 0.10;
+// ...more than this much faster is reported as INFO.
+inline constexpr double kImprovementFaster = 0.10;
 }  // namespace thresholds
 
+struct GroupView;  // group.h
+
 using RuleFn = RuleResult (*)(const RunView&, const RuleContext&);
+// A group rule sees every rank of a multi-rank run (gpuprof insights --group).
+using GroupRuleFn = RuleResult (*)(const GroupView&, const RuleContext&);
 
 struct RuleThreshold {
   std::string name;   // the constant's name in thresholds::
@@ -50,14 +161,17 @@ struct RuleThreshold {
 
 struct RuleSpec {
   std::string id;
-  std::string family;      // data_pipeline | compute | warmup | cost
+  // data_pipeline | host | compute | memory_thermal | warmup | distributed | regression | cost
+  std::string family;
   Severity max_severity;   // the most severe level the rule can report
   std::string severity;    // how the level is chosen, e.g. "high ≥ 30%, else med"
   std::string fires_when;  // one line, with the thresholds' values
   std::string fix;         // default fix text
   std::string inputs;      // what must have been measured; otherwise "not evaluated"
   std::vector<RuleThreshold> thresholds;
-  RuleFn evaluate = nullptr;
+  RuleFn evaluate = nullptr;             // per-run rules
+  GroupRuleFn evaluate_group = nullptr;  // group rules (exactly one of the two is set)
+  bool group() const { return evaluate_group != nullptr; }
 };
 
 // Every rule, in evaluation and display order. The reference lives for the program.
@@ -66,11 +180,15 @@ const std::vector<RuleSpec>& Rules();
 const RuleSpec* FindRule(std::string_view id);
 
 // Runs one rule and completes a fired insight with rule_id, family and (unless the rule
-// set one) the registry's fix text.
+// set one) the registry's fix text. A group rule given one run, or a per-run rule given a
+// group, is "not evaluated".
 RuleResult EvaluateRule(const RuleSpec& spec, const RunView& view, const RuleContext& context);
+RuleResult EvaluateGroupRule(const RuleSpec& spec, const GroupView& group,
+                             const RuleContext& context);
 
-// The registry as a Markdown table (id, family, severity, fires when, fix) followed by the
-// thresholds table; stable output for docs generation.
+// The registry as a Markdown table (id, family, severity, fires when, fix; group rules are
+// marked "(group)" after the id) followed by the thresholds and inputs tables; stable output
+// for docs generation.
 std::string RulesMarkdown();
 // The registry as plain text for a terminal.
 std::string RulesText();

@@ -2,25 +2,121 @@
 // the registry (rules/registry.h). Each returns RuleResult::Pass, Fire or Skip.
 #pragma once
 
+#include <optional>
+#include <string>
+#include <vector>
+
 #include "analysis/insight.h"
 #include "analysis/run_view.h"
+
+namespace gpuprof::analysis {
+struct GroupView;
+}
 
 namespace gpuprof::analysis::rules {
 
 // data_pipeline.cc
 RuleResult DataloaderStall(const RunView& view, const RuleContext& context);
+RuleResult PrefetchQueueStarved(const RunView& view, const RuleContext& context);
+RuleResult CpuBoundDataloader(const RunView& view, const RuleContext& context);
+RuleResult IoBoundDataloader(const RunView& view, const RuleContext& context);
+RuleResult ColdCache(const RunView& view, const RuleContext& context);
+RuleResult CacheThrashing(const RunView& view, const RuleContext& context);
+RuleResult PcieSaturation(const RunView& view, const RuleContext& context);
+// host.cc
+RuleResult WorkerImbalance(const RunView& view, const RuleContext& context);
+RuleResult HostMemoryPressure(const RunView& view, const RuleContext& context);
 // compute.cc
 RuleResult KernelLaunchOverhead(const RunView& view, const RuleContext& context);
 RuleResult LowMfu(const RunView& view, const RuleContext& context);
+RuleResult SmallBatch(const RunView& view, const RuleContext& context);
+RuleResult GradientCheckpointing(const RunView& view, const RuleContext& context);
+RuleResult SdpaSuboptimal(const RunView& view, const RuleContext& context);
+RuleResult KernelDrift(const RunView& view, const RuleContext& context);
+// memory_thermal.cc
+RuleResult MemoryPressure(const RunView& view, const RuleContext& context);
+RuleResult ThermalThrottling(const RunView& view, const RuleContext& context);
 // warmup.cc
 RuleResult CompilationWarmup(const RunView& view, const RuleContext& context);
 RuleResult FirstStepOutlier(const RunView& view, const RuleContext& context);
 RuleResult HighStepVariance(const RunView& view, const RuleContext& context);
+// distributed.cc
+RuleResult CommDominant(const RunView& view, const RuleContext& context);
+RuleResult BucketSkew(const GroupView& group, const RuleContext& context);
+RuleResult RankSkew(const GroupView& group, const RuleContext& context);
+// regression.cc
+RuleResult Regression(const RunView& view, const RuleContext& context);
 // cost.cc
 RuleResult Cost(const RunView& view, const RuleContext& context);
 
 // Shared preconditions. Return a reason when the run has too few steps, else nullopt.
 std::optional<std::string> NeedSteps(const RunView& view, size_t min_steps);
 std::optional<std::string> NeedSteadyState(const RunView& view);
+
+// Why GPU / host telemetry is missing, for "not evaluated" reasons: "<what> not sampled"
+// followed by the cause when one is known (CPU run, the collector's recorded reason).
+std::string GpuMissing(const RunView& view, const std::string& what);
+std::string HostMissing(const RunView& view, const std::string& what);
+
+// The host samples the data-pipeline rules read: those inside the steady-state window, or every
+// sample of the run when none falls inside it (a short run sampled slowly). `steady` says which.
+struct HostWindow {
+  std::vector<const store::HostSampleRow*> samples;
+  bool steady = false;
+};
+HostWindow SteadyHostSamples(const RunView& view);
+// The same for GPU samples.
+struct GpuWindow {
+  std::vector<const store::GpuSampleRow*> samples;
+  bool steady = false;
+};
+GpuWindow SteadyGpuSamples(const RunView& view);
+
+// Mean of one optional column over samples, skipping unmeasured values; nullopt if none.
+template <typename Row, typename T>
+std::optional<double> MeanOf(const std::vector<const Row*>& rows, std::optional<T> Row::*field) {
+  double sum = 0;
+  size_t n = 0;
+  for (const Row* r : rows) {
+    if (const auto& v = r->*field) {
+      sum += static_cast<double>(*v);
+      ++n;
+    }
+  }
+  return n ? std::optional<double>(sum / static_cast<double>(n)) : std::nullopt;
+}
+// Median of one optional column over samples; nullopt if none.
+template <typename Row, typename T>
+std::optional<double> MedianOf(const std::vector<const Row*>& rows, std::optional<T> Row::*field) {
+  std::vector<double> values;
+  for (const Row* r : rows) {
+    if (const auto& v = r->*field) values.push_back(static_cast<double>(*v));
+  }
+  return Median(std::move(values));
+}
+
+// The dataloader stall the cpu/io-bound rules build on: the steady-state wait fraction, or why
+// it is unknown.
+struct Stall {
+  std::optional<double> fraction;
+  std::string reason;  // set when fraction is nullopt
+  bool stalled() const;           // fraction > kStallFraction
+  Severity severity() const;      // HIGH at kStallHighFraction, else MED
+};
+Stall MeasureStall(const RunView& view);
+
+// Collective time over the steady-state steps that have comm_buckets rows: per step, the
+// length of the union of its bucket intervals (time with any collective in flight).
+struct CommShare {
+  size_t steps = 0;          // steady steps with at least one bucket
+  double comm_ns = 0;        // summed union length
+  double step_ns = 0;        // summed duration of those steps
+  double buckets = 0;        // bucket rows on those steps
+  double fraction() const { return step_ns > 0 ? comm_ns / step_ns : 0; }
+};
+std::optional<CommShare> MeasureCommShare(const RunView& view);
+
+// "rank 3", or "run 17" when the run has no rank.
+std::string RankLabel(const store::RunInfo& run);
 
 }  // namespace gpuprof::analysis::rules

@@ -1,0 +1,144 @@
+// Preconditions and measurements shared by several rule families (rules.h).
+#include <algorithm>
+#include <map>
+
+#include "analysis/format.h"
+#include "analysis/rules/registry.h"
+#include "analysis/rules/rules.h"
+
+namespace gpuprof::analysis::rules {
+namespace {
+
+template <typename Row>
+std::vector<const Row*> InWindow(const std::vector<Row>& rows,
+                                 const std::optional<std::pair<int64_t, int64_t>>& window,
+                                 bool* steady) {
+  std::vector<const Row*> out;
+  if (window) {
+    for (const Row& r : rows) {
+      if (r.ts_ns >= window->first && r.ts_ns <= window->second) out.push_back(&r);
+    }
+  }
+  *steady = !out.empty();
+  if (out.empty()) {
+    for (const Row& r : rows) out.push_back(&r);
+  }
+  return out;
+}
+
+std::string WithCause(const std::string& what, const store::TelemetryStatusRow* row) {
+  if (row && !row->available) {
+    return what + " (telemetry unavailable: " + row->reason.value_or("no reason recorded") + ")";
+  }
+  return what;
+}
+
+}  // namespace
+
+std::optional<std::string> NeedSteps(const RunView& view, size_t min_steps) {
+  if (view.steps.empty()) return std::string("no steps recorded");
+  if (view.steps.size() < min_steps) {
+    return StrFormat("only %zu step%s recorded; needs at least %zu", view.steps.size(),
+                     view.steps.size() == 1 ? "" : "s", min_steps);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> NeedSteadyState(const RunView& view) {
+  if (view.steps.empty()) return std::string("no steps recorded");
+  if (view.steady_count() == 0) {
+    return std::string("only 1 step recorded; the steady state needs at least 2");
+  }
+  return std::nullopt;
+}
+
+std::string GpuMissing(const RunView& view, const std::string& what) {
+  if (view.IsCpuRun()) return what + " (CPU run)";
+  return WithCause(what + " not sampled", view.Telemetry("gpu"));
+}
+
+std::string HostMissing(const RunView& view, const std::string& what) {
+  return WithCause(what + " not sampled", view.Telemetry("host"));
+}
+
+HostWindow SteadyHostSamples(const RunView& view) {
+  HostWindow w;
+  w.samples = InWindow(view.data.host_samples, view.SteadyWindow(), &w.steady);
+  return w;
+}
+
+GpuWindow SteadyGpuSamples(const RunView& view) {
+  GpuWindow w;
+  w.samples = InWindow(view.data.gpu_samples, view.SteadyWindow(), &w.steady);
+  return w;
+}
+
+bool Stall::stalled() const { return fraction && *fraction > thresholds::kStallFraction; }
+
+Severity Stall::severity() const {
+  return fraction && *fraction >= thresholds::kStallHighFraction ? Severity::kHigh
+                                                                  : Severity::kMed;
+}
+
+Stall MeasureStall(const RunView& view) {
+  Stall s;
+  if (auto why = NeedSteadyState(view)) {
+    s.reason = *why;
+  } else if (!view.breakdown.wait_fraction) {
+    s.reason =
+        "dataloader wait not measured on any steady-state step (no inter-step gap or "
+        "wrap_dataloader timing)";
+  } else {
+    s.fraction = view.breakdown.wait_fraction;
+  }
+  return s;
+}
+
+std::optional<CommShare> MeasureCommShare(const RunView& view) {
+  if (view.data.comm_buckets.empty() || view.steady_count() == 0) return std::nullopt;
+  struct StepSpans {
+    std::vector<std::pair<int64_t, int64_t>> spans;
+    size_t rows = 0;
+  };
+  std::map<int64_t, StepSpans> by_step;
+  for (const auto& b : view.data.comm_buckets) {
+    StepSpans& ss = by_step[b.step];
+    ++ss.rows;
+    if (b.end_ns > b.start_ns) ss.spans.emplace_back(b.start_ns, b.end_ns);
+  }
+  CommShare share;
+  for (size_t i = view.steady_begin; i < view.steps.size(); ++i) {
+    const StepView& s = view.steps[i];
+    auto it = by_step.find(s.step);
+    if (it == by_step.end()) continue;
+    auto& spans = it->second.spans;
+    std::sort(spans.begin(), spans.end());
+    double union_ns = 0;
+    int64_t cur_start = 0, cur_end = 0;
+    bool open = false;
+    for (const auto& [a, b] : spans) {
+      if (!open || a > cur_end) {
+        if (open) union_ns += static_cast<double>(cur_end - cur_start);
+        cur_start = a;
+        cur_end = b;
+        open = true;
+      } else {
+        cur_end = std::max(cur_end, b);
+      }
+    }
+    if (open) union_ns += static_cast<double>(cur_end - cur_start);
+    ++share.steps;
+    share.comm_ns += union_ns;
+    share.step_ns += static_cast<double>(s.duration_ns);
+    share.buckets += static_cast<double>(it->second.rows);
+  }
+  if (share.steps == 0) return std::nullopt;
+  return share;
+}
+
+std::string RankLabel(const store::RunInfo& run) {
+  if (run.rank) return StrFormat("rank %lld", static_cast<long long>(*run.rank));
+  return StrFormat("run %lld", static_cast<long long>(run.run_id));
+}
+
+}  // namespace gpuprof::analysis::rules

@@ -1,0 +1,36 @@
+// Light reads for analyses that span several runs of one store (the regression baseline, the
+// ranks of a multi-rank group): only the rows those analyses use, so that comparing against
+// long runs does not load their telemetry. Cold path; errors name the file and what was being
+// read.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "analysis/insight.h"
+#include "store/sqlite_store.h"
+#include "util/status.h"
+
+namespace gpuprof::analysis {
+
+// Steps of one run, ordered by step.
+Expected<std::vector<store::StepRow>> LoadSteps(store::SqliteStore& store, int64_t run_id);
+// comm_buckets rows of one run, ordered by (step, bucket, start_ns).
+Expected<std::vector<store::CommBucketRow>> LoadCommBuckets(store::SqliteStore& store,
+                                                            int64_t run_id);
+
+// The earlier finished runs with `run`'s run_name (SqliteStore::PreviousRunsNamed), newest
+// first, at most thresholds::kRegressionLookback, each with its steady-state median step time.
+// Stops once thresholds::kRegressionRuns runs with a steady state are listed.
+Expected<std::vector<PriorRun>> LoadPriorRuns(store::SqliteStore& store,
+                                              const store::RunInfo& run);
+
+// Every run whose group_id is `group_id` (any status), with its steps and comm_buckets; the
+// other RunData members stay empty. An empty vector when there is none.
+Expected<std::vector<store::RunData>> LoadGroupRuns(store::SqliteStore& store,
+                                                    const std::string& group_id);
+// The distinct group ids in the store, sorted.
+Expected<std::vector<std::string>> ListGroupIds(store::SqliteStore& store);
+
+}  // namespace gpuprof::analysis

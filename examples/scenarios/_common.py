@@ -1,0 +1,33 @@
+"""Shared pieces of the scenario examples: a small MLP, a loop, argument parsing."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Iterable
+
+import torch
+from torch import nn
+
+
+def args(description: str, name: str):
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--db", default="gpuprof.db")
+    p.add_argument("--name", default=name)
+    p.add_argument("--steps", type=int, default=40)
+    return p.parse_args()
+
+
+def model_and_optimizer(width: int = 128, depth: int = 3):
+    torch.manual_seed(0)
+    layers: list[nn.Module] = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    model = nn.Sequential(*layers)
+    return model, torch.optim.SGD(model.parameters(), lr=1e-3)
+
+
+def train(model: nn.Module, opt: torch.optim.Optimizer, batches: Iterable) -> None:
+    for x in batches:
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
