@@ -24,6 +24,7 @@ Expected<std::unique_ptr<GpuCollector>> MakeGpuCollector(const GpuCollectorOptio
       return Status::Error("gpu_backend='nvml' was requested but NVML (" + path +
                            ") reports no usable GPU");
     }
+    nvml.value()->set_pcie_interval_ns(int64_t{options.pcie_interval_ms} * 1'000'000);
     return std::unique_ptr<GpuCollector>(std::move(nvml).value().release());
   }
   if (backend == "mock") {

@@ -44,6 +44,9 @@ struct GpuCollectorOptions {
   std::string backend = "auto";
   // For nvml: the library to dlopen. Empty = $GPUPROF_NVML_LIBRARY or "libnvidia-ml.so.1".
   std::string nvml_library;
+  // For nvml: PCIe throughput is read at most this often (ms; 0 = every tick), because the
+  // driver call blocks for its measurement window.
+  int pcie_interval_ms = 1000;
   // For mock: device count and scenario (see MockScenario::Parse).
   int mock_gpus = 1;
   std::string mock_scenario;

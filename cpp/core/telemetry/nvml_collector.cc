@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <array>
+#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -110,6 +111,7 @@ struct NvmlCollector::DeviceState {
   bool lost = false;
   bool read_failed_noted = false;
   bool proc_unmatched_noted = false;
+  std::optional<int64_t> last_pcie_ns;  // when PCIe was last read (it is decimated)
   std::vector<nvml::ProcessInfoV2> procs;
   std::vector<nvml::ProcessInfoV1> procs_v1;
 };
@@ -478,7 +480,11 @@ bool NvmlCollector::SampleDevice(DeviceState& dev, int64_t now_rel_ns,
     else if (fail(kClockReasons, r))
       return false;
   }
-  if (dev.active[kPcie]) {
+  // nvmlDeviceGetPcieThroughput measures over a ~20 ms window inside the call, so it is read
+  // at most once per pcie_interval_ns_; the ticks in between leave PCIe unmeasured (NULL).
+  const bool pcie_due = !dev.last_pcie_ns || now_rel_ns - *dev.last_pcie_ns >= pcie_interval_ns_;
+  if (dev.active[kPcie] && pcie_due) {
+    dev.last_pcie_ns = now_rel_ns;
     ++attempted;
     unsigned int rx = 0;
     unsigned int tx = 0;

@@ -64,6 +64,10 @@ class NvmlCollector final : public GpuCollector {
   // are skipped with a note.
   static Expected<std::unique_ptr<NvmlCollector>> Open(const std::string& library_path);
 
+  // PCIe throughput is read at most once per interval per device (default 1 s; 0 = every
+  // tick): the driver call itself blocks for its ~20 ms measurement window.
+  void set_pcie_interval_ns(int64_t ns) { pcie_interval_ns_ = ns; }
+
   ~NvmlCollector() override;  // nvmlShutdown + dlclose
   NvmlCollector(const NvmlCollector&) = delete;
   NvmlCollector& operator=(const NvmlCollector&) = delete;
@@ -96,6 +100,7 @@ class NvmlCollector final : public GpuCollector {
   void AddNote(std::string note) noexcept;
   std::string ErrorText(nvml::Return r) const;
 
+  int64_t pcie_interval_ns_ = 1'000'000'000;
   std::string library_path_;
   void* handle_ = nullptr;
   bool initialized_ = false;

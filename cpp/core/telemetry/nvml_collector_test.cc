@@ -51,7 +51,9 @@ class NvmlCollectorTest : public ::testing::Test {
   std::unique_ptr<NvmlCollector> OpenFake(const std::string& library = FakeLibrary()) {
     auto c = NvmlCollector::Open(library);
     EXPECT_TRUE(c.ok()) << c.error();
-    return c.ok() ? std::move(c).value() : nullptr;
+    if (!c.ok()) return nullptr;
+    c.value()->set_pcie_interval_ns(0);  // every tick reads every field (decimation: own test)
+    return std::move(c).value();
   }
 
   // Samples once with the given pids and returns the rows.
@@ -474,6 +476,27 @@ gpu * process self 1000
   EXPECT_EQ(rows[3].proc_mem_bytes, 1000);
   std::printf("[telemetry cost] NvmlCollector::Sample, fake NVML, 4 devices: %.2f us/tick\n",
               static_cast<double>(ns) / kTicks / 1000.0);
+}
+
+TEST_F(NvmlCollectorTest, GivenDefaultInterval_WhenSampledAt100Hz_ThenPcieIsReadOncePerSecond) {
+  // GIVEN a device with PCIe counters and the default 1 s PCIe interval
+  UseScenario("devices 1\ngpu 0 pcie_rx 10\ngpu 0 pcie_tx 20\ngpu 0 util 50\n");
+  auto opened = NvmlCollector::Open(FakeLibrary());
+  ASSERT_TRUE(opened.ok()) << opened.error();
+  NvmlCollector& c = *opened.value();
+  // WHEN sampled every 10 ms for 2.5 s
+  int with_pcie = 0, with_util = 0;
+  for (int i = 0; i < 250; ++i) {
+    auto rows = Tick(c, int64_t{i} * 10'000'000);
+    ASSERT_THAT(rows, SizeIs(1));
+    with_pcie += rows[0].pcie_rx_bps.has_value();
+    with_util += rows[0].util_pct.has_value();
+    // THEN a tick without the PCIe read leaves it unmeasured, never zero
+    if (rows[0].pcie_rx_bps) EXPECT_EQ(*rows[0].pcie_rx_bps, 10.0 * 1024);
+  }
+  // THEN PCIe was read at 0 s, 1 s and 2 s while the other fields were read every tick
+  EXPECT_EQ(with_pcie, 3);
+  EXPECT_EQ(with_util, 250);
 }
 
 }  // namespace
