@@ -309,6 +309,17 @@ TEST(FirstStepOutlier, NearMissDoesNotFire) {
   EXPECT_TRUE(Eval("compilation_warmup", b).fired());
 }
 
+TEST(FirstStepOutlier, TheWarmupRuleDefersToIt) {
+  // GIVEN a step 0 far beyond both thresholds
+  RunBuilder b;
+  b.Step(Split(1500, 0, 1400)).Steps(9, Split(100, 5, 90));
+  // THEN it is reported once, by first_step_outlier
+  EXPECT_TRUE(Eval("first_step_outlier", b).fired());
+  const RuleResult warm = Eval("compilation_warmup", b);
+  EXPECT_FALSE(warm.fired());
+  EXPECT_FALSE(warm.skipped());
+}
+
 TEST(FirstStepOutlier, NotEvaluatedOnOneStep) {
   RunBuilder b;
   b.Step(Split(900, 0, 800));
@@ -342,6 +353,30 @@ TEST(HighStepVariance, OneSpikeIsANearMiss) {
   const RuleResult r = Eval("high_step_variance", SpikyRun(1));
   EXPECT_FALSE(r.fired());
   EXPECT_FALSE(r.skipped());
+}
+
+TEST(HighStepVariance, ALoneSpikeInAShortRunIsNotVariance) {
+  // 37 steady steps, one of them 3× the median: p99 is that spike, but one hiccup is not variance.
+  RunBuilder b;
+  b.Steps(kWarmupSteps, Split(100, 5, 90)).Steps(20, Split(100, 5, 90));
+  b.Step(Split(300, 5, 90)).Steps(16, Split(100, 5, 90));
+  const RuleResult r = Eval("high_step_variance", b);
+  EXPECT_FALSE(r.fired());
+  EXPECT_FALSE(r.skipped());
+}
+
+TEST(HighStepVariance, FewCheapSpikesAreLow) {
+  // Two 250 ms steps among 100 steady steps of 100 ms: p99 = 250 ms (2.5× p50), but only
+  // 2 × 150 ms of 10.3 s (2.9%) is lost to them: below kVarianceMedShare, so low.
+  RunBuilder b;
+  b.Steps(kWarmupSteps, Split(100, 5, 90));
+  for (size_t i = 0; i < 100; ++i) {
+    b.Step(i == 30 || i == 70 ? Split(250, 5, 90) : Split(100, 5, 90));
+  }
+  const RuleResult r = Eval("high_step_variance", b);
+  ASSERT_TRUE(r.fired());
+  EXPECT_EQ(r.insight->severity, Severity::kLow);
+  EXPECT_NEAR(r.insight->evidence["lost_share"].get<double>(), 300.0 / 10300.0, 1e-9);
 }
 
 TEST(HighStepVariance, NotEvaluatedOnFewSteadySteps) {

@@ -328,7 +328,9 @@ void AddWarmup(std::vector<RuleSpec>& r) {
       .family = "warmup",
       .max_severity = Severity::kLow,
       .severity = "low",
-      .fires_when = "first step > " + Times(kWarmupRatio) + " the steady-state median step time",
+      .fires_when = "first step > " + Times(kWarmupRatio) +
+                    " the steady-state median step time (up to " + Times(kFirstStepRatio) +
+                    " the other steps' median; beyond that first_step_outlier reports it)",
       .fix = "Leave the warmup steps out of throughput numbers (gpuprof's steady-state stats "
              "already skip them); with torch.compile, warm up before timing and avoid "
              "recompiles (e.g. mark dynamic shapes).",
@@ -357,15 +359,22 @@ void AddWarmup(std::vector<RuleSpec>& r) {
       .id = "high_step_variance",
       .family = "warmup",
       .max_severity = Severity::kMed,
-      .severity = "med",
-      .fires_when = "steady-state p99 / p50 step time > " + FormatCompact(kVarianceRatio),
+      .severity = "med when the slow steps cost ≥ " + FormatPercent(kVarianceMedShare) +
+                  " of steady-state time, else low",
+      .fires_when = "steady-state p99 / p50 step time > " + FormatCompact(kVarianceRatio) +
+                    " with at least " + std::to_string(kVarianceMinSpikes) + " steps over " +
+                    Times(kVarianceRatio) + " the median",
       .fix = "Find what runs on the slow steps: periodic logging or checkpoint saves, .item() / "
              "print syncs, evaluation, Python GC pauses (gc.freeze() after setup), or "
              "dataloader workers being descheduled.",
       .inputs = "at least " + std::to_string(kVarianceMinSteps) + " steady-state steps",
       .thresholds = {{"kVarianceRatio", kVarianceRatio, "fires above this p99/p50"},
                      {"kVarianceMinSteps", static_cast<double>(kVarianceMinSteps),
-                      "evaluated with at least this many steady-state steps"}},
+                      "evaluated with at least this many steady-state steps"},
+                     {"kVarianceMinSpikes", static_cast<double>(kVarianceMinSpikes),
+                      "slow steps needed to fire"},
+                     {"kVarianceMedShare", kVarianceMedShare,
+                      "med at or above this share of steady-state time lost to slow steps"}},
       .evaluate = rules::HighStepVariance,
   });
 }

@@ -119,6 +119,12 @@ inline constexpr size_t kWarmupMinSteps = 3;
 inline constexpr double kVarianceRatio = 2.0;
 // ...evaluated only with at least this many steady-state steps (p99 of fewer is the max).
 inline constexpr size_t kVarianceMinSteps = 10;
+// ...and only when at least this many steady-state steps exceed kVarianceRatio × p50: with few
+// steps p99 is the maximum, and one hiccup is not variance.
+inline constexpr size_t kVarianceMinSpikes = 2;
+// ...med when the spikes' time above the median is at least this share of steady-state time,
+// else low.
+inline constexpr double kVarianceMedShare = 0.05;
 // ---- distributed
 // comm_dominant: collectives in flight for more than this share of step time fires.
 inline constexpr double kCommFraction = 0.20;

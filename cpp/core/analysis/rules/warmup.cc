@@ -28,6 +28,15 @@ RuleResult CompilationWarmup(const RunView& view, const RuleContext&) {
   const double first = static_cast<double>(view.steps.front().duration_ns);
   const double ratio = first / median;
   if (ratio <= kWarmupRatio) return RuleResult::Pass();
+  // A step 0 beyond first_step_outlier's threshold is that rule's finding: say it once.
+  std::vector<double> rest;
+  for (size_t i = 1; i < view.steps.size(); ++i) {
+    rest.push_back(static_cast<double>(view.steps[i].duration_ns));
+  }
+  if (auto rest_median = Median(rest); rest_median && *rest_median > 0 &&
+                                       first / *rest_median > kFirstStepRatio) {
+    return RuleResult::Pass();
+  }
   double excess = 0;
   for (size_t i = 0; i < view.steady_begin; ++i) {
     excess += std::max(0.0, view.steps[i].duration_ns - median);
@@ -92,20 +101,24 @@ RuleResult HighStepVariance(const RunView& view, const RuleContext&) {
   if (ratio <= kVarianceRatio) return RuleResult::Pass();
   size_t spikes = 0;
   double lost = 0;
+  double steady_total = 0;
   for (size_t i = view.steady_begin; i < view.steps.size(); ++i) {
     const double d = static_cast<double>(view.steps[i].duration_ns);
+    steady_total += d;
     if (d > kVarianceRatio * s.p50_ns) {
       ++spikes;
       lost += d - s.p50_ns;
     }
   }
+  if (spikes < kVarianceMinSpikes) return RuleResult::Pass();
+  const double lost_share = steady_total > 0 ? lost / steady_total : 0.0;
   nlohmann::json evidence = {
       {"p50_ns", s.p50_ns}, {"p99_ns", s.p99_ns},         {"ratio", ratio},
       {"spikes", spikes},   {"steady_steps", s.count},    {"spike_excess_ns", lost},
-      {"threshold", kVarianceRatio},
+      {"threshold", kVarianceRatio}, {"lost_share", lost_share},
   };
   return RuleResult::Fire(
-      Severity::kMed,
+      lost_share >= kVarianceMedShare ? Severity::kMed : Severity::kLow,
       StrFormat("Step time p99 is %s p50 (%s vs %s); %zu of %zu steady-state steps took over %s "
                 "the median",
                 FormatRatio(ratio).c_str(), FormatDuration(s.p99_ns).c_str(),
