@@ -13,9 +13,10 @@ package only holds what must touch Python objects.
 
 from __future__ import annotations
 
+from ._flops import TransformerArch
 from ._profile import GpuprofWarning, Profile, Step, profile
 
-__all__ = ["profile", "Profile", "Step", "GpuprofWarning", "__version__"]
+__all__ = ["profile", "Profile", "Step", "TransformerArch", "GpuprofWarning", "__version__"]
 
 try:
     from ._native import __version__

@@ -12,6 +12,8 @@ import warnings
 from types import TracebackType
 from typing import Any, Iterable, Iterator, Optional, TypeVar
 
+from ._flops import StepFlopCounter, TransformerArch
+
 T = TypeVar("T")
 
 _GPU_BACKENDS = ("auto", "nvml", "mock", "none")
@@ -120,6 +122,7 @@ class Profile:
         self._phase_ids: dict[str, int] = {}
         self._patches: Any = None
         self._timer: Any = None
+        self._flop_counter: Optional[StepFlopCounter] = None
         self._state = "new"
         self.summary: Optional[str] = None
         self.run_id: Optional[int] = None
@@ -213,6 +216,18 @@ class Profile:
             if self._patches is not None:
                 self._patches.uninstall()
                 self._patches = None
+            return
+        if self._options.get("flops_method") is None:  # neither arch= nor flops_per_step=
+            session = self._session
+            counter = StepFlopCounter(lambda: int(session.stats()["optimizer_calls"]))
+            try:
+                counter.install()
+                self._flop_counter = counter
+            except Exception as e:
+                counter.finish()
+                self._session.add_diagnostic(
+                    "error", "flops", f"automatic FLOP count failed: installing its optimizer "
+                    f"hooks raised {e!r}")
 
     def _describe_cuda(self, torch: Any) -> None:
         """A CUDA process trains on one device (one rank per GPU): gpu_count is 1 and the model
@@ -233,6 +248,7 @@ class Profile:
             if self._session is None:
                 return None
             problems = []
+            self._finish_flop_count()
             if self._patches is not None:
                 problems += self._patches.uninstall()
             if self._timer is not None:
@@ -256,6 +272,29 @@ class Profile:
             with _active_lock:
                 if _active is self:
                     _active = None
+
+    def _finish_flop_count(self) -> None:
+        """Ends the automatic FLOP count (restoring torch) and records its outcome: runs.
+        flops_per_step with flops_method "counted", or a diagnostic (source "flops") that the
+        MFU line quotes as the reason MFU is unknown."""
+        counter, self._flop_counter = self._flop_counter, None
+        if counter is None:
+            return
+        try:
+            counter.finish()
+            if counter.flops is not None:
+                self._session.update_run(flops_per_step=float(counter.flops),
+                                         flops_method="counted")
+                self._session.add_diagnostic(
+                    "info", "flops", f"FLOPs per step counted with FlopCounterMode over the "
+                    f"step after optimizer step {counter.counted_after}: {counter.flops:.4g}")
+            elif counter.problem is not None:
+                self._session.add_diagnostic("warning" if counter.failed else "info", "flops",
+                                             counter.problem)
+                if counter.failed:
+                    _warn(f"gpuprof: {counter.problem}; MFU is unknown for this run")
+        except Exception as e:  # never raise on the way out
+            _warn(f"gpuprof: recording the FLOP count failed: {e!r}")
 
     def _disable(self, reason: str) -> None:
         global _active
@@ -327,12 +366,48 @@ def _environment(torch: Any) -> dict[str, Any]:
     return env
 
 
+def _arch_flops(arch: Optional[TransformerArch], tokens_per_step: Optional[int],
+                flops_per_step: Optional[float]) -> Optional[dict[str, Any]]:
+    """Checks arch= / tokens_per_step= and returns the native FLOP count for them (None
+    without an arch, or when the native core is missing: profile() then reports that)."""
+    if arch is not None and not isinstance(arch, TransformerArch):
+        raise TypeError("gpuprof.profile: arch must be a gpuprof.TransformerArch, got "
+                        f"{type(arch).__name__}")
+    if tokens_per_step is not None and (isinstance(tokens_per_step, bool)
+                                        or not isinstance(tokens_per_step, int)):
+        raise TypeError("gpuprof.profile: tokens_per_step must be an int, got "
+                        f"{type(tokens_per_step).__name__}")
+    if tokens_per_step is not None and tokens_per_step <= 0:
+        raise ValueError(f"gpuprof.profile: tokens_per_step must be > 0, got {tokens_per_step}")
+    if arch is None:
+        if tokens_per_step is not None:
+            raise ValueError("gpuprof.profile: tokens_per_step only applies with arch=")
+        return None
+    if flops_per_step is not None:
+        raise ValueError("gpuprof.profile: pass either arch= or flops_per_step=, not both "
+                         "(arch= computes the FLOPs per step)")
+    if tokens_per_step is None:
+        raise ValueError("gpuprof.profile: arch= needs tokens_per_step= (tokens this process "
+                         "trains on per optimizer step: batch size × seq_len × accumulated "
+                         "micro-batches)")
+    try:
+        from . import _native
+    except ImportError:
+        return None
+    try:
+        return dict(_native.transformer_flops(arch.as_dict(), tokens_per_step))
+    except ValueError as e:
+        raise ValueError(f"gpuprof.profile: arch: {e}") from None
+
+
 def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db",
             auto: bool = True, sample_hz: float = 100.0, host_hz: float = 5.0,
             gpu: Optional[str] = None, mock_gpus: int = 1, mock_scenario: str = "",
             host: bool = True, flops_per_step: Optional[float] = None,
             dtype: Optional[str] = None, group: Optional[str] = None,
-            cuda_events: bool = True, summary: bool = True) -> Profile:
+            cuda_events: bool = True, summary: bool = True,
+            arch: Optional[TransformerArch] = None,
+            tokens_per_step: Optional[int] = None) -> Profile:
     """Profiles the code inside ``with``.
 
     run_name: groups runs for regression comparison. db: SQLite file (created if missing).
@@ -341,7 +416,11 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
     sample_hz: GPU telemetry rate. host_hz: /proc sampling rate (0 disables it).
     gpu: "auto" (NVML when present), "nvml", "mock" (fake GPUs, see mock_gpus /
     mock_scenario) or "none"; default $GPUPROF_GPU_BACKEND or "auto".
-    flops_per_step + dtype: model FLOPs per optimizer step and the compute dtype, for MFU.
+    MFU needs the FLOPs per optimizer step (one of three ways) and ``dtype`` (bf16, fp16, tf32,
+    fp32, fp8): arch=TransformerArch(...) with tokens_per_step= (tokens this process trains on
+    per optimizer step: batch × seq_len × accumulated micro-batches) computes them from the
+    model's shape; flops_per_step= declares them; with neither, auto mode counts one step with
+    torch's FlopCounterMode. arch= and flops_per_step= together are an error.
     cuda_events: time phases on the GPU with CUDA events when CUDA is available.
     summary: print the insight summary when the block exits.
     """
@@ -372,6 +451,10 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
                 raise ValueError(f"gpuprof.profile: mock_scenario: {e}") from None
     if flops_per_step is not None:
         flops_per_step = _check_positive("flops_per_step", flops_per_step)
+    arch_flops = _arch_flops(arch, tokens_per_step, flops_per_step)
+    flops_method = "declared" if flops_per_step is not None else None
+    if arch_flops is not None:
+        flops_per_step, flops_method = float(arch_flops["model_per_step"]), "arch"
     if dtype is not None and dtype not in _DTYPES:
         raise ValueError(f"gpuprof.profile: dtype must be one of {', '.join(_DTYPES)}; "
                          f"got {dtype!r}")
@@ -388,11 +471,19 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
         "mock_gpus": mock_gpus,
         "mock_scenario": mock_scenario,
         "flops_per_step": flops_per_step,
-        "flops_method": "declared" if flops_per_step is not None else None,
+        "flops_method": flops_method,
         "dtype": dtype,
         "group_id": group,
     }
     config = {k: v for k, v in options.items() if k != "db_path"}
     config.update(auto=auto, cuda_events=cuda_events)
+    if arch is not None:
+        # "grad_checkpoint" is read by the gradient_checkpointing_detected rule; without an
+        # arch the key is absent (not declared), never false.
+        config.update(arch=arch.as_dict(), grad_checkpoint=arch.grad_checkpoint,
+                      tokens_per_step=tokens_per_step)
+        if arch_flops is not None:
+            config.update(flops_per_token=arch_flops["model"],
+                          hardware_flops_per_step=arch_flops["hardware_per_step"])
     options["config_json"] = json.dumps(config, sort_keys=True)
     return Profile(run_name, options, auto=auto, print_summary=summary, cuda_events=cuda_events)

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cctype>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -128,12 +129,130 @@ std::string PeakTflopsMarkdown() {
   return out;
 }
 
+Status ValidateTransformerShape(const TransformerShape& s) {
+  auto positive = [](const char* name, int64_t v) -> Status {
+    if (v <= 0) return Status::Error(StrFormat("%s must be > 0, got %lld", name,
+                                               static_cast<long long>(v)));
+    return Status::Ok();
+  };
+  for (const auto& [name, v] : {std::pair<const char*, int64_t>{"layers", s.layers},
+                                {"hidden", s.hidden},
+                                {"heads", s.heads},
+                                {"seq_len", s.seq_len},
+                                {"vocab", s.vocab}}) {
+    if (Status st = positive(name, v); !st.ok()) return st;
+  }
+  if (s.kv_heads) {
+    if (Status st = positive("kv_heads", *s.kv_heads); !st.ok()) return st;
+  }
+  if (s.ffn_hidden) {
+    if (Status st = positive("ffn_hidden", *s.ffn_hidden); !st.ok()) return st;
+  }
+  if (Status st = positive("moe_experts", s.moe_experts); !st.ok()) return st;
+  if (Status st = positive("moe_top_k", s.moe_top_k); !st.ok()) return st;
+  if (s.lora_rank && *s.lora_rank <= 0) {
+    return Status::Error(StrFormat("lora_rank must be > 0 (None for a full fine-tune), got %lld",
+                                   static_cast<long long>(*s.lora_rank)));
+  }
+  if (s.hidden % s.heads != 0) {
+    return Status::Error(StrFormat("heads (%lld) must divide hidden (%lld)",
+                                   static_cast<long long>(s.heads),
+                                   static_cast<long long>(s.hidden)));
+  }
+  const int64_t kv_heads = s.kv_heads.value_or(s.heads);
+  if (kv_heads > s.heads || s.heads % kv_heads != 0) {
+    return Status::Error(StrFormat("kv_heads (%lld) must divide heads (%lld)",
+                                   static_cast<long long>(kv_heads),
+                                   static_cast<long long>(s.heads)));
+  }
+  if (s.moe_top_k > s.moe_experts) {
+    return Status::Error(StrFormat("moe_top_k (%lld) must be <= moe_experts (%lld)",
+                                   static_cast<long long>(s.moe_top_k),
+                                   static_cast<long long>(s.moe_experts)));
+  }
+  return Status::Ok();
+}
+
+Expected<TransformerFlops> TransformerFlopsPerToken(const TransformerShape& s) {
+  if (Status st = ValidateTransformerShape(s); !st.ok()) return st;
+  const double L = static_cast<double>(s.layers);
+  const double h = static_cast<double>(s.hidden);
+  const double d = h / static_cast<double>(s.heads);
+  const double kv = static_cast<double>(s.kv_heads.value_or(s.heads)) * d;
+  const double f = static_cast<double>(s.ffn_hidden.value_or(4 * s.hidden));
+  const double m = s.gated_mlp ? 3 : 2;  // MLP weight matrices
+  const double experts = static_cast<double>(s.moe_experts);
+  const double top_k = static_cast<double>(s.moe_top_k);
+  const double seq = static_cast<double>(s.seq_len);
+  const bool lora = s.lora_rank.has_value();
+  const double r = static_cast<double>(s.lora_rank.value_or(0));
+
+  // Forward FLOPs of one layer, per token.
+  const double proj = 2 * h * h + 2 * 2 * h * kv + 2 * h * h;  // Q, K+V, O
+  const double scores = 2 * 2 * seq * h;                       // QKᵀ, A·V (full, see flops.h)
+  const double router = s.moe_experts > 1 ? 2 * h * experts : 0;
+  const double mlp = top_k * m * 2 * h * f + router;
+  // LoRA adapters on Q (h→h), K and V (h→kv), O (h→h) and the active experts' MLP matrices
+  // (h↔f): 2·r·(d_in + d_out) each.
+  const double adapters =
+      lora ? 2 * r * ((h + h) + 2 * (h + kv) + (h + h)) + top_k * m * 2 * r * (h + f) : 0;
+
+  TransformerFlops out;
+  out.attention_proj = L * proj;
+  out.attention_scores = L * scores;
+  out.mlp = L * mlp;
+  out.lm_head = 2 * h * static_cast<double>(s.vocab);
+  out.lora_adapters = L * adapters;
+  out.forward =
+      out.attention_proj + out.attention_scores + out.mlp + out.lm_head + out.lora_adapters;
+  if (lora) {
+    // Frozen base weights: forward + input gradient only. Scores and adapters: the full 3×.
+    out.model = 2 * (out.attention_proj + out.mlp + out.lm_head) +
+                3 * (out.attention_scores + out.lora_adapters);
+  } else {
+    out.model = 3 * out.forward;
+  }
+  const double layers_forward = out.forward - out.lm_head;
+  out.hardware = out.model + (s.grad_checkpoint ? layers_forward : 0);
+  return out;
+}
+
+Expected<TransformerStepFlops> TransformerFlopsPerStep(const TransformerShape& shape,
+                                                       int64_t tokens_per_step) {
+  if (tokens_per_step <= 0) {
+    return Status::Error(StrFormat("tokens_per_step must be > 0, got %lld",
+                                   static_cast<long long>(tokens_per_step)));
+  }
+  Expected<TransformerFlops> per_token = TransformerFlopsPerToken(shape);
+  if (!per_token) return per_token.status();
+  TransformerStepFlops out;
+  out.per_token = *per_token;
+  out.tokens_per_step = tokens_per_step;
+  out.model_per_step = per_token->model * static_cast<double>(tokens_per_step);
+  out.hardware_per_step = per_token->hardware * static_cast<double>(tokens_per_step);
+  return out;
+}
+
+std::string FlopsMethodLabel(std::string_view method) {
+  if (method == "arch") return "TransformerArch";
+  if (method == "declared") return "declared flops_per_step";
+  if (method == "counted") return "counted (FlopCounterMode, one step)";
+  return std::string(method);
+}
+
 MfuResult ComputeMfu(const RunView& view) {
   const store::RunInfo& run = view.run();
   auto unknown = [](std::string why) { return MfuResult{std::nullopt, "MFU unknown: " + why}; };
   if (view.IsCpuRun()) return unknown("CPU run");
   if (!run.flops_per_step || *run.flops_per_step <= 0) {
-    return unknown("flops_per_step not declared (pass flops_per_step= to profile())");
+    // The Python layer records why the automatic count produced nothing.
+    for (const store::DiagnosticRow& d : view.data.diagnostics) {
+      if (d.source == kFlopsDiagnosticSource) return unknown(d.message);
+    }
+    return unknown(
+        "flops_per_step not declared (pass arch=gpuprof.TransformerArch(...) with "
+        "tokens_per_step=, or flops_per_step=, to profile(); with neither, auto mode counts one "
+        "step)");
   }
   if (!run.gpu_model) {
     const auto* gpu = view.Telemetry("gpu");
@@ -161,6 +280,7 @@ MfuResult ComputeMfu(const RunView& view) {
   m.peak_tflops = entry->For(*dtype);
   m.flops_per_step = *run.flops_per_step;
   m.step_ns = view.steady->mean_ns;
+  m.flops_method = run.flops_method;
   m.achieved_tflops = m.flops_per_step / (m.step_ns * 1e-9) / 1e12;
   m.value = m.achieved_tflops / m.peak_tflops;
   return MfuResult{m, ""};

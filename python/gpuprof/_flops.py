@@ -1,0 +1,279 @@
+"""Model FLOPs for MFU: the declared transformer shape and the one-step automatic count.
+
+The FLOP formula lives in the native core (cpp/core/analysis/flops.h); this module holds what
+must touch Python objects: the public ``TransformerArch`` dataclass and the torch glue that
+runs ``torch.utils.flop_counter.FlopCounterMode`` around one training step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+_REQUIRED_INTS = ("layers", "hidden", "heads", "seq_len", "vocab")
+_OPTIONAL_INTS = ("kv_heads", "ffn_hidden", "moe_experts", "moe_top_k", "lora_rank")
+_BOOLS = ("gated_mlp", "grad_checkpoint")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransformerArch:
+    """The shape of a decoder-only transformer, for MFU:
+    ``gpuprof.profile(..., arch=TransformerArch(...), tokens_per_step=N, dtype="bf16")``.
+
+    Required (positive ints): ``layers``, ``hidden`` (model width), ``heads`` (attention
+    heads; must divide ``hidden``), ``seq_len`` (tokens per sequence, for the attention T²
+    term), ``vocab`` (LM-head width).
+
+    Optional:
+
+    * ``kv_heads``: key/value heads (grouped-query or multi-query attention); must divide
+      ``heads``. None means ``heads`` (plain multi-head attention).
+    * ``ffn_hidden``: the MLP's inner width. None means 4 × ``hidden`` (GPT-2/3 style); gated
+      MLPs are usually narrower (Llama-2-7B: 11008 for hidden 4096), so pass it for them.
+    * ``gated_mlp``: a gated MLP (SwiGLU, GeGLU: three weight matrices instead of two).
+    * ``moe_experts`` and ``moe_top_k``: a mixture-of-experts MLP with that many experts per
+      layer, of which ``moe_top_k`` run for each token (Mixtral: 8 and 2). Both or neither;
+      None means a dense MLP.
+    * ``lora_rank``: LoRA adapters of this rank on the block linears, with the base weights
+      frozen. None means a full fine-tune.
+    * ``grad_checkpoint``: activation (gradient) checkpointing is on. It is recorded for the
+      ``gradient_checkpointing_detected`` rule; MFU counts model FLOPs, which exclude the
+      recomputed forward.
+
+    Invalid values raise ``ValueError`` (``TypeError`` for a wrong type) naming the field.
+    The counting convention is in the README ("MFU").
+    """
+
+    layers: int
+    hidden: int
+    heads: int
+    seq_len: int
+    vocab: int
+    kv_heads: Optional[int] = None
+    ffn_hidden: Optional[int] = None
+    gated_mlp: bool = False
+    moe_experts: Optional[int] = None
+    moe_top_k: Optional[int] = None
+    lora_rank: Optional[int] = None
+    grad_checkpoint: bool = False
+
+    def __post_init__(self) -> None:
+        for name in _REQUIRED_INTS + _OPTIONAL_INTS:
+            value = getattr(self, name)
+            if value is None and name in _OPTIONAL_INTS:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                kind = "an int or None" if name in _OPTIONAL_INTS else "an int"
+                raise TypeError(f"gpuprof.TransformerArch: {name} must be {kind}, got "
+                                f"{type(value).__name__} {value!r}")
+        for name in _BOOLS:
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise TypeError(f"gpuprof.TransformerArch: {name} must be a bool, got "
+                                f"{type(value).__name__} {value!r}")
+        if (self.moe_experts is None) != (self.moe_top_k is None):
+            raise ValueError("gpuprof.TransformerArch: moe_experts and moe_top_k go together "
+                             "(experts per layer, and experts each token is routed to, e.g. 8 "
+                             "and 2 for Mixtral); pass both or neither")
+        # Values (positive, heads divides hidden, ...) are checked where the formula lives.
+        try:
+            from . import _native
+        except ImportError:  # a broken install; profile() reports it
+            return
+        try:
+            _native.transformer_flops(self.as_dict())
+        except ValueError as e:
+            raise ValueError(f"gpuprof.TransformerArch: {e}") from None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (None = the field's default); stored in the run's
+        config_json under "arch"."""
+        return dataclasses.asdict(self)
+
+    def flops_per_token(self) -> dict[str, float]:
+        """FLOPs per token from the native formula: ``model`` (training: forward + backward,
+        what MFU uses), ``hardware`` (``model`` plus the recomputed forward when
+        ``grad_checkpoint``), ``forward``, and the forward's parts ``attention_proj``,
+        ``attention_scores``, ``mlp``, ``lm_head``, ``lora_adapters``."""
+        from . import _native
+        d = _native.transformer_flops(self.as_dict())
+        return {k: float(d[k]) for k in ("attention_proj", "attention_scores", "mlp", "lm_head",
+                                         "lora_adapters", "forward", "model", "hardware")}
+
+
+class _GlobalOnlyTracker:
+    """Stands in for FlopCounterMode's ModuleTracker: every FLOP goes to the "Global" total.
+    The tracker would register global module hooks, which make torch.compile'd modules warn
+    ("Using `torch.compile(module)` when there are global hooks ...") and cost a hook call per
+    module; gpuprof needs the total only."""
+
+    parents = frozenset({"Global"})
+
+    def __enter__(self) -> "_GlobalOnlyTracker":
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        return None
+
+
+def _count_globally_only(counter: Any) -> None:
+    """Swaps the per-module tracker of a FlopCounterMode (torch 2.4+) for _GlobalOnlyTracker;
+    leaves other versions' counters as they are."""
+    tracker = getattr(counter, "mod_tracker", None)
+    if tracker is not None and hasattr(tracker, "parents") and hasattr(tracker, "__enter__"):
+        counter.mod_tracker = _GlobalOnlyTracker()
+
+
+class StepFlopCounter:
+    """Counts the FLOPs of ONE training step with ``torch.utils.flop_counter.FlopCounterMode``
+    (profile(auto=True) with neither ``arch=`` nor ``flops_per_step=``).
+
+    The window runs from the end of the ``COUNT_AFTER``-th ``optimizer.step()`` (torch's global
+    optimizer-step post hook) to the start of the next one (pre hook): the forward and
+    backward passes, every micro-batch of a gradient-accumulation step included, of step
+    index 2 in a loop with one optimizer. Step 2 is the last warmup step (runs of 6 steps or
+    more leave steps 0-2 out of the steady state), so the counting overhead — every op goes
+    through a Python dispatch mode — does not reach the steady-state step time MFU divides
+    by. A window that counts nothing (it fell between two optimizers of one iteration) or
+    that spans two steps (a GradScaler skipped the optimizer step of the first: the window
+    saw two outermost optimizer calls, from ``optimizer_calls``, the native hook counter) is
+    discarded and opened again at the next post hook, at most ``MAX_WINDOWS`` times.
+
+    After the count the post hook is removed at once; the pre hook cannot remove itself (torch
+    iterates the hook dict while calling it), so it stays as a one-attribute no-op until
+    ``finish()``. Only the thread that entered profile() is counted (dispatch modes are
+    thread-local). Nothing here raises into the training loop: a failure is kept as text and
+    reported by ``finish()``.
+    """
+
+    COUNT_AFTER = 2
+    MAX_WINDOWS = 8
+
+    def __init__(self, optimizer_calls: Callable[[], int]) -> None:
+        self._optimizer_calls = optimizer_calls
+        self._calls_at_open = 0
+        self._owner = threading.get_ident()
+        self._handles: dict[str, Any] = {}
+        self._counter: Any = None
+        self._stuck: Any = None  # a counter that could not be exited (not on top of the stack)
+        self._posts = 0
+        self._windows = 0
+        self._done = False
+        self.flops: Optional[int] = None
+        self.counted_after: Optional[int] = None  # optimizer steps before the counted window
+        self.problem: Optional[str] = None  # why no count, for the diagnostic
+        self.failed = False  # the problem is a failure (warning), not just a short run
+
+    def install(self) -> None:
+        from torch.optim.optimizer import (register_optimizer_step_post_hook,
+                                           register_optimizer_step_pre_hook)
+        self._handles["pre"] = register_optimizer_step_pre_hook(self._pre)
+        self._handles["post"] = register_optimizer_step_post_hook(self._post)
+
+    # torch treats a hook's non-None return value as replacement arguments: these return None.
+    def _post(self, *_: Any) -> None:
+        if self._done or threading.get_ident() != self._owner:
+            return
+        self._posts += 1
+        if self._counter is None and self._posts >= self.COUNT_AFTER:
+            try:
+                from torch.utils.flop_counter import FlopCounterMode
+                counter = FlopCounterMode(display=False)
+                _count_globally_only(counter)
+                self._calls_at_open = self._optimizer_calls()
+                counter.__enter__()
+                self._counter = counter
+                self._windows += 1
+            except Exception as e:
+                self._fail(f"automatic FLOP count failed: starting FlopCounterMode raised {e!r}",
+                           inside="post")
+
+    def _pre(self, *_: Any) -> None:
+        if self._done or self._counter is None or threading.get_ident() != self._owner:
+            return
+        counter = self._close(inside="pre")
+        if counter is None:
+            return
+        try:
+            total = int(counter.get_total_flops())
+            # Outermost optimizer calls (optimizer.step, GradScaler.step) begun in the window,
+            # this one included: more than 1 means a step whose optimizer.step() never ran
+            # (a GradScaler skipping an inf/NaN step), so the window holds two steps' work.
+            calls = self._optimizer_calls() - self._calls_at_open
+        except Exception as e:
+            self._fail(f"automatic FLOP count failed: reading the count raised {e!r}",
+                       inside="pre")
+            return
+        if total > 0 and calls == 1:
+            self.flops = total
+            self.counted_after = self._posts
+            self._stop_hooks(inside="pre")
+        elif self._windows >= self.MAX_WINDOWS:
+            self._fail(f"automatic FLOP count found no clean one-step window in "
+                       f"{self._windows} tries (none with FLOPs FlopCounterMode counts — matmul, "
+                       "convolution, attention — and exactly one optimizer step); pass arch= or "
+                       "flops_per_step= to profile()", inside="pre", failure=False)
+
+    def _close(self, inside: Optional[str]) -> Any:
+        """Exits the open FlopCounterMode; returns it, or None after a failure. ``inside``
+        names the hook being run ("pre"), None outside any hook."""
+        counter, self._counter = self._counter, None
+        if counter is None:
+            return None
+        try:
+            from torch.utils._python_dispatch import _get_current_dispatch_mode
+            top = _get_current_dispatch_mode()
+            if top is not getattr(counter, "mode", None):
+                # Exiting would pop someone else's mode off the stack; finish() tries again.
+                self._stuck = counter
+                self._fail("automatic FLOP count failed: another torch dispatch mode was "
+                           f"entered during the counted step and is still active ({top!r})",
+                           inside=inside)
+                return None
+            counter.__exit__(None, None, None)
+            return counter
+        except Exception as e:
+            self._fail(f"automatic FLOP count failed: leaving FlopCounterMode raised {e!r}",
+                       inside=inside)
+            return None
+
+    def _fail(self, message: str, inside: Optional[str], failure: bool = True) -> None:
+        if self.problem is None:
+            self.problem = message
+            self.failed = failure
+        self._stop_hooks(inside)
+
+    def _stop_hooks(self, inside: Optional[str]) -> None:
+        """Stops counting and removes the hooks, except the one torch is iterating now
+        (``inside``: "pre" or "post"; removing it would break torch's loop over the hooks)."""
+        self._done = True
+        for name in ("pre", "post"):
+            if name == inside:
+                continue
+            handle = self._handles.pop(name, None)
+            if handle is not None:
+                try:
+                    handle.remove()
+                except Exception:  # pragma: no cover - torch internals changed
+                    pass
+
+    def finish(self) -> None:
+        """At the end of the run (training thread, never inside a hook): closes an open window
+        (the count is then incomplete and dropped), removes the hooks, and leaves the outcome
+        in ``flops`` / ``problem``."""
+        if self._stuck is not None:
+            self._counter, self._stuck = self._stuck, None
+            if self._close(inside=None) is None:
+                self.problem = (f"{self.problem}; FlopCounterMode could not be left and stays "
+                                "active under that mode")
+        elif self._counter is not None:
+            if self._close(inside=None) is not None and self.problem is None:
+                self.problem = ("automatic FLOP count incomplete: the run ended inside the "
+                                "counted step (no optimizer.step() after it)")
+        self._stop_hooks(inside=None)
+        if self.flops is None and self.problem is None:
+            self.problem = (f"automatic FLOP count: the run ended after {self._posts} "
+                            f"optimizer step{'s' if self._posts != 1 else ''}; the count "
+                            f"takes the step after the first {self.COUNT_AFTER}")
