@@ -4,35 +4,16 @@ the stored run with sqlite3 against the documented schema (docs/schema.md)."""
 from __future__ import annotations
 
 import os
-import shutil
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from gpuprof_testutil import gpuprof_exe, run_cli  # noqa: F401  (re-exported)
+
 REPO = Path(__file__).resolve().parent.parent
 FAKE_NVML = REPO / "build" / "py" / "fake_nvml" / "libnvidia-ml.so.1"
-
-
-def gpuprof_exe() -> str:
-    """The native CLI installed next to this interpreter."""
-    exe = Path(sys.executable).parent / "gpuprof"
-    if exe.exists():
-        return str(exe)
-    found = shutil.which("gpuprof")
-    assert found, "the gpuprof executable is not installed (run make setup)"
-    return found
-
-
-def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None,
-            check: bool = False) -> subprocess.CompletedProcess:
-    proc = subprocess.run([gpuprof_exe(), *args], capture_output=True, text=True, cwd=cwd,
-                          env=env, timeout=60)
-    if check:
-        assert proc.returncode == 0, proc.stderr + proc.stdout
-    return proc
 
 
 class Db:

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 import gpuprof
-from conftest import run_cli
+from gpuprof_testutil import run_cli
 
 
 def record_run(db_path, name="cli", steps=5):

@@ -1,0 +1,28 @@
+"""Helpers shared by the gpuprof test modules (a uniquely named module: several conftest.py
+files live under tests/, so `from conftest import ...` would be ambiguous)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+
+def gpuprof_exe() -> str:
+    """The native CLI installed next to this interpreter."""
+    exe = Path(sys.executable).parent / "gpuprof"
+    if exe.exists():
+        return str(exe)
+    found = shutil.which("gpuprof")
+    assert found, "the gpuprof executable is not installed (run make setup)"
+    return found
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None,
+            check: bool = False) -> subprocess.CompletedProcess:
+    proc = subprocess.run([gpuprof_exe(), *args], capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=60)
+    if check:
+        assert proc.returncode == 0, proc.stderr + proc.stdout
+    return proc
