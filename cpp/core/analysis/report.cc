@@ -49,13 +49,16 @@ std::string WaitSourceText(const std::optional<std::string>& s) {
   return *s;
 }
 
+// "12.4% of 989 TFLOPs bf16 peak (H100 SXM; 123 TFLOPs achieved; FLOPs: TransformerArch)":
+// the FLOPs source says which of the three methods produced the numerator.
 std::string MfuText(const MfuResult& r) {
   if (!r.mfu) return r.reason;
   const Mfu& m = *r.mfu;
-  return StrFormat("%s of %s TFLOPs %s peak (%s; %s TFLOPs achieved)",
+  return StrFormat("%s of %s TFLOPs %s peak (%s; %s TFLOPs achieved; FLOPs: %s)",
                    FormatPercent(m.value, 1).c_str(), FormatCompact(m.peak_tflops).c_str(),
                    std::string(DtypeName(m.dtype)).c_str(), m.gpu_label.c_str(),
-                   FormatCompact(m.achieved_tflops).c_str());
+                   FormatCompact(m.achieved_tflops).c_str(),
+                   m.flops_method ? FlopsMethodLabel(*m.flops_method).c_str() : "method unknown");
 }
 
 std::string DeviceText(const store::RunInfo& run) {
@@ -423,7 +426,8 @@ json ReportJson(const Report& report) {
         {"other_fraction", J(b.other_fraction)}}},
   };
   json mfu = {{"value", nullptr},          {"peak_tflops", nullptr}, {"achieved_tflops", nullptr},
-              {"dtype", nullptr},          {"gpu", nullptr},         {"reason", nullptr}};
+              {"dtype", nullptr},          {"gpu", nullptr},         {"reason", nullptr},
+              {"flops_method", nullptr}};
   if (report.mfu.mfu) {
     const Mfu& m = *report.mfu.mfu;
     mfu["value"] = m.value;
@@ -431,6 +435,7 @@ json ReportJson(const Report& report) {
     mfu["achieved_tflops"] = m.achieved_tflops;
     mfu["dtype"] = DtypeName(m.dtype);
     mfu["gpu"] = m.gpu_label;
+    mfu["flops_method"] = J(m.flops_method);
   } else {
     mfu["reason"] = report.mfu.reason;
   }

@@ -297,7 +297,7 @@ RunBuilder Thermal(int hot, double temp, int64_t clock, std::optional<int64_t> r
 
 TEST(ThermalThrottling, FiresOnHeatAndALowClock) {
   const RunBuilder b = Thermal(30, 87, 1410, std::nullopt);
-  const size_t n = b.Build().gpu_samples.size();
+  const size_t n = b.gpu_samples().size();
   const RuleResult r = Eval("thermal_throttling", b);
   ASSERT_TRUE(r.fired());
   EXPECT_EQ(r.insight->severity, Severity::kMed);
@@ -323,6 +323,40 @@ TEST(ThermalThrottling, NearMisses) {
   // A power cap (0x4) slows the clock too, but it is not heat.
   EXPECT_FALSE(Eval("thermal_throttling", Thermal(50, 75, 1300, 0x4)).fired());
   EXPECT_FALSE(Eval("thermal_throttling", Thermal(50, 75, 1300, 0x4)).skipped());
+}
+
+TEST(ThermalThrottling, CountsEveryRawSampleOfALongRunThroughTheRollups) {
+  // GIVEN 30 s of two GPUs at 50 Hz where every 10th sample of GPU 1 is hot and slow
+  RunBuilder b;
+  b.Steps(300, StepShape{});  // 30 s
+  b.GpuInfo(0, 80LL << 30, 1980).GpuInfo(1, 80LL << 30, 1980);
+  int i = 0;
+  b.GpuEvery(
+      20 * kMs,
+      [&](int64_t, store::GpuSampleRow& g) {
+        const bool hot = g.gpu_index == 1 && i++ % 10 == 3;
+        g.temp_c = hot ? 88 : 70;
+        g.sm_clock_mhz = hot ? 1300 : 1980;
+      },
+      /*gpus=*/2);
+  size_t n1 = 0, hot1 = 0;
+  for (const auto& s : b.gpu_samples()) {
+    if (s.gpu_index != 1) continue;
+    ++n1;
+    hot1 += *s.temp_c > 82 ? 1 : 0;
+  }
+  // WHEN the rule reads the per-second rollups
+  ASSERT_EQ(b.Build().gpu_samples_1s.size(), 2u * 31);
+  const RuleResult r = Eval("thermal_throttling", b);
+  // THEN the share is the raw samples' share
+  ASSERT_TRUE(r.fired());
+  EXPECT_EQ(r.insight->evidence["throttled_samples"], hot1);
+  EXPECT_EQ(r.insight->evidence["samples"], n1);
+  EXPECT_EQ(r.insight->message,
+            "GPU 1 was thermally throttled on " +
+                FormatPercent(static_cast<double>(hot1) / static_cast<double>(n1)) +
+                " of samples (up to 88 °C; SM clock down to 1300 MHz, " +
+                FormatPercent(1 - 1300.0 / 1980) + " below its 1980 MHz max)");
 }
 
 TEST(ThermalThrottling, NotEvaluatedWithoutTemperatureOrReasons) {

@@ -260,7 +260,7 @@ RunBuilder Pcie(double peak_bps) {
 
 TEST(PcieSaturation, FiresAbovePeak) {
   const RunBuilder b = Pcie(24.1e9);
-  const size_t n = b.Build().gpu_samples.size(), peaks = (n + 7) / 8;
+  const size_t n = b.gpu_samples().size(), peaks = (n + 7) / 8;
   const double mean = (peaks * 24.1e9 + (n - peaks) * 9e9) / n;
   const RuleResult r = Eval("pcie_saturation", b);
   ASSERT_TRUE(r.fired());

@@ -41,39 +41,64 @@ int PhaseOrder(const std::string& name) {
   return 3;
 }
 
+// Mean of per-row means weighted by their reading counts: the mean over every reading.
+class WeightedMean {
+ public:
+  void Add(const std::optional<double>& mean, int64_t n) {
+    if (!mean || n <= 0 || !std::isfinite(*mean)) return;
+    sum_ += *mean * static_cast<double>(n);
+    n_ += n;
+  }
+  std::optional<double> mean() const {
+    return n_ ? std::optional<double>(sum_ / static_cast<double>(n_)) : std::nullopt;
+  }
+
+ private:
+  double sum_ = 0;
+  int64_t n_ = 0;
+};
+
+// From the per-second rollups (gpu_samples_1s): the same values as over the raw samples,
+// since every mean carries its reading count and every extreme is an extreme of extremes.
+// peak_mem_fraction divides each second's peak use by its (largest) total.
 GpuAggregates AggregateGpu(const store::RunData& d) {
   GpuAggregates g;
-  OptStat util, mem_used, mem_total, mem_frac, proc_mem, temp, power, clock, rx, tx;
+  OptStat util_max, mem_used, mem_total, mem_frac, proc_mem, temp, power_max, clock_min,
+      clock_max, rx, tx;
+  WeightedMean util, power;
   std::set<int64_t> indices;
-  for (const auto& s : d.gpu_samples) {
-    ++g.samples;
+  for (const auto& s : d.gpu_samples_1s) {
+    g.samples += static_cast<size_t>(std::max<int64_t>(0, s.samples));
     indices.insert(s.gpu_index);
-    util.Add(s.util_pct);
-    mem_used.Add(s.mem_used_bytes);
+    util.Add(s.util_mean_pct, s.util_samples);
+    util_max.Add(s.util_max_pct);
+    mem_used.Add(s.mem_used_max_bytes);
     mem_total.Add(s.mem_total_bytes);
-    if (s.mem_used_bytes && s.mem_total_bytes && *s.mem_total_bytes > 0) {
-      mem_frac.Add(static_cast<double>(*s.mem_used_bytes) / *s.mem_total_bytes);
+    if (s.mem_used_max_bytes && s.mem_total_bytes && *s.mem_total_bytes > 0) {
+      mem_frac.Add(static_cast<double>(*s.mem_used_max_bytes) / *s.mem_total_bytes);
     }
-    proc_mem.Add(s.proc_mem_bytes);
-    temp.Add(s.temp_c);
-    if (s.power_mw) power.Add(*s.power_mw / 1000.0);
-    clock.Add(s.sm_clock_mhz);
-    rx.Add(s.pcie_rx_bps);
-    tx.Add(s.pcie_tx_bps);
+    proc_mem.Add(s.proc_mem_max_bytes);
+    temp.Add(s.temp_max_c);
+    if (s.power_mean_mw) power.Add(*s.power_mean_mw / 1000.0, s.power_samples);
+    if (s.power_max_mw) power_max.Add(*s.power_max_mw / 1000.0);
+    clock_min.Add(s.sm_clock_min_mhz);
+    clock_max.Add(s.sm_clock_max_mhz);
+    rx.Add(s.pcie_rx_max_bps);
+    tx.Add(s.pcie_tx_max_bps);
   }
   for (const auto& info : d.gpus) mem_total.Add(info.memory_total_bytes);
   g.gpus_sampled = indices.size();
   g.mean_util_pct = util.mean();
-  g.max_util_pct = util.max();
+  g.max_util_pct = util_max.max();
   g.peak_mem_used_bytes = mem_used.max();
   g.mem_total_bytes = mem_total.max();
   g.peak_mem_fraction = mem_frac.max();
   g.peak_proc_mem_bytes = proc_mem.max();
   g.max_temp_c = temp.max();
   g.mean_power_w = power.mean();
-  g.max_power_w = power.max();
-  g.min_sm_clock_mhz = clock.min();
-  g.max_sm_clock_mhz = clock.max();
+  g.max_power_w = power_max.max();
+  g.min_sm_clock_mhz = clock_min.min();
+  g.max_sm_clock_mhz = clock_max.max();
   g.max_pcie_rx_bps = rx.max();
   g.max_pcie_tx_bps = tx.max();
   return g;

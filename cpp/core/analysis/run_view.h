@@ -96,9 +96,10 @@ struct Breakdown {
   std::optional<double> other_fraction;
 };
 
-// Aggregates over every GPU sample of the run; each value over the non-null readings only.
+// Aggregates over every GPU sample of the run, computed from its per-second rollups
+// (gpu_samples_1s) with the same result; each value over the non-null readings only.
 struct GpuAggregates {
-  size_t samples = 0;
+  size_t samples = 0;  // raw samples the rollups cover
   size_t gpus_sampled = 0;  // distinct gpu_index values
   std::optional<double> mean_util_pct;
   std::optional<double> max_util_pct;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "analysis/test_runs.h"
 
 namespace gpuprof::analysis {
@@ -179,6 +181,60 @@ TEST(RunView, GpuAndHostAggregatesIgnoreNulls) {
   EXPECT_DOUBLE_EQ(*v.host.ncores, 16);
   EXPECT_DOUBLE_EQ(*v.host.max_swap_in_bps, 2e6);
   EXPECT_FALSE(v.host.mean_disk_read_bps);
+}
+
+TEST(RunView, GpuAggregatesFromRollupsEqualThoseOfTheRawSamples) {
+  // GIVEN 2 GPUs sampled at 100 Hz for 5.5 s with readings that vary every sample and are
+  // sometimes missing (util every 7th, power every 5th, PCIe once a second)
+  RunBuilder b;
+  b.GpuInfo(0, 80LL << 30, 1980).GpuInfo(1, 80LL << 30, 1980);
+  double util_sum = 0, power_sum = 0, util_max = -1, rx_max = -1, temp_max = -1;
+  int64_t util_n = 0, power_n = 0, n = 0, clock_min = 1 << 30, used_max = 0;
+  for (int i = 0; i <= 550; ++i) {
+    for (int64_t g = 0; g < 2; ++g) {
+      store::GpuSampleRow s;
+      s.ts_ns = i * 10 * kMs;
+      s.gpu_index = g;
+      ++n;
+      if (i % 7 != 0) {
+        s.util_pct = (i * 37 + g * 11) % 101;
+        util_sum += *s.util_pct;
+        util_max = std::max(util_max, *s.util_pct);
+        ++util_n;
+      }
+      if (i % 5 != 0) {
+        s.power_mw = 100'000 + (i * 7919 + g) % 600'000;
+        power_sum += *s.power_mw / 1000.0;
+        ++power_n;
+      }
+      s.mem_used_bytes = (30LL << 30) + ((i * 104729 + g * 7) % 1000) * (1LL << 20);
+      used_max = std::max(used_max, *s.mem_used_bytes);
+      s.mem_total_bytes = 80LL << 30;
+      s.temp_c = 60 + (i * 13 + g) % 25;
+      temp_max = std::max(temp_max, *s.temp_c);
+      s.sm_clock_mhz = 1400 + (i * 31 + g) % 580;
+      clock_min = std::min(clock_min, *s.sm_clock_mhz);
+      if (i % 100 == 0) {
+        s.pcie_rx_bps = 1e9 * ((i / 100 + g) % 7);
+        rx_max = std::max(rx_max, *s.pcie_rx_bps);
+      }
+      b.GpuSample(s);
+    }
+  }
+  // WHEN the view is built (from the per-second rollups)
+  const RunView v = BuildRunView(b.Build());
+  EXPECT_EQ(b.Build().gpu_samples_1s.size(), 2u * 6);
+  // THEN every aggregate equals the one over the raw samples
+  EXPECT_EQ(v.gpu.samples, static_cast<size_t>(n));
+  EXPECT_EQ(v.gpu.gpus_sampled, 2u);
+  EXPECT_NEAR(*v.gpu.mean_util_pct, util_sum / util_n, 1e-9);
+  EXPECT_EQ(*v.gpu.max_util_pct, util_max);
+  EXPECT_NEAR(*v.gpu.mean_power_w, power_sum / power_n, 1e-9);
+  EXPECT_EQ(*v.gpu.peak_mem_used_bytes, static_cast<double>(used_max));
+  EXPECT_DOUBLE_EQ(*v.gpu.peak_mem_fraction, static_cast<double>(used_max) / (80LL << 30));
+  EXPECT_EQ(*v.gpu.max_temp_c, temp_max);
+  EXPECT_EQ(*v.gpu.min_sm_clock_mhz, clock_min);
+  EXPECT_EQ(*v.gpu.max_pcie_rx_bps, rx_max);
 }
 
 TEST(RunView, CpuRunDetection) {

@@ -47,9 +47,9 @@ inline int64_t WriteRun(store::SqliteStore& db, const store::RunData& data) {
   for (const auto& r : data.steps) rows.emplace_back(r);
   for (const auto& r : data.phases) rows.emplace_back(r);
   for (const auto& r : data.gpus) rows.emplace_back(r);
-  for (const auto& r : data.gpu_samples) rows.emplace_back(r);
+  for (const auto& r : data.gpu_samples_1s) rows.emplace_back(r);
   for (const auto& r : data.host_samples) rows.emplace_back(r);
-  for (const auto& r : data.worker_samples) rows.emplace_back(r);
+  for (const auto& r : data.worker_samples_10s) rows.emplace_back(r);
   for (const auto& r : data.kernels) rows.emplace_back(r);
   for (const auto& r : data.comm_buckets) rows.emplace_back(r);
   for (const auto& r : data.telemetry) rows.emplace_back(r);

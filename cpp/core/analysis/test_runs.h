@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "analysis/insight.h"
+#include "store/rollup.h"
 #include "store/sqlite_store.h"
 
 namespace gpuprof::analysis::testing {
@@ -114,8 +115,10 @@ class RunBuilder {
                                   std::move(reason)});
     return *this;
   }
+  // Raw GPU and worker samples are kept here and rolled up by Build() with the recorder's
+  // rollup code (store/rollup.h), as a real run stores them.
   RunBuilder& GpuSample(store::GpuSampleRow row) {
-    data_.gpu_samples.push_back(std::move(row));
+    gpu_samples_.push_back(std::move(row));
     return *this;
   }
   RunBuilder& HostSample(store::HostSampleRow row) {
@@ -123,7 +126,7 @@ class RunBuilder {
     return *this;
   }
   RunBuilder& WorkerSample(store::WorkerSampleRow row) {
-    data_.worker_samples.push_back(std::move(row));
+    worker_samples_.push_back(std::move(row));
     return *this;
   }
   RunBuilder& Kernel(int64_t window_start_ns, int64_t window_end_ns, std::string name,
@@ -175,17 +178,33 @@ class RunBuilder {
         row.ts_ns = t;
         row.gpu_index = g;
         fill(t, row);
-        data_.gpu_samples.push_back(std::move(row));
+        gpu_samples_.push_back(std::move(row));
       }
     }
     return *this;
   }
   const std::vector<store::StepRow>& steps() const { return data_.steps; }
   int64_t end_ns() const { return end_; }
-  store::RunData Build() const { return data_; }
+  // The raw samples given so far (what the run's raw tier would hold).
+  const std::vector<store::GpuSampleRow>& gpu_samples() const { return gpu_samples_; }
+  const std::vector<store::WorkerSampleRow>& worker_samples() const { return worker_samples_; }
+  // The run as LoadRun returns it: raw GPU and worker samples rolled up into gpu_samples_1s
+  // (maximum SM clocks from the gpus rows) and worker_samples_10s.
+  store::RunData Build() const {
+    store::RunData d = data_;
+    for (auto& r : store::RollupGpuSamples(gpu_samples_, d.gpus)) {
+      d.gpu_samples_1s.push_back(std::move(r));
+    }
+    for (auto& r : store::RollupWorkerSamples(worker_samples_)) {
+      d.worker_samples_10s.push_back(std::move(r));
+    }
+    return d;
+  }
 
  private:
   store::RunData data_;
+  std::vector<store::GpuSampleRow> gpu_samples_;
+  std::vector<store::WorkerSampleRow> worker_samples_;
   int64_t end_ = 0;
 };
 

@@ -21,6 +21,9 @@ Recorder::Recorder(RecorderOptions options, clock::Anchor anchor, store::StoreWr
       gpu_(std::move(gpu)),
       host_(std::move(host)) {
   pids_.push_back(static_cast<int64_t>(getpid()));
+  if (gpu_) {
+    for (const auto& d : gpu_->devices()) gpu_rollup_.SetMaxClock(d.index, d.sm_clock_max_mhz);
+  }
 }
 
 Recorder::~Recorder() { Stop(); }
@@ -50,6 +53,16 @@ void Recorder::Stop() {
   // One last telemetry tick so that short runs have at least one sample of each kind.
   if (gpu_ && gpu_ticks_.load() == 0 && options_.sample_hz > 0) GpuTick();
   if (host_ && host_ticks_.load() < 2 && options_.host_hz > 0) HostTick();
+  // The sampler threads are joined: close the open rollup rows (the last, partial second).
+  try {
+    gpu_rollup_rows_.clear();
+    gpu_rollup_.Flush(&gpu_rollup_rows_);
+    for (auto& row : gpu_rollup_rows_) writer_->Push(std::move(row));
+    std::vector<store::WorkerRollupRow> workers;
+    worker_rollup_.Flush(&workers);
+    for (auto& row : workers) writer_->Push(std::move(row));
+  } catch (...) {
+  }
 }
 
 void Recorder::Drain() noexcept {
@@ -71,6 +84,9 @@ void Recorder::GpuTick() noexcept {
     }
     gpu_rows_.clear();
     gpu_->Sample(RelNow(), pids, &gpu_rows_);
+    gpu_rollup_rows_.clear();
+    for (const auto& row : gpu_rows_) gpu_rollup_.Add(row, &gpu_rollup_rows_);
+    for (auto& row : gpu_rollup_rows_) writer_->Push(std::move(row));
     for (auto& row : gpu_rows_) writer_->Push(std::move(row));
     for (auto& note : gpu_->TakeNotes()) {
       writer_->Push(store::DiagnosticRow{RelNow(), "warning", "gpu", std::move(note)});
@@ -86,6 +102,9 @@ void Recorder::HostTick() noexcept {
     std::vector<store::WorkerSampleRow> workers;
     if (host_->Sample(RelNow(), &host, &workers)) {
       writer_->Push(std::move(host));
+      std::vector<store::WorkerRollupRow> rollups;
+      for (const auto& w : workers) worker_rollup_.Add(w, &rollups);
+      for (auto& r : rollups) writer_->Push(std::move(r));
       for (auto& w : workers) writer_->Push(std::move(w));
     }
     for (auto& note : host_->TakeNotes()) {

@@ -1,7 +1,10 @@
 // The recorder: owns the event ring's consumer side and the background threads of a run
 //   drain thread - pops training-thread events, assembles steps, pushes rows to the writer
-//   gpu thread   - samples the GpuCollector at sample_hz
-//   host thread  - samples /proc at host_hz (and tells the gpu thread the process tree)
+//   gpu thread   - samples the GpuCollector at sample_hz; pushes the raw rows and their
+//                  per-second rollups (store::GpuRollup -> gpu_samples_1s)
+//   host thread  - samples /proc at host_hz (and tells the gpu thread the process tree);
+//                  pushes host rows, raw worker rows and their 10 s rollups
+// Raw rows are pruned to the retention windows by the StoreWriter (store::RawRetention).
 // Start() once, Stop() idempotent; the destructor stops. Emit() is the only member the
 // training thread calls.
 #pragma once
@@ -18,6 +21,7 @@
 #include "record/phase_names.h"
 #include "record/spsc_ring.h"
 #include "record/step_assembler.h"
+#include "store/rollup.h"
 #include "store/sqlite_store.h"
 #include "telemetry/gpu_collector.h"
 #include "telemetry/host_sampler.h"
@@ -82,6 +86,9 @@ class Recorder {
   std::atomic<uint64_t> gpu_ticks_{0};
   std::atomic<uint64_t> host_ticks_{0};
   std::vector<store::GpuSampleRow> gpu_rows_;  // gpu thread scratch
+  store::GpuRollup gpu_rollup_;                // gpu thread (Stop() once it is joined)
+  std::vector<store::GpuRollupRow> gpu_rollup_rows_;  // gpu thread scratch
+  store::WorkerRollup worker_rollup_;          // host thread (Stop() once it is joined)
   util::PeriodicThread drain_thread_, gpu_thread_, host_thread_;
   bool started_ = false;
   bool stopped_ = false;

@@ -57,6 +57,15 @@ class SessionTest : public ::testing::Test {
     return std::move(data.value());
   }
 
+  store::RawSamples LoadRaw(int64_t run_id) {
+    auto st = store::SqliteStore::Open((dir_ / "gpuprof.db").string(),
+                                       store::SqliteStore::Mode::kReadOnly);
+    EXPECT_TRUE(st.ok()) << st.error();
+    auto raw = st.value()->LoadRawSamples(run_id);
+    EXPECT_TRUE(raw.ok()) << raw.error();
+    return std::move(raw.value());
+  }
+
   fs::path dir_;
 };
 
@@ -84,7 +93,14 @@ TEST_F(SessionTest, RecordsStepsTelemetryAndInsightsAndPrintsTheSummary) {
     EXPECT_EQ(d.steps[i].start_ns, d.steps[i - 1].end_ns);
   }
   EXPECT_EQ(d.gpus.size(), 2u);
-  EXPECT_GT(d.gpu_samples.size(), 10u);
+  // Raw samples (a short run is inside the retention window) and their per-second rollups,
+  // which account for every one of them.
+  const store::RawSamples raw = LoadRaw(session.run_id());
+  EXPECT_GT(raw.gpu_samples.size(), 10u);
+  ASSERT_GE(d.gpu_samples_1s.size(), 2u);
+  int64_t rolled_up = 0;
+  for (const auto& r : d.gpu_samples_1s) rolled_up += r.samples;
+  EXPECT_EQ(rolled_up, static_cast<int64_t>(raw.gpu_samples.size()));
   EXPECT_GE(d.host_samples.size(), 2u);
   bool stall = false;
   for (const auto& in : d.insights) stall |= in.rule_id == "dataloader_stall";
@@ -113,7 +129,8 @@ TEST_F(SessionTest, UnavailableGpuIsRecordedWithItsReason) {
   s.value()->Stop("ok", std::nullopt);
   const store::RunData d = Load(s.value()->run_id());
   EXPECT_EQ(d.run.gpu_backend, "none");
-  EXPECT_TRUE(d.gpu_samples.empty());
+  EXPECT_TRUE(d.gpu_samples_1s.empty());
+  EXPECT_TRUE(LoadRaw(s.value()->run_id()).gpu_samples.empty());
   bool found = false;
   for (const auto& t : d.telemetry) {
     if (t.source == "gpu") {

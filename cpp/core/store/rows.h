@@ -91,10 +91,49 @@ struct GpuSampleRow {
   std::optional<double> pcie_tx_bps;
 };
 
+// One GPU's raw samples within one second: table gpu_samples_1s, built by store::GpuRollup
+// (store/rollup.h). ts_ns is the start of the second (a multiple of kGpuRollupNs, run-relative).
+// Each aggregate is over the samples of that second where its field was measured and is
+// nullopt when there was none; the *_samples counts say how many readings a mean covers, so
+// seconds combine exactly (sum(mean * n) / sum(n)).
+struct GpuRollupRow {
+  int64_t ts_ns = 0;
+  int64_t gpu_index = 0;
+  int64_t samples = 0;  // raw samples (ticks) of this GPU in the second
+  int64_t util_samples = 0;
+  std::optional<double> util_mean_pct;
+  std::optional<double> util_min_pct;
+  std::optional<double> util_max_pct;
+  std::optional<double> mem_util_mean_pct;
+  std::optional<int64_t> mem_used_max_bytes;
+  std::optional<int64_t> mem_total_bytes;  // largest total read in the second
+  std::optional<int64_t> proc_mem_max_bytes;
+  int64_t power_samples = 0;
+  std::optional<double> power_mean_mw;
+  std::optional<int64_t> power_max_mw;
+  std::optional<double> temp_max_c;
+  std::optional<int64_t> sm_clock_min_mhz;
+  std::optional<int64_t> sm_clock_max_mhz;
+  std::optional<int64_t> clock_reasons_or;  // bitwise OR of the clocks-event reasons read
+  // Thermal throttling, judged per sample while rolling up (criteria in store/rollup.h):
+  int64_t thermal_samples = 0;    // samples where it could be judged
+  int64_t throttled_samples = 0;  // ...judged throttled
+  int64_t throttled_by_reason_samples = 0;  // ...of which NVML gave a thermal reason bit
+  std::optional<double> throttled_temp_max_c;        // over the throttled samples
+  std::optional<int64_t> throttled_sm_clock_min_mhz;  // over the throttled samples
+  int64_t pcie_rx_samples = 0;
+  std::optional<double> pcie_rx_mean_bps;
+  std::optional<double> pcie_rx_max_bps;
+  int64_t pcie_rx_high_samples = 0;  // readings above kRollupPcieRxHighGBps
+  std::optional<double> pcie_tx_max_bps;
+};
+
 struct HostSampleRow {
   int64_t ts_ns = 0;
   std::optional<double> cpu_pct;
-  std::vector<double> cpu_per_core;  // empty == not measured
+  // Stored in host_core_samples (raw tier, kept in the retention windows only), not in
+  // host_samples. Empty == not measured; SqliteStore::LoadRun leaves it empty.
+  std::vector<double> cpu_per_core;
   std::optional<int64_t> ncores;
   std::optional<int64_t> mem_used_bytes;
   std::optional<int64_t> mem_total_bytes;
@@ -112,6 +151,26 @@ struct WorkerSampleRow {
   std::string role;  // main | child
   std::optional<double> cpu_pct;
   std::optional<int64_t> rss_bytes;
+};
+
+// One process's worker_samples within a 10-second window: table worker_samples_10s, built by
+// store::WorkerRollup. ts_ns is the window start (a multiple of kWorkerRollupNs).
+struct WorkerRollupRow {
+  int64_t ts_ns = 0;
+  int64_t pid = 0;
+  std::string role;  // main | child (the role of its latest sample)
+  int64_t samples = 0;
+  int64_t cpu_samples = 0;  // samples with cpu_pct
+  std::optional<double> cpu_mean_pct;
+  std::optional<double> cpu_max_pct;
+  std::optional<int64_t> rss_max_bytes;
+};
+
+// Per-core CPU of one host sample, as stored in host_core_samples (raw tier). The writer
+// stores HostSampleRow::cpu_per_core there; this is how it is read back.
+struct HostCoreRow {
+  int64_t ts_ns = 0;
+  std::vector<double> cpu_per_core;
 };
 
 struct KernelRow {
@@ -158,6 +217,6 @@ struct DiagnosticRow {
 // What the writer queue carries. Every row belongs to the run the writer was opened for.
 using Row = std::variant<StepRow, PhaseRow, PhaseGpuRow, GpuInfoRow, GpuSampleRow, HostSampleRow,
                          WorkerSampleRow, KernelRow, CommBucketRow, TelemetryStatusRow,
-                         DiagnosticRow>;
+                         DiagnosticRow, GpuRollupRow, WorkerRollupRow>;
 
 }  // namespace gpuprof::store

@@ -76,7 +76,14 @@ CREATE TABLE IF NOT EXISTS gpus (
   PRIMARY KEY (run_id, gpu_index)
 );
 
--- GPU telemetry at sample_hz. Any column may be NULL (not supported / failed read).
+-- Telemetry is stored in two tiers (docs/schema.md, "Retention"):
+--   raw tier: every sample as taken (gpu_samples, host_core_samples, worker_samples), kept only
+--     for the first raw_head and the last raw_tail of a run (10 min each by default); the
+--     writer deletes the rows in between as the run goes on.
+--   rollups: gpu_samples_1s and worker_samples_10s cover the whole run; host_samples (5 Hz,
+--     without per-core CPU) is kept whole. The analysis reads only these.
+
+-- Raw GPU telemetry at sample_hz. Any column may be NULL (not supported / failed read).
 CREATE TABLE IF NOT EXISTS gpu_samples (
   run_id         BIGINT NOT NULL,
   ts_ns          BIGINT NOT NULL,
@@ -93,13 +100,51 @@ CREATE TABLE IF NOT EXISTS gpu_samples (
   pcie_rx_bps    DOUBLE PRECISION,
   pcie_tx_bps    DOUBLE PRECISION
 );
-CREATE INDEX IF NOT EXISTS gpu_samples_by_run ON gpu_samples(run_id, gpu_index, ts_ns);
+CREATE INDEX IF NOT EXISTS gpu_samples_by_run ON gpu_samples(run_id, ts_ns);
 
+-- GPU telemetry per device and second (ts_ns = start of the second). Each aggregate covers
+-- the samples of that second where its field was measured: NULL when none was; *_samples
+-- count the readings behind a mean. Throttling and PCIe-high counts apply the criteria of
+-- store/rollup.h per sample (thermal reason bit 0x20|0x40, or > 82 C with the SM clock > 15%
+-- below max; PCIe RX > 20 GB/s).
+CREATE TABLE IF NOT EXISTS gpu_samples_1s (
+  run_id              BIGINT NOT NULL,
+  ts_ns               BIGINT NOT NULL,
+  gpu_index           BIGINT NOT NULL,
+  samples             BIGINT NOT NULL,  -- raw samples in the second
+  util_samples        BIGINT NOT NULL,
+  util_mean_pct       DOUBLE PRECISION,
+  util_min_pct        DOUBLE PRECISION,
+  util_max_pct        DOUBLE PRECISION,
+  mem_util_mean_pct   DOUBLE PRECISION,
+  mem_used_max_bytes  BIGINT,
+  mem_total_bytes     BIGINT,
+  proc_mem_max_bytes  BIGINT,
+  power_samples       BIGINT NOT NULL,
+  power_mean_mw       DOUBLE PRECISION,
+  power_max_mw        BIGINT,
+  temp_max_c          DOUBLE PRECISION,
+  sm_clock_min_mhz    BIGINT,
+  sm_clock_max_mhz    BIGINT,
+  clock_reasons_or    BIGINT,           -- bitwise OR of the reasons read in the second
+  thermal_samples     BIGINT NOT NULL,  -- samples where throttling could be judged
+  throttled_samples   BIGINT NOT NULL,
+  throttled_by_reason_samples BIGINT NOT NULL,
+  throttled_temp_max_c        DOUBLE PRECISION,
+  throttled_sm_clock_min_mhz  BIGINT,
+  pcie_rx_samples      BIGINT NOT NULL,
+  pcie_rx_mean_bps     DOUBLE PRECISION,
+  pcie_rx_max_bps      DOUBLE PRECISION,
+  pcie_rx_high_samples BIGINT NOT NULL,
+  pcie_tx_max_bps      DOUBLE PRECISION,
+  PRIMARY KEY (run_id, ts_ns, gpu_index)
+);
+
+-- Host telemetry at host_hz, kept for the whole run.
 CREATE TABLE IF NOT EXISTS host_samples (
   run_id          BIGINT NOT NULL,
   ts_ns           BIGINT NOT NULL,
   cpu_pct         DOUBLE PRECISION,   -- all cores, 0..100
-  cpu_per_core    TEXT,               -- JSON array of per-core percentages
   ncores          BIGINT,
   mem_used_bytes  BIGINT,
   mem_total_bytes BIGINT,
@@ -112,7 +157,15 @@ CREATE TABLE IF NOT EXISTS host_samples (
 );
 CREATE INDEX IF NOT EXISTS host_samples_by_run ON host_samples(run_id, ts_ns);
 
--- The training process and its children (dataloader workers), per host tick.
+-- Raw tier: per-core CPU of a host sample (same ts_ns), only when it was measured.
+CREATE TABLE IF NOT EXISTS host_core_samples (
+  run_id       BIGINT NOT NULL,
+  ts_ns        BIGINT NOT NULL,
+  cpu_per_core TEXT NOT NULL          -- JSON array of per-core percentages
+);
+CREATE INDEX IF NOT EXISTS host_core_samples_by_run ON host_core_samples(run_id, ts_ns);
+
+-- Raw tier: the training process and its children (dataloader workers), per host tick.
 CREATE TABLE IF NOT EXISTS worker_samples (
   run_id    BIGINT NOT NULL,
   ts_ns     BIGINT NOT NULL,
@@ -122,6 +175,20 @@ CREATE TABLE IF NOT EXISTS worker_samples (
   rss_bytes BIGINT
 );
 CREATE INDEX IF NOT EXISTS worker_samples_by_run ON worker_samples(run_id, ts_ns);
+
+-- worker_samples per process and 10-second window (ts_ns = window start).
+CREATE TABLE IF NOT EXISTS worker_samples_10s (
+  run_id       BIGINT NOT NULL,
+  ts_ns        BIGINT NOT NULL,
+  pid          BIGINT NOT NULL,
+  role         TEXT NOT NULL,         -- role of the latest sample in the window
+  samples      BIGINT NOT NULL,
+  cpu_samples  BIGINT NOT NULL,
+  cpu_mean_pct DOUBLE PRECISION,      -- percent of one core
+  cpu_max_pct  DOUBLE PRECISION,
+  rss_max_bytes BIGINT,
+  PRIMARY KEY (run_id, ts_ns, pid)
+);
 
 -- Kernel aggregates per step window (filled by later trace features / nsys import).
 CREATE TABLE IF NOT EXISTS kernels (

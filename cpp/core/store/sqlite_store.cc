@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <cstdio>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <type_traits>
@@ -182,7 +183,8 @@ struct RowTraits<GpuSampleRow> {
   }
 };
 
-// cpu_per_core is stored as JSON array text; an empty vector is NULL (not measured).
+// cpu_per_core is stored as JSON array text in host_core_samples; an empty vector (not
+// measured) stores no row there.
 std::optional<std::string> CoresToJson(const std::vector<double>& cores) {
   if (cores.empty()) return std::nullopt;
   return nlohmann::json(cores).dump();
@@ -192,14 +194,75 @@ template <>
 struct RowTraits<HostSampleRow> {
   static constexpr const char* kPurpose = "insert into host_samples";
   static constexpr const char* kSql =
-      "INSERT INTO host_samples(run_id, ts_ns, cpu_pct, cpu_per_core, ncores, mem_used_bytes,"
+      "INSERT INTO host_samples(run_id, ts_ns, cpu_pct, ncores, mem_used_bytes,"
       " mem_total_bytes, page_cache_bytes, swap_in_bps, disk_read_bps, disk_read_iops,"
-      " proc_cpu_pct, proc_rss_bytes) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)";
-  // `cores_json` keeps the JSON text alive until the statement has run.
-  static void Bind(Binder& b, const HostSampleRow& r, const std::optional<std::string>& cores_json) {
-    b.Int(r.ts_ns).Real(r.cpu_pct).Text(cores_json).Int(r.ncores).Int(r.mem_used_bytes);
+      " proc_cpu_pct, proc_rss_bytes) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)";
+  static void Bind(Binder& b, const HostSampleRow& r) {
+    b.Int(r.ts_ns).Real(r.cpu_pct).Int(r.ncores).Int(r.mem_used_bytes);
     b.Int(r.mem_total_bytes).Int(r.page_cache_bytes).Real(r.swap_in_bps).Real(r.disk_read_bps);
     b.Real(r.disk_read_iops).Real(r.proc_cpu_pct).Int(r.proc_rss_bytes);
+  }
+  static constexpr const char* kCorePurpose = "insert into host_core_samples";
+  static constexpr const char* kCoreSql =
+      "INSERT INTO host_core_samples(run_id, ts_ns, cpu_per_core) VALUES(?,?,?)";
+};
+
+template <>
+struct RowTraits<GpuRollupRow> {
+  static constexpr const char* kPurpose = "upsert into gpu_samples_1s";
+  static constexpr const char* kSql =
+      "INSERT INTO gpu_samples_1s(run_id, ts_ns, gpu_index, samples, util_samples, util_mean_pct,"
+      " util_min_pct, util_max_pct, mem_util_mean_pct, mem_used_max_bytes, mem_total_bytes,"
+      " proc_mem_max_bytes, power_samples, power_mean_mw, power_max_mw, temp_max_c,"
+      " sm_clock_min_mhz, sm_clock_max_mhz, clock_reasons_or, thermal_samples, throttled_samples,"
+      " throttled_by_reason_samples, throttled_temp_max_c, throttled_sm_clock_min_mhz,"
+      " pcie_rx_samples, pcie_rx_mean_bps, pcie_rx_max_bps, pcie_rx_high_samples,"
+      " pcie_tx_max_bps) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+      " ON CONFLICT(run_id, ts_ns, gpu_index) DO UPDATE SET samples = excluded.samples,"
+      " util_samples = excluded.util_samples, util_mean_pct = excluded.util_mean_pct,"
+      " util_min_pct = excluded.util_min_pct, util_max_pct = excluded.util_max_pct,"
+      " mem_util_mean_pct = excluded.mem_util_mean_pct,"
+      " mem_used_max_bytes = excluded.mem_used_max_bytes,"
+      " mem_total_bytes = excluded.mem_total_bytes,"
+      " proc_mem_max_bytes = excluded.proc_mem_max_bytes,"
+      " power_samples = excluded.power_samples, power_mean_mw = excluded.power_mean_mw,"
+      " power_max_mw = excluded.power_max_mw, temp_max_c = excluded.temp_max_c,"
+      " sm_clock_min_mhz = excluded.sm_clock_min_mhz, sm_clock_max_mhz = excluded.sm_clock_max_mhz,"
+      " clock_reasons_or = excluded.clock_reasons_or, thermal_samples = excluded.thermal_samples,"
+      " throttled_samples = excluded.throttled_samples,"
+      " throttled_by_reason_samples = excluded.throttled_by_reason_samples,"
+      " throttled_temp_max_c = excluded.throttled_temp_max_c,"
+      " throttled_sm_clock_min_mhz = excluded.throttled_sm_clock_min_mhz,"
+      " pcie_rx_samples = excluded.pcie_rx_samples, pcie_rx_mean_bps = excluded.pcie_rx_mean_bps,"
+      " pcie_rx_max_bps = excluded.pcie_rx_max_bps,"
+      " pcie_rx_high_samples = excluded.pcie_rx_high_samples,"
+      " pcie_tx_max_bps = excluded.pcie_tx_max_bps";
+  static void Bind(Binder& b, const GpuRollupRow& r) {
+    b.Int(r.ts_ns).Int(r.gpu_index).Int(r.samples).Int(r.util_samples).Real(r.util_mean_pct);
+    b.Real(r.util_min_pct).Real(r.util_max_pct).Real(r.mem_util_mean_pct);
+    b.Int(r.mem_used_max_bytes).Int(r.mem_total_bytes).Int(r.proc_mem_max_bytes);
+    b.Int(r.power_samples).Real(r.power_mean_mw).Int(r.power_max_mw).Real(r.temp_max_c);
+    b.Int(r.sm_clock_min_mhz).Int(r.sm_clock_max_mhz).Int(r.clock_reasons_or);
+    b.Int(r.thermal_samples).Int(r.throttled_samples).Int(r.throttled_by_reason_samples);
+    b.Real(r.throttled_temp_max_c).Int(r.throttled_sm_clock_min_mhz);
+    b.Int(r.pcie_rx_samples).Real(r.pcie_rx_mean_bps).Real(r.pcie_rx_max_bps);
+    b.Int(r.pcie_rx_high_samples).Real(r.pcie_tx_max_bps);
+  }
+};
+
+template <>
+struct RowTraits<WorkerRollupRow> {
+  static constexpr const char* kPurpose = "upsert into worker_samples_10s";
+  static constexpr const char* kSql =
+      "INSERT INTO worker_samples_10s(run_id, ts_ns, pid, role, samples, cpu_samples,"
+      " cpu_mean_pct, cpu_max_pct, rss_max_bytes) VALUES(?,?,?,?,?,?,?,?,?)"
+      " ON CONFLICT(run_id, ts_ns, pid) DO UPDATE SET role = excluded.role,"
+      " samples = excluded.samples, cpu_samples = excluded.cpu_samples,"
+      " cpu_mean_pct = excluded.cpu_mean_pct, cpu_max_pct = excluded.cpu_max_pct,"
+      " rss_max_bytes = excluded.rss_max_bytes";
+  static void Bind(Binder& b, const WorkerRollupRow& r) {
+    b.Int(r.ts_ns).Int(r.pid).Text(r.role).Int(r.samples).Int(r.cpu_samples);
+    b.Real(r.cpu_mean_pct).Real(r.cpu_max_pct).Int(r.rss_max_bytes);
   }
 };
 
@@ -475,6 +538,8 @@ SqliteStore::~SqliteStore() {
     sqlite3_finalize(stmt);
     stmt = nullptr;
   }
+  sqlite3_finalize(core_stmt_);
+  core_stmt_ = nullptr;
   sqlite3_close_v2(db_);
 }
 
@@ -602,18 +667,33 @@ Status SqliteStore::WriteOne(size_t index, int64_t run_id, const T& row) {
   }
   Binder b(stmt);
   b.Int(run_id);
-  int rc;
-  if constexpr (std::is_same_v<T, HostSampleRow>) {
-    std::optional<std::string> cores = CoresToJson(row.cpu_per_core);
-    Traits::Bind(b, row, cores);
-    rc = b.rc() == SQLITE_OK ? sqlite3_step(stmt) : b.rc();
-  } else {
-    Traits::Bind(b, row);
-    rc = b.rc() == SQLITE_OK ? sqlite3_step(stmt) : b.rc();
-  }
+  Traits::Bind(b, row);
+  const int rc = b.rc() == SQLITE_OK ? sqlite3_step(stmt) : b.rc();
   Status st = rc == SQLITE_DONE ? Status::Ok() : Error(Traits::kPurpose);
   sqlite3_reset(stmt);
   sqlite3_clear_bindings(stmt);
+  if constexpr (std::is_same_v<T, HostSampleRow>) {
+    if (st.ok() && !row.cpu_per_core.empty()) st = WriteCores(run_id, row);
+  }
+  return st;
+}
+
+Status SqliteStore::WriteCores(int64_t run_id, const HostSampleRow& row) {
+  using Traits = RowTraits<HostSampleRow>;
+  if (core_stmt_ == nullptr &&
+      sqlite3_prepare_v3(db_, Traits::kCoreSql, -1, SQLITE_PREPARE_PERSISTENT, &core_stmt_,
+                         nullptr) != SQLITE_OK) {
+    sqlite3_finalize(core_stmt_);
+    core_stmt_ = nullptr;
+    return Error(std::string("prepare ") + Traits::kCorePurpose);
+  }
+  const std::optional<std::string> cores = CoresToJson(row.cpu_per_core);  // alive until reset
+  Binder b(core_stmt_);
+  b.Int(run_id).Int(row.ts_ns).Text(cores);
+  const int rc = b.rc() == SQLITE_OK ? sqlite3_step(core_stmt_) : b.rc();
+  Status st = rc == SQLITE_DONE ? Status::Ok() : Error(Traits::kCorePurpose);
+  sqlite3_reset(core_stmt_);
+  sqlite3_clear_bindings(core_stmt_);
   return st;
 }
 
@@ -731,6 +811,22 @@ Expected<RunData> SqliteStore::LoadRun(int64_t run_id) {
   auto load = [&](const char* sql, const char* purpose, auto each) {
     if (st.ok()) st = Query(sql, purpose, by_run, each);
   };
+  // Sizes the long tables first (an indexed count), so that a long run's rows are not copied
+  // through doubling vectors: that would briefly hold up to three times their memory.
+  auto reserve = [&](auto& rows, const char* table) {
+    if (!st.ok()) return;
+    st = Query(
+        std::string("SELECT count(*) FROM ") + table + " WHERE run_id = ?",
+        std::string("count ") + table, by_run, [&](sqlite3_stmt* s) {
+          rows.reserve(static_cast<size_t>(sqlite3_column_int64(s, 0)));
+          return ok();
+        });
+  };
+  reserve(d.steps, "steps");
+  reserve(d.phases, "phases");
+  reserve(d.gpu_samples_1s, "gpu_samples_1s");
+  reserve(d.host_samples, "host_samples");
+  reserve(d.worker_samples_10s, "worker_samples_10s");
   load(
       "SELECT step, start_ns, end_ns, wait_ns, wait_source, forward_calls, backward_calls,"
       " optimizer_calls FROM steps WHERE run_id = ? ORDER BY step",
@@ -774,49 +870,56 @@ Expected<RunData> SqliteStore::LoadRun(int64_t run_id) {
         return ok();
       });
   load(
-      "SELECT ts_ns, gpu_index, util_pct, mem_util_pct, mem_used_bytes, mem_total_bytes,"
-      " proc_mem_bytes, power_mw, temp_c, sm_clock_mhz, clock_reasons, pcie_rx_bps, pcie_tx_bps"
-      " FROM gpu_samples WHERE run_id = ? ORDER BY ts_ns, gpu_index",
-      "load gpu_samples", [&](sqlite3_stmt* s) {
+      "SELECT ts_ns, gpu_index, samples, util_samples, util_mean_pct, util_min_pct,"
+      " util_max_pct, mem_util_mean_pct, mem_used_max_bytes, mem_total_bytes,"
+      " proc_mem_max_bytes, power_samples, power_mean_mw, power_max_mw, temp_max_c,"
+      " sm_clock_min_mhz, sm_clock_max_mhz, clock_reasons_or, thermal_samples,"
+      " throttled_samples, throttled_by_reason_samples, throttled_temp_max_c,"
+      " throttled_sm_clock_min_mhz, pcie_rx_samples, pcie_rx_mean_bps, pcie_rx_max_bps,"
+      " pcie_rx_high_samples, pcie_tx_max_bps"
+      " FROM gpu_samples_1s WHERE run_id = ? ORDER BY ts_ns, gpu_index",
+      "load gpu_samples_1s", [&](sqlite3_stmt* s) {
         Reader c(s);
-        GpuSampleRow& r = d.gpu_samples.emplace_back();
+        GpuRollupRow& r = d.gpu_samples_1s.emplace_back();
         r.ts_ns = c.Int();
         r.gpu_index = c.Int();
-        r.util_pct = c.OptReal();
-        r.mem_util_pct = c.OptReal();
-        r.mem_used_bytes = c.OptInt();
+        r.samples = c.Int();
+        r.util_samples = c.Int();
+        r.util_mean_pct = c.OptReal();
+        r.util_min_pct = c.OptReal();
+        r.util_max_pct = c.OptReal();
+        r.mem_util_mean_pct = c.OptReal();
+        r.mem_used_max_bytes = c.OptInt();
         r.mem_total_bytes = c.OptInt();
-        r.proc_mem_bytes = c.OptInt();
-        r.power_mw = c.OptInt();
-        r.temp_c = c.OptReal();
-        r.sm_clock_mhz = c.OptInt();
-        r.clock_reasons = c.OptInt();
-        r.pcie_rx_bps = c.OptReal();
-        r.pcie_tx_bps = c.OptReal();
+        r.proc_mem_max_bytes = c.OptInt();
+        r.power_samples = c.Int();
+        r.power_mean_mw = c.OptReal();
+        r.power_max_mw = c.OptInt();
+        r.temp_max_c = c.OptReal();
+        r.sm_clock_min_mhz = c.OptInt();
+        r.sm_clock_max_mhz = c.OptInt();
+        r.clock_reasons_or = c.OptInt();
+        r.thermal_samples = c.Int();
+        r.throttled_samples = c.Int();
+        r.throttled_by_reason_samples = c.Int();
+        r.throttled_temp_max_c = c.OptReal();
+        r.throttled_sm_clock_min_mhz = c.OptInt();
+        r.pcie_rx_samples = c.Int();
+        r.pcie_rx_mean_bps = c.OptReal();
+        r.pcie_rx_max_bps = c.OptReal();
+        r.pcie_rx_high_samples = c.Int();
+        r.pcie_tx_max_bps = c.OptReal();
         return ok();
       });
   load(
-      "SELECT ts_ns, cpu_pct, cpu_per_core, ncores, mem_used_bytes, mem_total_bytes,"
-      " page_cache_bytes, swap_in_bps, disk_read_bps, disk_read_iops, proc_cpu_pct,"
-      " proc_rss_bytes FROM host_samples WHERE run_id = ? ORDER BY ts_ns",
-      "load host_samples", [&](sqlite3_stmt* s) -> Status {
+      "SELECT ts_ns, cpu_pct, ncores, mem_used_bytes, mem_total_bytes, page_cache_bytes,"
+      " swap_in_bps, disk_read_bps, disk_read_iops, proc_cpu_pct, proc_rss_bytes"
+      " FROM host_samples WHERE run_id = ? ORDER BY ts_ns",
+      "load host_samples", [&](sqlite3_stmt* s) {
         Reader c(s);
         HostSampleRow& r = d.host_samples.emplace_back();
         r.ts_ns = c.Int();
         r.cpu_pct = c.OptReal();
-        if (std::optional<std::string> cores = c.OptText()) {
-          nlohmann::json j = nlohmann::json::parse(*cores, nullptr, /*allow_exceptions=*/false);
-          if (!j.is_array()) {
-            return Status::Error(path_ + ": load host_samples: cpu_per_core at ts_ns " +
-                                 std::to_string(r.ts_ns) + " is not a JSON array");
-          }
-          r.cpu_per_core.reserve(j.size());
-          for (const auto& v : j) {
-            // JSON has no NaN; nlohmann writes it as null.
-            r.cpu_per_core.push_back(v.is_number() ? v.get<double>()
-                                                   : std::numeric_limits<double>::quiet_NaN());
-          }
-        }
         r.ncores = c.OptInt();
         r.mem_used_bytes = c.OptInt();
         r.mem_total_bytes = c.OptInt();
@@ -829,16 +932,19 @@ Expected<RunData> SqliteStore::LoadRun(int64_t run_id) {
         return ok();
       });
   load(
-      "SELECT ts_ns, pid, role, cpu_pct, rss_bytes FROM worker_samples WHERE run_id = ?"
-      " ORDER BY ts_ns, pid",
-      "load worker_samples", [&](sqlite3_stmt* s) {
+      "SELECT ts_ns, pid, role, samples, cpu_samples, cpu_mean_pct, cpu_max_pct, rss_max_bytes"
+      " FROM worker_samples_10s WHERE run_id = ? ORDER BY ts_ns, pid",
+      "load worker_samples_10s", [&](sqlite3_stmt* s) {
         Reader c(s);
-        WorkerSampleRow& r = d.worker_samples.emplace_back();
+        WorkerRollupRow& r = d.worker_samples_10s.emplace_back();
         r.ts_ns = c.Int();
         r.pid = c.Int();
         r.role = c.Text();
-        r.cpu_pct = c.OptReal();
-        r.rss_bytes = c.OptInt();
+        r.samples = c.Int();
+        r.cpu_samples = c.Int();
+        r.cpu_mean_pct = c.OptReal();
+        r.cpu_max_pct = c.OptReal();
+        r.rss_max_bytes = c.OptInt();
         return ok();
       });
   load(
@@ -912,7 +1018,123 @@ Expected<RunData> SqliteStore::LoadRun(int64_t run_id) {
   return d;
 }
 
+Expected<RawSamples> SqliteStore::LoadRawSamples(int64_t run_id) {
+  Expected<bool> exists = RunExists(run_id);
+  if (!exists) return exists.status();
+  if (!*exists) return Status::Error(path_ + ": no run " + std::to_string(run_id));
+  RawSamples raw;
+  auto by_run = [run_id](Binder& b) { b.Int(run_id); };
+  Status st = Query(
+      "SELECT ts_ns, gpu_index, util_pct, mem_util_pct, mem_used_bytes, mem_total_bytes,"
+      " proc_mem_bytes, power_mw, temp_c, sm_clock_mhz, clock_reasons, pcie_rx_bps, pcie_tx_bps"
+      " FROM gpu_samples WHERE run_id = ? ORDER BY ts_ns, gpu_index",
+      "load gpu_samples", by_run, [&](sqlite3_stmt* s) {
+        Reader c(s);
+        GpuSampleRow& r = raw.gpu_samples.emplace_back();
+        r.ts_ns = c.Int();
+        r.gpu_index = c.Int();
+        r.util_pct = c.OptReal();
+        r.mem_util_pct = c.OptReal();
+        r.mem_used_bytes = c.OptInt();
+        r.mem_total_bytes = c.OptInt();
+        r.proc_mem_bytes = c.OptInt();
+        r.power_mw = c.OptInt();
+        r.temp_c = c.OptReal();
+        r.sm_clock_mhz = c.OptInt();
+        r.clock_reasons = c.OptInt();
+        r.pcie_rx_bps = c.OptReal();
+        r.pcie_tx_bps = c.OptReal();
+        return Status::Ok();
+      });
+  if (!st.ok()) return st;
+  st = Query(
+      "SELECT ts_ns, cpu_per_core FROM host_core_samples WHERE run_id = ? ORDER BY ts_ns, rowid",
+      "load host_core_samples", by_run, [&](sqlite3_stmt* s) -> Status {
+        Reader c(s);
+        HostCoreRow& r = raw.host_cores.emplace_back();
+        r.ts_ns = c.Int();
+        const std::string cores = c.Text();
+        nlohmann::json j = nlohmann::json::parse(cores, nullptr, /*allow_exceptions=*/false);
+        if (!j.is_array()) {
+          return Status::Error(path_ + ": load host_core_samples: cpu_per_core at ts_ns " +
+                               std::to_string(r.ts_ns) + " is not a JSON array");
+        }
+        r.cpu_per_core.reserve(j.size());
+        for (const auto& v : j) {
+          // JSON has no NaN; nlohmann writes it as null.
+          r.cpu_per_core.push_back(v.is_number() ? v.get<double>()
+                                                 : std::numeric_limits<double>::quiet_NaN());
+        }
+        return Status::Ok();
+      });
+  if (!st.ok()) return st;
+  st = Query(
+      "SELECT ts_ns, pid, role, cpu_pct, rss_bytes FROM worker_samples WHERE run_id = ?"
+      " ORDER BY ts_ns, pid",
+      "load worker_samples", by_run, [&](sqlite3_stmt* s) {
+        Reader c(s);
+        WorkerSampleRow& r = raw.worker_samples.emplace_back();
+        r.ts_ns = c.Int();
+        r.pid = c.Int();
+        r.role = c.Text();
+        r.cpu_pct = c.OptReal();
+        r.rss_bytes = c.OptInt();
+        return Status::Ok();
+      });
+  if (!st.ok()) return st;
+  return raw;
+}
+
+Status SqliteStore::PruneRawSamples(int64_t run_id, int64_t from_ns, int64_t to_ns) {
+  if (to_ns <= from_ns) return Status::Ok();
+  if (Status st = Begin(); !st.ok()) return st;
+  for (const char* table : {"gpu_samples", "host_core_samples", "worker_samples"}) {
+    const std::string purpose = std::string("prune ") + table;
+    Stmt del;
+    const std::string sql =
+        std::string("DELETE FROM ") + table + " WHERE run_id = ? AND ts_ns >= ? AND ts_ns < ?";
+    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, del.out(), nullptr) != SQLITE_OK) {
+      Status st = Error("prepare " + purpose);
+      Rollback();
+      return st;
+    }
+    Binder b(del.get());
+    b.Int(run_id).Int(from_ns).Int(to_ns);
+    if (b.rc() != SQLITE_OK || sqlite3_step(del.get()) != SQLITE_DONE) {
+      Status st = Error(purpose);
+      Rollback();
+      return st;
+    }
+  }
+  return Commit();
+}
+
 // ---- StoreWriter -----------------------------------------------------------------------------
+
+namespace {
+
+// The timestamp of a raw-tier row (what retention prunes), nullopt for any other row.
+std::optional<int64_t> RawTimestamp(const Row& row) {
+  if (const auto* g = std::get_if<GpuSampleRow>(&row)) return g->ts_ns;
+  if (const auto* w = std::get_if<WorkerSampleRow>(&row)) return w->ts_ns;
+  if (const auto* h = std::get_if<HostSampleRow>(&row)) {
+    if (!h->cpu_per_core.empty()) return h->ts_ns;
+  }
+  return std::nullopt;
+}
+
+// "10 min", "90 s", "1.5 s".
+std::string StrMinutes(int64_t ns) {
+  char buf[48];
+  if (ns % 60'000'000'000 == 0) {
+    std::snprintf(buf, sizeof buf, "%lld min", static_cast<long long>(ns / 60'000'000'000));
+  } else {
+    std::snprintf(buf, sizeof buf, "%g s", static_cast<double>(ns) / 1e9);
+  }
+  return buf;
+}
+
+}  // namespace
 
 Expected<std::unique_ptr<StoreWriter>> StoreWriter::Start(const std::string& path, int64_t run_id,
                                                           Options options) {
@@ -979,6 +1201,11 @@ void StoreWriter::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+size_t StoreWriter::queued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size();
+}
+
 std::optional<std::string> StoreWriter::error() const {
   std::lock_guard<std::mutex> lock(mu_);
   return error_;
@@ -1012,7 +1239,15 @@ void StoreWriter::Loop() {
       }
       lock.unlock();
       Status st = store_->WriteRange(run_id_, batch.begin(), batch.end());
+      if (st.ok()) {
+        for (const Row& row : batch) {
+          if (std::optional<int64_t> ts = RawTimestamp(row)) {
+            newest_raw_ns_ = std::max(newest_raw_ns_.value_or(*ts), *ts);
+          }
+        }
+      }
       batch.clear();
+      Prune(/*final=*/false);
       lock.lock();
       committed_seq_ += n;
       if (st.ok()) {
@@ -1027,10 +1262,41 @@ void StoreWriter::Loop() {
       if (!urgent()) break;
     }
   }
+  lock.unlock();
+  Prune(/*final=*/true);  // before Stop() returns: the stored tail is exactly tail_ns
+  lock.lock();
   exited_ = true;
   flushed_cv_.notify_all();
   lock.unlock();
   store_.reset();  // closes the connection on its owning thread (checkpoints the WAL)
+}
+
+void StoreWriter::Prune(bool final) {
+  const RawRetention& r = options_.retention;
+  if (r.tail_ns < 0 || !newest_raw_ns_) return;
+  const int64_t cut = *newest_raw_ns_ - r.tail_ns;
+  if (cut <= r.head_ns) return;
+  const int64_t from = std::max(r.head_ns, pruned_to_ns_);
+  if (cut <= from) return;
+  if (!final && cut - from < r.prune_every_ns) return;
+  Status st = store_->PruneRawSamples(run_id_, from, cut);
+  if (st.ok() && !pruned_once_) {
+    pruned_once_ = true;
+    // Tells a reader of the raw tables why they have a gap.
+    std::vector<Row> note{DiagnosticRow{
+        cut, "info", "store",
+        "raw-sample retention: the first " + StrMinutes(r.head_ns) + " and the last " +
+            StrMinutes(r.tail_ns) +
+            " of raw samples are kept (gpu_samples, host_core_samples, worker_samples); "
+            "gpu_samples_1s and worker_samples_10s cover the whole run"}};
+    st = store_->WriteRows(run_id_, note);
+  }
+  if (st.ok()) {
+    pruned_to_ns_ = cut;
+  } else {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_) error_ = st.message();
+  }
 }
 
 }  // namespace gpuprof::store

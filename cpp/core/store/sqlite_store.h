@@ -23,20 +23,41 @@ struct sqlite3_stmt;
 
 namespace gpuprof::store {
 
-// Everything stored for one run, as loaded back. Vectors are ordered by time / step.
+// What the analysis reads of one run, as loaded back: everything but the raw telemetry tier
+// (RawSamples), which retention keeps only for bounded windows. Vectors are ordered by time /
+// step.
 struct RunData {
   RunInfo run;
   std::vector<StepRow> steps;
   std::vector<PhaseRow> phases;
   std::vector<GpuInfoRow> gpus;
-  std::vector<GpuSampleRow> gpu_samples;
-  std::vector<HostSampleRow> host_samples;
-  std::vector<WorkerSampleRow> worker_samples;
+  std::vector<GpuRollupRow> gpu_samples_1s;
+  std::vector<HostSampleRow> host_samples;  // cpu_per_core empty (raw tier)
+  std::vector<WorkerRollupRow> worker_samples_10s;
   std::vector<KernelRow> kernels;
   std::vector<CommBucketRow> comm_buckets;
   std::vector<TelemetryStatusRow> telemetry;
   std::vector<DiagnosticRow> diagnostics;
   std::vector<InsightRow> insights;
+};
+
+// The raw telemetry tier of one run, as far as retention kept it.
+struct RawSamples {
+  std::vector<GpuSampleRow> gpu_samples;        // by (ts_ns, gpu_index)
+  std::vector<HostCoreRow> host_cores;          // by ts_ns
+  std::vector<WorkerSampleRow> worker_samples;  // by (ts_ns, pid)
+};
+
+// Which raw-tier rows (gpu_samples, host_core_samples, worker_samples) a StoreWriter keeps: those
+// with ts_ns < head_ns (the start of the run: warmup, compilation) and those within tail_ns of
+// the newest raw timestamp written (the end of the run, or the moments before a crash). The
+// rows in between are deleted whenever the cut has advanced by prune_every_ns of sample time,
+// and once more when the writer stops, so the stored tail is exactly tail_ns long. tail_ns < 0
+// keeps everything. Rollups and host_samples are never pruned.
+struct RawRetention {
+  int64_t head_ns = 600'000'000'000;         // 10 min
+  int64_t tail_ns = 600'000'000'000;         // 10 min
+  int64_t prune_every_ns = 60'000'000'000;   // 1 min
 };
 
 // One connection. Not thread-safe: one owner thread at a time (it may be handed to another
@@ -89,12 +110,16 @@ class SqliteStore {
   // (limit < 0: no limit).
   Expected<std::vector<RunInfo>> PreviousRunsNamed(const std::string& run_name,
                                                    int64_t before_run_id, int limit);
-  // Everything stored for one run (a missing run is an error). Ordering: steps by step; phases
-  // by (step, name); gpus by gpu_index; gpu_samples by (ts_ns, gpu_index); host_samples by
-  // ts_ns; worker_samples by (ts_ns, pid); kernels by (window_start_ns, name); comm_buckets by
-  // (step, bucket); telemetry by source; diagnostics by ts_ns (NULL first, then insertion
-  // order); insights by ordinal.
+  // Everything the analysis reads of one run (a missing run is an error): not the raw tier.
+  // Ordering: steps by step; phases by (step, name); gpus by gpu_index; gpu_samples_1s by
+  // (ts_ns, gpu_index); host_samples by ts_ns; worker_samples_10s by (ts_ns, pid); kernels by
+  // (window_start_ns, name); comm_buckets by (step, bucket); telemetry by source; diagnostics by
+  // ts_ns (NULL first, then insertion order); insights by ordinal.
   Expected<RunData> LoadRun(int64_t run_id);
+  // The raw tier of one run (a missing run is an error).
+  Expected<RawSamples> LoadRawSamples(int64_t run_id);
+  // Deletes the run's raw-tier rows with from_ns <= ts_ns < to_ns, in one transaction.
+  Status PruneRawSamples(int64_t run_id, int64_t from_ns, int64_t to_ns);
 
   const std::string& path() const { return path_; }
   sqlite3* handle() { return db_; }
@@ -110,6 +135,7 @@ class SqliteStore {
   void Rollback();  // no-op outside a transaction
   template <typename T>
   Status WriteOne(size_t index, int64_t run_id, const T& row);
+  Status WriteCores(int64_t run_id, const HostSampleRow& row);  // host_core_samples
   template <typename It>
   Status WriteRange(int64_t run_id, It begin, It end);  // what WriteRows does, for any range
   template <typename BindFn, typename RowFn>
@@ -117,8 +143,10 @@ class SqliteStore {
 
   sqlite3* db_ = nullptr;
   std::string path_;
-  // WriteRows' prepared statements, one per Row alternative (indexed by Row::index()).
+  // WriteRows' prepared statements, one per Row alternative (indexed by Row::index()), plus
+  // the host_core_samples insert that a HostSampleRow with per-core CPU adds.
   std::array<sqlite3_stmt*, std::variant_size_v<Row>> row_stmts_{};
+  sqlite3_stmt* core_stmt_ = nullptr;
 };
 
 // Bounded queue + one writer thread that commits rows of one run in batched transactions on
@@ -128,6 +156,8 @@ class SqliteStore {
 // flush_interval_ms after it was queued (sooner when a batch fills up or on Flush), so a killed
 // process loses at most that much. A failing batch is rolled back; its rows count as dropped,
 // error() keeps the first message and the writer goes on with the next batch.
+// The writer enforces the raw-tier retention (RawRetention) after its commits, on its own
+// thread: producers never wait for it.
 class StoreWriter {
  public:
   struct Options {
@@ -136,6 +166,7 @@ class StoreWriter {
     // Rows per transaction. A commit starts early once max_batch rows (or half the capacity,
     // if that is smaller) are queued.
     size_t max_batch = 8192;
+    RawRetention retention;
   };
 
   // Fails if the file cannot be opened for writing or has no run `run_id`.
@@ -155,6 +186,9 @@ class StoreWriter {
   // Drains, commits, closes the connection, joins. Idempotent; any thread but the writer's.
   void Stop();
 
+  // Rows queued and not yet taken by the writer thread (producers that must not drop, such as
+  // the long-run benchmark, wait while it is high).
+  size_t queued() const;
   uint64_t written() const { return written_.load(std::memory_order_relaxed); }
   uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
   // First write error, if any (the writer keeps going and counts failed rows as dropped).
@@ -163,6 +197,9 @@ class StoreWriter {
  private:
   StoreWriter(std::unique_ptr<SqliteStore> store, int64_t run_id, Options options);
   void Loop();
+  // Deletes raw rows between the head and the tail once the cut has moved far enough (or, with
+  // `final`, whenever it moved). Writer thread only.
+  void Prune(bool final);
 
   std::unique_ptr<SqliteStore> store_;  // used by the writer thread only
   const int64_t run_id_;
@@ -181,6 +218,10 @@ class StoreWriter {
   std::optional<std::string> error_;
   std::atomic<uint64_t> written_{0};
   std::atomic<uint64_t> dropped_{0};
+  // Retention state, writer thread only.
+  std::optional<int64_t> newest_raw_ns_;  // newest raw-tier timestamp committed
+  int64_t pruned_to_ns_ = 0;              // raw rows in [head, pruned_to) are gone
+  bool pruned_once_ = false;
   std::thread thread_;
 };
 

@@ -1,6 +1,8 @@
 // Tests of SqliteStore and StoreWriter against real SQLite files in a fresh temp directory.
 #include "store/sqlite_store.h"
 
+#include "store/rollup.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -95,6 +97,61 @@ GpuSampleRow FullGpuSample(int64_t ts, int64_t gpu) {
   return r;
 }
 
+// A gpu_samples_1s row with every column set to a distinct non-zero value.
+GpuRollupRow FullGpuRollup(int64_t ts, int64_t gpu) {
+  GpuRollupRow r;
+  r.ts_ns = ts;
+  r.gpu_index = gpu;
+  r.samples = 100;
+  r.util_samples = 99;
+  r.util_mean_pct = 87.5;
+  r.util_min_pct = 12.25;
+  r.util_max_pct = 100.0;
+  r.mem_util_mean_pct = 41.5;
+  r.mem_used_max_bytes = int64_t{70} << 30;
+  r.mem_total_bytes = int64_t{80} << 30;
+  r.proc_mem_max_bytes = int64_t{60} << 30;
+  r.power_samples = 98;
+  r.power_mean_mw = 612'345.5;
+  r.power_max_mw = 700'000;
+  r.temp_max_c = 84.5;
+  r.sm_clock_min_mhz = 1410;
+  r.sm_clock_max_mhz = 1980;
+  r.clock_reasons_or = 0x64;
+  r.thermal_samples = 97;
+  r.throttled_samples = 20;
+  r.throttled_by_reason_samples = 7;
+  r.throttled_temp_max_c = 84.25;
+  r.throttled_sm_clock_min_mhz = 1415;
+  r.pcie_rx_samples = 1;
+  r.pcie_rx_mean_bps = 2.25e10;
+  r.pcie_rx_max_bps = 2.5e10;
+  r.pcie_rx_high_samples = 1;
+  r.pcie_tx_max_bps = 3.5e9;
+  return r;
+}
+
+void ExpectSameRollup(const GpuRollupRow& a, const GpuRollupRow& b) {
+  EXPECT_EQ(std::tie(a.ts_ns, a.gpu_index, a.samples, a.util_samples, a.power_samples,
+                     a.thermal_samples, a.throttled_samples, a.throttled_by_reason_samples,
+                     a.pcie_rx_samples, a.pcie_rx_high_samples),
+            std::tie(b.ts_ns, b.gpu_index, b.samples, b.util_samples, b.power_samples,
+                     b.thermal_samples, b.throttled_samples, b.throttled_by_reason_samples,
+                     b.pcie_rx_samples, b.pcie_rx_high_samples));
+  EXPECT_EQ(std::tie(a.util_mean_pct, a.util_min_pct, a.util_max_pct, a.mem_util_mean_pct,
+                     a.power_mean_mw, a.temp_max_c, a.throttled_temp_max_c, a.pcie_rx_mean_bps,
+                     a.pcie_rx_max_bps, a.pcie_tx_max_bps),
+            std::tie(b.util_mean_pct, b.util_min_pct, b.util_max_pct, b.mem_util_mean_pct,
+                     b.power_mean_mw, b.temp_max_c, b.throttled_temp_max_c, b.pcie_rx_mean_bps,
+                     b.pcie_rx_max_bps, b.pcie_tx_max_bps));
+  EXPECT_EQ(std::tie(a.mem_used_max_bytes, a.mem_total_bytes, a.proc_mem_max_bytes,
+                     a.power_max_mw, a.sm_clock_min_mhz, a.sm_clock_max_mhz, a.clock_reasons_or,
+                     a.throttled_sm_clock_min_mhz),
+            std::tie(b.mem_used_max_bytes, b.mem_total_bytes, b.proc_mem_max_bytes,
+                     b.power_max_mw, b.sm_clock_min_mhz, b.sm_clock_max_mhz, b.clock_reasons_or,
+                     b.throttled_sm_clock_min_mhz));
+}
+
 // Polls `pred` until true or `timeout` passes.
 template <typename Pred>
 bool WaitFor(Pred pred, milliseconds timeout) {
@@ -159,10 +216,10 @@ TEST_F(StoreTest, OpenCreatesSchemaMetaAndWal) {
   EXPECT_EQ(QueryText(db, "PRAGMA journal_mode"), "wal");
   EXPECT_EQ(QueryText(db, "PRAGMA synchronous"), "1");  // NORMAL
   EXPECT_EQ(QueryInt(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN"
-                         " ('meta','runs','steps','phases','gpus','gpu_samples','host_samples',"
-                         "'worker_samples','kernels','comm_buckets','telemetry_status',"
-                         "'insights','diagnostics')"),
-            13);
+                         " ('meta','runs','steps','phases','gpus','gpu_samples','gpu_samples_1s',"
+                         "'host_samples','host_core_samples','worker_samples','worker_samples_10s',"
+                         "'kernels','comm_buckets','telemetry_status','insights','diagnostics')"),
+            16);
   EXPECT_EQ(QueryInt(db, "SELECT count(*) FROM runs"), 0);
   auto latest = store->LatestRunId();
   ASSERT_TRUE(latest.ok());
@@ -523,11 +580,17 @@ TEST_F(StoreTest, EveryRowTypeRoundTripsWithValues) {
   rows.push_back(CommBucketRow{3, 2, 200, 240, 25 << 20});
   rows.push_back(TelemetryStatusRow{"gpu", true, "nvml", std::nullopt});
   rows.push_back(DiagnosticRow{500, "warning", "recorder", "dropped 3 events"});
+  const GpuRollupRow rollup = FullGpuRollup(2'000'000'000, 1);
+  rows.push_back(rollup);
+  const WorkerRollupRow wroll{10'000'000'000, 777, "child", 50, 49, 40.25, 99.5, 1 << 29};
+  rows.push_back(wroll);
   // WHEN they are written and loaded
   Status st = store->WriteRows(id, rows);
   ASSERT_TRUE(st.ok()) << st.message();
   auto d = store->LoadRun(id);
   ASSERT_TRUE(d.ok()) << d.error();
+  auto raw = store->LoadRawSamples(id);
+  ASSERT_TRUE(raw.ok()) << raw.error();
   // THEN every field comes back
   ASSERT_EQ(d->steps.size(), 1u);
   const StepRow& s = d->steps[0];
@@ -548,8 +611,8 @@ TEST_F(StoreTest, EveryRowTypeRoundTripsWithValues) {
   EXPECT_EQ(d->gpus[0].uuid, "GPU-abc");
   EXPECT_EQ(d->gpus[0].memory_total_bytes, int64_t{141} << 30);
   EXPECT_EQ(d->gpus[0].sm_clock_max_mhz, 1980);
-  ASSERT_EQ(d->gpu_samples.size(), 1u);
-  const GpuSampleRow& g = d->gpu_samples[0];
+  ASSERT_EQ(raw->gpu_samples.size(), 1u);
+  const GpuSampleRow& g = raw->gpu_samples[0];
   const GpuSampleRow w = FullGpuSample(1000, 1);
   EXPECT_EQ(g.ts_ns, w.ts_ns);
   EXPECT_EQ(g.gpu_index, w.gpu_index);
@@ -568,7 +631,11 @@ TEST_F(StoreTest, EveryRowTypeRoundTripsWithValues) {
   const HostSampleRow& h = d->host_samples[0];
   EXPECT_EQ(h.ts_ns, 1000);
   EXPECT_EQ(h.cpu_pct, 12.5);
-  EXPECT_EQ(h.cpu_per_core, host.cpu_per_core);  // exact: JSON keeps round-trip precision
+  EXPECT_TRUE(h.cpu_per_core.empty());  // raw tier: LoadRawSamples
+  ASSERT_EQ(raw->host_cores.size(), 1u);
+  EXPECT_EQ(raw->host_cores[0].ts_ns, 1000);
+  // exact: JSON keeps round-trip precision
+  EXPECT_EQ(raw->host_cores[0].cpu_per_core, host.cpu_per_core);
   EXPECT_EQ(h.ncores, 4);
   EXPECT_EQ(h.mem_used_bytes, 1 << 30);
   EXPECT_EQ(h.mem_total_bytes, int64_t{64} << 30);
@@ -578,13 +645,22 @@ TEST_F(StoreTest, EveryRowTypeRoundTripsWithValues) {
   EXPECT_EQ(h.disk_read_iops, 250.5);
   EXPECT_EQ(h.proc_cpu_pct, 180.0);
   EXPECT_EQ(h.proc_rss_bytes, int64_t{3} << 30);
-  EXPECT_EQ(QueryText(store->handle(), "SELECT cpu_per_core FROM host_samples"),
+  EXPECT_EQ(QueryText(store->handle(), "SELECT cpu_per_core FROM host_core_samples"),
             "[0.0,100.0,33.333333333333336,1e-07]");
-  ASSERT_EQ(d->worker_samples.size(), 1u);
-  EXPECT_EQ(d->worker_samples[0].pid, 777);
-  EXPECT_EQ(d->worker_samples[0].role, "child");
-  EXPECT_EQ(d->worker_samples[0].cpu_pct, 95.5);
-  EXPECT_EQ(d->worker_samples[0].rss_bytes, 1 << 28);
+  ASSERT_EQ(raw->worker_samples.size(), 1u);
+  EXPECT_EQ(raw->worker_samples[0].pid, 777);
+  EXPECT_EQ(raw->worker_samples[0].role, "child");
+  EXPECT_EQ(raw->worker_samples[0].cpu_pct, 95.5);
+  EXPECT_EQ(raw->worker_samples[0].rss_bytes, 1 << 28);
+  ASSERT_EQ(d->gpu_samples_1s.size(), 1u);
+  ExpectSameRollup(d->gpu_samples_1s[0], rollup);
+  ASSERT_EQ(d->worker_samples_10s.size(), 1u);
+  const WorkerRollupRow& wr = d->worker_samples_10s[0];
+  EXPECT_EQ(std::tie(wr.ts_ns, wr.pid, wr.role, wr.samples, wr.cpu_samples),
+            std::tie(wroll.ts_ns, wroll.pid, wroll.role, wroll.samples, wroll.cpu_samples));
+  EXPECT_EQ(wr.cpu_mean_pct, 40.25);
+  EXPECT_EQ(wr.cpu_max_pct, 99.5);
+  EXPECT_EQ(wr.rss_max_bytes, 1 << 29);
   ASSERT_EQ(d->kernels.size(), 1u);
   EXPECT_EQ(d->kernels[0].window_start_ns, 100);
   EXPECT_EQ(d->kernels[0].window_end_ns, 250);
@@ -621,6 +697,19 @@ TEST_F(StoreTest, NullStaysNullAndZeroStaysZero) {
   HostSampleRow h_null;
   h_null.ts_ns = 1;
   HostSampleRow h_zero{2, 0.0, {0.0}, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0};
+  GpuRollupRow r_null;  // a second with samples but no reading of any field
+  r_null.ts_ns = 0;
+  r_null.samples = 3;
+  GpuRollupRow r_zero = FullGpuRollup(1'000'000'000, 0);
+  r_zero.util_mean_pct = r_zero.util_min_pct = r_zero.util_max_pct = 0.0;
+  r_zero.mem_util_mean_pct = 0.0;
+  r_zero.mem_used_max_bytes = r_zero.mem_total_bytes = r_zero.proc_mem_max_bytes = 0;
+  r_zero.power_mean_mw = 0.0;
+  r_zero.power_max_mw = 0;
+  r_zero.temp_max_c = r_zero.throttled_temp_max_c = 0.0;
+  r_zero.sm_clock_min_mhz = r_zero.sm_clock_max_mhz = r_zero.throttled_sm_clock_min_mhz = 0;
+  r_zero.clock_reasons_or = 0;
+  r_zero.pcie_rx_mean_bps = r_zero.pcie_rx_max_bps = r_zero.pcie_tx_max_bps = 0.0;
   std::vector<Row> rows = {
       StepRow{0, 0, 10, std::nullopt, std::nullopt, 0, 0, 0},
       StepRow{1, 10, 20, 0, "gap", 0, 0, 0},
@@ -640,11 +729,17 @@ TEST_F(StoreTest, NullStaysNullAndZeroStaysZero) {
       TelemetryStatusRow{"host", false, "", ""},
       DiagnosticRow{std::nullopt, "info", "store", "no ts"},
       DiagnosticRow{0, "info", "store", "ts 0"},
+      r_null,
+      r_zero,
+      WorkerRollupRow{0, 10, "main", 1, 0, std::nullopt, std::nullopt, std::nullopt},
+      WorkerRollupRow{0, 11, "child", 1, 1, 0.0, 0.0, 0},
   };
   // WHEN written and loaded
   ASSERT_TRUE(store->WriteRows(id, rows).ok());
   auto d = store->LoadRun(id);
   ASSERT_TRUE(d.ok()) << d.error();
+  auto raw = store->LoadRawSamples(id);
+  ASSERT_TRUE(raw.ok()) << raw.error();
   // THEN unset comes back unset and 0 comes back 0
   ASSERT_EQ(d->steps.size(), 2u);
   EXPECT_EQ(d->steps[0].wait_ns, std::nullopt);
@@ -663,12 +758,12 @@ TEST_F(StoreTest, NullStaysNullAndZeroStaysZero) {
   EXPECT_EQ(d->gpus[1].uuid, "");
   EXPECT_EQ(d->gpus[1].memory_total_bytes, 0);
   EXPECT_EQ(d->gpus[1].sm_clock_max_mhz, 0);
-  ASSERT_EQ(d->gpu_samples.size(), 2u);
-  const GpuSampleRow& gn = d->gpu_samples[0];
+  ASSERT_EQ(raw->gpu_samples.size(), 2u);
+  const GpuSampleRow& gn = raw->gpu_samples[0];
   EXPECT_FALSE(gn.util_pct || gn.mem_util_pct || gn.mem_used_bytes || gn.mem_total_bytes ||
                gn.proc_mem_bytes || gn.power_mw || gn.temp_c || gn.sm_clock_mhz ||
                gn.clock_reasons || gn.pcie_rx_bps || gn.pcie_tx_bps);
-  const GpuSampleRow& gz = d->gpu_samples[1];
+  const GpuSampleRow& gz = raw->gpu_samples[1];
   EXPECT_EQ(gz.util_pct, 0.0);
   EXPECT_EQ(gz.mem_util_pct, 0.0);
   EXPECT_EQ(gz.mem_used_bytes, 0);
@@ -686,12 +781,12 @@ TEST_F(StoreTest, NullStaysNullAndZeroStaysZero) {
   EXPECT_FALSE(hn.cpu_pct || hn.ncores || hn.mem_used_bytes || hn.mem_total_bytes ||
                hn.page_cache_bytes || hn.swap_in_bps || hn.disk_read_bps || hn.disk_read_iops ||
                hn.proc_cpu_pct || hn.proc_rss_bytes);
-  EXPECT_EQ(QueryInt(store->handle(), "SELECT count(*) FROM host_samples WHERE ts_ns = 1 AND"
-                                      " cpu_per_core IS NULL"),
-            1);
+  // Per-core CPU not measured: no host_core_samples row at all.
+  ASSERT_EQ(raw->host_cores.size(), 1u);
+  EXPECT_EQ(raw->host_cores[0].ts_ns, 2);
+  EXPECT_EQ(raw->host_cores[0].cpu_per_core, std::vector<double>{0.0});
   const HostSampleRow& hz = d->host_samples[1];
   EXPECT_EQ(hz.cpu_pct, 0.0);
-  EXPECT_EQ(hz.cpu_per_core, std::vector<double>{0.0});
   EXPECT_EQ(hz.ncores, 0);
   EXPECT_EQ(hz.mem_used_bytes, 0);
   EXPECT_EQ(hz.mem_total_bytes, 0);
@@ -701,11 +796,30 @@ TEST_F(StoreTest, NullStaysNullAndZeroStaysZero) {
   EXPECT_EQ(hz.disk_read_iops, 0.0);
   EXPECT_EQ(hz.proc_cpu_pct, 0.0);
   EXPECT_EQ(hz.proc_rss_bytes, 0);
-  ASSERT_EQ(d->worker_samples.size(), 2u);
-  EXPECT_EQ(d->worker_samples[0].cpu_pct, std::nullopt);
-  EXPECT_EQ(d->worker_samples[0].rss_bytes, std::nullopt);
-  EXPECT_EQ(d->worker_samples[1].cpu_pct, 0.0);
-  EXPECT_EQ(d->worker_samples[1].rss_bytes, 0);
+  ASSERT_EQ(raw->worker_samples.size(), 2u);
+  EXPECT_EQ(raw->worker_samples[0].cpu_pct, std::nullopt);
+  EXPECT_EQ(raw->worker_samples[0].rss_bytes, std::nullopt);
+  EXPECT_EQ(raw->worker_samples[1].cpu_pct, 0.0);
+  EXPECT_EQ(raw->worker_samples[1].rss_bytes, 0);
+  ASSERT_EQ(d->gpu_samples_1s.size(), 2u);
+  const GpuRollupRow& rn = d->gpu_samples_1s[0];
+  EXPECT_EQ(rn.samples, 3);
+  EXPECT_EQ(rn.util_samples + rn.power_samples + rn.thermal_samples + rn.throttled_samples +
+                rn.throttled_by_reason_samples + rn.pcie_rx_samples + rn.pcie_rx_high_samples,
+            0);
+  EXPECT_FALSE(rn.util_mean_pct || rn.util_min_pct || rn.util_max_pct || rn.mem_util_mean_pct ||
+               rn.mem_used_max_bytes || rn.mem_total_bytes || rn.proc_mem_max_bytes ||
+               rn.power_mean_mw || rn.power_max_mw || rn.temp_max_c || rn.sm_clock_min_mhz ||
+               rn.sm_clock_max_mhz || rn.clock_reasons_or || rn.throttled_temp_max_c ||
+               rn.throttled_sm_clock_min_mhz || rn.pcie_rx_mean_bps || rn.pcie_rx_max_bps ||
+               rn.pcie_tx_max_bps);
+  ExpectSameRollup(d->gpu_samples_1s[1], r_zero);
+  ASSERT_EQ(d->worker_samples_10s.size(), 2u);
+  EXPECT_FALSE(d->worker_samples_10s[0].cpu_mean_pct || d->worker_samples_10s[0].cpu_max_pct ||
+               d->worker_samples_10s[0].rss_max_bytes);
+  EXPECT_EQ(d->worker_samples_10s[1].cpu_mean_pct, 0.0);
+  EXPECT_EQ(d->worker_samples_10s[1].cpu_max_pct, 0.0);
+  EXPECT_EQ(d->worker_samples_10s[1].rss_max_bytes, 0);
   ASSERT_EQ(d->comm_buckets.size(), 2u);
   EXPECT_EQ(d->comm_buckets[0].bytes, std::nullopt);
   EXPECT_EQ(d->comm_buckets[1].bytes, 0);
@@ -951,6 +1065,93 @@ TEST_F(StoreTest, WriterFailedBatchRecordsErrorAndKeepsGoing) {
   EXPECT_EQ(CountRows(path, "gpu_samples"), 1);
 }
 
+// ---- retention -------------------------------------------------------------------------------
+
+// Pushes 10 s of a run at 10 Hz: raw GPU samples (2 GPUs), host samples with per-core CPU,
+// worker samples, and the rollups of the GPU and worker samples.
+void PushTenSeconds(StoreWriter& w) {
+  std::vector<GpuSampleRow> gpu;
+  std::vector<WorkerSampleRow> workers;
+  for (int64_t t = 0; t <= 10'000'000'000; t += 100'000'000) {
+    for (int64_t g = 0; g < 2; ++g) gpu.push_back(FullGpuSample(t, g));
+    HostSampleRow h;
+    h.ts_ns = t;
+    h.cpu_pct = 50;
+    h.cpu_per_core = {40, 60};
+    workers.push_back(WorkerSampleRow{t, 100, "main", 90.0, 1 << 20});
+    for (const Row& r : std::vector<Row>{gpu[gpu.size() - 2], gpu.back(), h, workers.back()}) {
+      ASSERT_TRUE(w.Push(r));
+    }
+  }
+  for (const auto& r : RollupGpuSamples(gpu, {})) ASSERT_TRUE(w.Push(r));
+  for (const auto& r : RollupWorkerSamples(workers)) ASSERT_TRUE(w.Push(r));
+}
+
+TEST_F(StoreTest, WriterKeepsRawRowsOnlyInTheHeadAndTailWindows) {
+  // GIVEN a writer that keeps the first 1 s and the last 2 s of raw rows, pruning every 0.5 s
+  const std::string path = Path("gpuprof.db");
+  const int64_t id = CreateRun(path);
+  StoreWriter::Options opt;
+  opt.max_batch = 64;  // many commits, so that pruning runs while rows arrive
+  opt.retention = RawRetention{1'000'000'000, 2'000'000'000, 500'000'000};
+  auto w = StoreWriter::Start(path, id, opt);
+  ASSERT_TRUE(w.ok()) << w.error();
+  // WHEN 10 s of telemetry are written
+  PushTenSeconds(**w);
+  (*w)->Flush();
+  // THEN raw rows are already pruned during the run, up to one prune step behind the tail
+  const int64_t during = CountRows(path, "gpu_samples");
+  EXPECT_LT(during, 2 * 101);
+  EXPECT_LE(during, 2 * (10 + 26));  // head + at most tail + one prune step (+ newest tick)
+  // WHEN the writer stops
+  (*w)->Stop();
+  EXPECT_EQ((*w)->dropped(), 0u);
+  EXPECT_EQ((*w)->error(), std::nullopt);
+  // THEN exactly the raw rows with ts < 1 s or ts >= 10 s - 2 s are kept, in every raw table
+  auto ro = OpenRo(path);
+  sqlite3* db = ro->handle();
+  for (const auto& [table, per_tick] : std::vector<std::pair<std::string, int64_t>>{
+           {"gpu_samples", 2}, {"host_core_samples", 1}, {"worker_samples", 1}}) {
+    EXPECT_EQ(QueryInt(db, "SELECT count(*) FROM " + table), per_tick * (10 + 21)) << table;
+    EXPECT_EQ(QueryInt(db, "SELECT count(*) FROM " + table +
+                               " WHERE ts_ns >= 1000000000 AND ts_ns < 8000000000"),
+              0)
+        << table;
+  }
+  // AND the rollups and host_samples cover the whole run
+  EXPECT_EQ(QueryInt(db, "SELECT count(*) FROM host_samples"), 101);
+  EXPECT_EQ(QueryInt(db, "SELECT sum(samples) FROM gpu_samples_1s"), 2 * 101);
+  EXPECT_EQ(QueryInt(db, "SELECT count(*) FROM gpu_samples_1s"), 2 * 11);
+  EXPECT_EQ(QueryInt(db, "SELECT sum(samples) FROM worker_samples_10s"), 101);
+  // AND one diagnostic says why the raw tables have a gap
+  auto d = ro->LoadRun(id);
+  ASSERT_TRUE(d.ok()) << d.error();
+  ASSERT_EQ(d->diagnostics.size(), 1u);
+  EXPECT_EQ(d->diagnostics[0].level, "info");
+  EXPECT_EQ(d->diagnostics[0].message,
+            "raw-sample retention: the first 1 s and the last 2 s of raw samples are kept "
+            "(gpu_samples, host_core_samples, worker_samples); gpu_samples_1s and "
+            "worker_samples_10s cover the whole run");
+}
+
+TEST_F(StoreTest, WriterKeepsEveryRawRowOfAShortRunOrWithRetentionOff) {
+  for (bool off : {false, true}) {
+    SCOPED_TRACE(off ? "retention off" : "default retention");
+    const std::string path = Path(off ? "off.db" : "default.db");
+    const int64_t id = CreateRun(path);
+    StoreWriter::Options opt;
+    if (off) opt.retention = RawRetention{0, -1, 1};
+    auto w = StoreWriter::Start(path, id, opt);
+    ASSERT_TRUE(w.ok()) << w.error();
+    PushTenSeconds(**w);
+    (*w)->Stop();
+    EXPECT_EQ(CountRows(path, "gpu_samples"), 2 * 101);
+    EXPECT_EQ(CountRows(path, "host_core_samples"), 101);
+    EXPECT_EQ(CountRows(path, "worker_samples"), 101);
+    EXPECT_EQ(CountRows(path, "diagnostics"), 0);
+  }
+}
+
 TEST_F(StoreTest, WriterTakesRowsFromFourThreads) {
   // GIVEN a writer and 4 producer threads
   const std::string path = Path("gpuprof.db");
@@ -1025,7 +1226,7 @@ TEST_F(StoreTest, WalReaderReadsWhileWriterCommits) {
   int loads = 0;
   bool failed = false;
   while (!done || loads < 3) {
-    auto d = reader->LoadRun(id);
+    auto d = reader->LoadRawSamples(id);
     if (!d.ok()) {
       ADD_FAILURE() << d.error();
       failed = true;
@@ -1041,7 +1242,7 @@ TEST_F(StoreTest, WalReaderReadsWhileWriterCommits) {
   }
   producer.join();
   EXPECT_FALSE(failed);
-  EXPECT_EQ(reader->LoadRun(id)->gpu_samples.size(), 20'300u);
+  EXPECT_EQ(reader->LoadRawSamples(id)->gpu_samples.size(), 20'300u);
 }
 
 // ---- crash safety ----------------------------------------------------------------------------
@@ -1087,9 +1288,11 @@ TEST_F(StoreTest, SigkillLeavesReadableDbWithEverythingFlushed) {
   ASSERT_TRUE(d.ok()) << d.error();
   EXPECT_EQ(d->run.status, "running");
   EXPECT_EQ(d->run.end_ns, std::nullopt);
-  ASSERT_GE(d->gpu_samples.size(), size_t{kFlushed + kIntervalCommitted});
-  for (size_t i = 0; i < d->gpu_samples.size(); ++i) {
-    ASSERT_EQ(d->gpu_samples[i].ts_ns, int64_t(i));
+  auto raw = ro->LoadRawSamples(id);
+  ASSERT_TRUE(raw.ok()) << raw.error();
+  ASSERT_GE(raw->gpu_samples.size(), size_t{kFlushed + kIntervalCommitted});
+  for (size_t i = 0; i < raw->gpu_samples.size(); ++i) {
+    ASSERT_EQ(raw->gpu_samples[i].ts_ns, int64_t(i));
   }
   // AND a writer can continue on the same file
   auto rw = OpenRw(path);

@@ -5,6 +5,7 @@
 #include "analysis/format.h"
 #include "analysis/rules/registry.h"
 #include "analysis/rules/rules.h"
+#include "store/rollup.h"
 
 namespace gpuprof::analysis::rules {
 namespace {
@@ -67,9 +68,21 @@ HostWindow SteadyHostSamples(const RunView& view) {
   return w;
 }
 
-GpuWindow SteadyGpuSamples(const RunView& view) {
+GpuWindow SteadyGpuSeconds(const RunView& view) {
   GpuWindow w;
-  w.samples = InWindow(view.data.gpu_samples, view.SteadyWindow(), &w.steady);
+  const auto& rows = view.data.gpu_samples_1s;
+  if (const auto window = view.SteadyWindow()) {
+    for (const auto& r : rows) {
+      // The second [ts, ts + 1 s) overlaps [first, second].
+      if (r.ts_ns <= window->second && r.ts_ns + store::kGpuRollupNs > window->first) {
+        w.seconds.push_back(&r);
+      }
+    }
+  }
+  w.steady = !w.seconds.empty();
+  if (w.seconds.empty()) {
+    for (const auto& r : rows) w.seconds.push_back(&r);
+  }
   return w;
 }
 

@@ -74,6 +74,7 @@ RuleResult LowMfu(const RunView& view, const RuleContext&) {
       {"dtype", DtypeName(m.dtype)},
       {"gpu", m.gpu_label},
       {"flops_per_step", m.flops_per_step},
+      {"flops_method", m.flops_method ? nlohmann::json(*m.flops_method) : nlohmann::json()},
       {"step_ns", m.step_ns},
       {"threshold", kLowMfu},
   };
@@ -124,8 +125,9 @@ RuleResult SmallBatch(const RunView& view, const RuleContext&) {
     return RuleResult::Skip("MFU unknown: computes to over 100%, so flops_per_step likely "
                             "counts more than this process's GPU work");
   }
-  const GpuWindow w = SteadyGpuSamples(view);
-  const auto util = MeanOf(w.samples, &store::GpuSampleRow::util_pct);
+  const GpuWindow w = SteadyGpuSeconds(view);
+  const auto util = WeightedMeanOf(w.seconds, &store::GpuRollupRow::util_mean_pct,
+                                   &store::GpuRollupRow::util_samples);
   if (!util) return RuleResult::Skip(GpuMissing(view, "GPU utilization"));
   if (*util <= kSmallBatchUtilPct || r.mfu->value >= kSmallBatchMfu) return RuleResult::Pass();
   nlohmann::json evidence = {
@@ -142,7 +144,8 @@ RuleResult SmallBatch(const RunView& view, const RuleContext&) {
 }
 
 // Compares the backward / forward time ratio with the declared gradient checkpointing
-// (runs.config_json key "grad_checkpoint", a boolean written by the Python layer). Backward
+// (runs.config_json key "grad_checkpoint", a boolean written by the Python layer from
+// profile(arch=TransformerArch(grad_checkpoint=...)); absent without an arch). Backward
 // runs at about 2× forward; with activation checkpointing it recomputes the forward, about 3×.
 // Fires (MED) when the ratio is at least kCkptMinRatio but checkpointing is declared off, and
 // (LOW) when it is at most kNoCkptMaxRatio but declared on. GPU times (CUDA events) are used
@@ -200,9 +203,10 @@ RuleResult GradientCheckpointing(const RunView& view, const RuleContext&) {
                   FormatRatio(ratio).c_str(), times.c_str()),
         std::move(evidence));
     r.insight->fix =
-        "If checkpointing is meant, declare it (grad_checkpoint=True in the arch) so MFU counts "
-        "the recomputed forward; if not, look for torch.utils.checkpoint or "
-        "gradient_checkpointing_enable() in the model and remove it to save ~1/3 of the compute.";
+        "If checkpointing is meant, declare it (grad_checkpoint=True in the arch) so the run "
+        "records it (MFU counts model FLOPs, without the recompute, so checkpointing lowers "
+        "it); if not, look for torch.utils.checkpoint or gradient_checkpointing_enable() in "
+        "the model and remove it: the recomputed forward is a quarter of the step's compute.";
     return r;
   }
   if (declared && ratio <= kNoCkptMaxRatio) {
@@ -215,7 +219,7 @@ RuleResult GradientCheckpointing(const RunView& view, const RuleContext&) {
     r.insight->fix =
         "Check the wrapping: torch.utils.checkpoint must wrap the blocks that actually run "
         "(Hugging Face: call model.gradient_checkpointing_enable() before training, with "
-        "use_cache=False); or declare grad_checkpoint=False so MFU is not over-counted.";
+        "use_cache=False); or declare grad_checkpoint=False to match what runs.";
     return r;
   }
   return RuleResult::Pass();

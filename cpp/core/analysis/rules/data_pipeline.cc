@@ -271,24 +271,29 @@ RuleResult CacheThrashing(const RunView& view, const RuleContext&) {
       std::move(evidence));
 }
 
-// Fires when the peak PCIe host-to-device (RX) throughput of any GPU exceeds kPcieRxGBps.
+// Fires when the peak PCIe host-to-device (RX) throughput of any GPU exceeds kPcieRxGBps. Reads
+// the per-second rollups: the peak is the largest per-second maximum, the mean is over every
+// reading, and the readings above the threshold were counted while rolling up
+// (pcie_rx_high_samples; kPcieRxGBps is that rollup criterion).
 RuleResult PcieSaturation(const RunView& view, const RuleContext&) {
-  const store::GpuSampleRow* peak = nullptr;
+  const store::GpuRollupRow* peak = nullptr;
   double sum = 0;
-  size_t n = 0, above = 0;
-  for (const auto& s : view.data.gpu_samples) {
-    if (!s.pcie_rx_bps) continue;
-    sum += *s.pcie_rx_bps;
-    ++n;
-    if (*s.pcie_rx_bps > kPcieRxGBps * 1e9) ++above;
-    if (!peak || *s.pcie_rx_bps > *peak->pcie_rx_bps) peak = &s;
+  int64_t n = 0, above = 0;
+  for (const auto& s : view.data.gpu_samples_1s) {
+    if (!s.pcie_rx_max_bps) continue;
+    if (s.pcie_rx_mean_bps && s.pcie_rx_samples > 0) {
+      sum += *s.pcie_rx_mean_bps * static_cast<double>(s.pcie_rx_samples);
+      n += s.pcie_rx_samples;
+    }
+    above += s.pcie_rx_high_samples;
+    if (!peak || *s.pcie_rx_max_bps > *peak->pcie_rx_max_bps) peak = &s;
   }
   if (!peak) return RuleResult::Skip(GpuMissing(view, "PCIe throughput"));
-  if (*peak->pcie_rx_bps <= kPcieRxGBps * 1e9) return RuleResult::Pass();
-  const double mean = sum / static_cast<double>(n);
-  const double share = static_cast<double>(above) / static_cast<double>(n);
+  if (*peak->pcie_rx_max_bps <= kPcieRxGBps * 1e9) return RuleResult::Pass();
+  const double mean = n > 0 ? sum / static_cast<double>(n) : *peak->pcie_rx_max_bps;
+  const double share = n > 0 ? static_cast<double>(above) / static_cast<double>(n) : 0;
   nlohmann::json evidence = {
-      {"peak_rx_bps", *peak->pcie_rx_bps}, {"gpu_index", peak->gpu_index},
+      {"peak_rx_bps", *peak->pcie_rx_max_bps}, {"gpu_index", peak->gpu_index},
       {"mean_rx_bps", mean},               {"samples_above", above},
       {"samples", n},                      {"threshold_gbps", kPcieRxGBps},
   };
@@ -296,7 +301,7 @@ RuleResult PcieSaturation(const RunView& view, const RuleContext&) {
       Severity::kMed,
       StrFormat("PCIe host-to-device traffic peaked at %s on GPU %lld (mean %s; above %s on %s "
                 "of samples): input copies are bandwidth-bound",
-                FormatBandwidth(*peak->pcie_rx_bps).c_str(),
+                FormatBandwidth(*peak->pcie_rx_max_bps).c_str(),
                 static_cast<long long>(peak->gpu_index), FormatBandwidth(mean).c_str(),
                 FormatBandwidth(kPcieRxGBps * 1e9).c_str(), FormatPercent(share).c_str()),
       std::move(evidence));

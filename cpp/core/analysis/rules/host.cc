@@ -9,24 +9,25 @@ namespace gpuprof::analysis::rules {
 
 using namespace thresholds;
 
-// Fires when the busiest dataloader worker (worker_samples with role 'child') averages more
+// Fires when the busiest dataloader worker (worker samples with role 'child') averages more
 // than kWorkerImbalanceRatio × the workers' mean CPU (their fair share) and at least
-// kWorkerMinCpuPct of a core. Each worker's CPU is the mean over its own samples, so workers
-// restarted every epoch (persistent_workers=False) count as separate workers.
+// kWorkerMinCpuPct of a core. Each worker's CPU is the mean over its own samples (from the 10 s
+// rollups, weighted by their reading counts), so workers restarted every epoch
+// (persistent_workers=False) count as separate workers.
 RuleResult WorkerImbalance(const RunView& view, const RuleContext&) {
   struct Acc {
     double sum = 0;
-    size_t n = 0;
+    int64_t n = 0;
   };
   std::map<int64_t, Acc> by_pid;
-  size_t child_rows = 0;
-  for (const auto& w : view.data.worker_samples) {
+  int64_t child_rows = 0;
+  for (const auto& w : view.data.worker_samples_10s) {
     if (w.role != "child") continue;
-    ++child_rows;
-    if (!w.cpu_pct) continue;
+    child_rows += w.samples;
+    if (!w.cpu_mean_pct || w.cpu_samples <= 0) continue;
     Acc& a = by_pid[w.pid];
-    a.sum += *w.cpu_pct;
-    ++a.n;
+    a.sum += *w.cpu_mean_pct * static_cast<double>(w.cpu_samples);
+    a.n += w.cpu_samples;
   }
   if (child_rows == 0) {
     if (view.data.host_samples.empty()) {

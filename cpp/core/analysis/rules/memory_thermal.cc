@@ -11,13 +11,14 @@ namespace gpuprof::analysis::rules {
 using namespace thresholds;
 
 // Fires when, on any GPU, device memory in use (all processes, NVML) exceeds kGpuMemPressure of
-// the device's memory at some sample. The total is the sample's own, else the gpus table's.
+// the device's memory at some sample. Reads the per-second rollups: each second's peak use
+// against its total, else the gpus table's.
 RuleResult MemoryPressure(const RunView& view, const RuleContext&) {
   std::optional<double> peak;
-  const store::GpuSampleRow* at = nullptr;
+  const store::GpuRollupRow* at = nullptr;
   double peak_total = 0;
-  for (const auto& s : view.data.gpu_samples) {
-    if (!s.mem_used_bytes) continue;
+  for (const auto& s : view.data.gpu_samples_1s) {
+    if (!s.mem_used_max_bytes) continue;
     std::optional<int64_t> total = s.mem_total_bytes;
     if (!total) {
       if (const store::GpuInfoRow* info = view.GpuInfo(s.gpu_index)) {
@@ -25,7 +26,7 @@ RuleResult MemoryPressure(const RunView& view, const RuleContext&) {
       }
     }
     if (!total || *total <= 0) continue;
-    const double f = static_cast<double>(*s.mem_used_bytes) / static_cast<double>(*total);
+    const double f = static_cast<double>(*s.mem_used_max_bytes) / static_cast<double>(*total);
     if (!peak || f > *peak) {
       peak = f;
       at = &s;
@@ -36,17 +37,17 @@ RuleResult MemoryPressure(const RunView& view, const RuleContext&) {
   if (*peak <= kGpuMemPressure) return RuleResult::Pass();
   nlohmann::json evidence = {
       {"peak_fraction", *peak},
-      {"peak_used_bytes", *at->mem_used_bytes},
+      {"peak_used_bytes", *at->mem_used_max_bytes},
       {"mem_total_bytes", peak_total},
       {"gpu_index", at->gpu_index},
-      {"at_ns", at->ts_ns},
+      {"at_ns", at->ts_ns},  // the start of the second
       {"threshold", kGpuMemPressure},
   };
   return RuleResult::Fire(
       Severity::kMed,
       StrFormat("Peak GPU memory use was %s of %s (%s) on GPU %lld: close to out-of-memory, "
                 "where the allocator frees and retries",
-                FormatBytes(static_cast<double>(*at->mem_used_bytes)).c_str(),
+                FormatBytes(static_cast<double>(*at->mem_used_max_bytes)).c_str(),
                 FormatBytes(peak_total).c_str(), FormatPercent(*peak).c_str(),
                 static_cast<long long>(at->gpu_index)),
       std::move(evidence));
@@ -55,47 +56,38 @@ RuleResult MemoryPressure(const RunView& view, const RuleContext&) {
 // A sample is throttled when NVML's clock-event reasons carry a thermal bit
 // (kNvmlSwThermalSlowdown | kNvmlHwThermalSlowdown), or when the GPU is hotter than
 // kThrottleTempC with its SM clock more than kThrottleClockDrop below the device maximum (the
-// gpus table's sm_clock_max_mhz, else the highest clock the run saw on that GPU). Fires when
+// gpus table's sm_clock_max_mhz, else the highest clock seen so far on that GPU). Samples are
+// judged while rolling up (store::GpuRollup); this rule sums the per-second counts. Fires when
 // more than kThrottleSampleFraction of one GPU's evaluable samples are throttled; reports the
 // GPU with the largest share.
 RuleResult ThermalThrottling(const RunView& view, const RuleContext&) {
   struct PerGpu {
-    size_t evaluable = 0, throttled = 0, by_reason = 0;
+    int64_t evaluable = 0, throttled = 0, by_reason = 0;
     std::optional<double> max_temp;       // over throttled samples
     std::optional<int64_t> min_clock;     // over throttled samples
     std::optional<int64_t> observed_max;  // over all samples
   };
   std::map<int64_t, PerGpu> gpus;
-  for (const auto& s : view.data.gpu_samples) {
-    if (s.sm_clock_mhz) {
-      auto& g = gpus[s.gpu_index];
-      g.observed_max = std::max(g.observed_max.value_or(0), *s.sm_clock_mhz);
+  for (const auto& s : view.data.gpu_samples_1s) {
+    PerGpu& g = gpus[s.gpu_index];
+    if (s.sm_clock_max_mhz) {
+      g.observed_max = std::max(g.observed_max.value_or(0), *s.sm_clock_max_mhz);
+    }
+    g.evaluable += s.thermal_samples;
+    g.throttled += s.throttled_samples;
+    g.by_reason += s.throttled_by_reason_samples;
+    if (s.throttled_temp_max_c) {
+      g.max_temp = std::max(g.max_temp.value_or(*s.throttled_temp_max_c), *s.throttled_temp_max_c);
+    }
+    if (s.throttled_sm_clock_min_mhz) {
+      g.min_clock = std::min(g.min_clock.value_or(*s.throttled_sm_clock_min_mhz),
+                             *s.throttled_sm_clock_min_mhz);
     }
   }
-  const int64_t thermal_bits = kNvmlSwThermalSlowdown | kNvmlHwThermalSlowdown;
   std::map<int64_t, std::optional<int64_t>> max_clock;
-  for (const auto& s : view.data.gpu_samples) {
-    if (!max_clock.count(s.gpu_index)) {
-      const store::GpuInfoRow* info = view.GpuInfo(s.gpu_index);
-      max_clock[s.gpu_index] = info && info->sm_clock_max_mhz ? info->sm_clock_max_mhz
-                                                              : gpus[s.gpu_index].observed_max;
-    }
-    const std::optional<int64_t>& max = max_clock[s.gpu_index];
-    const bool by_temp_known = s.temp_c && s.sm_clock_mhz && max && *max > 0;
-    if (!s.clock_reasons && !by_temp_known) continue;
-    PerGpu& g = gpus[s.gpu_index];
-    ++g.evaluable;
-    const bool by_reason = s.clock_reasons && (*s.clock_reasons & thermal_bits) != 0;
-    const bool by_temp = by_temp_known && *s.temp_c > kThrottleTempC &&
-                         static_cast<double>(*s.sm_clock_mhz) <
-                             (1 - kThrottleClockDrop) * static_cast<double>(*max);
-    if (!by_reason && !by_temp) continue;
-    ++g.throttled;
-    if (by_reason) ++g.by_reason;
-    if (s.temp_c) g.max_temp = std::max(g.max_temp.value_or(*s.temp_c), *s.temp_c);
-    if (s.sm_clock_mhz) {
-      g.min_clock = std::min(g.min_clock.value_or(*s.sm_clock_mhz), *s.sm_clock_mhz);
-    }
+  for (const auto& [index, g] : gpus) {
+    const store::GpuInfoRow* info = view.GpuInfo(index);
+    max_clock[index] = info && info->sm_clock_max_mhz ? info->sm_clock_max_mhz : g.observed_max;
   }
   int64_t worst = -1;
   double worst_share = -1;

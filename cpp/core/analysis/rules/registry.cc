@@ -137,7 +137,7 @@ void AddDataPipeline(std::vector<RuleSpec>& r) {
       .fix = "Move fewer bytes over PCIe: send uint8 images and normalize/augment on the GPU, "
              "keep tensors resident instead of copying back and forth, use pinned memory with "
              "non_blocking=True; between GPUs, prefer NVLink.",
-      .inputs = "gpu_samples.pcie_rx_bps",
+      .inputs = "gpu_samples_1s.pcie_rx_max_bps (per-second rollup of gpu_samples.pcie_rx_bps)",
       .thresholds = {{"kPcieRxGBps", kPcieRxGBps, "fires above this peak (GB/s)"}},
       .evaluate = rules::PcieSaturation,
   });
@@ -155,7 +155,8 @@ void AddHost(std::vector<RuleSpec>& r) {
       .fix = "Spread the loading: with an IterableDataset, split the stream per worker with "
              "torch.utils.data.get_worker_info() (worker_init_fn), balance shard sizes, or use a "
              "map-style Dataset with a Sampler.",
-      .inputs = "worker_samples.cpu_pct of at least 2 child processes (dataloader workers)",
+      .inputs = "worker_samples_10s.cpu_mean_pct of at least 2 child processes (dataloader "
+                "workers)",
       .thresholds = {{"kWorkerImbalanceRatio", kWorkerImbalanceRatio,
                       "fires above this multiple of the fair share"},
                      {"kWorkerMinCpuPct", kWorkerMinCpuPct,
@@ -186,8 +187,8 @@ void AddCompute(std::vector<RuleSpec>& r) {
       .fires_when = "MFU < " + Pct(kLowMfu) + " of the declared dtype's dense peak",
       .fix = "Give the GPU bigger, fused work: raise the batch size, use bf16 autocast, "
              "FlashAttention / F.scaled_dot_product_attention, and torch.compile.",
-      .inputs = "runs.flops_per_step, runs.dtype, runs.gpu_model (with a listed peak) and step "
-                "times",
+      .inputs = "runs.flops_per_step (from arch=, flops_per_step= or the automatic count), "
+                "runs.dtype, runs.gpu_model (with a listed peak) and step times",
       .thresholds = {{"kLowMfu", kLowMfu, "fires below this MFU"}},
       .evaluate = rules::LowMfu,
   });
@@ -201,7 +202,7 @@ void AddCompute(std::vector<RuleSpec>& r) {
       .fix = "The kernels are too small: raise the batch size (or micro-batch, with fewer "
              "accumulation steps), fuse elementwise ops with torch.compile, and use bf16 so "
              "matmuls run on tensor cores.",
-      .inputs = "MFU (as low_mfu) and gpu_samples.util_pct",
+      .inputs = "MFU (as low_mfu) and gpu_samples_1s.util_mean_pct",
       .thresholds = {{"kSmallBatchUtilPct", kSmallBatchUtilPct,
                       "fires above this mean GPU utilization (%)"},
                      {"kSmallBatchMfu", kSmallBatchMfu, "...with MFU below this"}},
@@ -231,8 +232,9 @@ void AddCompute(std::vector<RuleSpec>& r) {
       .fires_when = "backward/forward ≥ " + Num(kCkptMinRatio) +
                     " (checkpointing) with grad_checkpoint=False, or ≤ " +
                     Num(kNoCkptMaxRatio) + " (none) with grad_checkpoint=True",
-      .fix = "Make the declared grad_checkpoint match what runs (it feeds the MFU FLOP count), "
-             "or fix the checkpoint wrapping.",
+      .fix = "Make the declared grad_checkpoint match what runs, or fix the checkpoint "
+             "wrapping; MFU counts model FLOPs without the recompute, so checkpointing costs "
+             "MFU.",
       .inputs = "runs.config_json \"grad_checkpoint\" (bool); forward and backward phases.gpu_ns "
                 "(wall_ns on a CPU run)",
       .thresholds = {{"kCkptMinRatio", kCkptMinRatio,
@@ -289,7 +291,8 @@ void AddMemoryThermal(std::vector<RuleSpec>& r) {
       .fix = "Free device memory: gradient checkpointing, bf16 activations (autocast), a smaller "
              "micro-batch with gradient accumulation, or sharded optimizer state (ZeRO / FSDP); "
              "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True reduces fragmentation.",
-      .inputs = "gpu_samples.mem_used_bytes with mem_total_bytes (or gpus.memory_total_bytes)",
+      .inputs = "gpu_samples_1s.mem_used_max_bytes with mem_total_bytes (or "
+                "gpus.memory_total_bytes)",
       .thresholds = {{"kGpuMemPressure", kGpuMemPressure,
                       "fires above this share of device memory"}},
       .evaluate = rules::MemoryPressure,
@@ -305,8 +308,9 @@ void AddMemoryThermal(std::vector<RuleSpec>& r) {
       .fix = "Cool the GPU: check fans and airflow, inlet temperature, blanking panels and dust; "
              "compare `nvidia-smi -q -d PERFORMANCE,TEMPERATURE` across GPUs and report a GPU "
              "that throttles alone.",
-      .inputs = "gpu_samples.clock_reasons, or temp_c with sm_clock_mhz (max from "
-                "gpus.sm_clock_max_mhz, else the run's highest)",
+      .inputs = "gpu_samples_1s throttled_samples of thermal_samples, judged per raw sample from "
+                "clock_reasons, or temp_c with sm_clock_mhz (max from gpus.sm_clock_max_mhz, else "
+                "the highest so far)",
       .thresholds = {{"kThrottleTempC", kThrottleTempC, "hotter than this (°C)..."},
                      {"kThrottleClockDrop", kThrottleClockDrop,
                       "...with the SM clock more than this below max"},

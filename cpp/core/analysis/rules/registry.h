@@ -13,6 +13,7 @@
 
 #include "analysis/insight.h"
 #include "analysis/run_view.h"
+#include "store/rollup.h"
 
 namespace gpuprof::analysis {
 
@@ -56,7 +57,8 @@ inline constexpr double kThrashCacheFraction = 0.40;
 // ...while the median steady-state disk read stays above this many MB/s.
 inline constexpr double kThrashReadMBps = 100.0;
 // pcie_saturation: peak host-to-device PCIe throughput above this many GB/s (1e9 bytes) fires.
-inline constexpr double kPcieRxGBps = 20.0;
+// The same criterion counts gpu_samples_1s.pcie_rx_high_samples while rolling up.
+inline constexpr double kPcieRxGBps = store::kRollupPcieRxHighGBps;
 // ---- host
 // worker_imbalance: the hottest dataloader worker above this multiple of the workers' mean
 // (fair share) fires...
@@ -98,9 +100,10 @@ inline constexpr size_t kDriftMinWindows = 2;
 inline constexpr double kGpuMemPressure = 0.90;
 // thermal_throttling: a sample is throttled when NVML reports a thermal clock-event reason, or
 // when the GPU is hotter than kThrottleTempC with the SM clock more than kThrottleClockDrop
-// below its maximum...
-inline constexpr double kThrottleTempC = 82.0;
-inline constexpr double kThrottleClockDrop = 0.15;
+// below its maximum. Samples are judged while rolling up into gpu_samples_1s, by these same
+// criteria (store/rollup.h)...
+inline constexpr double kThrottleTempC = store::kRollupHotTempC;
+inline constexpr double kThrottleClockDrop = store::kRollupClockDrop;
 // ...and the rule fires when more than this share of one GPU's samples are throttled...
 inline constexpr double kThrottleSampleFraction = 0.05;
 // ...HIGH at or above this share.
@@ -108,6 +111,7 @@ inline constexpr double kThrottleHighFraction = 0.50;
 // NVML clocks-event reason bits (nvmlClocksEventReason*, nvml.h): SW and HW thermal slowdown.
 inline constexpr int64_t kNvmlSwThermalSlowdown = 0x20;
 inline constexpr int64_t kNvmlHwThermalSlowdown = 0x40;
+static_assert((kNvmlSwThermalSlowdown | kNvmlHwThermalSlowdown) == store::kRollupThermalReasonBits);
 // ---- warmup & tail
 // compilation_warmup: step 0 longer than this multiple of the steady-state median fires.
 inline constexpr double kWarmupRatio = 3.0;

@@ -65,12 +65,13 @@ struct HostWindow {
   bool steady = false;
 };
 HostWindow SteadyHostSamples(const RunView& view);
-// The same for GPU samples.
+// The same for GPU telemetry, read from the per-second rollups (gpu_samples_1s): the seconds
+// that overlap the steady-state window, or every second of the run when none does.
 struct GpuWindow {
-  std::vector<const store::GpuSampleRow*> samples;
+  std::vector<const store::GpuRollupRow*> seconds;
   bool steady = false;
 };
-GpuWindow SteadyGpuSamples(const RunView& view);
+GpuWindow SteadyGpuSeconds(const RunView& view);
 
 // Mean of one optional column over samples, skipping unmeasured values; nullopt if none.
 template <typename Row, typename T>
@@ -84,6 +85,21 @@ std::optional<double> MeanOf(const std::vector<const Row*>& rows, std::optional<
     }
   }
   return n ? std::optional<double>(sum / static_cast<double>(n)) : std::nullopt;
+}
+// Mean over the readings behind per-row means (`mean` weighted by its count `n`), skipping rows
+// without a reading; nullopt if none. Over rollup rows this is the mean over the raw samples.
+template <typename Row, typename T>
+std::optional<double> WeightedMeanOf(const std::vector<const Row*>& rows,
+                                     std::optional<T> Row::*mean, int64_t Row::*n) {
+  double sum = 0;
+  int64_t count = 0;
+  for (const Row* r : rows) {
+    if (const auto& v = r->*mean; v && r->*n > 0) {
+      sum += static_cast<double>(*v) * static_cast<double>(r->*n);
+      count += r->*n;
+    }
+  }
+  return count ? std::optional<double>(sum / static_cast<double>(count)) : std::nullopt;
 }
 // Median of one optional column over samples; nullopt if none.
 template <typename Row, typename T>
