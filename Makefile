@@ -1,6 +1,7 @@
 # gpuprof task runner. `make help` lists the targets.
 .DEFAULT_GOAL := help
 PY := .venv/bin/python
+PY312 := .venv312/bin/python
 
 .PHONY: help setup demo test test-cpp test-py bench rules-table format clean
 
@@ -21,6 +22,8 @@ test-cpp: ## C++ tests (GoogleTest via ctest), assumes setup
 
 test-py: ## Python tests (pytest through the public API), assumes setup
 	$(PY) -m pytest tests -q
+	@if [ -x $(PY312) ]; then echo "linescope on Python 3.12 (sys.monitoring):"; \
+	  $(PY312) -m pytest tests/linescope -q -p no:cacheprovider; fi
 
 bench: setup ## Benchmarks (not pass/fail): overhead vs torch.profiler, hook and sampler costs
 	$(PY) bench/overhead.py

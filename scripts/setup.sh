@@ -48,3 +48,21 @@ echo "setup: building gpuprof (C++ core, extension, CLI, C++ tests)"
 $PY -m pip install -q --no-build-isolation --no-deps \
   -Ccmake.define.GPUPROF_BUILD_TESTS=ON -Cbuild.verbose=false . 
 echo "setup: ready ($($PY -c 'import gpuprof; print("gpuprof", gpuprof.__version__)'))"
+
+# linescope's sys.monitoring path needs Python 3.12+: a second, light venv (no torch) with
+# gpuprof built into it from the same sources (own build dir; the first build compiles the
+# core again, later runs are incremental). Skip with LINESCOPE_PY312=0.
+PY312_BASE="${PY312_BASE:-/root/.pyenv/versions/3.12.1/bin/python}"
+if [ "${LINESCOPE_PY312:-1}" != "0" ] && [ -x "$PY312_BASE" ]; then
+  if [ ! -x .venv312/bin/python ]; then
+    echo "setup: creating .venv312 with $($PY312_BASE --version)"
+    "$PY312_BASE" -m venv .venv312
+  fi
+  if ! .venv312/bin/python -c "import scikit_build_core, nanobind, cmake, ninja, pytest" \
+      >/dev/null 2>&1; then
+    .venv312/bin/python -m pip install -q scikit-build-core nanobind cmake ninja pytest
+  fi
+  echo "setup: building gpuprof for Python 3.12 (build/py312; for linescope's sys.monitoring tests)"
+  .venv312/bin/python -m pip install -q --no-build-isolation --no-deps \
+    -Cbuild-dir=build/py312 -Ccmake.define.GPUPROF_BUILD_CLI=OFF -Cbuild.verbose=false .
+fi

@@ -13,8 +13,10 @@
 #include <string>
 
 #include "analysis/analysis.h"
+#include "analysis/flops.h"
 #include "clock/clock.h"
 #include "hook_state.h"
+#include "line_tracer.h"
 #include "record/session.h"
 #include "store/sqlite_store.h"
 #include "telemetry/mock_collector.h"
@@ -165,6 +167,50 @@ std::string Summary(const std::string& db_path, std::optional<int64_t> run_id) {
   return text.value();
 }
 
+// profile(arch=...): TransformerArch fields (a dict; None = the field's default) -> per-token
+// and per-step FLOPs (analysis/flops.h). Unknown keys and invalid shapes raise ValueError.
+nb::dict TransformerFlops(const nb::dict& arch, int64_t tokens_per_step) {
+  static constexpr const char* kKeys[] = {"layers",     "hidden",      "heads",     "kv_heads",
+                                          "seq_len",    "vocab",       "ffn_hidden", "gated_mlp",
+                                          "moe_experts", "moe_top_k",  "lora_rank",
+                                          "grad_checkpoint"};
+  for (auto [key, value] : arch) {
+    const std::string k = nb::cast<std::string>(key);
+    bool known = false;
+    for (const char* want : kKeys) known = known || k == want;
+    if (!known) throw nb::value_error(("unknown TransformerArch field '" + k + "'").c_str());
+  }
+  analysis::TransformerShape s;
+  s.layers = Opt<int64_t>(arch, "layers").value_or(0);
+  s.hidden = Opt<int64_t>(arch, "hidden").value_or(0);
+  s.heads = Opt<int64_t>(arch, "heads").value_or(0);
+  s.kv_heads = Opt<int64_t>(arch, "kv_heads");
+  s.seq_len = Opt<int64_t>(arch, "seq_len").value_or(0);
+  s.vocab = Opt<int64_t>(arch, "vocab").value_or(0);
+  s.ffn_hidden = Opt<int64_t>(arch, "ffn_hidden");
+  s.gated_mlp = Opt<bool>(arch, "gated_mlp").value_or(false);
+  s.moe_experts = Opt<int64_t>(arch, "moe_experts").value_or(1);
+  s.moe_top_k = Opt<int64_t>(arch, "moe_top_k").value_or(1);
+  s.lora_rank = Opt<int64_t>(arch, "lora_rank");
+  s.grad_checkpoint = Opt<bool>(arch, "grad_checkpoint").value_or(false);
+  auto r = analysis::TransformerFlopsPerStep(s, tokens_per_step);
+  if (!r) throw nb::value_error(r.error().c_str());
+  const analysis::TransformerFlops& t = r->per_token;
+  nb::dict d;
+  d["attention_proj"] = t.attention_proj;
+  d["attention_scores"] = t.attention_scores;
+  d["mlp"] = t.mlp;
+  d["lm_head"] = t.lm_head;
+  d["lora_adapters"] = t.lora_adapters;
+  d["forward"] = t.forward;
+  d["model"] = t.model;
+  d["hardware"] = t.hardware;
+  d["tokens_per_step"] = r->tokens_per_step;
+  d["model_per_step"] = r->model_per_step;
+  d["hardware_per_step"] = r->hardware_per_step;
+  return d;
+}
+
 }  // namespace
 }  // namespace gpuprof::python
 
@@ -174,6 +220,7 @@ NB_MODULE(_native, m) {
   m.attr("__version__") = GPUPROF_VERSION;
 
   if (InitCallHookType(m.ptr()) < 0) throw nb::python_error();
+  RegisterLineTracer(m);
 
   nb::class_<PySession>(m, "Session")
       .def(nb::init<nb::dict>(), nb::arg("options"))
@@ -249,6 +296,7 @@ NB_MODULE(_native, m) {
     if (!parsed) throw nb::value_error(parsed.error().c_str());
   });
   m.def("summary", &Summary, nb::arg("db_path"), nb::arg("run_id").none() = nb::none());
+  m.def("transformer_flops", &TransformerFlops, nb::arg("arch"), nb::arg("tokens_per_step") = 1);
 
   nb::module_ kinds = m.def_submodule("kind", "event kinds");
   kinds.attr("STEP_BEGIN") = static_cast<int>(gpuprof::record::EventKind::kStepBegin);

@@ -1,0 +1,242 @@
+#include "lines/line_model.h"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <utility>
+
+namespace gpuprof::lines {
+
+LineAggregator::LineAggregator() { stack_.reserve(256); }
+
+int32_t LineAggregator::InternFile(std::string_view path) {
+  std::string key(path);
+  auto it = file_ids_.find(key);
+  if (it != file_ids_.end()) return it->second;
+  auto id = static_cast<int32_t>(files_.size());
+  files_.push_back(key);
+  file_ids_.emplace(std::move(key), id);
+  return id;
+}
+
+int32_t LineAggregator::AddCode(int32_t file_id, std::string qualname, int32_t first_line,
+                                int32_t last_line) {
+  if (first_line < 1) first_line = 1;
+  if (last_line < first_line) last_line = first_line;
+  Code c{file_id, std::move(qualname), first_line, {}, 0, 0, 0, 0};
+  c.cells.resize(static_cast<size_t>(last_line - first_line + 1));
+  codes_.push_back(std::move(c));
+  return static_cast<int32_t>(codes_.size() - 1);
+}
+
+LineAggregator::Cell* LineAggregator::CellFor(int32_t code, int32_t line) noexcept {
+  Code& c = codes_[static_cast<size_t>(code)];
+  if (line < 1) return nullptr;
+  // Rare: a line outside the registered range grows the array once (cold within hot).
+  try {
+    if (line < c.first_line) {
+      c.cells.insert(c.cells.begin(), static_cast<size_t>(c.first_line - line), Cell{});
+      c.first_line = line;
+    }
+    auto idx = static_cast<size_t>(line - c.first_line);
+    if (idx >= c.cells.size()) c.cells.resize(idx + 1);
+    return &c.cells[idx];
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+void LineAggregator::CloseLine(Frame& f, int64_t now_ns) noexcept {
+  if (f.line > 0) {
+    if (Cell* cell = CellFor(f.code, f.line)) {
+      int64_t wall = now_ns - f.line_start;
+      cell->wall_ns += wall;
+      cell->self_ns += wall - f.line_child;
+    }
+  }
+  f.line_start = now_ns;
+  f.line_child = 0;
+}
+
+void LineAggregator::Enter(int32_t code, int64_t now_ns, bool fresh_call, int32_t line) noexcept {
+  Code& c = codes_[static_cast<size_t>(code)];
+  if (fresh_call) ++c.calls;
+  ++c.active;
+  try {
+    stack_.push_back(Frame{code, line > 0 ? line : 0, now_ns, 0, now_ns, 0});
+  } catch (...) {
+    --c.active;
+    ++mismatches_;
+  }
+}
+
+void LineAggregator::Pop(int64_t now_ns) noexcept {
+  Frame f = stack_.back();
+  stack_.pop_back();
+  CloseLine(f, now_ns);
+  Code& c = codes_[static_cast<size_t>(f.code)];
+  int64_t elapsed = now_ns - f.enter;
+  c.own_ns += elapsed - f.child;
+  if (--c.active == 0) c.total_ns += elapsed;
+  if (!stack_.empty()) {
+    Frame& parent = stack_.back();
+    parent.child += elapsed;
+    parent.line_child += elapsed;
+  }
+}
+
+void LineAggregator::Leave(int64_t now_ns, bool /*finished*/) noexcept {
+  // A suspend and a finish close the slice the same way; only Enter distinguishes a fresh
+  // call from a resume. The flag is kept for tracers and future per-activation stats.
+  if (stack_.empty()) {
+    ++mismatches_;
+    return;
+  }
+  Pop(now_ns);
+}
+
+void LineAggregator::Exit(int32_t code, int64_t now_ns, bool finished) noexcept {
+  if (!stack_.empty() && stack_.back().code == code) {
+    Pop(now_ns);
+    return;
+  }
+  ++mismatches_;
+  size_t i = stack_.size();
+  while (i > 0 && stack_[i - 1].code != code) --i;
+  if (i == 0) return;
+  while (stack_.size() >= i) Pop(now_ns);
+}
+
+void LineAggregator::Line(int32_t code, int32_t line, int64_t now_ns) noexcept {
+  if (stack_.empty() || stack_.back().code != code) {
+    ++mismatches_;
+    // Find the frame deeper in the stack; close the ones above it (missed exit events).
+    size_t i = stack_.size();
+    while (i > 0 && stack_[i - 1].code != code) --i;
+    if (i > 0) {
+      while (stack_.size() > i) Pop(now_ns);
+    } else {
+      Enter(code, now_ns, /*fresh_call=*/false, 0);  // adopt a frame that began before us
+      if (stack_.empty() || stack_.back().code != code) return;
+    }
+  }
+  Frame& f = stack_.back();
+  CloseLine(f, now_ns);
+  f.line = line;
+  if (Cell* cell = CellFor(code, line)) ++cell->hits;
+}
+
+void LineAggregator::CloseAll(int64_t now_ns) noexcept {
+  while (!stack_.empty()) Pop(now_ns);
+}
+
+std::vector<LineStats> LineAggregator::Lines() const {
+  std::vector<LineStats> out;
+  for (const Code& c : codes_) {
+    for (size_t i = 0; i < c.cells.size(); ++i) {
+      const Cell& cell = c.cells[i];
+      if (cell.hits == 0 && cell.wall_ns == 0) continue;
+      LineStats s;
+      s.file_id = c.file_id;
+      s.line = c.first_line + static_cast<int32_t>(i);
+      s.wall_time_ns = cell.wall_ns;
+      s.self_time_ns = cell.self_ns;
+      s.hits = cell.hits;
+      out.push_back(s);
+    }
+  }
+  // Several code objects can share a line (a lambda or comprehension on a def's line):
+  // merge them so that a (file, line) appears once.
+  std::sort(out.begin(), out.end(), [](const LineStats& a, const LineStats& b) {
+    return a.file_id != b.file_id ? a.file_id < b.file_id : a.line < b.line;
+  });
+  std::vector<LineStats> merged;
+  for (const LineStats& s : out) {
+    if (!merged.empty() && merged.back().file_id == s.file_id && merged.back().line == s.line) {
+      merged.back().wall_time_ns += s.wall_time_ns;
+      merged.back().self_time_ns += s.self_time_ns;
+      merged.back().hits += s.hits;
+    } else {
+      merged.push_back(s);
+    }
+  }
+  return merged;
+}
+
+std::vector<FunctionStats> LineAggregator::Functions() const {
+  std::vector<FunctionStats> out;
+  for (const Code& c : codes_) {
+    if (c.calls == 0 && c.total_ns == 0) continue;
+    out.push_back(FunctionStats{c.qualname, c.file_id, c.first_line, c.total_ns, c.own_ns,
+                                c.calls});
+  }
+  return out;
+}
+
+std::string NormalizePath(std::string_view path, std::string_view cwd) {
+  std::string full;
+  if (!path.empty() && path.front() == '/') {
+    full = std::string(path);
+  } else {
+    full = std::string(cwd) + "/" + std::string(path);
+  }
+  std::vector<std::string> parts;
+  size_t i = 0;
+  while (i <= full.size()) {
+    size_t j = full.find('/', i);
+    if (j == std::string::npos) j = full.size();
+    std::string part = full.substr(i, j - i);
+    if (part == "..") {
+      if (!parts.empty()) parts.pop_back();
+    } else if (!part.empty() && part != ".") {
+      parts.push_back(std::move(part));
+    }
+    i = j + 1;
+  }
+  std::string out;
+  for (const auto& p : parts) out += "/" + p;
+  return out.empty() ? "/" : out;
+}
+
+PathFilter::PathFilter(std::vector<std::string> roots, std::vector<std::string> include,
+                       std::vector<std::string> exclude, std::string cwd)
+    : include_(std::move(include)), exclude_(std::move(exclude)), cwd_(std::move(cwd)) {
+  for (const auto& r : roots) roots_.push_back(NormalizePath(r, cwd_));
+}
+
+bool PathFilter::Matches(const std::vector<std::string>& patterns, const std::string& abs) const {
+  for (const auto& p : patterns) {
+    if (fnmatch(p.c_str(), abs.c_str(), 0) == 0) return true;
+    for (const auto& r : roots_) {
+      std::string prefix = r == "/" ? r : r + "/";
+      if (abs.compare(0, prefix.size(), prefix) == 0 &&
+          fnmatch(p.c_str(), abs.c_str() + prefix.size(), 0) == 0) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+bool PathFilter::Recorded(std::string_view path) const {
+  if (path.empty() || path.front() == '<') {
+    // Synthetic file names (<string>, <stdin>, <frozen ...>) only by an explicit include.
+    std::string p(path);
+    for (const auto& pat : include_)
+      if (fnmatch(pat.c_str(), p.c_str(), 0) == 0) return true;
+    return false;
+  }
+  std::string abs = NormalizePath(path, cwd_);
+  if (Matches(exclude_, abs)) return false;
+  if (Matches(include_, abs)) return true;
+  if (abs.find("/site-packages/") != std::string::npos ||
+      abs.find("/dist-packages/") != std::string::npos) {
+    return false;
+  }
+  for (const auto& r : roots_) {
+    if (r == "/" || abs == r || abs.compare(0, r.size() + 1, r + "/") == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace gpuprof::lines

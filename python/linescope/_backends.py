@@ -1,0 +1,123 @@
+"""Backend protocol, registry and the built-in native `trace` backend."""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import Callable, Protocol, runtime_checkable
+
+from ._model import BackendCapabilities, RawBackendResult, RawFunction, RawLine
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """What a backend factory receives. ``roots`` are absolute directories; ``include`` /
+    ``exclude`` are fnmatch patterns (``*`` also matches ``/``) tried against absolute paths
+    and paths relative to a root."""
+
+    roots: tuple[str, ...]
+    include: tuple[str, ...]
+    exclude: tuple[str, ...]
+    memory: bool
+    gpu: bool
+    sample_rate: float | None
+
+
+@runtime_checkable
+class ProfilerBackend(Protocol):
+    """A profiler backend. ``capabilities`` is read before start(); start() and stop() are
+    called once each, from the profiled thread; result() after stop()."""
+
+    capabilities: BackendCapabilities
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def result(self) -> RawBackendResult: ...
+
+
+BackendFactory = Callable[[BackendOptions], ProfilerBackend]
+
+_REGISTRY: dict[str, BackendFactory] = {}
+_LOCK = threading.Lock()
+
+
+def register_backend(name: str, factory: BackendFactory, *, replace: bool = False) -> None:
+    """Registers ``factory(options) -> ProfilerBackend`` under ``name`` (for
+    ``profile(backend=name)`` and ``linescope --backend name``)."""
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError("register_backend: name must be a non-empty string")
+    if not callable(factory):
+        raise TypeError("register_backend: factory must be callable (options) -> backend")
+    with _LOCK:
+        if name in _REGISTRY and not replace:
+            raise ValueError(f"a linescope backend named {name!r} is already registered; "
+                             "pass replace=True to override it")
+        _REGISTRY[name] = factory
+
+
+def backend_names() -> list[str]:
+    with _LOCK:
+        return sorted(_REGISTRY)
+
+
+def get_backend_factory(name: str) -> BackendFactory:
+    with _LOCK:
+        factory = _REGISTRY.get(name)
+    if factory is None:
+        raise ValueError(f"unknown linescope backend {name!r}; available: "
+                         f"{', '.join(backend_names())} (or register one with "
+                         "linescope.register_backend)")
+    return factory
+
+
+GPU_TRACE_WARNING = (
+    "GPU profiling is not supported by the 'trace' backend: GPU measurements are unavailable "
+    "and Python line profiling continues. Use a backend that declares "
+    "BackendCapabilities.gpu=True (for example backend='scalene' with gpu=True).")
+
+
+class TraceBackend:
+    """Deterministic per-line wall time and hit counts from the native tracer
+    (sys.monitoring on Python 3.12+, a chained C trace function on 3.11). Measures the thread
+    that calls start()."""
+
+    capabilities = BackendCapabilities(line_time=True, hit_counts=True, function_stats=True,
+                                       memory=False, sampled=False, gpu=False,
+                                       threads="calling thread",
+                                       warn_instead_of_reject=frozenset({"gpu"}))
+
+    def __init__(self, options: BackendOptions) -> None:
+        from gpuprof import _native  # the shared native core
+
+        self._tracer = _native.LineTracer(list(options.roots), list(options.include),
+                                          list(options.exclude), os.getcwd())
+        self._mode = _native.LineTracer.mode
+
+    def start(self) -> None:
+        try:
+            self._tracer.start()
+        except RuntimeError as e:
+            raise RuntimeError(f"linescope trace backend: {e}") from None
+
+    def stop(self) -> None:
+        self._tracer.stop()
+
+    def result(self) -> RawBackendResult:
+        t = self._tracer
+        lines = [RawLine(filename=f, line=ln, wall_time_ns=wall, hits=hits, self_time_ns=own)
+                 for f, ln, wall, own, hits in t.lines()]
+        functions = [RawFunction(filename=f, qualname=q, first_line=first, total_time_ns=tot,
+                                 own_time_ns=own, calls=calls)
+                     for f, q, first, tot, own, calls in t.functions()]
+        return RawBackendResult(
+            lines=lines, functions=functions, elapsed_ns=t.elapsed_ns,
+            warnings=list(t.warnings),
+            metadata={"tracer": self._mode, "tool_id": t.tool_id,
+                      "stack_repairs": t.mismatches,
+                      "other_thread_events_ignored": t.other_thread_events})
+
+
+register_backend("trace", TraceBackend)

@@ -1,0 +1,47 @@
+"""Fixtures for linescope tests: workloads are written into a temporary project root and
+imported, so that their line numbers are known exactly."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+
+class Workspace:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def write(self, relpath: str, source: str) -> Path:
+        path = self.root / relpath
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(source).lstrip("\n"))
+        return path
+
+    def module(self, relpath: str, source: str) -> ModuleType:
+        """Writes and imports a module. Line 1 is the first line of the dedented source."""
+        path = self.write(relpath, source)
+        name = f"ls_{path.stem}_{uuid.uuid4().hex[:8]}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        return mod
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Workspace:
+    root = tmp_path / "proj"
+    root.mkdir()
+    return Workspace(root)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Run from a directory without pyproject.toml above it ([tool.linescope] is tested apart).
+    monkeypatch.chdir(tmp_path)

@@ -1,0 +1,369 @@
+"""The `trace` backend through the public API: hit counts, time attribution, generators,
+coroutines, exceptions, recursion, root filtering, threads and tracer chaining."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+
+import pytest
+
+from linescope import profile
+
+MS = 1_000_000
+
+
+def run(ws, fn, *args, **options):
+    options.setdefault("root", ws.root)
+    options.setdefault("display", "none")
+    with profile(**options) as session:
+        fn(*args)
+    return session.result
+
+
+def test_exact_hit_counts_for_a_loop(ws):
+    # GIVEN a function with a three-iteration loop
+    mod = ws.module("loop.py", """
+        def f():
+            total = 0
+            for i in range(3):
+                total += i
+            return total
+    """)
+    # WHEN it is profiled
+    r = run(ws, mod.f)
+    # THEN every line has its exact hit count (the for line: 3 iterations + the exit test)
+    path = str(ws.root / "loop.py")
+    assert [r.line(path, n).hits for n in (2, 3, 4, 5)] == [1, 4, 3, 1]
+    f = r.function("f")
+    assert f.calls == 1 and f.first_line == 1
+    assert r.line(path, 1) is None  # the def line did not run inside the session
+
+
+def test_time_in_a_dependency_goes_to_the_calling_line(ws, tmp_path):
+    # GIVEN a dependency outside the root that sleeps, called from a user line
+    dep_dir = tmp_path / "deps"
+    dep_dir.mkdir()
+    (dep_dir / "slowdep.py").write_text("import time\ndef work():\n    time.sleep(0.05)\n")
+    sys.path.insert(0, str(dep_dir))
+    try:
+        mod = ws.module("user.py", """
+            import time
+            import slowdep
+            def main():
+                slowdep.work()
+                time.sleep(0.05)
+                x = 1
+        """)
+        # WHEN
+        r = run(ws, mod.main)
+    finally:
+        sys.path.remove(str(dep_dir))
+    # THEN the calling lines get at least 50 ms each, the dependency is not recorded
+    path = str(ws.root / "user.py")
+    assert r.line(path, 4).wall_time_ns >= 50 * MS
+    assert r.line(path, 5).wall_time_ns >= 50 * MS
+    assert r.line(path, 6).wall_time_ns < 10 * MS
+    assert all("slowdep" not in s.filename for s in r.lines)
+    main = r.function("main")
+    assert main.total_time_ns >= 100 * MS and main.own_time_ns >= 100 * MS
+    assert r.line(path, 4).gpu is None and r.line(path, 4).memory_bytes is None
+
+
+def test_nested_user_calls_are_inclusive_on_the_line_and_excluded_from_self(ws):
+    mod = ws.module("nest.py", """
+        import time
+        def inner():
+            time.sleep(0.03)
+        def outer():
+            inner()
+            return 1
+    """)
+    r = run(ws, mod.outer)
+    path = str(ws.root / "nest.py")
+    call_line = r.line(path, 5)
+    assert call_line.wall_time_ns >= 30 * MS
+    assert call_line.self_time_ns < 5 * MS
+    assert r.function("outer").total_time_ns >= 30 * MS
+    assert r.function("outer").own_time_ns < 5 * MS
+    assert r.function("inner").calls == 1
+
+
+def test_generator_suspension_is_not_charged_to_the_generator(ws):
+    # GIVEN a generator that sleeps 20 ms per item and a consumer that sleeps 30 ms per item
+    mod = ws.module("gen.py", """
+        import time
+        def produce(n):
+            for i in range(n):
+                time.sleep(0.02)
+                yield i
+        def consume():
+            for item in produce(3):
+                time.sleep(0.03)
+    """)
+    r = run(ws, mod.consume)
+    path = str(ws.root / "gen.py")
+    # THEN resumes are not calls, and each side gets its own time
+    gen = r.function("produce")
+    assert gen.calls == 1
+    assert 60 * MS <= gen.total_time_ns < 85 * MS
+    assert r.line(path, 4).hits == 3 and r.line(path, 4).wall_time_ns >= 60 * MS
+    assert r.line(path, 5).hits == 3
+    assert r.line(path, 8).hits == 3 and r.line(path, 8).wall_time_ns >= 90 * MS
+    # the consumer's for line drives the generator: it includes the generator's time
+    assert r.line(path, 7).wall_time_ns >= 60 * MS
+    assert r.line(path, 7).self_time_ns < 10 * MS
+
+
+def test_coroutine_time_while_awaiting_goes_to_the_driving_line(ws):
+    mod = ws.module("co.py", """
+        import asyncio
+        import time
+        async def task():
+            await asyncio.sleep(0.05)
+            time.sleep(0.03)
+            return 1
+        def main():
+            return asyncio.run(task())
+    """)
+    r = run(ws, mod.main)
+    path = str(ws.root / "co.py")
+    co = r.function("task")
+    assert co.calls == 1
+    # awaiting suspends the coroutine: the 50 ms are not its own time...
+    assert 30 * MS <= co.total_time_ns < 45 * MS
+    assert r.line(path, 4).wall_time_ns < 10 * MS
+    # ...but blocking inside it is, and the line running the loop gets everything
+    assert r.line(path, 5).wall_time_ns >= 30 * MS
+    assert r.line(path, 8).wall_time_ns >= 80 * MS
+
+
+def test_exceptions_unwind_frames_and_attribute_time(ws):
+    mod = ws.module("exc.py", """
+        import time
+        def fail():
+            time.sleep(0.02)
+            raise ValueError("x")
+        def middle():
+            fail()
+            return "not reached"
+        def main():
+            try:
+                middle()
+            except ValueError:
+                time.sleep(0.01)
+            return 2
+    """)
+    r = run(ws, mod.main)
+    path = str(ws.root / "exc.py")
+    assert r.function("fail").calls == 1 and r.function("middle").calls == 1
+    assert r.function("fail").total_time_ns >= 20 * MS
+    assert r.function("middle").total_time_ns >= 20 * MS
+    assert r.line(path, 7) is None  # never ran
+    assert r.line(path, 10).wall_time_ns >= 20 * MS
+    assert r.line(path, 12).hits == 1 and r.line(path, 12).wall_time_ns >= 10 * MS
+    assert r.line(path, 13).hits == 1
+    assert r.metadata["stack_repairs"] == 0
+
+
+def test_recursion_counts_calls_and_does_not_double_count_totals(ws):
+    mod = ws.module("rec.py", """
+        def fib(n):
+            if n < 2:
+                return n
+            return fib(n - 1) + fib(n - 2)
+    """)
+    r = run(ws, mod.fib, 10)
+    path = str(ws.root / "rec.py")
+    fib = r.function("fib")
+    assert fib.calls == 177
+    assert fib.total_time_ns <= r.run.elapsed_ns
+    assert fib.own_time_ns <= fib.total_time_ns
+    assert r.line(path, 2).hits == 177
+    assert r.line(path, 3).hits == 89
+    assert r.line(path, 4).hits == 88
+
+
+def test_root_include_and_exclude(ws, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "helper.py").write_text("def h():\n    return 1\n")
+    sys.path.insert(0, str(other))
+    try:
+        mod = ws.module("pkg/main.py", """
+            import helper
+            def f():
+                return helper.h()
+        """)
+        skip = ws.module("pkg/skipme.py", """
+            def g():
+                return 2
+        """)
+
+        def both():
+            mod.f()
+            skip.g()
+
+        r_default = run(ws, both)
+        r_patterns = run(ws, both, include=[str(other) + "/*"], exclude=["pkg/skip*"])
+    finally:
+        sys.path.remove(str(other))
+    names = lambda r: {s.filename.rsplit("/", 1)[1] for s in r.lines}
+    assert names(r_default) == {"main.py", "skipme.py"}
+    assert names(r_patterns) == {"main.py", "helper.py"}
+
+
+def test_only_the_calling_thread_is_measured(ws):
+    mod = ws.module("thr.py", """
+        import time
+        def worker():
+            time.sleep(0.01)
+            return 1
+        def mine():
+            return 2
+    """)
+
+    def both():
+        t = threading.Thread(target=mod.worker)
+        t.start()
+        t.join()
+        mod.mine()
+
+    r = run(ws, both)
+    assert r.function("worker") is None
+    assert r.function("mine").calls == 1
+    assert r.capabilities.threads == "calling thread"
+
+
+def test_an_existing_python_tracer_keeps_working(ws):
+    # GIVEN a Python-level tracer (a debugger, coverage) installed before profiling
+    seen = []
+
+    def tracer(frame, event, arg):
+        if frame.f_code.co_name == "f":
+            seen.append(event)
+        return tracer
+
+    mod = ws.module("chain.py", """
+        def f():
+            a = 1
+            return a
+    """)
+    sys.settrace(tracer)
+    try:
+        r = run(ws, mod.f)
+        after = sys.gettrace()
+    finally:
+        sys.settrace(None)
+    # THEN both saw the function, and the previous tracer is back afterwards
+    assert "line" in seen and "call" in seen
+    assert after is tracer
+    assert r.line(str(ws.root / "chain.py"), 2).hits == 1
+
+
+def test_source_snapshot_is_taken_at_profile_time(ws):
+    mod = ws.module("snap.py", """
+        def f():
+            return 41 + 1
+    """)
+    r = run(ws, mod.f)
+    (ws.root / "snap.py").write_text("# changed later\n")
+    assert "return 41 + 1" in r.sources[str(ws.root / "snap.py")]
+    assert r.symbols and r.symbols[0].qualname == "f" and r.symbols[0].line == 1
+
+
+def test_sessions_can_run_one_after_another(ws):
+    mod = ws.module("seq.py", """
+        def f():
+            return 1
+    """)
+    first = run(ws, mod.f)
+    second = run(ws, mod.f)
+    assert first.function("f").calls == 1 and second.function("f").calls == 1
+
+
+def test_code_excluded_by_one_session_is_recorded_by_the_next(ws, tmp_path):
+    # GIVEN a function that a first session (another root) does not record
+    mod = ws.module("later.py", """
+        def f():
+            return 1
+    """)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    first = run(ws, mod.f, root=elsewhere)
+    # WHEN a second session's root contains it
+    second = run(ws, mod.f)
+    # THEN only the second one records it (disabled locations are re-enabled)
+    assert first.function("f") is None
+    assert second.function("f").calls == 1
+    assert second.line(str(ws.root / "later.py"), 2).hits == 1
+
+
+def test_exception_leaving_the_with_block_still_stops_the_session(ws):
+    mod = ws.module("boom.py", """
+        def f():
+            raise KeyError("k")
+    """)
+    session = profile(root=ws.root, display="none")
+    with pytest.raises(KeyError):
+        with session:
+            mod.f()
+    assert not session.running
+    assert session.result.function("f").calls == 1
+    with profile(root=ws.root, display="none"):  # nothing was left active
+        pass
+
+
+def test_generator_throw_and_exception_inside_a_generator(ws):
+    mod = ws.module("genexc.py", """
+        import time
+        def gen():
+            try:
+                yield 1
+            except ValueError:
+                time.sleep(0.02)
+                yield 2
+            raise RuntimeError("done")
+        def main():
+            g = gen()
+            next(g)
+            g.throw(ValueError("in"))
+            try:
+                next(g)
+            except RuntimeError:
+                return 3
+    """)
+    r = run(ws, mod.main)
+    path = str(ws.root / "genexc.py")
+    g = r.function("gen")
+    assert g.calls == 1
+    assert g.total_time_ns >= 20 * MS
+    assert r.line(path, 6).wall_time_ns >= 20 * MS
+    assert r.line(path, 8).hits == 1
+    assert r.line(path, 12).wall_time_ns >= 20 * MS
+    assert r.line(path, 15).hits == 1
+    assert r.metadata["stack_repairs"] == 0
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.11 C trace function path")
+def test_unrecorded_frames_get_no_line_events_on_311(ws, tmp_path):
+    dep_dir = tmp_path / "deps311"
+    dep_dir.mkdir()
+    (dep_dir / "dep311.py").write_text(
+        "import sys\ndef flags():\n    f = sys._getframe()\n    return f.f_trace_lines, f.f_lineno\n")
+    sys.path.insert(0, str(dep_dir))
+    try:
+        import dep311
+        mod = ws.module("u311.py", """
+            import dep311
+            def main():
+                return dep311.flags()
+        """)
+        with profile(root=ws.root, display="none") as s:
+            seen = mod.main()
+    finally:
+        sys.path.remove(str(dep_dir))
+    assert seen == (False, 4)  # f_lineno of the return line, computed on demand
+    assert s.result.line(str(ws.root / "u311.py"), 3).hits == 1
