@@ -64,21 +64,10 @@ GroupReport AnalyzeGroup(std::string group_id, std::vector<store::RunData> runs,
                          const RuleContext& context) {
   GroupReport report;
   report.view = BuildGroupView(std::move(group_id), std::move(runs));
-  std::vector<std::pair<size_t, Insight>> fired;
-  const auto& specs = Rules();
-  for (size_t i = 0; i < specs.size(); ++i) {
-    if (!specs[i].group()) continue;
-    RuleResult r = EvaluateGroupRule(specs[i], report.view, context);
-    if (r.insight) {
-      fired.emplace_back(i, std::move(*r.insight));
-    } else if (r.not_evaluated) {
-      report.not_evaluated.push_back({specs[i].id, specs[i].family, *r.not_evaluated});
-    }
-  }
-  std::stable_sort(fired.begin(), fired.end(), [](const auto& a, const auto& b) {
-    return a.second.severity > b.second.severity;
-  });
-  for (auto& [index, insight] : fired) report.insights.push_back(std::move(insight));
+  EvaluateRules(
+      /*group=*/true,
+      [&](const RuleSpec& spec) { return EvaluateGroupRule(spec, report.view, context); },
+      &report.insights, &report.not_evaluated);
   return report;
 }
 

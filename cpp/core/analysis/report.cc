@@ -169,22 +169,29 @@ Report Analyze(store::RunData data, const RuleContext& context) {
   Report report;
   report.view = BuildRunView(std::move(data));
   report.mfu = ComputeMfu(report.view);
-  std::vector<std::pair<size_t, Insight>> fired;
-  const auto& specs = Rules();
-  for (size_t i = 0; i < specs.size(); ++i) {
-    if (specs[i].group()) continue;  // needs every rank: AnalyzeGroup (group.h)
-    RuleResult r = EvaluateRule(specs[i], report.view, context);
+  // Group rules need every rank: AnalyzeGroup (group.h).
+  EvaluateRules(
+      /*group=*/false,
+      [&](const RuleSpec& spec) { return EvaluateRule(spec, report.view, context); },
+      &report.insights, &report.not_evaluated);
+  return report;
+}
+
+void EvaluateRules(bool group, const std::function<RuleResult(const RuleSpec&)>& evaluate,
+                   std::vector<Insight>* insights, std::vector<NotEvaluated>* not_evaluated) {
+  std::vector<Insight> fired;
+  for (const RuleSpec& spec : Rules()) {
+    if (spec.group() != group) continue;
+    RuleResult r = evaluate(spec);
     if (r.insight) {
-      fired.emplace_back(i, std::move(*r.insight));
+      fired.push_back(std::move(*r.insight));
     } else if (r.not_evaluated) {
-      report.not_evaluated.push_back({specs[i].id, specs[i].family, *r.not_evaluated});
+      not_evaluated->push_back({spec.id, spec.family, *r.not_evaluated});
     }
   }
-  std::stable_sort(fired.begin(), fired.end(), [](const auto& a, const auto& b) {
-    return a.second.severity > b.second.severity;
-  });
-  for (auto& [index, insight] : fired) report.insights.push_back(std::move(insight));
-  return report;
+  std::stable_sort(fired.begin(), fired.end(),
+                   [](const Insight& a, const Insight& b) { return a.severity > b.severity; });
+  for (Insight& insight : fired) insights->push_back(std::move(insight));
 }
 
 std::string FormatSummary(const Report& report, const std::string& db_path) {

@@ -3,6 +3,7 @@
 // MakeRuleContextFromEnv.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -16,11 +17,19 @@
 namespace gpuprof::analysis {
 
 // A rule that could not run because an input was not measured.
+struct RuleSpec;  // rules/registry.h
+
 struct NotEvaluated {
   std::string rule_id;
   std::string family;
   std::string reason;
 };
+
+// Evaluates every registry rule of one kind (per-run when `group` is false, multi-rank when
+// true) with `evaluate(spec)`, appending what fired (most severe first, registry order within
+// a severity) and what could not be evaluated (registry order).
+void EvaluateRules(bool group, const std::function<RuleResult(const RuleSpec&)>& evaluate,
+                   std::vector<Insight>* insights, std::vector<NotEvaluated>* not_evaluated);
 
 struct Report {
   RunView view;
