@@ -173,19 +173,8 @@ json GroupReportJson(const GroupReport& report) {
   for (const auto& r : g.superseded) {
     superseded.push_back({{"run_id", r.run_id}, {"rank", J(r.rank)}});
   }
-  json insights = json::array();
-  for (const Insight& in : report.insights) {
-    insights.push_back({{"rule_id", in.rule_id},
-                        {"family", in.family},
-                        {"severity", SeverityName(in.severity)},
-                        {"message", in.message},
-                        {"fix", in.fix},
-                        {"evidence", in.evidence}});
-  }
-  json not_evaluated = json::array();
-  for (const NotEvaluated& n : report.not_evaluated) {
-    not_evaluated.push_back({{"rule_id", n.rule_id}, {"family", n.family}, {"reason", n.reason}});
-  }
+  json insights = InsightsJson(report.insights);
+  json not_evaluated = NotEvaluatedJson(report.not_evaluated);
   return json{{"format", "gpuprof.group_insights/1"},
               {"group_id", g.group_id},
               {"ranks", ranks},

@@ -177,6 +177,27 @@ Report Analyze(store::RunData data, const RuleContext& context) {
   return report;
 }
 
+nlohmann::json InsightsJson(const std::vector<Insight>& insights) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Insight& in : insights) {
+    out.push_back({{"rule_id", in.rule_id},
+                   {"family", in.family},
+                   {"severity", SeverityName(in.severity)},
+                   {"message", in.message},
+                   {"fix", in.fix},
+                   {"evidence", in.evidence}});
+  }
+  return out;
+}
+
+nlohmann::json NotEvaluatedJson(const std::vector<NotEvaluated>& not_evaluated) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const NotEvaluated& n : not_evaluated) {
+    out.push_back({{"rule_id", n.rule_id}, {"family", n.family}, {"reason", n.reason}});
+  }
+  return out;
+}
+
 void EvaluateRules(bool group, const std::function<RuleResult(const RuleSpec&)>& evaluate,
                    std::vector<Insight>* insights, std::vector<NotEvaluated>* not_evaluated) {
   std::vector<Insight> fired;
@@ -484,19 +505,8 @@ json ReportJson(const Report& report) {
                {"max_disk_read_iops", J(h.max_disk_read_iops)},
                {"mean_proc_cpu_pct", J(h.mean_proc_cpu_pct)},
                {"peak_proc_rss_bytes", J(h.peak_proc_rss_bytes)}};
-  json insights = json::array();
-  for (const Insight& in : report.insights) {
-    insights.push_back({{"rule_id", in.rule_id},
-                        {"family", in.family},
-                        {"severity", SeverityName(in.severity)},
-                        {"message", in.message},
-                        {"fix", in.fix},
-                        {"evidence", in.evidence}});
-  }
-  json not_evaluated = json::array();
-  for (const NotEvaluated& n : report.not_evaluated) {
-    not_evaluated.push_back({{"rule_id", n.rule_id}, {"family", n.family}, {"reason", n.reason}});
-  }
+  json insights = InsightsJson(report.insights);
+  json not_evaluated = NotEvaluatedJson(report.not_evaluated);
   return json{{"format", "gpuprof.insights/1"},
               {"run", run},
               {"steps", steps},

@@ -28,6 +28,10 @@ struct NotEvaluated {
 // Evaluates every registry rule of one kind (per-run when `group` is false, multi-rank when
 // true) with `evaluate(spec)`, appending what fired (most severe first, registry order within
 // a severity) and what could not be evaluated (registry order).
+// The `insights` / `not_evaluated` arrays of the --json outputs (single run and group).
+nlohmann::json InsightsJson(const std::vector<Insight>& insights);
+nlohmann::json NotEvaluatedJson(const std::vector<NotEvaluated>& not_evaluated);
+
 void EvaluateRules(bool group, const std::function<RuleResult(const RuleSpec&)>& evaluate,
                    std::vector<Insight>* insights, std::vector<NotEvaluated>* not_evaluated);
 
