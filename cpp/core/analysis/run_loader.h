@@ -14,12 +14,6 @@
 
 namespace gpuprof::analysis {
 
-// Steps of one run, ordered by step.
-Expected<std::vector<store::StepRow>> LoadSteps(store::SqliteStore& store, int64_t run_id);
-// comm_buckets rows of one run, ordered by (step, bucket, start_ns).
-Expected<std::vector<store::CommBucketRow>> LoadCommBuckets(store::SqliteStore& store,
-                                                            int64_t run_id);
-
 // The earlier finished runs with `run`'s run_name (SqliteStore::PreviousRunsNamed), newest
 // first, at most thresholds::kRegressionLookback, each with its steady-state median step time.
 // Stops once thresholds::kRegressionRuns runs with a steady state are listed.

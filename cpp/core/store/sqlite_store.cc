@@ -791,6 +791,65 @@ Expected<std::vector<RunInfo>> SqliteStore::PreviousRunsNamed(const std::string&
   return runs;
 }
 
+namespace {
+
+// Row readers shared by LoadRun and the light per-table loads.
+constexpr const char* kStepsSql =
+    "SELECT step, start_ns, end_ns, wait_ns, wait_source, forward_calls, backward_calls,"
+    " optimizer_calls FROM steps WHERE run_id = ? ORDER BY step";
+constexpr const char* kCommBucketsSql =
+    "SELECT step, bucket, start_ns, end_ns, bytes FROM comm_buckets WHERE run_id = ?"
+    " ORDER BY step, bucket, start_ns";
+
+StepRow ReadStep(sqlite3_stmt* s) {
+  Reader c(s);
+  StepRow r;
+  r.step = c.Int();
+  r.start_ns = c.Int();
+  r.end_ns = c.Int();
+  r.wait_ns = c.OptInt();
+  r.wait_source = c.OptText();
+  r.forward_calls = c.Int();
+  r.backward_calls = c.Int();
+  r.optimizer_calls = c.Int();
+  return r;
+}
+
+CommBucketRow ReadCommBucket(sqlite3_stmt* s) {
+  Reader c(s);
+  CommBucketRow r;
+  r.step = c.Int();
+  r.bucket = c.Int();
+  r.start_ns = c.Int();
+  r.end_ns = c.Int();
+  r.bytes = c.OptInt();
+  return r;
+}
+
+}  // namespace
+
+Expected<std::vector<StepRow>> SqliteStore::LoadSteps(int64_t run_id) {
+  std::vector<StepRow> rows;
+  Status st = Query(kStepsSql, "load steps", [run_id](Binder& b) { b.Int(run_id); },
+                    [&](sqlite3_stmt* s) {
+                      rows.push_back(ReadStep(s));
+                      return Status::Ok();
+                    });
+  if (!st.ok()) return st;
+  return rows;
+}
+
+Expected<std::vector<CommBucketRow>> SqliteStore::LoadCommBuckets(int64_t run_id) {
+  std::vector<CommBucketRow> rows;
+  Status st = Query(kCommBucketsSql, "load comm_buckets", [run_id](Binder& b) { b.Int(run_id); },
+                    [&](sqlite3_stmt* s) {
+                      rows.push_back(ReadCommBucket(s));
+                      return Status::Ok();
+                    });
+  if (!st.ok()) return st;
+  return rows;
+}
+
 Expected<RunData> SqliteStore::LoadRun(int64_t run_id) {
   RunData d;
   bool found = false;
@@ -827,22 +886,10 @@ Expected<RunData> SqliteStore::LoadRun(int64_t run_id) {
   reserve(d.gpu_samples_1s, "gpu_samples_1s");
   reserve(d.host_samples, "host_samples");
   reserve(d.worker_samples_10s, "worker_samples_10s");
-  load(
-      "SELECT step, start_ns, end_ns, wait_ns, wait_source, forward_calls, backward_calls,"
-      " optimizer_calls FROM steps WHERE run_id = ? ORDER BY step",
-      "load steps", [&](sqlite3_stmt* s) {
-        Reader c(s);
-        StepRow& r = d.steps.emplace_back();
-        r.step = c.Int();
-        r.start_ns = c.Int();
-        r.end_ns = c.Int();
-        r.wait_ns = c.OptInt();
-        r.wait_source = c.OptText();
-        r.forward_calls = c.Int();
-        r.backward_calls = c.Int();
-        r.optimizer_calls = c.Int();
-        return ok();
-      });
+  load(kStepsSql, "load steps", [&](sqlite3_stmt* s) {
+    d.steps.push_back(ReadStep(s));
+    return ok();
+  });
   load(
       "SELECT step, name, wall_ns, gpu_ns, calls FROM phases WHERE run_id = ?"
       " ORDER BY step, name",
@@ -961,19 +1008,10 @@ Expected<RunData> SqliteStore::LoadRun(int64_t run_id) {
         r.source = c.Text();
         return ok();
       });
-  load(
-      "SELECT step, bucket, start_ns, end_ns, bytes FROM comm_buckets WHERE run_id = ?"
-      " ORDER BY step, bucket, start_ns",
-      "load comm_buckets", [&](sqlite3_stmt* s) {
-        Reader c(s);
-        CommBucketRow& r = d.comm_buckets.emplace_back();
-        r.step = c.Int();
-        r.bucket = c.Int();
-        r.start_ns = c.Int();
-        r.end_ns = c.Int();
-        r.bytes = c.OptInt();
-        return ok();
-      });
+  load(kCommBucketsSql, "load comm_buckets", [&](sqlite3_stmt* s) {
+    d.comm_buckets.push_back(ReadCommBucket(s));
+    return ok();
+  });
   load(
       "SELECT source, available, backend, reason FROM telemetry_status WHERE run_id = ?"
       " ORDER BY source",

@@ -116,6 +116,10 @@ class SqliteStore {
   // (window_start_ns, name); comm_buckets by (step, bucket); telemetry by source; diagnostics by
   // ts_ns (NULL first, then insertion order); insights by ordinal.
   Expected<RunData> LoadRun(int64_t run_id);
+  // Light reads of one table of a run (multi-run analyses: regression baseline, group ranks):
+  // the same rows and order as LoadRun's steps / comm_buckets.
+  Expected<std::vector<StepRow>> LoadSteps(int64_t run_id);
+  Expected<std::vector<CommBucketRow>> LoadCommBuckets(int64_t run_id);
   // The raw tier of one run (a missing run is an error).
   Expected<RawSamples> LoadRawSamples(int64_t run_id);
   // Deletes the run's raw-tier rows with from_ns <= ts_ns < to_ns, in one transaction.

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <tuple>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -831,6 +832,49 @@ TEST_F(StoreTest, NullStaysNullAndZeroStaysZero) {
   ASSERT_EQ(d->diagnostics.size(), 2u);
   EXPECT_EQ(d->diagnostics[0].ts_ns, std::nullopt);
   EXPECT_EQ(d->diagnostics[1].ts_ns, 0);
+}
+
+TEST_F(StoreTest, LightLoadsReturnWhatLoadRunReturnsForThatRunOnly) {
+  // GIVEN two runs with steps (one wait unknown) and comm buckets
+  auto store = OpenRw(Path("gpuprof.db"));
+  const int64_t a = *store->BeginRun(MinimalRun("a"));
+  const int64_t b = *store->BeginRun(MinimalRun("b"));
+  ASSERT_TRUE(store->WriteRows(a, {StepRow{1, 10, 20, std::nullopt, std::nullopt, 1, 1, 1},
+                                   StepRow{0, 0, 10, 4, "gap", 2, 2, 1},
+                                   CommBucketRow{0, 1, 5, 7, std::nullopt},
+                                   CommBucketRow{0, 0, 3, 6, 1024}})
+                  .ok());
+  ASSERT_TRUE(store->WriteRows(b, {StepRow{0, 0, 99, 1, "explicit", 1, 1, 1},
+                                   CommBucketRow{0, 0, 1, 2, 8}})
+                  .ok());
+  // WHEN run a is read whole and table by table
+  auto full = store->LoadRun(a);
+  auto steps = store->LoadSteps(a);
+  auto comm = store->LoadCommBuckets(a);
+  ASSERT_TRUE(full.ok() && steps.ok() && comm.ok());
+  // THEN the light reads hold run a's rows only, in LoadRun's order, NULLs kept
+  ASSERT_EQ(steps->size(), 2u);
+  ASSERT_EQ(steps->size(), full->steps.size());
+  for (size_t i = 0; i < steps->size(); ++i) {
+    const StepRow& x = (*steps)[i];
+    const StepRow& y = full->steps[i];
+    EXPECT_EQ(x.step, static_cast<int64_t>(i));
+    EXPECT_EQ(std::tie(x.step, x.start_ns, x.end_ns, x.wait_ns, x.wait_source, x.forward_calls,
+                       x.backward_calls, x.optimizer_calls),
+              std::tie(y.step, y.start_ns, y.end_ns, y.wait_ns, y.wait_source, y.forward_calls,
+                       y.backward_calls, y.optimizer_calls));
+  }
+  EXPECT_FALSE((*steps)[1].wait_ns.has_value());
+  ASSERT_EQ(comm->size(), 2u);
+  ASSERT_EQ(comm->size(), full->comm_buckets.size());
+  for (size_t i = 0; i < comm->size(); ++i) {
+    const CommBucketRow& x = (*comm)[i];
+    const CommBucketRow& y = full->comm_buckets[i];
+    EXPECT_EQ(std::tie(x.step, x.bucket, x.start_ns, x.end_ns, x.bytes),
+              std::tie(y.step, y.bucket, y.start_ns, y.end_ns, y.bytes));
+  }
+  EXPECT_EQ((*comm)[0].bucket, 0);
+  EXPECT_FALSE((*comm)[1].bytes.has_value());
 }
 
 TEST_F(StoreTest, KeyedRowsAreReplacedOnRewrite) {
