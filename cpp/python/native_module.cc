@@ -12,13 +12,11 @@
 #include <optional>
 #include <string>
 
-#include "analysis/analysis.h"
 #include "analysis/flops.h"
 #include "clock/clock.h"
 #include "hook_state.h"
 #include "line_tracer.h"
 #include "record/session.h"
-#include "store/sqlite_store.h"
 #include "telemetry/mock_collector.h"
 
 namespace nb = nanobind;
@@ -150,23 +148,6 @@ class PySession {
   HookState state_;
 };
 
-std::string Summary(const std::string& db_path, std::optional<int64_t> run_id) {
-  auto store = store::SqliteStore::Open(db_path, store::SqliteStore::Mode::kReadOnly);
-  if (!store) throw std::runtime_error(store.error());
-  int64_t id = 0;
-  if (run_id) {
-    id = *run_id;
-  } else {
-    auto latest = store.value()->LatestRunId();
-    if (!latest) throw std::runtime_error(latest.error());
-    if (!latest.value()) throw std::runtime_error(db_path + ": no runs recorded yet");
-    id = *latest.value();
-  }
-  auto text = analysis::SummaryText(*store.value(), id, db_path, analysis::AnalysisOptions{});
-  if (!text) throw std::runtime_error(text.error());
-  return text.value();
-}
-
 // profile(arch=...): TransformerArch fields (a dict; None = the field's default) -> per-token
 // and per-step FLOPs (analysis/flops.h). Unknown keys and invalid shapes raise ValueError.
 nb::dict TransformerFlops(const nb::dict& arch, int64_t tokens_per_step) {
@@ -295,7 +276,6 @@ NB_MODULE(_native, m) {
     auto parsed = gpuprof::telemetry::MockScenario::Parse(spec);
     if (!parsed) throw nb::value_error(parsed.error().c_str());
   });
-  m.def("summary", &Summary, nb::arg("db_path"), nb::arg("run_id").none() = nb::none());
   m.def("transformer_flops", &TransformerFlops, nb::arg("arch"), nb::arg("tokens_per_step") = 1);
 
   nb::module_ kinds = m.def_submodule("kind", "event kinds");

@@ -64,15 +64,14 @@ class Step:
 
 
 class _Phase:
-    __slots__ = ("_prof", "_id", "_ts")
+    __slots__ = ("_prof", "_id")
 
     def __init__(self, prof: "Profile", phase_id: int) -> None:
         self._prof = prof
         self._id = phase_id
-        self._ts = 0
 
     def __enter__(self) -> "_Phase":
-        self._ts = self._prof._phase_edge(self._id, True)
+        self._prof._phase_edge(self._id, True)
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -336,15 +335,14 @@ class Profile:
             self._phase_ids[name] = pid
         return pid
 
-    def _phase_edge(self, phase_id: int, begin: bool) -> int:
+    def _phase_edge(self, phase_id: int, begin: bool) -> None:
         s = self._session
         if s is None or self._state != "running":
-            return 0
+            return
         ts = self._native.monotonic_ns()
         s.emit_at(ts, self._kinds["PHASE_BEGIN" if begin else "PHASE_END"], phase_id, 0)
         if self._timer is not None:
             self._timer.edge(phase_id, begin, ts)
-        return ts
 
 
 def _environment(torch: Any) -> dict[str, Any]:
