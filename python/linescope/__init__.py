@@ -9,14 +9,16 @@
 from __future__ import annotations
 
 from ._backends import BackendOptions, ProfilerBackend, backend_names, register_backend
-from ._model import (BackendCapabilities, FunctionStats, GPUStats, LineStats, ProfileResult,
-                     ProfileRun, RawBackendResult, RawFunction, RawLine, Symbol)
+from ._model import (BackendCapabilities, FunctionStats, GPUCollection, GPUStats, LineStats,
+                     MemoryProfile, ProfileResult, ProfileRun, RawBackendResult, RawFunction,
+                     RawLine, Symbol)
 from ._session import profile
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "BackendCapabilities", "BackendOptions", "FunctionStats", "GPUStats", "LineStats",
+    "BackendCapabilities", "BackendOptions", "FunctionStats", "GPUCollection", "GPUStats",
+    "LineStats", "MemoryProfile",
     "ProfileResult", "ProfileRun", "ProfilerBackend", "RawBackendResult", "RawFunction",
     "RawLine", "Symbol", "backend_names", "profile", "register_backend",
 ]

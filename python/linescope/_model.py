@@ -31,9 +31,12 @@ class LineStats:
     wall_time_ns: int
     hits: int | None
     self_time_ns: int | None = None
-    memory_bytes: int | None = None
+    memory_bytes: int | None = None  # net host-memory (RSS) change attributed to the line
     gpu: GPUStats | None = None
     calls: int | None = None  # calls made from the line; not collected by `trace`
+    memory_peak_bytes: int | None = None  # highest process RSS seen while the line ran
+    cpu_time_ns: int | None = None  # CPU time of the measured thread (sampling backends)
+    samples: int | None = None  # samples that landed on the line (sampling backends)
 
     @property
     def avg_time_ns(self) -> float | None:
@@ -94,6 +97,8 @@ class RawLine:
     gpu: GPUStats | None = None
     samples: int | None = None
     self_time_ns: int | None = None
+    memory_peak: int | None = None
+    cpu_time_ns: int | None = None
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,45 @@ class RawFunction:
     calls: int | None = None
 
 
+@dataclass(frozen=True)
+class MemoryProfile:
+    """Host memory of the profiled process (``memory=True``): a bounded RSS timeline and its
+    extremes. ``timeline`` holds ``(t_ns, rss_bytes)`` pairs, ``t_ns`` relative to the
+    session start; when the run outgrows the bound, neighbouring points are merged keeping
+    the higher RSS, so peaks survive. ``per_line`` says whether RSS changes were attributed
+    to lines (``LineStats.memory_bytes`` / ``memory_peak_bytes``); when not, ``reason`` says
+    why. Unknown values are None."""
+
+    timeline: list[tuple[int, int]]
+    start_rss_bytes: int | None
+    peak_rss_bytes: int | None
+    end_rss_bytes: int | None
+    interval_ns: int | None
+    per_line: bool
+    reason: str | None = None
+    source: str = "rss"
+
+
+@dataclass(frozen=True)
+class GPUCollection:
+    """How GPU values were collected (``gpu=True``), kept apart from driver time and host
+    memory. ``method`` names what produced ``LineStats.gpu`` (e.g. ``"nvml-sampled"``,
+    ``"cupti"``, ``"backend"``); None when nothing was collected. ``time_reason`` /
+    ``memory_reason`` give the recorded reason when GPU time / GPU peak memory are
+    unavailable (None when available, or when the collector recorded no reason).
+    ``utilization_scope`` is ``"process"`` or ``"device"`` (device-wide utilization can
+    include other processes)."""
+
+    method: str | None
+    time_available: bool
+    memory_available: bool
+    time_reason: str | None = None
+    memory_reason: str | None = None
+    devices: list[str] = field(default_factory=list)
+    utilization_scope: str | None = None
+    diagnostics: list[str] = field(default_factory=list)
+
+
 @dataclass
 class RawBackendResult:
     lines: list[RawLine]
@@ -113,6 +157,8 @@ class RawBackendResult:
     elapsed_ns: int | None = None
     warnings: list[str] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
+    memory: MemoryProfile | None = None  # a backend that measures memory itself
+    gpu: GPUCollection | None = None  # a GPU-capable backend's collection summary
 
 
 @dataclass
@@ -135,6 +181,8 @@ class ProfileResult:
     warnings: list[str]
     options: dict[str, Any]
     metadata: dict[str, Any] = field(default_factory=dict)
+    memory: MemoryProfile | None = None  # None unless memory=True
+    gpu: GPUCollection | None = None  # None unless gpu=True on a GPU-capable backend
 
     @property
     def lines(self) -> list[LineStats]:

@@ -294,7 +294,9 @@ class profile(metaclass=_ProfileMeta):
     def _build_result(self, raw: RawBackendResult) -> ProfileResult:
         lines = [LineStats(filename=r.filename, line=r.line, wall_time_ns=r.wall_time_ns,
                            hits=r.hits, self_time_ns=r.self_time_ns, memory_bytes=r.memory,
-                           gpu=(r.gpu if self.gpu and isinstance(r.gpu, GPUStats) else None))
+                           gpu=(r.gpu if self.gpu and isinstance(r.gpu, GPUStats) else None),
+                           memory_peak_bytes=r.memory_peak, cpu_time_ns=r.cpu_time_ns,
+                           samples=r.samples)
                  for r in raw.lines]
         functions = [FunctionStats(qualname=f.qualname, filename=f.filename,
                                    first_line=f.first_line, total_time_ns=f.total_time_ns,
@@ -323,4 +325,6 @@ class profile(metaclass=_ProfileMeta):
             sources=sources, backend=self.backend_name, capabilities=caps, symbols=symbols,
             warnings=warns, options=self.options(),
             metadata=dict(raw.metadata, thread_id=self._thread,
-                          config_file=str(self._config_path) if self._config_path else None))
+                          config_file=str(self._config_path) if self._config_path else None),
+            memory=raw.memory if self.memory else None,
+            gpu=raw.gpu if self.gpu and caps is not None and caps.gpu else None)
