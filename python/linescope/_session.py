@@ -15,6 +15,7 @@ from . import _config, _report
 from ._backends import BackendOptions, ProfilerBackend, get_backend_factory, GPU_TRACE_WARNING
 from ._model import (FunctionStats, GPUStats, LineStats, ProfileResult, ProfileRun,
                      RawBackendResult, Symbol)
+from ._sampling import MemorySampler  # also registers the "sampler" backend
 
 _DISPLAY = ("none", "end")
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)
@@ -141,6 +142,7 @@ class profile(metaclass=_ProfileMeta):
         self.sample_rate: float | None = None if rate is None else float(rate)
 
         self._backend: ProfilerBackend | None = None
+        self._memory_sampler: MemorySampler | None = None
         self._warnings: list[str] = []
         self._result: ProfileResult | None = None
         self._state = "new"
@@ -163,8 +165,9 @@ class profile(metaclass=_ProfileMeta):
         if caps is None or not all(hasattr(backend, m) for m in ("start", "stop", "result")):
             raise TypeError(f"backend {self.backend_name!r} does not implement the "
                             "ProfilerBackend protocol (capabilities, start, stop, result)")
-        wanted = {"gpu": self.gpu, "memory": self.memory,
-                  "sampled": self.sample_rate is not None}
+        # memory=True works with any backend: one that does not measure memory itself gets
+        # linescope's RSS sampler beside it.
+        wanted = {"gpu": self.gpu, "sampled": self.sample_rate is not None}
         for cap, requested in wanted.items():
             if not requested or getattr(caps, cap, False):
                 continue
@@ -175,13 +178,15 @@ class profile(metaclass=_ProfileMeta):
                 self._warnings.append(text)
                 warnings.warn(text, RuntimeWarning, stacklevel=4)
                 continue
-            option = {"gpu": "gpu=True", "memory": "memory=True",
-                      "sampled": "sample_rate"}[cap]
-            hint = {"gpu": "choose a backend that declares BackendCapabilities.gpu=True",
-                    "memory": "memory profiling is not available in this version of linescope",
-                    "sampled": "sample_rate only applies to sampling backends"}[cap]
+            option = {"gpu": "gpu=True", "sampled": "sample_rate"}[cap]
+            hint = {"gpu": "choose a backend that declares BackendCapabilities.gpu=True "
+                           "(for example backend='sampler' or backend='scalene')",
+                    "sampled": "sample_rate only applies to sampling backends "
+                               "(for example backend='sampler')"}[cap]
             raise ValueError(f"backend {self.backend_name!r} does not support {option} "
                              f"(BackendCapabilities.{cap} is False); {hint}")
+        self._memory_sampler = (MemorySampler(opts) if self.memory and not caps.memory
+                                else None)
         return backend
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -203,11 +208,19 @@ class profile(metaclass=_ProfileMeta):
             self._backend = self._make_backend()
             self._started_at = time.time()
             self._thread = threading.get_ident()
-            self._backend.start()
+            if self._memory_sampler is not None:
+                self._memory_sampler.start()
+            try:
+                self._backend.start()
+            except BaseException:
+                if self._memory_sampler is not None:
+                    self._memory_sampler.stop()
+                raise
         except BaseException:
             with _active_lock:
                 _active = None
             self._backend = None
+            self._memory_sampler = None
             raise
         self._state = "running"
         return self
@@ -222,7 +235,11 @@ class profile(metaclass=_ProfileMeta):
                                "session.result")
         assert self._backend is not None
         try:
-            self._backend.stop()
+            try:
+                self._backend.stop()
+            finally:
+                if self._memory_sampler is not None:
+                    self._memory_sampler.stop()
         finally:
             self._state = "stopped"
             with _active_lock:
@@ -292,12 +309,21 @@ class profile(metaclass=_ProfileMeta):
         return list(self._warnings)
 
     def _build_result(self, raw: RawBackendResult) -> ProfileResult:
-        lines = [LineStats(filename=r.filename, line=r.line, wall_time_ns=r.wall_time_ns,
-                           hits=r.hits, self_time_ns=r.self_time_ns, memory_bytes=r.memory,
-                           gpu=(r.gpu if self.gpu and isinstance(r.gpu, GPUStats) else None),
-                           memory_peak_bytes=r.memory_peak, cpu_time_ns=r.cpu_time_ns,
-                           samples=r.samples)
-                 for r in raw.lines]
+        memory = raw.memory if self.memory else None
+        line_memory: dict[tuple[str, int], tuple[int | None, int | None]] = {}
+        if self._memory_sampler is not None:
+            memory = self._memory_sampler.profile()
+            line_memory = self._memory_sampler.per_line()
+        lines = []
+        for r in raw.lines:
+            net, peak = line_memory.get((r.filename, r.line), (r.memory, r.memory_peak))
+            if not self.memory:
+                net = peak = None
+            lines.append(LineStats(
+                filename=r.filename, line=r.line, wall_time_ns=r.wall_time_ns, hits=r.hits,
+                self_time_ns=r.self_time_ns, memory_bytes=net,
+                gpu=(r.gpu if self.gpu and isinstance(r.gpu, GPUStats) else None),
+                memory_peak_bytes=peak, cpu_time_ns=r.cpu_time_ns, samples=r.samples))
         functions = [FunctionStats(qualname=f.qualname, filename=f.filename,
                                    first_line=f.first_line, total_time_ns=f.total_time_ns,
                                    own_time_ns=f.own_time_ns, calls=f.calls)
@@ -315,6 +341,8 @@ class profile(metaclass=_ProfileMeta):
                 sources[name] = text
         symbols = [Symbol(f.qualname, f.filename, f.first_line) for f in functions]
         warns = list(self._warnings)
+        if self._memory_sampler is not None:
+            warns.extend(self._memory_sampler.warnings)
         for w in raw.warnings:
             if w not in warns:
                 warns.append(w)
@@ -326,5 +354,5 @@ class profile(metaclass=_ProfileMeta):
             warnings=warns, options=self.options(),
             metadata=dict(raw.metadata, thread_id=self._thread,
                           config_file=str(self._config_path) if self._config_path else None),
-            memory=raw.memory if self.memory else None,
+            memory=memory,
             gpu=raw.gpu if self.gpu and caps is not None and caps.gpu else None)

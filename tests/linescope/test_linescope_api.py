@@ -47,7 +47,6 @@ def test_invalid_options_raise_before_anything_starts(kwargs, error, match):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"memory": True}, r"does not support memory=True"),
     ({"sample_rate": 100.0}, r"does not support sample_rate"),
 ])
 def test_capabilities_the_trace_backend_lacks_are_rejected_before_start(kwargs, match):

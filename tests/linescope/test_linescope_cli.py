@@ -79,13 +79,22 @@ def test_module_mode(tmp_path):
     (("missing.py",), "can't open file"),
     (("--backend", "nope", "target.py"), "unknown linescope backend"),
     (("-d", "sometimes", "target.py"), "invalid choice"),
-    (("--memory", "target.py"), "does not support memory=True"),
+    (("--sample-rate", "100", "target.py"), "does not support sample_rate"),
 ])
 def test_usage_errors_exit_2(script, tmp_path, args, match):
     p = linescope(*args, cwd=tmp_path)
     assert p.returncode == 2
     assert match in p.stderr
     assert not (tmp_path / "seen.json").exists()
+
+
+def test_memory_flag_collects_memory_with_the_default_backend(script, tmp_path):
+    p = linescope("--memory", "-d", "none", "-o", "m.json", "target.py", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    data = json.loads((tmp_path / "m.json").read_text())
+    assert data["options"]["memory"] is True
+    assert data["memory"]["peak_rss_bytes"] >= data["memory"]["start_rss_bytes"] > 0
+    assert data["memory"]["timeline"] and data["memory"]["per_line"] is True
 
 
 def test_gpu_with_trace_warns_and_runs(script, tmp_path):

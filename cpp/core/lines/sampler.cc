@@ -1,0 +1,405 @@
+#include "lines/sampler.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+
+#include "clock/clock.h"
+
+namespace gpuprof::lines {
+
+// ---- BoundedTimeline ---------------------------------------------------------------------
+
+BoundedTimeline::BoundedTimeline(size_t capacity) : capacity_(std::max<size_t>(capacity, 2)) {
+  if (capacity_ % 2 != 0) ++capacity_;
+  points_.reserve(capacity_);
+}
+
+void BoundedTimeline::Add(int64_t t_ns, int64_t value) noexcept {
+  ++raw_;
+  if (open_count_ == 0 || value > open_.second) open_ = {t_ns, value};
+  if (++open_count_ < stride_) return;
+  if (points_.size() == capacity_) Compact();
+  points_.push_back(open_);  // capacity reserved: no allocation
+  open_count_ = 0;
+}
+
+void BoundedTimeline::Compact() noexcept {
+  size_t out = 0;
+  for (size_t i = 0; i + 1 < points_.size(); i += 2)
+    points_[out++] = points_[i].second >= points_[i + 1].second ? points_[i] : points_[i + 1];
+  points_.resize(out);
+  stride_ *= 2;
+}
+
+std::vector<std::pair<int64_t, int64_t>> BoundedTimeline::Points() const {
+  std::vector<std::pair<int64_t, int64_t>> out(points_);
+  if (open_count_ > 0) out.push_back(open_);
+  return out;
+}
+
+// ---- RssReader ---------------------------------------------------------------------------
+
+RssReader::~RssReader() {
+  if (fd_ >= 0) close(fd_);
+}
+
+Status RssReader::Open() {
+  if (fd_ >= 0) return Status::Ok();
+  fd_ = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0)
+    return Status::Error(std::string("cannot open /proc/self/statm: ") + std::strerror(errno));
+  long ps = sysconf(_SC_PAGESIZE);
+  if (ps > 0) page_size_ = ps;
+  if (!Read()) return Status::Error("cannot parse /proc/self/statm");
+  return Status::Ok();
+}
+
+std::optional<int64_t> RssReader::Read() const noexcept {
+  if (fd_ < 0) return std::nullopt;
+  char buf[128];
+  ssize_t n = pread(fd_, buf, sizeof(buf) - 1, 0);
+  if (n <= 0) return std::nullopt;
+  buf[n] = '\0';
+  // "size resident shared text lib data dt" in pages: the second field.
+  const char* p = buf;
+  while (*p && *p != ' ') ++p;
+  if (*p != ' ') return std::nullopt;
+  ++p;
+  int64_t pages = 0;
+  bool any = false;
+  for (; *p >= '0' && *p <= '9'; ++p) {
+    pages = pages * 10 + (*p - '0');
+    any = true;
+  }
+  if (!any) return std::nullopt;
+  return pages * page_size_;
+}
+
+// ---- LineSampler -------------------------------------------------------------------------
+
+namespace {
+
+int64_t ThreadCpuNs() noexcept {
+  timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return -1;
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+}  // namespace
+
+LineSampler::LineSampler(SamplerOptions options, RequestFn request, void* ctx)
+    : options_(options), request_(request), ctx_(ctx), timeline_(options.timeline_capacity) {
+  if (options_.interval_ns < 50'000) options_.interval_ns = 50'000;  // 20 kHz at most
+  if (options_.gpu_interval_ns < options_.interval_ns)
+    options_.gpu_interval_ns = options_.interval_ns;
+  pids_.push_back(options_.pid > 0 ? options_.pid : static_cast<int64_t>(getpid()));
+  gpu_rows_.reserve(16);
+}
+
+LineSampler::~LineSampler() { Stop(); }
+
+void LineSampler::AtomicMax(std::atomic<int64_t>& a, int64_t v) noexcept {
+  int64_t cur = a.load(std::memory_order_relaxed);
+  while (v > cur && !a.compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+  }
+}
+
+Status LineSampler::Start() {
+  if (thread_.running()) return Status::Error("the sampler is already running");
+  if (options_.memory) {
+    Status s = rss_.Open();
+    if (!s.ok()) {
+      std::lock_guard lock(notes_mu_);
+      notes_.push_back("host memory unavailable: " + s.message());
+    } else {
+      rss_ok_ = true;
+    }
+  }
+  start_ns_ = clock::NowNs();
+  last_take_ns_ = start_ns_;
+  last_tick_ns_ = start_ns_;
+  last_gpu_ns_ = start_ns_ - options_.gpu_interval_ns;  // read the GPU at the first tick
+  last_cpu_ns_ = ThreadCpuNs();
+  if (rss_ok_) {
+    auto rss = rss_.Read();
+    if (rss) {
+      rss_start_ = rss_peak_total_ = rss_end_ = *rss;
+      rss_last_.store(*rss, std::memory_order_relaxed);
+      rss_peak_open_.store(*rss, std::memory_order_relaxed);
+      rss_at_last_take_ = *rss;
+      timeline_.Add(0, *rss);
+    }
+  }
+  thread_.Start(std::chrono::nanoseconds(options_.interval_ns), [this] { Tick(); });
+  return Status::Ok();
+}
+
+void LineSampler::Stop() {
+  if (!thread_.running()) return;
+  thread_.Stop();
+  if (rss_ok_) {
+    auto rss = rss_.Read();
+    if (rss) {
+      int64_t now = clock::NowNs();
+      timeline_.Add(now - start_ns_, *rss);
+      rss_end_ = *rss;
+      rss_peak_total_ = std::max(rss_peak_total_.value_or(*rss), *rss);
+      rss_last_.store(*rss, std::memory_order_relaxed);
+      AtomicMax(rss_peak_open_, *rss);
+    }
+  }
+}
+
+void LineSampler::SampleGpu(int64_t now) noexcept {
+  ++gpu_summary_.ticks;
+  if (!options_.gpu->Sample(now - start_ns_, pids_, &gpu_rows_)) {
+    ++gpu_summary_.failed_ticks;
+    gpu_util_ppm_.store(-1, std::memory_order_relaxed);
+    return;
+  }
+  // Devices this process holds memory on carry its work; if the driver gives no per-process
+  // memory at all, every device counts (utilization is then device-wide).
+  bool any_proc_known = false;
+  for (const auto& r : gpu_rows_)
+    if (r.proc_mem_bytes) any_proc_known = true;
+  int64_t util_ppm = -1;
+  int64_t mem = -1;
+  for (const auto& r : gpu_rows_) {
+    if (r.proc_mem_bytes) {
+      ++gpu_summary_.proc_mem_readings;
+      mem = std::max<int64_t>(mem, 0) + *r.proc_mem_bytes;
+      if (*r.proc_mem_bytes > 0) {
+        gpu_summary_.used_devices_known = true;
+        if (std::find(gpu_summary_.used_devices.begin(), gpu_summary_.used_devices.end(),
+                      r.gpu_index) == gpu_summary_.used_devices.end() &&
+            gpu_summary_.used_devices.size() < 64)
+          gpu_summary_.used_devices.push_back(r.gpu_index);
+      }
+    }
+    if (r.util_pct) {
+      ++gpu_summary_.util_readings;
+      bool counts = !any_proc_known || (r.proc_mem_bytes && *r.proc_mem_bytes > 0);
+      util_ppm = std::max<int64_t>(util_ppm, 0) +
+                 (counts ? static_cast<int64_t>(*r.util_pct * 10'000.0) : 0);
+    }
+  }
+  gpu_util_ppm_.store(util_ppm, std::memory_order_relaxed);
+  gpu_mem_last_.store(mem, std::memory_order_relaxed);
+  if (mem >= 0) {
+    AtomicMax(gpu_mem_peak_open_, mem);
+    gpu_summary_.proc_mem_peak = std::max(gpu_summary_.proc_mem_peak.value_or(mem), mem);
+  }
+}
+
+void LineSampler::Tick() noexcept {
+  const int64_t now = clock::NowNs();
+  const int64_t dt = now - last_tick_ns_;
+  last_tick_ns_ = now;
+  if (rss_ok_) {
+    auto rss = rss_.Read();
+    if (rss) {
+      rss_last_.store(*rss, std::memory_order_relaxed);
+      AtomicMax(rss_peak_open_, *rss);
+      timeline_.Add(now - start_ns_, *rss);
+      rss_peak_total_ = std::max(rss_peak_total_.value_or(*rss), *rss);
+    }
+  }
+  if (options_.gpu != nullptr) {
+    // Busy time of the tick that just ended, at the utilization last read.
+    int64_t util = gpu_util_ppm_.load(std::memory_order_relaxed);
+    if (util >= 0) gpu_busy_open_.fetch_add(util * dt / 1'000'000, std::memory_order_relaxed);
+    if (now - last_gpu_ns_ >= options_.gpu_interval_ns) {
+      last_gpu_ns_ = now;
+      SampleGpu(now);
+    }
+  }
+  if (!pending_.exchange(true, std::memory_order_acq_rel)) {
+    requests_.fetch_add(1, std::memory_order_relaxed);
+    if (!request_(ctx_)) {
+      failed_requests_.fetch_add(1, std::memory_order_relaxed);
+      pending_.store(false, std::memory_order_release);
+    }
+  }
+}
+
+SampleInterval LineSampler::TakeInterval() noexcept {
+  SampleInterval s;
+  const int64_t now = clock::NowNs();
+  s.wall_ns = now - last_take_ns_;
+  last_take_ns_ = now;
+  int64_t cpu = ThreadCpuNs();
+  if (cpu >= 0 && last_cpu_ns_ >= 0) s.cpu_ns = cpu - last_cpu_ns_;
+  last_cpu_ns_ = cpu;
+  if (rss_ok_) {
+    // A fresh read: the interval ends now, not at the sampler's last tick.
+    int64_t rss = rss_.Read().value_or(rss_last_.load(std::memory_order_relaxed));
+    int64_t peak = rss_peak_open_.exchange(rss, std::memory_order_relaxed);
+    if (rss >= 0) {
+      if (rss_at_last_take_ >= 0) s.rss_delta = rss - rss_at_last_take_;
+      rss_at_last_take_ = rss;
+      s.rss_peak = std::max(peak, rss);
+    }
+  }
+  if (options_.gpu != nullptr) {
+    int64_t busy = gpu_busy_open_.exchange(0, std::memory_order_relaxed);
+    if (gpu_util_ppm_.load(std::memory_order_relaxed) >= 0 || busy > 0) s.gpu_busy_ns = busy;
+    int64_t mem = gpu_mem_last_.load(std::memory_order_relaxed);
+    int64_t peak = gpu_mem_peak_open_.exchange(mem, std::memory_order_relaxed);
+    if (mem >= 0 || peak >= 0) s.gpu_mem_peak = std::max(peak, mem);
+  }
+  pending_.store(false, std::memory_order_release);
+  return s;
+}
+
+std::vector<std::string> LineSampler::TakeNotes() {
+  std::vector<std::string> out;
+  {
+    std::lock_guard lock(notes_mu_);
+    out.swap(notes_);
+  }
+  return out;
+}
+
+// ---- SummarizeGpuCollection ----------------------------------------------------------------
+
+GpuCollectionSummary SummarizeGpuCollection(const std::optional<std::string>& collector_error,
+                                            const std::string& backend, size_t device_count,
+                                            const GpuSamplingSummary& g,
+                                            const std::vector<std::string>& notes) {
+  GpuCollectionSummary out;
+  if (collector_error) {
+    std::string why = "GPU measurements unavailable: " + *collector_error;
+    out.time_reason = why;
+    out.memory_reason = why;
+    out.diagnostics.push_back(why + "; Python line profiling continued without GPU values");
+    return out;
+  }
+  out.method = backend + "-sampled";
+  out.utilization_scope = "device";
+  const std::string devices = std::to_string(device_count) + " GPU" +
+                              (device_count == 1 ? "" : "s");
+  if (g.ticks == 0) {
+    out.time_reason = out.memory_reason =
+        "no GPU reading was taken: the session ended before the first sample";
+  } else if (g.failed_ticks == g.ticks) {
+    out.time_reason = out.memory_reason =
+        "every GPU reading failed (" + std::to_string(g.ticks) + " attempts on " + devices +
+        "); see the diagnostics";
+  } else {
+    out.time_available = g.util_readings > 0;
+    out.memory_available = g.proc_mem_readings > 0;
+    if (!out.time_available)
+      out.time_reason = "the driver reported no GPU utilization for " + devices +
+                        " (not supported or not available); GPU time cannot be estimated";
+    if (!out.memory_available)
+      out.memory_reason =
+          "the driver reported no per-process device memory (not supported or not available, "
+          "as with WDDM drivers on Windows)" +
+          std::string(out.time_available ? "; GPU time sampling continued" : "");
+    if (g.failed_ticks > 0)
+      out.diagnostics.push_back(std::to_string(g.failed_ticks) + " of " +
+                                std::to_string(g.ticks) +
+                                " GPU readings failed; lines sampled then have no GPU time");
+  }
+  if (out.time_available) {
+    std::string scope =
+        "GPU time is estimated from sampled utilization, which the driver reports per device: "
+        "work of other processes on the same GPU can be included (per-process accounting is "
+        "not used)";
+    if (g.used_devices_known) {
+      scope += "; only GPUs where this process holds memory count (";
+      for (size_t i = 0; i < g.used_devices.size(); ++i)
+        scope += (i ? ", " : "") + std::to_string(g.used_devices[i]);
+      scope += ")";
+    } else if (!out.memory_available) {
+      scope += "; without per-process memory every GPU (" + devices + ") counts";
+    }
+    out.diagnostics.push_back(scope);
+  }
+  for (const auto& n : notes) out.diagnostics.push_back("GPU collector: " + n);
+  return out;
+}
+
+// ---- SampleAggregator --------------------------------------------------------------------
+
+namespace {
+
+void AddOpt(std::optional<int64_t>& into, const std::optional<int64_t>& v) {
+  if (v) into = into.value_or(0) + *v;
+}
+void MaxOpt(std::optional<int64_t>& into, const std::optional<int64_t>& v) {
+  if (v) into = std::max(into.value_or(*v), *v);
+}
+
+}  // namespace
+
+int32_t SampleAggregator::InternFile(std::string_view path) {
+  auto it = file_ids_.find(std::string(path));
+  if (it != file_ids_.end()) return it->second;
+  auto id = static_cast<int32_t>(files_.size());
+  files_.emplace_back(path);
+  file_ids_.emplace(files_.back(), id);
+  return id;
+}
+
+int32_t SampleAggregator::AddFunction(int32_t file_id, std::string qualname, int32_t first_line) {
+  SampledFunction f;
+  f.file_id = file_id;
+  f.qualname = std::move(qualname);
+  f.first_line = first_line;
+  functions_.push_back(std::move(f));
+  return static_cast<int32_t>(functions_.size() - 1);
+}
+
+void SampleAggregator::AddLine(int32_t file_id, int32_t line, const SampleInterval& s) {
+  ++total_samples_;
+  const int64_t key = (static_cast<int64_t>(file_id) << 32) | static_cast<uint32_t>(line);
+  auto [it, fresh] = lines_.try_emplace(key);
+  SampledLine& l = it->second;
+  if (fresh) {
+    l.file_id = file_id;
+    l.line = line;
+  }
+  ++l.samples;
+  l.wall_ns += s.wall_ns;
+  AddOpt(l.cpu_ns, s.cpu_ns);
+  AddOpt(l.rss_delta, s.rss_delta);
+  MaxOpt(l.rss_peak, s.rss_peak);
+  AddOpt(l.gpu_busy_ns, s.gpu_busy_ns);
+  MaxOpt(l.gpu_mem_peak, s.gpu_mem_peak);
+}
+
+void SampleAggregator::AddOwn(int32_t function, const SampleInterval& s) noexcept {
+  if (function < 0 || static_cast<size_t>(function) >= functions_.size()) return;
+  auto& f = functions_[static_cast<size_t>(function)];
+  f.own_ns += s.wall_ns;
+  ++f.own_samples;
+}
+
+void SampleAggregator::AddTotal(int32_t function, const SampleInterval& s) noexcept {
+  if (function < 0 || static_cast<size_t>(function) >= functions_.size()) return;
+  functions_[static_cast<size_t>(function)].total_ns += s.wall_ns;
+}
+
+void SampleAggregator::AddUnattributed(const SampleInterval& s) noexcept {
+  ++total_samples_;
+  ++unattributed_samples_;
+  unattributed_ns_ += s.wall_ns;
+}
+
+std::vector<SampledLine> SampleAggregator::Lines() const {
+  std::vector<SampledLine> out;
+  out.reserve(lines_.size());
+  for (const auto& [key, l] : lines_) out.push_back(l);
+  std::sort(out.begin(), out.end(), [](const SampledLine& a, const SampledLine& b) {
+    return a.file_id != b.file_id ? a.file_id < b.file_id : a.line < b.line;
+  });
+  return out;
+}
+
+}  // namespace gpuprof::lines

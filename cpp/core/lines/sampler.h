@@ -1,0 +1,256 @@
+// Sampling for linescope: a background thread that paces samples of ONE measured thread and
+// integrates host memory (RSS) and GPU telemetry between them, and the per-line aggregation of
+// the resulting intervals. No Python.h: the binding (cpp/python/line_sampler.cc) decides which
+// source line the measured thread is on when it answers a request.
+//
+// How a sample works:
+//   1. The sampler thread ticks every `interval_ns`. Each tick it reads RSS (memory on), folds
+//      the latest GPU reading into the open interval (GPU busy time = utilization x tick
+//      length, per-process device-memory peak), and, when no request is outstanding, calls
+//      `request(ctx)` ("call TakeInterval() soon on the measured thread").
+//   2. The measured thread answers with TakeInterval(): the wall time since its previous
+//      answer, its own CPU time over that wall time, and what the sampler thread integrated
+//      meanwhile. The binding attributes that interval to the line the thread is on.
+// A thread that is inside a long call (C extension, I/O, sleep) answers when the call returns,
+// so the whole call is attributed to the line that made it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "lines/line_model.h"
+#include "telemetry/gpu_collector.h"
+#include "util/periodic_thread.h"
+#include "util/status.h"
+
+namespace gpuprof::lines {
+
+// A bounded series of (t_ns, value) points. When full, neighbouring points are merged pairwise
+// (each pair keeps its higher value and that value's time) and every later point covers twice
+// as many raw samples, so the series stays within `capacity` points, spans the whole run
+// evenly, and never loses a peak. Not thread-safe (one writer; read after it stopped).
+class BoundedTimeline {
+ public:
+  explicit BoundedTimeline(size_t capacity = 2048);
+  void Add(int64_t t_ns, int64_t value) noexcept;  // no allocation after construction
+  // The merged points, the open (partially filled) one last.
+  std::vector<std::pair<int64_t, int64_t>> Points() const;
+  int64_t samples_per_point() const { return stride_; }
+  int64_t raw_samples() const { return raw_; }
+
+ private:
+  void Compact() noexcept;
+  size_t capacity_;
+  std::vector<std::pair<int64_t, int64_t>> points_;
+  std::pair<int64_t, int64_t> open_{0, 0};
+  int64_t open_count_ = 0;
+  int64_t stride_ = 1;
+  int64_t raw_ = 0;
+};
+
+// Reads this process's resident set size from /proc/self/statm (one pread on a descriptor
+// opened once). Any thread; noexcept after Open().
+class RssReader {
+ public:
+  RssReader() = default;
+  ~RssReader();
+  RssReader(const RssReader&) = delete;
+  RssReader& operator=(const RssReader&) = delete;
+  Status Open();
+  std::optional<int64_t> Read() const noexcept;
+
+ private:
+  int fd_ = -1;
+  int64_t page_size_ = 4096;
+};
+
+// What the measured thread receives per answered sample. Unknown stays nullopt.
+struct SampleInterval {
+  int64_t wall_ns = 0;                 // since the previous answer (or the start)
+  std::optional<int64_t> cpu_ns;       // the measured thread's CPU time over that wall time
+  std::optional<int64_t> rss_delta;    // RSS now minus RSS at the previous answer (memory on)
+  std::optional<int64_t> rss_peak;     // highest RSS seen during the interval (memory on)
+  std::optional<int64_t> gpu_busy_ns;  // sum over used GPUs of utilization x time (GPU on)
+  std::optional<int64_t> gpu_mem_peak; // highest per-process device memory seen (GPU on)
+};
+
+struct SamplerOptions {
+  int64_t interval_ns = 1'000'000;      // 1 kHz
+  bool memory = false;                  // read RSS every tick (timeline + per-line deltas)
+  // GPU telemetry read on the sampler thread every `gpu_interval_ns` (not owned; must
+  // outlive the sampler). nullptr = no GPU collection.
+  telemetry::GpuCollector* gpu = nullptr;
+  int64_t gpu_interval_ns = 10'000'000;
+  int64_t pid = 0;                      // whose device memory counts (0 = this process)
+  size_t timeline_capacity = 2048;
+};
+
+// What the GPU side saw over the whole session (for the collection summary).
+struct GpuSamplingSummary {
+  int64_t ticks = 0;             // GPU reads attempted
+  int64_t failed_ticks = 0;      // reads where no device answered
+  int64_t util_readings = 0;     // device readings with a utilization value
+  int64_t proc_mem_readings = 0; // device readings with a per-process memory value
+  std::optional<int64_t> proc_mem_peak;
+  bool used_devices_known = false;  // the process held memory on some device (by NVML)
+  std::vector<int64_t> used_devices;  // NVML indexes where this process held memory
+};
+
+// Owns the sampler thread. Start/Stop from one controlling thread; TakeInterval from the
+// measured thread only (it is the only method that thread calls, and it never blocks).
+class LineSampler {
+ public:
+  // Called on the sampler thread; returns false when the request could not be queued (it is
+  // counted and retried on a later tick).
+  using RequestFn = bool (*)(void* ctx) noexcept;
+
+  LineSampler(SamplerOptions options, RequestFn request, void* ctx);
+  ~LineSampler();  // Stop()
+  LineSampler(const LineSampler&) = delete;
+  LineSampler& operator=(const LineSampler&) = delete;
+
+  // Cold. Must be called on the measured thread (its CPU clock is taken from the caller).
+  Status Start();
+  void Stop();  // idempotent; joins the thread
+  bool running() const { return thread_.running(); }
+
+  // Measured thread: closes the current interval, opens the next, and lets the sampler
+  // thread request again. noexcept, no allocation.
+  SampleInterval TakeInterval() noexcept;
+
+  int64_t start_ns() const { return start_ns_; }
+  int64_t requests() const { return requests_.load(std::memory_order_relaxed); }
+  int64_t failed_requests() const { return failed_requests_.load(std::memory_order_relaxed); }
+  // Read after Stop().
+  const BoundedTimeline& rss_timeline() const { return timeline_; }
+  std::optional<int64_t> rss_start() const { return rss_start_; }
+  std::optional<int64_t> rss_peak() const { return rss_peak_total_; }
+  std::optional<int64_t> rss_end() const { return rss_end_; }
+  const GpuSamplingSummary& gpu_summary() const { return gpu_summary_; }
+  // The sampler's own notes (e.g. RSS unreadable); the GPU collector keeps its own.
+  std::vector<std::string> TakeNotes();
+
+ private:
+  void Tick() noexcept;
+  void SampleGpu(int64_t now) noexcept;
+  static void AtomicMax(std::atomic<int64_t>& a, int64_t v) noexcept;
+
+  SamplerOptions options_;
+  RequestFn request_;
+  void* ctx_;
+  util::PeriodicThread thread_;
+  RssReader rss_;
+  bool rss_ok_ = false;
+  int64_t start_ns_ = 0;
+
+  // Sampler thread -> measured thread.
+  std::atomic<bool> pending_{false};
+  std::atomic<int64_t> rss_last_{-1};
+  std::atomic<int64_t> rss_peak_open_{-1};     // peak within the open interval
+  std::atomic<int64_t> gpu_busy_open_{0};      // busy ns within the open interval
+  std::atomic<int64_t> gpu_util_ppm_{-1};      // latest summed utilization (1e6 = one GPU)
+  std::atomic<int64_t> gpu_mem_last_{-1};      // latest per-process device memory
+  std::atomic<int64_t> gpu_mem_peak_open_{-1};
+  std::atomic<int64_t> requests_{0};
+  std::atomic<int64_t> failed_requests_{0};
+
+  // Measured thread only.
+  int64_t last_take_ns_ = 0;
+  int64_t last_cpu_ns_ = -1;
+  int64_t rss_at_last_take_ = -1;
+
+  // Sampler thread only (read after Stop).
+  int64_t last_tick_ns_ = 0;
+  int64_t last_gpu_ns_ = 0;
+  BoundedTimeline timeline_;
+  std::optional<int64_t> rss_start_, rss_peak_total_, rss_end_;
+  GpuSamplingSummary gpu_summary_;
+  std::vector<store::GpuSampleRow> gpu_rows_;
+  std::vector<int64_t> pids_;
+
+  std::mutex notes_mu_;
+  std::vector<std::string> notes_;
+};
+
+// How the GPU side of a sampling session went, in words a user can act on: what produced the
+// per-line GPU values, whether GPU time and GPU peak memory are available, and why not.
+struct GpuCollectionSummary {
+  std::optional<std::string> method;  // "<collector>-sampled" (e.g. "nvml-sampled"); none: null
+  bool time_available = false;
+  bool memory_available = false;
+  std::optional<std::string> time_reason;    // set when time is unavailable
+  std::optional<std::string> memory_reason;  // set when memory is unavailable
+  std::string utilization_scope;             // "device" (NVML utilization is device-wide)
+  std::vector<std::string> diagnostics;
+};
+
+// Pure. `collector_error` is MakeGpuCollector's error when no collector could be had;
+// `backend` the collector's name otherwise; `notes` what the collector noted while sampling.
+GpuCollectionSummary SummarizeGpuCollection(const std::optional<std::string>& collector_error,
+                                            const std::string& backend, size_t device_count,
+                                            const GpuSamplingSummary& sampled,
+                                            const std::vector<std::string>& notes);
+
+// One sampled line. Unknown stays nullopt (a sampler never knows hit counts).
+struct SampledLine {
+  int32_t file_id = -1;
+  int32_t line = 0;
+  int64_t samples = 0;
+  int64_t wall_ns = 0;
+  std::optional<int64_t> cpu_ns;
+  std::optional<int64_t> rss_delta;
+  std::optional<int64_t> rss_peak;
+  std::optional<int64_t> gpu_busy_ns;
+  std::optional<int64_t> gpu_mem_peak;
+};
+
+// Per-function totals from sampled stacks: `own` counts intervals where the function was the
+// innermost recorded frame, `total` those where it was anywhere on the stack (once per
+// interval, also under recursion).
+struct SampledFunction {
+  int32_t file_id = -1;
+  std::string qualname;
+  int32_t first_line = 0;
+  int64_t own_ns = 0;
+  int64_t total_ns = 0;
+  int64_t own_samples = 0;
+};
+
+// Aggregates intervals per (file, line) and per function. Measured thread only; the maps
+// grow only when a new line or function is seen.
+class SampleAggregator {
+ public:
+  int32_t InternFile(std::string_view path);
+  const std::vector<std::string>& files() const { return files_; }
+  int32_t AddFunction(int32_t file_id, std::string qualname, int32_t first_line);
+
+  void AddLine(int32_t file_id, int32_t line, const SampleInterval& s);
+  void AddOwn(int32_t function, const SampleInterval& s) noexcept;
+  void AddTotal(int32_t function, const SampleInterval& s) noexcept;
+  // Time that no recorded frame was on the stack for (counted, not attributed).
+  void AddUnattributed(const SampleInterval& s) noexcept;
+
+  std::vector<SampledLine> Lines() const;  // sorted by file, line
+  const std::vector<SampledFunction>& functions() const { return functions_; }
+  int64_t unattributed_ns() const { return unattributed_ns_; }
+  int64_t unattributed_samples() const { return unattributed_samples_; }
+  int64_t total_samples() const { return total_samples_; }
+
+ private:
+  std::vector<std::string> files_;
+  std::unordered_map<std::string, int32_t> file_ids_;
+  std::unordered_map<int64_t, SampledLine> lines_;  // key = file_id << 32 | line
+  std::vector<SampledFunction> functions_;
+  int64_t unattributed_ns_ = 0;
+  int64_t unattributed_samples_ = 0;
+  int64_t total_samples_ = 0;
+};
+
+}  // namespace gpuprof::lines

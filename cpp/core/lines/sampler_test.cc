@@ -1,0 +1,315 @@
+#include "lines/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "telemetry/mock_collector.h"
+
+namespace gpuprof::lines {
+namespace {
+
+TEST(BoundedTimelineTest, KeepsEveryPointUntilFull) {
+  BoundedTimeline t(8);
+  for (int i = 0; i < 5; ++i) t.Add(i * 10, 100 + i);
+  auto p = t.Points();
+  ASSERT_EQ(p.size(), 5u);
+  EXPECT_EQ(p[0], (std::pair<int64_t, int64_t>{0, 100}));
+  EXPECT_EQ(p[4], (std::pair<int64_t, int64_t>{40, 104}));
+  EXPECT_EQ(t.samples_per_point(), 1);
+}
+
+TEST(BoundedTimelineTest, StaysBoundedSpansTheRunAndKeepsThePeak) {
+  // GIVEN a small bound and a long series with one spike in the middle
+  BoundedTimeline t(16);
+  const int n = 10'000;
+  for (int i = 0; i < n; ++i) t.Add(i, i == 5'001 ? 1'000'000 : i % 7);
+  // THEN it holds at most the bound (+ the open point), covers start to end, and the spike
+  auto p = t.Points();
+  EXPECT_LE(p.size(), 17u);
+  EXPECT_GE(p.size(), 8u);
+  EXPECT_LT(p.front().first, n / 8);
+  EXPECT_GT(p.back().first, n - n / 8);
+  bool spike = false;
+  for (auto& [ts, v] : p) spike |= (ts == 5'001 && v == 1'000'000);
+  EXPECT_TRUE(spike);
+  EXPECT_EQ(t.raw_samples(), n);
+  for (size_t i = 1; i < p.size(); ++i) EXPECT_LT(p[i - 1].first, p[i].first);
+}
+
+TEST(RssReaderTest, ReadsThisProcessesResidentSet) {
+  RssReader r;
+  ASSERT_TRUE(r.Open().ok());
+  auto before = r.Read();
+  ASSERT_TRUE(before.has_value());
+  EXPECT_GT(*before, 1 << 20);
+  // Touch 64 MiB: RSS grows by about that much.
+  const size_t n = 64u << 20;
+  char* p = static_cast<char*>(std::malloc(n));
+  for (size_t i = 0; i < n; i += 4096) p[i] = 1;
+  auto after = r.Read();
+  ASSERT_TRUE(after.has_value());
+  EXPECT_GT(*after - *before, int64_t{48} << 20);
+  std::free(p);
+}
+
+// A request function that answers on the measured thread through a flag (as the binding
+// answers through Py_AddPendingCall).
+struct Pump {
+  std::atomic<int> requested{0};
+  static bool Request(void* ctx) noexcept {
+    static_cast<Pump*>(ctx)->requested.fetch_add(1);
+    return true;
+  }
+};
+
+TEST(LineSamplerTest, IntervalsTileWallTimeAndMeasureCpu) {
+  // GIVEN a 1 kHz sampler on this thread
+  Pump pump;
+  SamplerOptions o;
+  o.interval_ns = 1'000'000;
+  LineSampler s(o, &Pump::Request, &pump);
+  ASSERT_TRUE(s.Start().ok());
+  // WHEN the measured thread answers every request for ~60 ms, half busy, half asleep
+  int64_t wall = 0, cpu = 0;
+  int answered = 0;
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(60);
+  bool busy = true;
+  while (std::chrono::steady_clock::now() < until) {
+    if (pump.requested.load() > answered) {
+      ++answered;
+      auto iv = s.TakeInterval();
+      wall += iv.wall_ns;
+      ASSERT_TRUE(iv.cpu_ns.has_value());
+      cpu += *iv.cpu_ns;
+      EXPECT_FALSE(iv.rss_delta.has_value());  // memory off: unknown, not 0
+      EXPECT_FALSE(iv.gpu_busy_ns.has_value());
+      busy = !busy;
+    }
+    if (busy) {
+      volatile double x = 0;
+      for (int i = 0; i < 20000; ++i) x += i;
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(300));
+    }
+  }
+  s.Stop();
+  s.Stop();  // idempotent
+  // THEN requests came at about the rate, the intervals add up, CPU <= wall
+  EXPECT_GE(answered, 20);
+  EXPECT_GE(wall, 40'000'000);
+  EXPECT_LE(wall, 70'000'000);
+  EXPECT_GT(cpu, 0);
+  EXPECT_LE(cpu, wall + 2'000'000);
+  EXPECT_EQ(s.failed_requests(), 0);
+}
+
+TEST(LineSamplerTest, OneRequestOutstandingAtATime) {
+  Pump pump;
+  SamplerOptions o;
+  o.interval_ns = 200'000;
+  LineSampler s(o, &Pump::Request, &pump);
+  ASSERT_TRUE(s.Start().ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // Nobody answered: only the first request was made.
+  EXPECT_EQ(pump.requested.load(), 1);
+  auto iv = s.TakeInterval();
+  EXPECT_GE(iv.wall_ns, 15'000'000);  // the whole wait is one interval
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(pump.requested.load(), 2);
+  s.Stop();
+}
+
+TEST(LineSamplerTest, FailedRequestsAreCountedAndRetried) {
+  struct Failing {
+    static bool Request(void* ctx) noexcept {
+      static_cast<std::atomic<int>*>(ctx)->fetch_add(1);
+      return false;
+    }
+  };
+  std::atomic<int> calls{0};
+  SamplerOptions o;
+  o.interval_ns = 500'000;
+  LineSampler s(o, &Failing::Request, &calls);
+  ASSERT_TRUE(s.Start().ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  s.Stop();
+  EXPECT_GE(calls.load(), 5);
+  EXPECT_EQ(s.failed_requests(), calls.load());
+}
+
+TEST(LineSamplerTest, MemoryDeltasAndPeaksFollowAllocations) {
+  // GIVEN memory sampling
+  Pump pump;
+  SamplerOptions o;
+  o.interval_ns = 500'000;
+  o.memory = true;
+  LineSampler s(o, &Pump::Request, &pump);
+  ASSERT_TRUE(s.Start().ok());
+  ASSERT_TRUE(s.rss_start().has_value());
+  int answered = 0;
+  auto wait_answer = [&] {
+    while (pump.requested.load() <= answered)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    ++answered;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // a tick after the touch
+    return s.TakeInterval();
+  };
+  (void)wait_answer();
+  // WHEN 96 MiB are touched, then freed
+  const size_t n = 96u << 20;
+  char* p = static_cast<char*>(std::malloc(n));
+  for (size_t i = 0; i < n; i += 4096) p[i] = 1;
+  auto grow = wait_answer();
+  std::free(p);
+  auto shrink = wait_answer();
+  s.Stop();
+  // THEN the growing interval has +~96 MiB, and its peak is the high level
+  ASSERT_TRUE(grow.rss_delta && grow.rss_peak);
+  EXPECT_GT(*grow.rss_delta, int64_t{80} << 20);
+  ASSERT_TRUE(shrink.rss_delta && shrink.rss_peak);
+  EXPECT_LT(*shrink.rss_delta, -(int64_t{80} << 20));
+  EXPECT_GE(*shrink.rss_peak, *s.rss_start() + (int64_t{80} << 20));  // freed during it
+  EXPECT_GE(*s.rss_peak(), *s.rss_start() + (int64_t{80} << 20));
+  EXPECT_GT(s.rss_timeline().raw_samples(), 3);
+}
+
+TEST(LineSamplerTest, GpuBusyTimeIsUtilizationTimesTime) {
+  // GIVEN one mock GPU at a constant 50% with this process holding 1 GiB on it
+  auto scenario = telemetry::MockScenario::Parse("util=50,util_amp=0,mem_total_gib=1,mem_frac=1,mem_start_frac=1");
+  ASSERT_TRUE(scenario.ok()) << scenario.error();
+  telemetry::MockCollector gpu(1, std::move(scenario).value());
+  Pump pump;
+  SamplerOptions o;
+  o.interval_ns = 1'000'000;
+  o.gpu = &gpu;
+  o.gpu_interval_ns = 2'000'000;
+  LineSampler s(o, &Pump::Request, &pump);
+  ASSERT_TRUE(s.Start().ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  (void)s.TakeInterval();
+  // WHEN one interval of ~50 ms passes
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto iv = s.TakeInterval();
+  s.Stop();
+  // THEN its GPU busy time is ~half its wall time, and the device memory peak is known
+  ASSERT_TRUE(iv.gpu_busy_ns.has_value());
+  EXPECT_NEAR(static_cast<double>(*iv.gpu_busy_ns) / iv.wall_ns, 0.5, 0.1);
+  ASSERT_TRUE(iv.gpu_mem_peak.has_value());
+  EXPECT_EQ(*iv.gpu_mem_peak, int64_t{1} << 30);
+  EXPECT_GT(s.gpu_summary().ticks, 10);
+  EXPECT_TRUE(s.gpu_summary().used_devices_known);
+}
+
+TEST(SampleAggregatorTest, SumsPerLineAndKeepsUnknownUnknown) {
+  SampleAggregator a;
+  int32_t f = a.InternFile("/p/a.py");
+  EXPECT_EQ(a.InternFile("/p/a.py"), f);
+  SampleInterval i1;
+  i1.wall_ns = 100;
+  i1.cpu_ns = 80;
+  i1.rss_delta = 10;
+  i1.rss_peak = 1000;
+  SampleInterval i2;
+  i2.wall_ns = 50;
+  i2.cpu_ns = 50;
+  i2.rss_delta = -4;
+  i2.rss_peak = 900;
+  i2.gpu_busy_ns = 7;
+  a.AddLine(f, 3, i1);
+  a.AddLine(f, 3, i2);
+  SampleInterval i3;
+  i3.wall_ns = 5;
+  a.AddLine(f, 9, i3);
+  a.AddUnattributed(i3);
+  auto lines = a.Lines();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0].line, 3);
+  EXPECT_EQ(lines[0].samples, 2);
+  EXPECT_EQ(lines[0].wall_ns, 150);
+  EXPECT_EQ(lines[0].cpu_ns, 130);
+  EXPECT_EQ(lines[0].rss_delta, 6);
+  EXPECT_EQ(lines[0].rss_peak, 1000);
+  EXPECT_EQ(lines[0].gpu_busy_ns, 7);
+  EXPECT_FALSE(lines[0].gpu_mem_peak.has_value());
+  EXPECT_FALSE(lines[1].cpu_ns.has_value());
+  EXPECT_FALSE(lines[1].rss_delta.has_value());
+  EXPECT_EQ(a.unattributed_ns(), 5);
+  EXPECT_EQ(a.total_samples(), 4);
+  int32_t fn = a.AddFunction(f, "work", 1);
+  a.AddOwn(fn, i1);
+  a.AddTotal(fn, i1);
+  a.AddTotal(fn, i2);
+  EXPECT_EQ(a.functions()[0].own_ns, 100);
+  EXPECT_EQ(a.functions()[0].total_ns, 150);
+}
+
+}  // namespace
+}  // namespace gpuprof::lines
+
+namespace gpuprof::lines {
+namespace {
+
+TEST(SummarizeGpuCollectionTest, NoCollectorMeansBothUnavailableWithTheReason) {
+  auto s = SummarizeGpuCollection(std::string("NVML not available: cannot load x"), "", 0, {},
+                                  {});
+  EXPECT_FALSE(s.method.has_value());
+  EXPECT_FALSE(s.time_available);
+  EXPECT_FALSE(s.memory_available);
+  ASSERT_TRUE(s.time_reason && s.memory_reason);
+  EXPECT_NE(s.memory_reason->find("NVML not available: cannot load x"), std::string::npos);
+  ASSERT_EQ(s.diagnostics.size(), 1u);
+  EXPECT_NE(s.diagnostics[0].find("continued"), std::string::npos);
+}
+
+TEST(SummarizeGpuCollectionTest, NoPerProcessMemoryKeepsTimeAndSaysWhy) {
+  GpuSamplingSummary g;
+  g.ticks = 10;
+  g.util_readings = 10;
+  auto s = SummarizeGpuCollection(std::nullopt, "nvml", 2, g, {"proc_mem: Not Supported"});
+  EXPECT_EQ(s.method, "nvml-sampled");
+  EXPECT_TRUE(s.time_available);
+  EXPECT_FALSE(s.memory_available);
+  ASSERT_TRUE(s.memory_reason.has_value());
+  EXPECT_NE(s.memory_reason->find("per-process device memory"), std::string::npos);
+  EXPECT_NE(s.memory_reason->find("time sampling continued"), std::string::npos);
+  EXPECT_FALSE(s.time_reason.has_value());
+  EXPECT_EQ(s.utilization_scope, "device");
+  bool other = false, note = false;
+  for (auto& d : s.diagnostics) {
+    other |= d.find("other processes") != std::string::npos &&
+             d.find("every GPU (2 GPUs)") != std::string::npos;
+    note |= d == "GPU collector: proc_mem: Not Supported";
+  }
+  EXPECT_TRUE(other);
+  EXPECT_TRUE(note);
+}
+
+TEST(SummarizeGpuCollectionTest, FailuresAreCountedAndAllFailedMeansUnavailable) {
+  GpuSamplingSummary g;
+  g.ticks = 10;
+  g.failed_ticks = 3;
+  g.util_readings = 7;
+  g.proc_mem_readings = 7;
+  g.used_devices_known = true;
+  g.used_devices = {1};
+  auto s = SummarizeGpuCollection(std::nullopt, "nvml", 2, g, {});
+  EXPECT_TRUE(s.time_available && s.memory_available);
+  EXPECT_EQ(s.diagnostics.size(), 2u);
+  EXPECT_NE(s.diagnostics[0].find("3 of 10"), std::string::npos);
+  EXPECT_NE(s.diagnostics[1].find("holds memory count (1)"), std::string::npos);
+  g.failed_ticks = 10;
+  auto all = SummarizeGpuCollection(std::nullopt, "nvml", 2, g, {});
+  EXPECT_FALSE(all.time_available || all.memory_available);
+  EXPECT_NE(all.time_reason->find("every GPU reading failed"), std::string::npos);
+  GpuSamplingSummary none;
+  auto early = SummarizeGpuCollection(std::nullopt, "nvml", 1, none, {});
+  EXPECT_NE(early.memory_reason->find("before the first sample"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpuprof::lines

@@ -1,0 +1,233 @@
+"""The native sampling side of linescope: the ``sampler`` backend (CPU, host memory and GPU per
+line, from ``_native.LineSampler``) and the memory sampler that runs beside any backend that
+does not measure memory itself (``memory=True``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from ._backends import BackendOptions, register_backend
+from ._model import (BackendCapabilities, GPUCollection, GPUStats, MemoryProfile,
+                     RawBackendResult, RawFunction, RawLine)
+
+DEFAULT_SAMPLE_RATE = 1000.0  # Hz
+MAX_SAMPLE_RATE = 20000.0
+MEMORY_INTERVAL_NS = 1_000_000  # the memory sampler beside other backends: 1 kHz
+
+MAIN_THREAD_ONLY = ("the 'sampler' backend samples the main thread (samples are taken there by "
+                    "the interpreter); start the session from the main thread")
+PER_LINE_MEMORY_NEEDS_MAIN = (
+    "per-line memory needs the profiled thread to be the main thread (memory samples are "
+    "attributed there); the RSS timeline covers the whole process")
+MPS_UNAVAILABLE = ("Apple MPS metrics are unavailable: per-process MPS timing needs additional "
+                   "PyTorch instrumentation")
+
+
+def _native() -> Any:
+    from gpuprof import _native  # the shared native core
+
+    return _native
+
+
+def _gpu_backend(requested: bool) -> str:
+    if not requested:
+        return "off"
+    # The same switch as gpuprof.profile(gpu=...): auto (NVML when present), nvml, mock, none.
+    return os.environ.get("GPUPROF_GPU_BACKEND", "auto") or "auto"
+
+
+def _on_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def _free_signal() -> int:
+    """A signal with no handler installed to carry sample requests to the main thread:
+    SIGURG first (its default action is to ignore it, so a late one is harmless), then the
+    real-time signals."""
+    candidates = [signal.SIGURG]
+    if hasattr(signal, "SIGRTMIN"):
+        candidates += list(range(signal.SIGRTMIN + 4, signal.SIGRTMAX + 1))
+    for sig in candidates:
+        if signal.getsignal(sig) in (signal.SIG_DFL, None):
+            return int(sig)
+    raise RuntimeError("linescope's sampler found no free signal to pace its samples (SIGURG "
+                       "and every real-time signal have handlers)")
+
+
+class _NativeSampling:
+    """Starts/stops a ``_native.LineSampler`` with its signal handler installed (main thread)."""
+
+    def __init__(self, native: Any) -> None:
+        self.native = native
+        self._sig: int | None = None
+        self._previous: Any = None
+        self.warnings: list[str] = []
+
+    def start(self) -> None:
+        sig = _free_signal()
+        handler = self.native.on_signal
+        self._previous = signal.signal(sig, handler)
+        signal.siginterrupt(sig, False)  # SA_RESTART: interrupted system calls resume
+        try:
+            self.native.start(sig)
+        except BaseException:
+            signal.signal(sig, self._previous)
+            raise
+        self._sig, self._handler = sig, handler
+
+    def stop(self) -> None:
+        try:
+            self.native.stop()  # joins the sampler thread: no request is sent after this
+        finally:
+            if self._sig is not None:
+                if signal.getsignal(self._sig) is not self._handler:
+                    self.warnings.append(
+                        f"another handler replaced linescope's for signal {self._sig} during "
+                        "the session; samples after that point were lost")
+                signal.signal(self._sig, self._previous)
+                self._sig = None
+
+
+def _memory_profile(native: Any, per_line: bool, interval_ns: int,
+                    reason: str | None) -> MemoryProfile:
+    m = native.memory()
+    timeline = [(int(t), int(v)) for t, v in native.timeline()]
+    if m["start"] is None and reason is None:
+        reason = "; ".join(native.notes) or "RSS could not be read"
+    return MemoryProfile(timeline=timeline, start_rss_bytes=m["start"],
+                         peak_rss_bytes=m["peak"], end_rss_bytes=m["end"],
+                         interval_ns=interval_ns * max(1, int(m["samples_per_point"])),
+                         per_line=per_line and m["start"] is not None, reason=reason)
+
+
+class SamplerBackend:
+    """A native sampling profiler of the main thread: every 1/sample_rate s (default 1 kHz)
+    the line the main thread is on receives the wall time since the previous sample, the
+    thread's CPU time over it, and with ``memory=True`` the RSS change and peak; with
+    ``gpu=True`` the GPU busy time (sampled utilization x time, NVML) and the process's peak
+    device memory. Hits are not counted (None)."""
+
+    capabilities = BackendCapabilities(line_time=True, hit_counts=False, function_stats=True,
+                                       memory=True, sampled=True, gpu=True, threads="main thread")
+
+    def __init__(self, options: BackendOptions) -> None:
+        rate = options.sample_rate or DEFAULT_SAMPLE_RATE
+        if rate > MAX_SAMPLE_RATE:
+            raise ValueError(f"sample_rate {rate:g} is above the sampler's maximum of "
+                             f"{MAX_SAMPLE_RATE:g} samples per second")
+        self._interval_ns = int(1e9 / rate)
+        self._options = options
+        self._native = _native().LineSampler(
+            list(options.roots), list(options.include), list(options.exclude), os.getcwd(),
+            interval_ns=self._interval_ns, attribute=True, memory=options.memory,
+            gpu_backend=_gpu_backend(options.gpu))
+        self._run = _NativeSampling(self._native)
+
+    def start(self) -> None:
+        if not _on_main_thread():
+            raise RuntimeError(MAIN_THREAD_ONLY)
+        self._run.start()
+
+    def stop(self) -> None:
+        self._run.stop()
+
+    def result(self) -> RawBackendResult:
+        n = self._native
+        want_gpu = self._options.gpu
+        lines = []
+        for (f, ln, samples, wall, cpu, rss_delta, rss_peak, gpu_busy,
+             gpu_mem) in n.lines():
+            gpu = GPUStats(time_ns=gpu_busy, peak_memory_bytes=gpu_mem) if want_gpu else None
+            lines.append(RawLine(filename=f, line=ln, wall_time_ns=wall, hits=None,
+                                 memory=rss_delta, gpu=gpu, samples=samples,
+                                 memory_peak=rss_peak, cpu_time_ns=cpu))
+        functions = [RawFunction(filename=f, qualname=q, first_line=first, total_time_ns=tot,
+                                 own_time_ns=own, calls=None)
+                     for f, q, first, tot, own, _samples in n.functions()]
+        stats = n.stats()
+        warnings = list(n.notes) + self._run.warnings
+        gpu = None
+        if want_gpu:
+            gpu = gpu_collection(n.gpu())
+            warnings.extend(gpu_warnings(gpu))
+        if stats["failed_requests"]:
+            warnings.append(f"{stats['failed_requests']} samples could not be requested (the "
+                            "interpreter's pending-call queue was full)")
+        memory = (_memory_profile(n, True, self._interval_ns, None)
+                  if self._options.memory else None)
+        return RawBackendResult(
+            lines=lines, functions=functions, elapsed_ns=stats["elapsed_ns"],
+            warnings=warnings, memory=memory, gpu=gpu,
+            metadata={"sampler": "signal", "sample_interval_ns": self._interval_ns,
+                      "samples": stats["samples"], "requests": stats["requests"],
+                      "unattributed_samples": stats["unattributed_samples"],
+                      "unattributed_ns": stats["unattributed_ns"]})
+
+
+def gpu_collection(g: dict[str, Any]) -> GPUCollection:
+    time_reason, memory_reason = g["time_reason"], g["memory_reason"]
+    if sys.platform == "darwin" and g["method"] is None:
+        time_reason = memory_reason = MPS_UNAVAILABLE
+    return GPUCollection(method=g["method"], time_available=g["time_available"],
+                         memory_available=g["memory_available"], time_reason=time_reason,
+                         memory_reason=memory_reason, devices=list(g["devices"]),
+                         utilization_scope=g["utilization_scope"],
+                         diagnostics=list(g["diagnostics"]))
+
+
+def gpu_warnings(gpu: GPUCollection) -> list[str]:
+    """The diagnostics a user must see in result.warnings: why GPU values are missing."""
+    out = []
+    if not gpu.time_available and gpu.time_reason:
+        out.append(gpu.time_reason if gpu.time_reason.startswith("GPU measurements unavailable")
+                   else f"GPU time unavailable: {gpu.time_reason}")
+    if (not gpu.memory_available and gpu.memory_reason
+            and gpu.memory_reason != gpu.time_reason):
+        out.append(f"GPU peak memory unavailable: {gpu.memory_reason}")
+    return out
+
+
+class MemorySampler:
+    """RSS sampling beside a backend that does not measure memory (``memory=True``): a bounded
+    RSS timeline for the process and, when the session runs on the main thread, RSS changes
+    and peaks per line."""
+
+    def __init__(self, options: BackendOptions) -> None:
+        self._per_line = _on_main_thread()
+        self._native = _native().LineSampler(
+            list(options.roots), list(options.include), list(options.exclude), os.getcwd(),
+            interval_ns=MEMORY_INTERVAL_NS, attribute=self._per_line, memory=True,
+            gpu_backend="off")
+        self._run = _NativeSampling(self._native) if self._per_line else None
+
+    def start(self) -> None:
+        if self._run is not None:
+            self._run.start()
+        else:  # not the main thread: no signal handler can be had; the timeline still runs
+            self._native.start(0)
+
+    def stop(self) -> None:
+        if self._run is not None:
+            self._run.stop()
+        else:
+            self._native.stop()
+
+    @property
+    def warnings(self) -> list[str]:
+        return self._run.warnings if self._run is not None else []
+
+    def profile(self) -> MemoryProfile:
+        return _memory_profile(self._native, self._per_line, MEMORY_INTERVAL_NS,
+                               None if self._per_line else PER_LINE_MEMORY_NEEDS_MAIN)
+
+    def per_line(self) -> dict[tuple[str, int], tuple[int | None, int | None]]:
+        """(filename, line) -> (RSS change, RSS peak)."""
+        return {(f, ln): (rss_delta, rss_peak)
+                for f, ln, _s, _w, _c, rss_delta, rss_peak, _g, _m in self._native.lines()}
+
+
+register_backend("sampler", SamplerBackend)

@@ -1,0 +1,298 @@
+"""The native `sampler` backend through the public API: time, CPU time and samples per line,
+function totals, GPU collection through the real NVML loading path (fake libnvidia-ml.so.1),
+and the unavailable reasons when there is no GPU."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from linescope import GPUStats, profile
+
+MS = 1_000_000
+REPO = Path(__file__).resolve().parents[2]
+FAKE_NVML = REPO / "build" / "py" / "fake_nvml" / "libnvidia-ml.so.1"
+
+
+def run(ws, fn, *args, **options):
+    options.setdefault("root", ws.root)
+    options.setdefault("display", "none")
+    options.setdefault("backend", "sampler")
+    with profile(**options) as session:
+        fn(*args)
+    return session.result
+
+
+@pytest.fixture
+def work(ws):
+    return ws.module("work.py", """
+        import time
+
+        def hot(n):
+            s = 0
+            for i in range(n):
+                s += i % 7
+            return s
+
+        def outer():
+            hot(600_000)
+            time.sleep(0.12)
+            return 1
+    """)
+
+
+def spin_for(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+@pytest.fixture
+def fake_gpu(tmp_path, monkeypatch):
+    """write(scenario) points the sampler's NVML loader at the fake library."""
+    assert FAKE_NVML.exists(), f"{FAKE_NVML} missing: the test build makes it (make setup)"
+
+    def write(text: str) -> None:
+        scenario = tmp_path / "nvml_scenario.txt"
+        scenario.write_text(text)
+        monkeypatch.setenv("GPUPROF_NVML_LIBRARY", str(FAKE_NVML))
+        monkeypatch.setenv("GPUPROF_FAKE_NVML_SCENARIO", str(scenario))
+
+    return write
+
+
+def test_hot_line_and_sleep_line_get_their_time(ws, work):
+    # WHEN a CPU-bound loop and a 120 ms sleep run under the sampler
+    r = run(ws, work.outer)
+    path = str(ws.root / "work.py")
+    loop, sleep = r.line(path, 6), r.line(path, 11)
+    # THEN the loop body and the sleep line carry the time, sampled (hits unknown, not 0)
+    assert loop is not None and sleep is not None
+    assert loop.hits is None and loop.samples >= 5
+    assert sleep.wall_time_ns >= 100 * MS
+    # AND the sleep burned almost no CPU while the loop did
+    assert sleep.cpu_time_ns < 0.3 * sleep.wall_time_ns
+    assert loop.cpu_time_ns > 0 and loop.cpu_time_ns <= loop.wall_time_ns + 2 * MS
+    # AND the intervals tile the session: line times add up to the elapsed time
+    total = sum(s.wall_time_ns for s in r.lines) + r.metadata["unattributed_ns"]
+    assert abs(total - r.run.elapsed_ns) < 5 * MS
+    # AND no memory or GPU values were asked for, so none exist
+    assert all(s.memory_bytes is None and s.gpu is None for s in r.lines)
+    assert r.memory is None and r.gpu is None
+
+
+def test_function_own_and_total_time(ws, work):
+    r = run(ws, work.outer)
+    outer, hot = r.function("outer"), r.function("hot")
+    # THEN hot's time is its own; outer's total includes hot and the sleep
+    assert hot.total_time_ns == hot.own_time_ns > 0
+    assert outer.total_time_ns >= hot.total_time_ns + 100 * MS
+    assert outer.own_time_ns >= 100 * MS  # the sleep line is outer's own
+    assert outer.calls is None  # a sampler does not count calls
+
+
+def test_time_in_a_dependency_goes_to_the_calling_line(ws, tmp_path, monkeypatch):
+    # GIVEN a pure-Python dependency outside the root
+    deps = tmp_path / "deps"
+    deps.mkdir()
+    (deps / "slowdep_s.py").write_text(
+        "import time\ndef work():\n    end = time.perf_counter() + 0.15\n"
+        "    while time.perf_counter() < end:\n        pass\n")
+    monkeypatch.syspath_prepend(str(deps))
+    mod = ws.module("user_s.py", """
+        import slowdep_s
+        def main():
+            slowdep_s.work()
+            return 2
+    """)
+    r = run(ws, mod.main)
+    # THEN its time is on the user line that called it, and no dependency line is recorded
+    assert r.line(str(ws.root / "user_s.py"), 3).wall_time_ns >= 120 * MS
+    assert not any("slowdep_s" in s.filename for s in r.lines)
+
+
+def test_sample_rate_sets_the_interval_and_is_validated(ws):
+    mod = ws.module("rate.py", """
+        import time
+        def f():
+            time.sleep(0.01)
+    """)
+    r = run(ws, lambda: [mod.f() for _ in range(20)], sample_rate=200)
+    assert r.metadata["sample_interval_ns"] == 5 * MS
+    assert r.options["sample_rate"] == 200.0
+    with pytest.raises(ValueError, match="above the sampler's maximum"):
+        profile(backend="sampler", sample_rate=1e6, display="none").start()
+
+
+def test_the_sampler_needs_the_main_thread(ws):
+    errors = []
+
+    def body():
+        try:
+            profile(backend="sampler", root=ws.root, display="none").start()
+        except RuntimeError as e:
+            errors.append(str(e))
+
+    t = threading.Thread(target=body)
+    t.start()
+    t.join()
+    assert errors and "samples the main thread" in errors[0]
+    with profile(display="none"):  # nothing was left active
+        pass
+
+
+def test_signal_handler_is_restored_and_a_taken_signal_is_avoided(ws, work):
+    # GIVEN the user's own SIGURG handler
+    seen = []
+    previous = signal.signal(signal.SIGURG, lambda *a: seen.append(1))
+    try:
+        r = run(ws, work.hot, 300_000)
+        # THEN sampling still worked (another signal carried it) and the handler is intact
+        assert r.line(str(ws.root / "work.py"), 6) is not None
+        assert signal.getsignal(signal.SIGURG) is not signal.SIG_DFL
+        assert seen == []
+    finally:
+        signal.signal(signal.SIGURG, previous)
+    run(ws, work.hot, 10_000)
+    assert signal.getsignal(signal.SIGURG) == signal.SIG_DFL
+
+
+def test_gpu_without_a_driver_is_unavailable_with_the_reason(ws, work, monkeypatch, tmp_path):
+    # GIVEN no NVIDIA driver (an NVML path that does not exist)
+    monkeypatch.setenv("GPUPROF_NVML_LIBRARY", str(tmp_path / "no" / "libnvidia-ml.so.1"))
+    # WHEN gpu=True
+    r = run(ws, work.outer, gpu=True)
+    # THEN CPU profiling continued and GPU values are unknown with the reason recorded
+    loop = r.line(str(ws.root / "work.py"), 6)
+    assert loop.wall_time_ns > 0 and loop.cpu_time_ns > 0
+    assert loop.gpu == GPUStats(time_ns=None, peak_memory_bytes=None)
+    g = r.gpu
+    assert g.method is None and not g.time_available and not g.memory_available
+    assert "cannot load" in g.memory_reason and "libnvidia-ml.so.1" in g.memory_reason
+    assert any("GPU measurements unavailable" in w for w in r.warnings)
+    assert sum("GPU" in w for w in r.warnings) == 1  # said once
+
+
+def test_gpu_time_is_utilization_times_time_and_memory_is_per_process(ws, fake_gpu):
+    # GIVEN one GPU at a constant 60% with this process holding 3 GiB on it
+    fake_gpu("""
+        devices 1
+        gpu * name NVIDIA H200
+        gpu * util 60
+        gpu 0 process self 3221225472
+    """)
+    mod = ws.module("gpuwork.py", """
+        def spin(seconds):
+            import time
+            end = time.perf_counter() + seconds
+            while time.perf_counter() < end:
+                pass
+    """)
+    # WHEN a line runs for 0.4 s
+    r = run(ws, mod.spin, 0.4, gpu=True)
+    hot = r.line(str(ws.root / "gpuwork.py"), 4)
+    # THEN its GPU time is ~60% of its driver time, a separate quantity
+    assert hot.gpu.time_ns == pytest.approx(0.6 * hot.wall_time_ns, rel=0.15)
+    # AND its GPU peak memory is this process's device memory
+    assert hot.gpu.peak_memory_bytes == 3221225472
+    g = r.gpu
+    assert g.method == "nvml-sampled" and g.time_available and g.memory_available
+    assert g.devices == ["NVIDIA H200"] and g.utilization_scope == "device"
+    assert any("other processes" in d for d in g.diagnostics)
+    assert not any("unavailable" in w for w in r.warnings)
+
+
+def test_other_processes_gpus_do_not_count(ws, fake_gpu):
+    # GIVEN two busy GPUs; this process holds memory only on GPU 1
+    fake_gpu("""
+        devices 2
+        gpu * util 50
+        gpu 1 process self 1000000
+    """)
+    r = run(ws, spin_for, 0.3, gpu=True, include=[__file__])
+    here = [s for s in r.lines if s.filename == __file__ and s.gpu and s.gpu.time_ns]
+    busy = sum(s.gpu.time_ns for s in here)
+    wall = sum(s.wall_time_ns for s in here)
+    # THEN only GPU 1's 50% counts (not 100% over both)
+    assert busy == pytest.approx(0.5 * wall, rel=0.2)
+    assert any("holds memory count (1)" in d for d in r.gpu.diagnostics)
+
+
+def test_no_per_process_memory_keeps_time_and_says_why(ws, fake_gpu):
+    # GIVEN a driver without per-process accounting (as with WDDM)
+    fake_gpu("""
+        devices 1
+        gpu * util 40
+        gpu * not_supported proc_mem
+    """)
+    r = run(ws, spin_for, 0.25, gpu=True, include=[__file__])
+    g = r.gpu
+    # THEN GPU time is still sampled, GPU peak memory is unknown with the reason
+    assert g.time_available and not g.memory_available
+    assert "per-process device memory" in g.memory_reason
+    assert "time sampling continued" in g.memory_reason
+    lines = [s for s in r.lines if s.filename == __file__]
+    assert any(s.gpu.time_ns for s in lines)
+    assert all(s.gpu.peak_memory_bytes is None for s in lines)
+    assert any("GPU peak memory unavailable" in w for w in r.warnings)
+
+
+def test_failing_gpu_reads_mid_run_are_diagnosed(ws, fake_gpu):
+    # GIVEN a GPU whose utilization read fails from the 5th sample on
+    fake_gpu("""
+        devices 1
+        gpu * util 70
+        gpu 0 process self 1000
+        gpu * fail util after 5
+    """)
+    r = run(ws, spin_for, 0.3, gpu=True, include=[__file__])
+    # THEN the early samples have GPU time, and the failure is in the diagnostics
+    assert r.gpu.time_available
+    assert any("GPU collector" in d and "util" in d for d in r.gpu.diagnostics)
+    assert r.run.elapsed_ns >= 250 * MS
+
+
+def test_gpu_false_collects_no_gpu_values(ws, fake_gpu):
+    fake_gpu("devices 1\ngpu * util 90\ngpu 0 process self 1000\n")
+    r = run(ws, spin_for, 0.1, gpu=False, include=[__file__])
+    assert r.gpu is None
+    assert all(s.gpu is None for s in r.lines)
+
+
+def test_memory_per_line_with_the_sampler(ws):
+    mod = ws.module("mem_s.py", """
+        import time
+        def grow():
+            block = bytearray(120 * 1024 * 1024)
+            time.sleep(0.02)
+            return len(block)
+    """)
+    r = run(ws, mod.grow, memory=True)
+    line = r.line(str(ws.root / "mem_s.py"), 3)
+    assert line.memory_bytes > 100 * 1024 * 1024
+    assert r.memory.peak_rss_bytes >= r.memory.start_rss_bytes + 100 * 1024 * 1024
+    assert r.memory.per_line and r.memory.timeline
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="signals and /proc: Linux")
+def test_cli_sampler_with_gpu_on_a_machine_without_one(tmp_path):
+    import json
+    import subprocess
+
+    target = tmp_path / "t.py"
+    target.write_text("import time\nfor _ in range(3):\n    time.sleep(0.02)\n")
+    exe = Path(sys.executable).parent / "linescope"
+    env = dict(__import__("os").environ, GPUPROF_NVML_LIBRARY=str(tmp_path / "none.so"))
+    p = subprocess.run([str(exe), "--backend", "sampler", "--gpu", "-d", "none", "-o",
+                        "out.json", "t.py"], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    data = json.loads((tmp_path / "out.json").read_text())
+    assert data["gpu"]["time_available"] is False
+    assert "cannot load" in data["gpu"]["time_reason"]
+    assert any(line["line"] == 3 for line in data["run"]["lines"])
