@@ -33,8 +33,9 @@ fi
 PY=.venv/bin/python
 
 # Build requirements and test tools (installed once; pip skips what is present).
-want=(scikit-build-core nanobind cmake ninja pytest numpy)
-if ! $PY -c "import scikit_build_core, nanobind, cmake, ninja, pytest, numpy" >/dev/null 2>&1; then
+want=(scikit-build-core nanobind cmake ninja pytest numpy ipython)
+if ! $PY -c "import scikit_build_core, nanobind, cmake, ninja, pytest, numpy, IPython" \
+    >/dev/null 2>&1; then
   $PY -m pip install -q "${want[@]}"
 fi
 # torch 2.13.0, CPU build (a local wheel on these machines; a bare 'torch' pulls CUDA builds).
@@ -58,9 +59,9 @@ if [ "${LINESCOPE_PY312:-1}" != "0" ] && [ -x "$PY312_BASE" ]; then
     echo "setup: creating .venv312 with $($PY312_BASE --version)"
     "$PY312_BASE" -m venv .venv312
   fi
-  if ! .venv312/bin/python -c "import scikit_build_core, nanobind, cmake, ninja, pytest" \
+  if ! .venv312/bin/python -c "import scikit_build_core, nanobind, cmake, ninja, pytest, IPython" \
       >/dev/null 2>&1; then
-    .venv312/bin/python -m pip install -q scikit-build-core nanobind cmake ninja pytest
+    .venv312/bin/python -m pip install -q scikit-build-core nanobind cmake ninja pytest ipython
   fi
   echo "setup: building gpuprof for Python 3.12 (build/py312; for linescope's sys.monitoring tests)"
   .venv312/bin/python -m pip install -q --no-build-isolation --no-deps \

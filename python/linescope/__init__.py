@@ -16,6 +16,14 @@ from ._session import profile
 
 __version__ = "0.1.0"
 
+
+def load_ipython_extension(ipython: object) -> None:
+    """``%load_ext linescope``: registers the ``%%linescope`` and ``%%profile`` cell magics."""
+    from ._magic import load_ipython_extension as load
+
+    load(ipython)
+
+
 __all__ = [
     "BackendCapabilities", "BackendOptions", "FunctionStats", "GPUCollection", "GPUStats",
     "LineStats", "MemoryProfile",

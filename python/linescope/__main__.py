@@ -14,17 +14,17 @@ import traceback
 from typing import Sequence
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="linescope",
-        usage="linescope [options] (script.py | -m module) [args...]",
-        description="Profile the source lines of a Python script or module.")
-    p.add_argument("--backend", "-b", default=None, help="profiler backend (default: trace)")
+def add_profile_options(p: argparse.ArgumentParser) -> None:
+    """The profile options shared by the CLI and the %%linescope cell magic."""
+    p.add_argument("--backend", "-b", default=None,
+                   help="profiler backend: trace (default), sampler, scalene, tachyon, or a "
+                        "registered one")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--gpu", dest="gpu", action="store_true", default=None,
                    help="collect GPU time and device memory (needs a GPU-capable backend)")
     g.add_argument("--no-gpu", dest="gpu", action="store_false")
-    p.add_argument("--memory", action="store_true", default=None, help="collect memory")
+    p.add_argument("--memory", action="store_true", default=None,
+                   help="collect host memory: RSS timeline and per-line change / peak")
     p.add_argument("-i", "--include", action="append", default=None, metavar="PATTERN",
                    help="also record files matching this glob (repeatable)")
     p.add_argument("-e", "--exclude", action="append", default=None, metavar="PATTERN",
@@ -33,8 +33,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default=None, metavar="OUT",
                    help="write the result here (.json; .html writes an interim page)")
     p.add_argument("-d", "--display", choices=("none", "end"), default=None,
-                   help="print a summary at the end (default: end)")
-    p.add_argument("--sample-rate", type=float, default=None, help="for sampling backends")
+                   help="show the result at the end (default: end)")
+    p.add_argument("--sample-rate", type=float, default=None,
+                   help="samples per second, for sampling backends")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="linescope",
+        usage="linescope [options] (script.py | -m module) [args...]",
+        description="Profile the source lines of a Python script or module.")
+    add_profile_options(p)
     p.add_argument("-m", dest="module", default=None, metavar="MODULE",
                    help="run a library module as a script (like python -m)")
     p.add_argument("target", nargs=argparse.REMAINDER, help="script.py [args...]")

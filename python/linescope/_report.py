@@ -60,20 +60,23 @@ def save(result: ProfileResult, path: str | os.PathLike[str]) -> str:
     """Writes the result. ``.html``: a self-contained interim page (text summary plus the JSON
     data embedded); anything else: JSON (format ``linescope-result/1``). Returns the path."""
     path = os.fspath(path)
-    data: dict[str, Any] = result.to_dict()
-    payload = json.dumps(data, indent=None, separators=(",", ":"))
-    embedded = payload.replace("</", "<\\/")
     if path.endswith((".html", ".htm")):
-        body = ("<!doctype html><meta charset=utf-8><title>linescope</title>"
-                "<p>Interim report (the interactive HTML report is not built yet).</p>"
-                f"<pre>{html.escape(render_text(result, top=50))}</pre>"
-                "<script type=application/json id=linescope-data>"
-                f"{embedded}</script>\n")
-        text = body
+        text = render_html(result)
     else:
-        text = payload + "\n"
+        text = json.dumps(result.to_dict(), indent=None, separators=(",", ":")) + "\n"
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     return path
+
+
+def render_html(result: ProfileResult) -> str:
+    """The report as one self-contained HTML page."""
+    payload = json.dumps(result.to_dict(), indent=None, separators=(",", ":"))
+    embedded = payload.replace("</", "<\\/")
+    return ("<!doctype html><meta charset=utf-8><title>linescope</title>"
+            "<p>Interim report (the interactive HTML report is not built yet).</p>"
+            f"<pre>{html.escape(render_text(result, top=50))}</pre>"
+            "<script type=application/json id=linescope-data>"
+            f"{embedded}</script>\n")
