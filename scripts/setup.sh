@@ -33,9 +33,9 @@ fi
 PY=.venv/bin/python
 
 # Build requirements and test tools (installed once; pip skips what is present).
-want=(scikit-build-core nanobind cmake ninja pytest numpy ipython)
-if ! $PY -c "import scikit_build_core, nanobind, cmake, ninja, pytest, numpy, IPython" \
-    >/dev/null 2>&1; then
+want=(scikit-build-core nanobind cmake ninja pytest numpy ipython ipykernel nbclient nbformat)
+if ! $PY -c "import scikit_build_core, nanobind, cmake, ninja, pytest, numpy, IPython, \
+    ipykernel, nbclient, nbformat" >/dev/null 2>&1; then
   $PY -m pip install -q "${want[@]}"
 fi
 # torch 2.13.0, CPU build (a local wheel on these machines; a bare 'torch' pulls CUDA builds).
