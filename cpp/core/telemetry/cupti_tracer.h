@@ -123,8 +123,9 @@ class KernelTracer {
  public:
   // Loads CUPTI (CuptiLibraryCandidates(library_path), first that loads), registers the buffer
   // callbacks, subscribes, enables the launch callbacks and the activity kinds. Cold path.
-  // Errors name the library and the failing step, e.g. "cannot load CUPTI: libcupti.so:
-  // cannot open shared object file: No such file or directory; ..." or "cuptiSubscribe failed
+  // Errors name the library and the failing step, e.g. "cannot load CUPTI: tried libcupti.so
+  // (libcupti.so: cannot open shared object file: No such file or directory); ..." or
+  // "cuptiSubscribe failed
   // for /x/libcupti.so: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED (CUPTI error 39): another
   // CUPTI client ...". Everything set up before a failing step is undone.
   static Expected<std::unique_ptr<KernelTracer>> Open(const std::string& library_path,
