@@ -17,6 +17,8 @@
 // Lifetime: at most one session samples at a time (g_active, GIL-protected).
 #include "line_sampler.h"
 
+#include "frame_peek.h"
+
 #include <Python.h>
 #include <frameobject.h>
 #include <pthread.h>
@@ -35,9 +37,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "lines/kernel_lines.h"
 #include "lines/line_model.h"
 #include "lines/sampler.h"
+#include "telemetry/cupti_tracer.h"
 #include "telemetry/gpu_collector.h"
+#include "util/periodic_thread.h"
 
 namespace nb = nanobind;
 
@@ -66,13 +71,16 @@ class SamplerSession {
   SamplerSession(std::vector<std::string> roots, std::vector<std::string> include,
                  std::vector<std::string> exclude, std::string cwd, int64_t interval_ns,
                  bool attribute, bool memory, std::string gpu_backend, std::string nvml_library,
-                 int mock_gpus, std::string mock_scenario, int64_t gpu_interval_ns)
+                 int mock_gpus, std::string mock_scenario, int64_t gpu_interval_ns, bool cupti,
+                 std::string cupti_library)
       : filter_(std::move(roots), std::move(include), std::move(exclude), cwd),
         cwd_(std::move(cwd)),
         attribute_(attribute),
         memory_(memory),
         interval_ns_(interval_ns),
-        gpu_interval_ns_(gpu_interval_ns) {
+        gpu_interval_ns_(gpu_interval_ns),
+        cupti_(cupti),
+        cupti_library_(std::move(cupti_library)) {
     gpu_options_.backend = std::move(gpu_backend);
     gpu_options_.nvml_library = std::move(nvml_library);
     gpu_options_.mock_gpus = mock_gpus;
@@ -83,6 +91,8 @@ class SamplerSession {
   SamplerSession& operator=(const SamplerSession&) = delete;
   ~SamplerSession() {
     if (g_active == this) g_active = nullptr;
+    drain_.Stop();
+    kernels_.reset();
     sampler_.reset();  // joins the thread before the collector goes
     collector_.reset();
     for (auto& [code, entry] : codes_) Py_DECREF(code);
@@ -111,6 +121,7 @@ class SamplerSession {
         gpu_error_ = c.error();
       }
     }
+    if (collector_ && cupti_ && attribute_) StartKernelTracing();
     signum_ = signum;
     main_thread_ = pthread_self();
     sampler_ = std::make_unique<lines::LineSampler>(o, &SamplerSession::Request, this);
@@ -118,9 +129,41 @@ class SamplerSession {
     Status s = sampler_->Start();
     if (!s.ok()) {
       g_active = nullptr;
+      StopKernelTracing();
       throw std::runtime_error(s.message());
     }
     state_ = kRunning;
+  }
+
+  // Kernel time per line through CUPTI (see lines/kernel_lines.h): a launch is tagged with the
+  // sampling interval it happened in; a drain thread flushes the records twice a second.
+  void StartKernelTracing() {
+    kmap_ = std::make_unique<lines::KernelLineMap>();
+    main_tstate_ = PyThreadState_Get();
+    auto t = telemetry::KernelTracer::Open(cupti_library_, &SamplerSession::KernelTag, this);
+    if (!t.ok()) {
+      cupti_error_ = t.error();
+      kmap_.reset();
+      return;
+    }
+    kernels_ = std::move(t).value();
+    drain_.Start(std::chrono::milliseconds(500), [this] {
+      if (!kernels_->Flush().ok()) return;
+      kmap_->Resolve(kernels_->TakeTotals());
+    });
+  }
+
+  // The stopping thread, GIL released: the last records, then the tracer goes.
+  void StopKernelTracing() {
+    if (!kernels_) return;
+    drain_.Stop();
+    kernels_->Stop();  // flushes; what it delivered stays for TakeTotals
+    kmap_->Resolve(kernels_->TakeTotals(), /*final=*/true);
+    for (auto& n : kernels_->TakeNotes()) kernel_notes_.push_back(std::move(n));
+    kernel_library_ = kernels_->library_path();
+    kernel_version_ = kernels_->cupti_version();
+    kernels_.reset();
+    kernels_done_ = true;
   }
 
   void Stop() {
@@ -129,6 +172,10 @@ class SamplerSession {
     Sample();  // the interval up to now, on the stopping line
     g_active = nullptr;
     state_ = kStopped;
+    {
+      nb::gil_scoped_release release;  // the tracer's Stop waits for launch callbacks
+      StopKernelTracing();
+    }
     for (auto& n : sampler_->TakeNotes()) notes_.push_back(std::move(n));
     if (collector_)
       for (auto& n : collector_->TakeNotes()) gpu_notes_.push_back(std::move(n));
@@ -141,10 +188,30 @@ class SamplerSession {
                  std::optional<int64_t>>;
   std::vector<LineRow> Lines() const {
     std::vector<LineRow> out;
-    for (const auto& l : agg_.Lines())
+    std::unordered_map<int64_t, bool> seen;
+    for (const auto& l : agg_.Lines()) {
+      std::optional<int64_t> gpu_ns = l.gpu_busy_ns;
+      if (kernels_done_) {  // measured: a line without kernels has 0 kernel time
+        const int64_t key = lines::KernelLineMap::Key(l.file_id, l.line);
+        auto it = kmap_->lines().find(key);
+        gpu_ns = it == kmap_->lines().end() ? 0 : it->second.kernel_busy_ns;
+        seen[key] = true;
+      }
       out.emplace_back(agg_.files()[static_cast<size_t>(l.file_id)], l.line, l.samples,
-                       l.wall_ns, l.cpu_ns, l.rss_delta, l.rss_peak, l.gpu_busy_ns,
-                       l.gpu_mem_peak);
+                       l.wall_ns, l.cpu_ns, l.rss_delta, l.rss_peak, gpu_ns, l.gpu_mem_peak);
+    }
+    // Lines that launched kernels but were never the line of a sample (shorter than the
+    // interval): their GPU time is measured, their driver time got no sample.
+    if (kernels_done_) {
+      for (const auto& [key, k] : kmap_->lines()) {
+        if (seen.count(key)) continue;
+        auto file = static_cast<size_t>(key >> 32);
+        if (file >= agg_.files().size()) continue;
+        out.emplace_back(agg_.files()[file], static_cast<int32_t>(key & 0xffffffff), 0, 0,
+                         std::nullopt, std::nullopt, std::nullopt, k.kernel_busy_ns,
+                         std::nullopt);
+      }
+    }
     return out;
   }
   // (filename, qualname, first_line, total_ns, own_ns, own_samples)
@@ -184,6 +251,15 @@ class SamplerSession {
     d["used_devices"] = g.used_devices;
     auto s = lines::SummarizeGpuCollection(gpu_error_, collector_ ? collector_->backend() : "",
                                            devices_.size(), g, gpu_notes_);
+    lines::ApplyKernelTracing(s, kernels_done_, cupti_error_, kernel_library_, kernel_version_,
+                              kmap_ ? kmap_->unattributed() : lines::LineKernelTotals{},
+                              kmap_ ? kmap_->late_records() : 0, kernel_notes_);
+    if (kernels_done_) {
+      int64_t kernels = kmap_->unattributed().kernel_count;
+      for (const auto& [key, totals] : kmap_->lines()) kernels += totals.kernel_count;
+      d["kernel_count"] = kernels;
+      d["unattributed_kernel_ns"] = kmap_->unattributed().kernel_ns;
+    }
     d["method"] = s.method;
     d["time_available"] = s.time_available;
     d["memory_available"] = s.memory_available;
@@ -213,6 +289,33 @@ class SamplerSession {
     int32_t function = -1;  // -1: not recorded
     uint64_t stamp = 0;     // last sample that counted it in a total
   };
+
+  // Any launching thread (CUPTI callback), GIL not held. The main thread, blocked in the
+  // launching C call, reads its own frames: the innermost frame whose code a sample already
+  // classified as recorded names the line exactly. Other threads (autograd, NCCL), or code no
+  // sample has seen yet, get the open sampling interval instead.
+  static uint64_t KernelTag(void* ctx) noexcept {
+    auto* self = static_cast<SamplerSession*>(ctx);
+    if (pthread_equal(pthread_self(), self->main_thread_)) {
+      struct Find {
+        SamplerSession* self;
+        uint64_t tag = telemetry::kNoTag;
+      } find{self};
+      PeekOwnFrames(
+          self->main_tstate_,
+          [](void* c, PyCodeObject* code, int offset) noexcept {
+            auto* f = static_cast<Find*>(c);
+            auto it = f->self->codes_.find(code);  // no insertion off the GIL
+            if (it == f->self->codes_.end() || it->second.function < 0) return false;
+            const auto& fn = f->self->agg_.functions()[static_cast<size_t>(it->second.function)];
+            f->tag = lines::KernelLineMap::LineTag(fn.file_id, PyCode_Addr2Line(code, offset));
+            return true;
+          },
+          &find, kMaxStackWalk);
+      if (find.tag != telemetry::kNoTag) return find.tag;
+    }
+    return self->kmap_->CurrentInterval();
+  }
 
   // Sampler thread.
   static bool Request(void* ctx) noexcept {
@@ -265,6 +368,7 @@ class SamplerSession {
       return;
     }
     ++stamp_;
+    int32_t kfile = -1, kline = 0;  // the line this interval goes to, for kernel tags
     PyFrameObject* frame = PyEval_GetFrame();  // borrowed
     Py_XINCREF(frame);
     bool innermost = true;
@@ -276,8 +380,10 @@ class SamplerSession {
         if (innermost) {
           innermost = false;
           const auto& fn = agg_.functions()[static_cast<size_t>(e->function)];
+          kfile = fn.file_id;
+          kline = PyFrame_GetLineNumber(frame);
           try {
-            agg_.AddLine(fn.file_id, PyFrame_GetLineNumber(frame), iv);
+            agg_.AddLine(kfile, kline, iv);
           } catch (...) {
           }
           agg_.AddOwn(e->function, iv);
@@ -293,6 +399,7 @@ class SamplerSession {
     }
     Py_XDECREF(frame);
     if (innermost) agg_.AddUnattributed(iv);
+    if (kmap_) kmap_->CloseInterval(kfile, kline);
     if (PyErr_Occurred()) PyErr_Clear();
   }
 
@@ -314,6 +421,17 @@ class SamplerSession {
   std::vector<std::string> gpu_notes_;
   int signum_ = 0;
   pthread_t main_thread_{};
+  PyThreadState* main_tstate_ = nullptr;
+  bool cupti_;
+  std::string cupti_library_;
+  std::unique_ptr<lines::KernelLineMap> kmap_;
+  std::unique_ptr<telemetry::KernelTracer> kernels_;
+  util::PeriodicThread drain_;
+  std::optional<std::string> cupti_error_;
+  std::vector<std::string> kernel_notes_;
+  std::string kernel_library_;
+  uint32_t kernel_version_ = 0;
+  bool kernels_done_ = false;
   uint64_t stamp_ = 0;
   int64_t elapsed_ns_ = 0;
   State state_ = kIdle;
@@ -325,11 +443,12 @@ void RegisterLineSampler(nb::module_& m) {
   nb::class_<SamplerSession>(m, "LineSampler")
       .def(nb::init<std::vector<std::string>, std::vector<std::string>, std::vector<std::string>,
                     std::string, int64_t, bool, bool, std::string, std::string, int, std::string,
-                    int64_t>(),
+                    int64_t, bool, std::string>(),
            nb::arg("roots"), nb::arg("include"), nb::arg("exclude"), nb::arg("cwd"),
            nb::arg("interval_ns"), nb::arg("attribute"), nb::arg("memory"),
            nb::arg("gpu_backend"), nb::arg("nvml_library") = "", nb::arg("mock_gpus") = 1,
-           nb::arg("mock_scenario") = "", nb::arg("gpu_interval_ns") = 10'000'000)
+           nb::arg("mock_scenario") = "", nb::arg("gpu_interval_ns") = 10'000'000,
+           nb::arg("cupti") = false, nb::arg("cupti_library") = "")
       .def("start", &SamplerSession::Start, nb::arg("signum"))
       .def("on_signal", [](SamplerSession& s, nb::args) { s.OnSignal(); })
       .def("stop", &SamplerSession::Stop)

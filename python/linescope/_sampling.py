@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 from ._backends import BackendOptions, register_backend
@@ -38,6 +39,39 @@ def _gpu_backend(requested: bool) -> str:
         return "off"
     # The same switch as gpuprof.profile(gpu=...): auto (NVML when present), nvml, mock, none.
     return os.environ.get("GPUPROF_GPU_BACKEND", "auto") or "auto"
+
+
+def _cupti() -> tuple[bool, str]:
+    """Whether to trace kernels with CUPTI, and the library to load ("" = the native default:
+    $GPUPROF_CUPTI_LIBRARY, then libcupti.so on the loader path). GPUPROF_CUPTI=0 turns it off.
+    CUDA builds of torch bring CUPTI in the nvidia-cuda-cupti wheel; that copy is preferred."""
+    if os.environ.get("GPUPROF_CUPTI", "1") == "0":
+        return False, ""
+    if os.environ.get("GPUPROF_CUPTI_LIBRARY"):
+        return True, ""
+    import importlib.util
+
+    for mod in ("nvidia.cuda_cupti", "nvidia.cu13", "nvidia.cu12"):
+        try:
+            spec = importlib.util.find_spec(mod)
+        except (ImportError, ValueError):
+            spec = None
+        for d in (spec.submodule_search_locations or []) if spec else []:
+            libs = sorted(Path(d).glob("lib/libcupti.so*"))
+            if libs:
+                return True, str(libs[0])
+    return True, ""
+
+
+def _synchronize_cuda() -> None:
+    """Waits for queued GPU work (so its kernels are measured) when torch already uses CUDA;
+    never imports torch or initialises CUDA itself."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+    except Exception:  # profiling must not break the program
+        pass
 
 
 def _on_main_thread() -> bool:
@@ -121,10 +155,11 @@ class SamplerBackend:
                              f"{MAX_SAMPLE_RATE:g} samples per second")
         self._interval_ns = int(1e9 / rate)
         self._options = options
+        cupti, cupti_library = _cupti() if options.gpu else (False, "")
         self._native = _native().LineSampler(
             list(options.roots), list(options.include), list(options.exclude), os.getcwd(),
             interval_ns=self._interval_ns, attribute=True, memory=options.memory,
-            gpu_backend=_gpu_backend(options.gpu))
+            gpu_backend=_gpu_backend(options.gpu), cupti=cupti, cupti_library=cupti_library)
         self._run = _NativeSampling(self._native)
 
     def start(self) -> None:
@@ -133,6 +168,8 @@ class SamplerBackend:
         self._run.start()
 
     def stop(self) -> None:
+        if self._options.gpu:
+            _synchronize_cuda()
         self._run.stop()
 
     def result(self) -> RawBackendResult:
@@ -152,20 +189,25 @@ class SamplerBackend:
         warnings = list(n.notes) + self._run.warnings
         gpu = None
         if want_gpu:
-            gpu = gpu_collection(n.gpu())
+            g = n.gpu()
+            gpu = gpu_collection(g)
             warnings.extend(gpu_warnings(gpu))
         if stats["failed_requests"]:
             warnings.append(f"{stats['failed_requests']} samples could not be requested (the "
                             "interpreter's pending-call queue was full)")
         memory = (_memory_profile(n, True, self._interval_ns, None)
                   if self._options.memory else None)
+        kernels = {}
+        if want_gpu and "kernel_count" in g:
+            kernels = {"kernel_count": g["kernel_count"],
+                       "unattributed_kernel_ns": g["unattributed_kernel_ns"]}
         return RawBackendResult(
             lines=lines, functions=functions, elapsed_ns=stats["elapsed_ns"],
             warnings=warnings, memory=memory, gpu=gpu,
             metadata={"sampler": "signal", "sample_interval_ns": self._interval_ns,
                       "samples": stats["samples"], "requests": stats["requests"],
                       "unattributed_samples": stats["unattributed_samples"],
-                      "unattributed_ns": stats["unattributed_ns"]})
+                      "unattributed_ns": stats["unattributed_ns"], **kernels})
 
 
 def gpu_collection(g: dict[str, Any]) -> GPUCollection:

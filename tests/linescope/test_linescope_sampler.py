@@ -296,3 +296,75 @@ def test_cli_sampler_with_gpu_on_a_machine_without_one(tmp_path):
     assert data["gpu"]["time_available"] is False
     assert "cannot load" in data["gpu"]["time_reason"]
     assert any(line["line"] == 3 for line in data["run"]["lines"])
+
+
+FAKE_CUPTI = REPO / "build" / "py" / "fake_cupti" / "libcupti.so"
+
+
+@pytest.fixture
+def fake_cupti(fake_gpu, monkeypatch):
+    """The fake GPU plus the fake CUPTI: returns the fake's control library (ctypes)."""
+    import ctypes
+
+    assert FAKE_CUPTI.exists(), f"{FAKE_CUPTI} missing: the test build makes it (make setup)"
+    fake_gpu("devices 1\ngpu * name NVIDIA H200\ngpu * util 30\ngpu 0 process self 2000000\n")
+    monkeypatch.setenv("GPUPROF_CUPTI_LIBRARY", str(FAKE_CUPTI))
+    lib = ctypes.PyDLL(str(FAKE_CUPTI))
+    lib.fake_cupti_launch.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint32]
+    lib.fake_cupti_launch.restype = ctypes.c_uint32
+    lib.fake_cupti_reset()
+    yield lib
+    lib.fake_cupti_reset()
+
+
+def test_cupti_measures_kernel_time_per_launching_line(ws, fake_cupti):
+    # GIVEN lines that launch kernels of known device time, one of them from a worker thread
+    # (as autograd and NCCL launch), each line lasting well over a sampling interval
+    kern = ws.module("kern.py", """
+        import threading
+        import time
+
+        def spin(s):
+            end = time.perf_counter() + s
+            while time.perf_counter() < end:
+                pass
+
+        def worker(lib):
+            lib.fake_cupti_launch(b"bwd", 3_000_000, 1)
+            time.sleep(0.03)
+
+        def step(lib):
+            spin(0.03)
+            lib.fake_cupti_launch(b"gemm", 5_000_000, 0); spin(0.03)
+            lib.fake_cupti_launch(b"relu", 1_000_000, 0); lib.fake_cupti_launch(b"relu", 1_000_000, 0); spin(0.03)
+            t = threading.Thread(target=worker, args=(lib,)); t.start(); t.join()
+            spin(0.03)
+    """)
+    # WHEN profiled with gpu=True
+    r = run(ws, kern.step, fake_cupti, gpu=True)
+    path = str(ws.root / "kern.py")
+    # THEN each line's GPU time is exactly the device time of the kernels it launched: read
+    # from the launching frame on the main thread...
+    assert r.line(path, 15).gpu.time_ns == 5_000_000
+    assert r.line(path, 16).gpu.time_ns == 2_000_000
+    # ...and, for a launch from another thread (as autograd and NCCL launch), charged to the
+    # line the main thread was on (waiting for that thread)
+    assert r.line(path, 17).gpu.time_ns == 3_000_000
+    assert r.line(path, 6).gpu.time_ns == 0  # measured: spin's loop launched no kernel
+    # AND it is marked as measured, with GPU peak memory still from the driver
+    g = r.gpu
+    assert g.method == "cupti" and g.time_available and g.memory_available
+    assert any("measured kernel time (CUPTI" in d for d in g.diagnostics)
+    assert r.line(path, 17).gpu.peak_memory_bytes == 2000000
+    assert r.metadata["kernel_count"] == 4
+    # AND driver time stays a separate quantity
+    assert r.line(path, 17).wall_time_ns >= 25 * MS
+
+
+def test_without_cupti_gpu_time_stays_estimated_and_says_why(ws, fake_gpu, monkeypatch, tmp_path):
+    fake_gpu("devices 1\ngpu * util 50\ngpu 0 process self 1000\n")
+    monkeypatch.setenv("GPUPROF_CUPTI_LIBRARY", str(tmp_path / "nope" / "libcupti.so"))
+    r = run(ws, spin_for, 0.1, gpu=True, include=[__file__])
+    assert r.gpu.method == "nvml-sampled"
+    assert any("CUPTI kernel tracing unavailable" in d and "nope" in d
+               for d in r.gpu.diagnostics)
