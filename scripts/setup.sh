@@ -67,3 +67,14 @@ if [ "${LINESCOPE_PY312:-1}" != "0" ] && [ -x "$PY312_BASE" ]; then
   .venv312/bin/python -m pip install -q --no-build-isolation --no-deps \
     -Cbuild-dir=build/py312 -Ccmake.define.GPUPROF_BUILD_CLI=OFF -Cbuild.verbose=false .
 fi
+
+# --- linescope `scalene` backend (optional extra gpuprof[scalene]; its tests skip without it) ---
+# Scalene (PyPI, >= 2.0; supports Python 3.11-3.14) into both venvs. Skip with LINESCOPE_SCALENE=0.
+if [ "${LINESCOPE_SCALENE:-1}" != "0" ]; then
+  for venv in .venv .venv312; do
+    if [ -x "$venv/bin/python" ] && ! "$venv/bin/python" -c "import scalene" >/dev/null 2>&1; then
+      echo "setup: installing scalene into $venv (linescope's scalene backend)"
+      "$venv/bin/python" -m pip install -q "scalene>=2.0"
+    fi
+  done
+fi

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from ._backends import BackendOptions, ProfilerBackend, backend_names, register_backend
+from . import _scalene, _tachyon  # noqa: F401  (registers the 'scalene' and 'tachyon' backends)
 from ._model import (BackendCapabilities, FunctionStats, GPUCollection, GPUStats, LineStats,
                      MemoryProfile, ProfileResult, ProfileRun, RawBackendResult, RawFunction,
                      RawLine, Symbol)

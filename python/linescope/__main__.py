@@ -88,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.path[0:1] = [os.path.dirname(os.path.abspath(script))]
     try:
         session.start()
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, RuntimeError) as e:  # nothing ran: a usage error
         sys.argv, sys.path[:] = saved_argv, saved_path
         parser.error(str(e))
     try:

@@ -186,6 +186,23 @@ static_assert(sizeof(ProcessInfoV2) == 24 && offsetof(ProcessInfoV2, usedGpuMemo
               offsetof(ProcessInfoV2, gpuInstanceId) == 16 &&
               offsetof(ProcessInfoV2, computeInstanceId) == 20);
 
+// nvmlEnableState_t (e.g. the accounting mode).
+inline constexpr int kFeatureDisabled = 0;
+inline constexpr int kFeatureEnabled = 1;
+
+// nvmlAccountingStats_t: what the driver keeps per process while accounting mode is enabled.
+struct AccountingStats {
+  unsigned int gpuUtilization;     // percent of the process's sample periods with a kernel
+  unsigned int memoryUtilization;  // percent
+  unsigned long long maxMemoryUsage;  // bytes, or kValueNotAvailable
+  unsigned long long time;            // ms the process has run
+  unsigned long long startTime;       // CPU timestamp in us
+  unsigned int isRunning;
+  unsigned int reserved[5];
+};
+static_assert(sizeof(AccountingStats) == 56 && offsetof(AccountingStats, maxMemoryUsage) == 8 &&
+              offsetof(AccountingStats, isRunning) == 32);
+
 // Entry point signatures (all C calling convention).
 extern "C" {
 using InitFn = Return (*)();
@@ -204,6 +221,10 @@ using DeviceGetClocksReasonsFn = Return (*)(Device device, unsigned long long* r
 using DeviceGetPcieThroughputFn = Return (*)(Device device, int counter, unsigned int* kb_per_s);
 using DeviceGetProcessesV2Fn = Return (*)(Device device, unsigned int* count, ProcessInfoV2* infos);
 using DeviceGetProcessesV1Fn = Return (*)(Device device, unsigned int* count, ProcessInfoV1* infos);
+using InitWithFlagsFn = Return (*)(unsigned int flags);
+using DeviceGetAccountingModeFn = Return (*)(Device device, int* mode);
+using DeviceGetAccountingStatsFn = Return (*)(Device device, unsigned int pid,
+                                              AccountingStats* stats);
 }
 
 }  // namespace gpuprof::telemetry::nvml

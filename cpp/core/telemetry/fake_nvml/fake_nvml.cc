@@ -3,7 +3,7 @@
 // NvmlCollector's real dlopen/dlsym path without a GPU. Built twice:
 //   fake_nvml/libnvidia-ml.so.1         today's symbol set (_v2/_v3 names, clocks-event reasons)
 //   fake_nvml_legacy/libnvidia-ml.so.1  (-DGPUPROF_FAKE_NVML_LEGACY) only the old names: no
-//       nvmlInit_v2 / _v2 count+handle, no _v2/_v3 process lists (only the unversioned one with
+//       nvmlInit_v2 / nvmlInitWithFlags / _v2 count+handle, no _v2/_v3 process lists (only the unversioned one with
 //       the two-field record), clocks *throttle* reasons, no nvmlDeviceGetPcieThroughput.
 //
 // SCENARIO FORMAT. $GPUPROF_FAKE_NVML_SCENARIO names a text file, read by each first nvmlInit
@@ -36,13 +36,17 @@
 //   fail <field> after <n> [code]
 //                               the field's calls with index >= n return <code> [999]
 //   lost after <n>              every per-tick call with index >= n returns 15 (GPU is lost)
+//   accounting <on|off>         the accounting mode [off]. When on, nvmlDeviceGetAccountingStats
+//                               answers for the listed processes: gpuUtilization = the util
+//                               curve, maxMemoryUsage = the process's bytes; other pids get 6
+//                               (Not Found). When off it returns 3 (Not Supported), as NVML does
 //
 // Curves: "V" is a constant; "A..B" or "A..B/S" ramps linearly: the call with index k returns
 // A + (B - A) * min(k, S) / S rounded to the nearest integer (S defaults to 10).
 //
 // Fields (for not_supported / fail): util (also mem_util), memory (mem_used and mem_total),
 // proc_mem (process list), power, temp, sm_clock, clock_reasons, pcie (RX and TX), name, uuid,
-// sm_clock_max.
+// sm_clock_max, accounting (the mode query). nvmlDeviceGetAccountingStats counts as a util call.
 //
 // Call index: each (device, field) pair counts its own calls from 0, so with gpuprof's collector,
 // which reads every field once per Sample(), index k is the (k+1)-th Sample(). Two exceptions keep
@@ -86,6 +90,7 @@ enum Field : int {
   kName,
   kUuid,
   kSmClockMax,
+  kAccounting,
   kFieldCount
 };
 
@@ -112,6 +117,7 @@ struct FakeDevice {
   Curve mem_used, util, mem_util, power{100000}, temp{40}, sm_clock{1980}, clock_reasons, pcie_rx,
       pcie_tx;
   unsigned int sm_clock_max = 1980;
+  bool accounting = false;
   std::vector<Process> processes;
   bool not_supported[kFieldCount] = {};
   long long fail_after[kFieldCount];
@@ -191,7 +197,8 @@ int FieldsOf(const std::string& name, Field out[2]) {
                 {"clock_reasons", kClockReasons},
                 {"name", kName},
                 {"uuid", kUuid},
-                {"sm_clock_max", kSmClockMax}};
+                {"sm_clock_max", kSmClockMax},
+                {"accounting", kAccounting}};
   if (name == "pcie") {
     out[0] = kPcieRx;
     out[1] = kPcieTx;
@@ -286,6 +293,9 @@ std::string ApplyDeviceKey(FakeDevice& d, const std::vector<std::string>& t,
       d.fail_after[fs[i]] = static_cast<long long>(v);
       d.fail_code[fs[i]] = code;
     }
+  } else if (key == "accounting") {
+    if (!need(1) || (t[3] != "on" && t[3] != "off")) return "accounting needs on or off";
+    d.accounting = t[3] == "on";
   } else if (key == "lost") {
     if (!need(2) || t[3] != "after" || !ParseNumber(t[4], &v) || v < 0) {
       return "lost needs after <n>";
@@ -639,9 +649,44 @@ FAKE_NVML_EXPORT nv::Return nvmlDeviceGetComputeRunningProcesses(nv::Device h, u
   return GetProcesses(h, count, infos);
 }
 
+FAKE_NVML_EXPORT nv::Return nvmlDeviceGetAccountingMode(nv::Device h, int* mode) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  FakeDevice* d = Dev(s, h);
+  if (d == nullptr || mode == nullptr) return nv::kErrorInvalidArgument;
+  long long k = 0;
+  if (nv::Return r = Step(*d, kAccounting, &k, false); r != nv::kSuccess) return r;
+  *mode = d->accounting ? nv::kFeatureEnabled : nv::kFeatureDisabled;
+  return nv::kSuccess;
+}
+
+FAKE_NVML_EXPORT nv::Return nvmlDeviceGetAccountingStats(nv::Device h, unsigned int pid,
+                                                         nv::AccountingStats* stats) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  FakeDevice* d = Dev(s, h);
+  if (d == nullptr || stats == nullptr) return nv::kErrorInvalidArgument;
+  long long k = 0;
+  if (nv::Return r = Step(*d, kUtil, &k); r != nv::kSuccess) return r;
+  if (!d->accounting) return nv::kErrorNotSupported;
+  for (const Process& p : d->processes) {
+    if (p.pid != pid) continue;
+    *stats = nv::AccountingStats{};
+    stats->gpuUtilization = static_cast<unsigned int>(d->util.At(k));
+    stats->memoryUtilization = static_cast<unsigned int>(d->mem_util.At(k));
+    stats->maxMemoryUsage = p.bytes;
+    stats->isRunning = 1;
+    return nv::kSuccess;
+  }
+  return nv::kErrorNotFound;
+}
+
 #ifndef GPUPROF_FAKE_NVML_LEGACY
 
 FAKE_NVML_EXPORT nv::Return nvmlInit_v2() { return Init(); }
+
+// Flags (NVML_INIT_FLAG_NO_GPUS, _NO_ATTACH) change nothing for the fake.
+FAKE_NVML_EXPORT nv::Return nvmlInitWithFlags(unsigned int /*flags*/) { return Init(); }
 
 FAKE_NVML_EXPORT nv::Return nvmlDeviceGetCount_v2(unsigned int* count) { return GetCount(count); }
 

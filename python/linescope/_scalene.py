@@ -1,0 +1,681 @@
+"""The ``scalene`` backend: Scalene's CPU + GPU sampler, driven inside the profiled process.
+
+Scalene normally launches the program itself (``scalene prog.py``): it preloads its allocator
+library, puts a ``python`` alias first on PATH for child processes and installs process-wide
+shims (``threading.Lock``, ``os._exit``, ``exec``/``compile``, ...) that it never undoes. A
+session that starts inside a running program can do none of that, so this adapter drives
+Scalene's sampling core only:
+
+* ``Scalene.cpu_signal_handler`` on SIGALRM from a wall-clock interval timer (Scalene's default
+  mode; on Windows a background thread calls it, as Scalene does there). Each call reads the GPU
+  collector, walks every thread's stack to its innermost recorded frame and updates Scalene's
+  ``ScaleneStatistics``: Scalene's Python / native / system split, its loop-body redistribution
+  and its GPU attribution apply unchanged.
+* Scalene's NVIDIA (pynvml) and AWS Neuron collectors for ``gpu=True`` (NVIDIA with three
+  methods replaced, see ``_nvidia_collector_class``).
+
+The statistics are read in memory after stop(). Scalene's JSON writer reads the same
+accumulators but reports percentages, drops files under 1 % of the time and has no per-line GPU
+seconds, so it is not used. Scalene's class-level state is set through its name-mangled
+attributes; a Scalene release that renames them fails at start() with a message naming it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ._backends import BackendOptions, register_backend
+from ._model import BackendCapabilities, GPUCollection, GPUStats, RawBackendResult, RawLine
+
+INSTALL_HINT = "install it with: pip install 'gpuprof[scalene]' (Python 3.11-3.14)"
+
+MEMORY_REASON = (
+    "Scalene measures memory through its allocator library, which must be preloaded when the "
+    "process starts (LD_PRELOAD / DYLD_INSERT_LIBRARIES, done by the `scalene` command); an "
+    "in-process linescope session starts later, so Scalene's memory columns are not collected")
+
+APPLE_REASON = (
+    "Apple MPS metrics are unavailable: Scalene's per-process MPS timing needs its PyTorch "
+    "(torch.profiler) instrumentation, which the in-process adapter does not run")
+
+_MIB = 1048576  # Scalene reports device memory in MiB (bytes / 1048576)
+_DEFAULT_INTERVAL_S = 0.01  # Scalene's default mean sampling interval (100 samples/s)
+
+_SYNTHETIC = "<"
+
+
+def _load_scalene() -> dict[str, Any]:
+    """Imports the parts of Scalene the adapter uses. Importing Scalene sets LC_ALL=POSIX in
+    os.environ and installs ``builtins.profile``; both are undone here, so that importing the
+    backend changes nothing in the profiled program."""
+    missing = object()
+    saved_lc_all = os.environ.get("LC_ALL")
+    saved_profile = builtins.__dict__.get("profile", missing)
+    try:
+        from scalene import scalene_profiler
+        from scalene.scalene_arguments import ScaleneArguments
+        from scalene.scalene_cpu_profiler import ScaleneCPUProfiler
+        from scalene.scalene_utility import clear_intern_caches
+        from scalene.time_info import TimeInfo
+        import scalene
+    except ImportError as e:
+        raise RuntimeError(f"the 'scalene' backend needs the scalene package, which could not "
+                           f"be imported ({e}); {INSTALL_HINT}") from None
+    finally:
+        if saved_lc_all is None:
+            os.environ.pop("LC_ALL", None)
+        else:
+            os.environ["LC_ALL"] = saved_lc_all
+        if saved_profile is missing:
+            builtins.__dict__.pop("profile", None)
+        else:
+            builtins.profile = saved_profile  # type: ignore[attr-defined]
+    try:
+        from importlib.metadata import version
+        scalene_version = version("scalene")
+    except Exception:  # noqa: BLE001 - metadata is informational
+        scalene_version = "unknown"
+    return dict(Scalene=scalene_profiler.Scalene, ScaleneArguments=ScaleneArguments,
+                ScaleneCPUProfiler=ScaleneCPUProfiler, TimeInfo=TimeInfo,
+                clear_intern_caches=clear_intern_caches, version=scalene_version,
+                package_dir=os.path.dirname(os.path.abspath(scalene.__file__)))
+
+
+# ---- GPU collection ------------------------------------------------------------------------
+
+@dataclass
+class _GpuState:
+    """What the GPU collector saw. The reads run inside the sampling handler on the main
+    thread; result() reads after stop(). ``last_*_ok`` describe the most recent read, which
+    the CPU-sample hook charges to the line that sample lands on."""
+
+    kind: str | None = None  # "nvidia" | "neuron" | None (no collector)
+    method: str | None = None
+    devices: list[str] = field(default_factory=list)
+    scope: str | None = None
+    unavailable: str | None = None  # why no collector runs
+    diagnostics: list[str] = field(default_factory=list)
+    memory_unavailable: str | None = None  # a collector-level reason (e.g. WDDM)
+    last_util_ok: bool = True
+    last_mem_ok: bool = True
+    util_ok: int = 0
+    util_failed: int = 0
+    util_error: str | None = None
+    mem_ok: int = 0
+    mem_failed: int = 0
+    mem_error: str | None = None
+    mem_not_available: int = 0
+    # (filename, line) -> [util ok, util failed, memory ok, memory failed] over the samples
+    # that Scalene charged to the line (main thread only: Scalene attributes GPU there).
+    lines: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+
+    def charge(self, filename: str, line: int) -> None:
+        v = self.lines.get((filename, line))
+        if v is None:
+            v = self.lines[(filename, line)] = [0, 0, 0, 0]
+        v[0 if self.last_util_ok else 1] += 1
+        v[2 if self.last_mem_ok else 3] += 1
+
+
+def _nvidia_collector_class(base: type, pynvml: Any, state: _GpuState) -> type:
+    """Scalene's NVIDIA collector (``ScaleneNVIDIAGPU``: NVML handles, the utilization and
+    per-process memory reads, ``get_stats``) with three methods replaced:
+
+    * ``_set_accounting_mode`` only reads the accounting mode. Scalene switches persistence and
+      accounting mode on for every GPU when it has the permission to; a profiling session
+      inside someone's program leaves the device settings as they are.
+    * ``gpu_utilization`` / ``gpu_memory_usage`` make the same NVML reads but record each
+      read's outcome, so that a failed read is unknown rather than Scalene's silent 0.
+    * ``__del__`` prints nothing (Scalene prints an accuracy note to stderr; linescope records
+      it as a diagnostic).
+    """
+    not_found = getattr(pynvml, "NVML_ERROR_NOT_FOUND", 6)
+
+    class LinescopeNvidiaCollector(base):  # type: ignore[misc, valid-type]
+        def _handles(self) -> list[Any]:
+            return list(getattr(self, "_ScaleneNVIDIAGPU__handle", []))
+
+        def _set_accounting_mode(self) -> bool:
+            try:
+                return all(pynvml.nvmlDeviceGetAccountingMode(h) == pynvml.NVML_FEATURE_ENABLED
+                           for h in self._handles())
+            except pynvml.NVMLError as e:
+                state.diagnostics.append(f"NVML accounting mode could not be read ({e})")
+                return False
+
+        def gpu_utilization(self, pid: int) -> float:
+            if not self.has_gpu():
+                return 0.0
+            handles = self._handles()
+            per_process = bool(getattr(self, "_ScaleneNVIDIAGPU__has_per_pid_accounting", False))
+            total = 0.0
+            try:
+                for h in handles:
+                    if per_process:
+                        try:
+                            total += pynvml.nvmlDeviceGetAccountingStats(h, pid).gpuUtilization
+                        except pynvml.NVMLError as e:
+                            if getattr(e, "value", None) != not_found:
+                                raise
+                            # Not found: this process has not used that GPU (0 %).
+                    else:
+                        total += pynvml.nvmlDeviceGetUtilizationRates(h).gpu
+            except pynvml.NVMLError as e:
+                state.last_util_ok = False
+                state.util_failed += 1
+                state.util_error = str(e)
+                return 0.0
+            state.last_util_ok = True
+            state.util_ok += 1
+            return min(max(total / max(len(handles), 1) / 100.0, 0.0), 1.0)
+
+        def gpu_memory_usage(self, pid: int) -> float:
+            if not self.has_gpu():
+                return 0.0
+            total = 0
+            not_available = False
+            try:
+                for h in self._handles():
+                    for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
+                        if proc.pid != pid:
+                            continue
+                        if proc.usedGpuMemory is None:  # NVML_VALUE_NOT_AVAILABLE
+                            not_available = True
+                        else:
+                            total += int(proc.usedGpuMemory)
+            except pynvml.NVMLError as e:
+                state.last_mem_ok = False
+                state.mem_failed += 1
+                state.mem_error = str(e)
+                return 0.0
+            if not_available:
+                state.last_mem_ok = False
+                state.mem_not_available += 1
+                return 0.0
+            state.last_mem_ok = True
+            state.mem_ok += 1
+            return total / _MIB
+
+        def __del__(self) -> None:
+            pass
+
+    return LinescopeNvidiaCollector
+
+
+class _NeuronCollector:
+    """Scalene's AWS Neuron collector (``ScaleneNeuron``, reading ``neuron-monitor``) as it is;
+    it reports no per-read failures, so every read counts as a success."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def has_gpu(self) -> bool:
+        return bool(self._inner.has_gpu())
+
+    def gpu_device(self) -> str:
+        return str(self._inner.gpu_device())
+
+    def reinit(self) -> None:
+        self._inner.reinit()
+
+    def get_num_cores(self) -> int:
+        return int(self._inner.get_num_cores())
+
+    def get_stats(self) -> tuple[float, float]:
+        return self._inner.get_stats()
+
+    def start_monitor(self) -> None:
+        self._inner.start_monitor()
+
+    def stop_monitor(self) -> None:
+        monitor = getattr(self._inner, "_neuron_monitor", None)
+        process = getattr(monitor, "_process", None)
+        if process is not None:
+            try:
+                process.terminate()
+            except OSError:
+                pass
+
+
+def _open_gpu(state: _GpuState) -> Any:
+    """Opens Scalene's collector for this machine; returns the accelerator object for Scalene
+    or None (then ``state.unavailable`` says why)."""
+    if sys.platform == "darwin":
+        state.unavailable = APPLE_REASON
+        return None
+    reasons = []
+    try:
+        import pynvml
+        from scalene.scalene_nvidia_gpu import ScaleneNVIDIAGPU
+    except ImportError as e:
+        reasons.append(f"NVIDIA: Scalene's NVML collector could not be imported ({e})")
+    else:
+        collector = _nvidia_collector_class(ScaleneNVIDIAGPU, pynvml, state)()
+        if collector.has_gpu():
+            handles = collector._handles()
+            for h in handles:
+                try:
+                    state.devices.append(str(pynvml.nvmlDeviceGetName(h)))
+                except pynvml.NVMLError:
+                    state.devices.append("NVIDIA GPU (name unavailable)")
+            per_process = bool(getattr(collector, "_ScaleneNVIDIAGPU__has_per_pid_accounting",
+                                       False))
+            state.kind = "nvidia"
+            state.method = "scalene-nvml"
+            state.scope = "process" if per_process else "device"
+            state.diagnostics.append(
+                f"GPU time is Scalene's estimate: NVML utilization (averaged over "
+                f"{len(handles)} GPU(s)) x wall time between CPU samples, charged to the main "
+                "thread's current line; GPU peak memory is the highest per-process device "
+                "memory sample (NVML compute-process list) taken while the line ran")
+            if not per_process:
+                state.diagnostics.append(
+                    "NVIDIA utilization is device-wide because per-process accounting mode is "
+                    "off, so attributed GPU time can include other processes' work on the same "
+                    "GPUs (device memory samples are this process's own). Accounting mode can "
+                    "be switched on by an administrator: nvidia-smi -am 1")
+            if sys.platform == "win32":
+                _check_wddm(pynvml, handles, state)
+            return collector
+        reasons.append(f"NVIDIA: {_nvml_reason(pynvml)}")
+    try:
+        from scalene.scalene_neuron import ScaleneNeuron
+        neuron = ScaleneNeuron()
+        has_neuron = neuron.has_gpu()
+    except Exception as e:  # noqa: BLE001 - the probe runs neuron-ls; any failure = no device
+        has_neuron = False
+        reasons.append(f"AWS Neuron: the probe failed ({e})")
+    else:
+        if not has_neuron:
+            reasons.append("AWS Neuron: no device (neuron-ls is not installed or lists none)")
+    if has_neuron:
+        state.kind = "neuron"
+        state.method = "scalene-neuron-monitor"
+        state.devices.append("AWS Neuron")
+        state.scope = "device"
+        state.diagnostics.append(
+            "AWS Neuron utilization and memory come from neuron-monitor for every Neuron "
+            "runtime on the host (device-wide, can include other processes); GPU time is "
+            "utilization x wall time between CPU samples, charged to the main thread's line")
+        return _NeuronCollector(neuron)
+    state.unavailable = "no supported GPU was found (" + "; ".join(reasons) + ")"
+    return None
+
+
+def _nvml_reason(pynvml: Any) -> str:
+    """Why Scalene's NVIDIA collector found no usable GPU, asked of NVML directly."""
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as e:
+        return f"NVML could not be initialised ({e})"
+    except Exception as e:  # noqa: BLE001 - e.g. a library without the init entry point
+        return f"NVML could not be initialised ({type(e).__name__}: {e})"
+    try:
+        n = pynvml.nvmlDeviceGetCount()
+        if n == 0:
+            return "NVML reports no NVIDIA GPU"
+        return f"Scalene's NVML collector could not read the {n} GPU(s)"
+    except pynvml.NVMLError as e:
+        return f"NVML could not count the GPUs ({e})"
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _check_wddm(pynvml: Any, handles: list[Any], state: _GpuState) -> None:
+    """Windows: under the WDDM driver model NVML has no per-process device memory."""
+    wddm = getattr(pynvml, "NVML_DRIVER_WDDM", 0)
+    for h in handles:
+        try:
+            current, _pending = pynvml.nvmlDeviceGetDriverModel(h)
+        except Exception:  # noqa: BLE001 - not all drivers answer
+            continue
+        if current == wddm:
+            state.memory_unavailable = (
+                "the NVIDIA driver runs in WDDM mode, where NVML does not expose per-process "
+                "device memory; GPU time sampling continues")
+            return
+
+
+# ---- the backend ---------------------------------------------------------------------------
+
+class ScaleneBackend:
+    """Sampled per-line CPU time (Python / native / system, Scalene's split), sample counts
+    and, with ``gpu=True``, Scalene's per-line GPU time estimate and GPU peak memory. Samples
+    every thread; each sample goes to the innermost recorded line of each thread's stack."""
+
+    capabilities = BackendCapabilities(
+        line_time=True, hit_counts=False, function_stats=False, memory=False, sampled=True,
+        gpu=True, threads="all threads (sampled; start() must run on the main thread)")
+
+    def __init__(self, options: BackendOptions) -> None:
+        self._opts = options
+        self._sc = _load_scalene()
+        from gpuprof import _native
+
+        self._cwd = os.getcwd()
+        exclude = list(options.exclude) + [self._sc["package_dir"] + "/*"]
+        # A LineTracer that never starts is the native path filter (lines::PathFilter): the
+        # same recorded-file rule as the `trace` backend.
+        self._filter = _native.LineTracer(list(options.roots), list(options.include), exclude,
+                                          self._cwd)
+        self._decided: dict[str, bool] = {}
+        self._interval_s = (1.0 / options.sample_rate if options.sample_rate
+                            else _DEFAULT_INTERVAL_S)
+        self._gpu: _GpuState | None = None
+        self._accelerator: Any = None
+        self._running = False
+        self._driver = "thread" if sys.platform == "win32" else "SIGALRM"
+        self._prev_handler: Any = None
+        self._thread: threading.Thread | None = None
+        self._stop_event = threading.Event()
+        self._handler_error: str | None = None
+        self._t0 = self._t1 = 0
+
+    # Scalene asks this for every frame it walks; cached per file name.
+    def _should_trace(self, filename: str, func: str) -> bool:
+        r = self._decided.get(filename)
+        if r is None:
+            r = self._decided[filename] = bool(filename) and self._filter.recorded(filename)
+        return r
+
+    def start(self) -> None:
+        S = self._sc["Scalene"]
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError(
+                "the 'scalene' backend must be started on the main thread: Scalene samples "
+                "with a timer signal, and Python runs signal handlers on the main thread only")
+        if getattr(S, "_Scalene__initialized", False):
+            raise RuntimeError(
+                "this process already runs under the scalene command; use its own output, or "
+                "run the program with plain python to profile it with backend='scalene'")
+        if sys.platform == "darwin":
+            from scalene.scalene_utility import is_apple_silicon_sme
+            if is_apple_silicon_sme():
+                raise RuntimeError(
+                    "the in-process 'scalene' backend samples with SIGALRM, which corrupts "
+                    "Accelerate's SME state on Apple M4 and later (Scalene issue #1056); run "
+                    "the program under the scalene command instead")
+        if self._driver == "SIGALRM":
+            if signal.getitimer(signal.ITIMER_REAL) != (0.0, 0.0):
+                raise RuntimeError(
+                    "the 'scalene' backend samples with SIGALRM, but this process already has "
+                    "a real-time interval timer (signal.setitimer / signal.alarm) armed")
+            if signal.getsignal(signal.SIGALRM) is None:
+                raise RuntimeError(
+                    "the 'scalene' backend samples with SIGALRM, but native code has installed "
+                    "a SIGALRM handler that Python could not restore afterwards")
+        try:
+            self._configure(S)
+        except AttributeError as e:
+            raise RuntimeError(f"linescope's scalene adapter does not support Scalene "
+                               f"{self._sc['version']} (its internals differ: {e})") from None
+        if self._opts.gpu:
+            self._gpu = _GpuState()
+            self._accelerator = _open_gpu(self._gpu)
+        S._Scalene__accelerator = self._accelerator
+        stats = S._Scalene__stats
+        stats.clear_all()
+        self._sc["clear_intern_caches"]()
+        S._Scalene__last_signal_time = self._sc["TimeInfo"]()  # the first signal initialises
+        if self._accelerator is not None and hasattr(self._accelerator, "start_monitor"):
+            self._accelerator.start_monitor()
+        stats.start_clock()
+        self._t0 = time.perf_counter_ns()
+        self._running = True
+        handler = S.cpu_signal_handler
+        if self._driver == "SIGALRM":
+            self._prev_handler = signal.signal(signal.SIGALRM, self._make_signal_handler(handler))
+            signal.siginterrupt(signal.SIGALRM, False)
+            signal.setitimer(signal.ITIMER_REAL, S._sample_cpu_interval())
+        else:
+            cpu_signal = S._Scalene__signal_manager.get_signals().cpu_signal
+            self._thread = threading.Thread(target=self._thread_loop, args=(handler, cpu_signal),
+                                            name="linescope-scalene-sampler", daemon=True)
+            self._thread.start()
+
+    def _configure(self, S: Any) -> None:
+        args = self._sc["ScaleneArguments"](
+            cpu=True, gpu=self._opts.gpu, memory=False, stacks=False, async_profile=False,
+            json=True, web=False, no_browser=True, cli=False, html=False,
+            cpu_sampling_rate=self._interval_s, use_virtual_time=False, profile_all=False,
+            program_path=self._opts.roots[0] if self._opts.roots else self._cwd)
+        S._process_args(args)
+        # Wall-clock sampling: ITIMER_REAL / SIGALRM (the manager defaults to virtual time).
+        S._Scalene__signal_manager.get_signals().set_timer_signals(False)
+        try:
+            cpus = len(os.sched_getaffinity(0))  # type: ignore[attr-defined]
+        except AttributeError:
+            cpus = os.cpu_count() or 1
+        backend = self
+
+        class LinescopeCpuProfiler(self._sc["ScaleneCPUProfiler"]):  # type: ignore[misc]
+            """Scalene's CPU sample processing, plus a note of the GPU reads' outcome for each
+            main-thread line a sample is charged to."""
+
+            def _update_main_thread_stats(self, fname: Any, lineno: Any, *a: Any,
+                                          **k: Any) -> None:
+                super()._update_main_thread_stats(fname, lineno, *a, **k)
+                if backend._gpu is not None and backend._accelerator is not None:
+                    backend._gpu.charge(str(fname), int(lineno))
+
+        S._Scalene__cpu_profiler = LinescopeCpuProfiler(S._Scalene__stats, cpus, False)
+        S._Scalene__tracing = _Tracing(self._should_trace)
+
+    def _make_signal_handler(self, handler: Callable[[Any, Any], None]) -> Callable:
+        def on_alarm(signum: Any, frame: Any) -> None:
+            if not self._running:
+                return  # a signal already pending at stop(): do not re-arm the timer
+            try:
+                handler(signum, frame)
+            except Exception as e:  # noqa: BLE001 - never raise into the profiled program
+                self._handler_error = f"{type(e).__name__}: {e}"
+                self._running = False
+        return on_alarm
+
+    def _thread_loop(self, handler: Callable[[Any, Any], None], cpu_signal: Any) -> None:
+        while self._running and not self._stop_event.wait(self._interval_s):
+            try:
+                handler(cpu_signal, None)
+            except Exception as e:  # noqa: BLE001
+                self._handler_error = f"{type(e).__name__}: {e}"
+                return
+
+    def stop(self) -> None:
+        S = self._sc["Scalene"]
+        self._running = False
+        if self._driver == "SIGALRM":
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._prev_handler)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        else:
+            self._stop_event.set()
+            if self._thread is not None:
+                self._thread.join()
+        self._t1 = time.perf_counter_ns()
+        S._Scalene__stats.stop_clock()
+        S._Scalene__accelerator = None
+        if isinstance(self._accelerator, _NeuronCollector):
+            self._accelerator.stop_monitor()
+        elif self._gpu is not None and self._gpu.kind == "nvidia":
+            try:
+                import pynvml
+                pynvml.nvmlShutdown()
+            except Exception:  # noqa: BLE001
+                pass
+
+    # ---- results -------------------------------------------------------------------------
+    def _path(self, filename: str) -> str:
+        if not filename or filename.startswith(_SYNTHETIC):
+            return filename
+        return os.path.normpath(os.path.join(self._cwd, filename))
+
+    def result(self) -> RawBackendResult:
+        S = self._sc["Scalene"]
+        stats = S._Scalene__stats
+        cpu = stats.cpu_stats
+        gpu_stats = stats.gpu_stats
+        gpu = self._gpu
+        collection = self._gpu_collection() if gpu is not None else None
+        time_ok = collection is not None and collection.time_available
+        mem_ok = collection is not None and collection.memory_available
+
+        lines: list[RawLine] = []
+        split: list[list[Any]] = []
+        gpu_wall: list[list[Any]] = []
+        total_samples = 0
+        keys: set[tuple[Any, Any]] = set()
+        for table in (cpu.cpu_samples_python, cpu.cpu_samples_c, cpu.cpu_utilization):
+            for f, per_line in table.items():
+                keys.update((f, ln) for ln in per_line)
+        for f, ln in sorted(keys, key=lambda k: (str(k[0]), int(k[1]))):
+            py = float(cpu.cpu_samples_python.get(f, {}).get(ln, 0.0))
+            native = max(0.0, float(cpu.cpu_samples_c.get(f, {}).get(ln, 0.0)))
+            util_stats = cpu.cpu_utilization.get(f, {}).get(ln)
+            n = int(util_stats.size()) if util_stats is not None else 0
+            util = float(util_stats.mean()) if n else 1.0
+            total_s = py + native
+            if n == 0 and total_s <= 0.0:
+                continue
+            total_samples += n
+            python_ns = round(py * util * 1e9)
+            native_ns = round(native * util * 1e9)
+            wall_ns = round(total_s * 1e9)
+            system_ns = max(0, wall_ns - python_ns - native_ns)
+            filename = self._path(str(f))
+            line_gpu = None
+            if gpu is not None and gpu.kind is not None:
+                v = gpu.lines.get((str(f), int(ln)))
+                if v is not None:
+                    t = gpu_stats.gpu_samples.get(f, {}).get(ln, 0.0)
+                    m = gpu_stats.gpu_mem_samples.get(f, {}).get(ln)
+                    w = gpu_stats.n_gpu_samples.get(f, {}).get(ln, 0.0)
+                    gpu_wall.append([filename, int(ln), round(float(w) * 1e9)])
+                    line_gpu = GPUStats(
+                        time_ns=round(float(t) * 1e9) if time_ok and v[0] > 0 else None,
+                        peak_memory_bytes=(round(float(m.peak()) * _MIB)
+                                           if mem_ok and v[2] > 0 and m is not None else None))
+            lines.append(RawLine(filename=filename, line=int(ln), wall_time_ns=wall_ns,
+                                 hits=None, samples=n, self_time_ns=wall_ns,
+                                 cpu_time_ns=python_ns + native_ns, gpu=line_gpu))
+            split.append([filename, int(ln), python_ns, native_ns, system_ns])
+
+        warnings: list[str] = []
+        if self._handler_error:
+            warnings.append(f"Scalene's sampling handler failed and sampling stopped early "
+                            f"({self._handler_error}); the lines show the samples taken before")
+        if total_samples == 0:
+            warnings.append("Scalene took no samples in recorded code (the session was shorter "
+                            "than the sampling interval, or no recorded code ran)")
+        if collection is not None:
+            for text in _gpu_warnings(collection):
+                if text not in warnings:
+                    warnings.append(text)
+        metadata: dict[str, Any] = {
+            "scalene_version": self._sc["version"],
+            "sampler": ("SIGALRM wall-clock interval timer" if self._driver == "SIGALRM"
+                        else "background thread"),
+            "mean_sample_interval_s": self._interval_s,
+            "attribution": ("each sample goes to the innermost recorded line of each thread's "
+                            "stack, so a line's time excludes recorded callees "
+                            "(wall_time_ns == self_time_ns) and includes unrecorded ones"),
+            "cpu_split_ns": {"columns": ["filename", "line", "python", "native", "system"],
+                             "rows": split},
+            "memory": MEMORY_REASON,
+        }
+        if gpu is not None and gpu.kind is not None:
+            # The wall time over which each line's GPU utilization was sampled: GPU time / this
+            # is the line's mean utilization.
+            metadata["gpu_sampled_wall_ns"] = {"columns": ["filename", "line", "wall"],
+                                               "rows": gpu_wall}
+        return RawBackendResult(lines=lines, functions=[],
+                                elapsed_ns=max(0, self._t1 - self._t0), warnings=warnings,
+                                metadata=metadata, gpu=collection)
+
+    def _gpu_collection(self) -> GPUCollection:
+        g = self._gpu
+        assert g is not None
+        if g.kind is None:
+            reason = g.unavailable or "no GPU collector could be started"
+            return GPUCollection(method=None, time_available=False, memory_available=False,
+                                 time_reason=reason, memory_reason=reason, devices=[],
+                                 utilization_scope=None, diagnostics=list(g.diagnostics))
+        diagnostics = list(g.diagnostics)
+        sampled = sum(v[0] + v[1] for v in g.lines.values())
+        time_reason = memory_reason = None
+        time_available = g.util_ok > 0 and any(v[0] for v in g.lines.values())
+        if not time_available:
+            time_reason = (f"every GPU utilization read failed ({g.util_error})"
+                           if g.util_failed else
+                           "no CPU sample landed on a recorded main-thread line, so no GPU "
+                           "sample was attributed")
+        elif g.util_failed:
+            diagnostics.append(f"GPU utilization reads failed in {g.util_failed} of "
+                               f"{g.util_failed + g.util_ok} samples ({g.util_error}); lines "
+                               "whose samples all failed have no GPU time")
+        memory_available = (g.memory_unavailable is None and g.mem_ok > 0
+                            and any(v[2] for v in g.lines.values()))
+        if g.memory_unavailable is not None:
+            memory_reason = g.memory_unavailable
+        elif not memory_available:
+            if g.mem_not_available and not g.mem_ok:
+                memory_reason = (
+                    "NVML does not report this process's device memory (usedGpuMemory not "
+                    "available, as under the Windows WDDM driver model); GPU time sampling "
+                    "continues")
+            elif g.mem_failed and not g.mem_ok:
+                memory_reason = f"every GPU memory read failed ({g.mem_error})"
+            elif sampled == 0:
+                memory_reason = ("no CPU sample landed on a recorded main-thread line, so no "
+                                 "GPU memory sample was attributed")
+            else:
+                memory_reason = "no GPU memory read succeeded"
+        if memory_available and (g.mem_failed or g.mem_not_available):
+            bad = g.mem_failed + g.mem_not_available
+            why = g.mem_error if g.mem_failed else "per-process memory not available"
+            diagnostics.append(f"GPU memory reads failed in {bad} of {bad + g.mem_ok} samples "
+                               f"({why}); lines whose samples all failed have no GPU peak "
+                               "memory")
+        return GPUCollection(method=g.method, time_available=time_available,
+                             memory_available=memory_available, time_reason=time_reason,
+                             memory_reason=memory_reason, devices=list(g.devices),
+                             utilization_scope=g.scope, diagnostics=diagnostics)
+
+
+def _gpu_warnings(c: GPUCollection) -> list[str]:
+    out = []
+    if c.method is None:
+        out.append(f"GPU measurements are unavailable: {c.time_reason}; CPU profiling "
+                   "continues (scalene backend)")
+        return out
+    if not c.time_available:
+        out.append(f"GPU time is unavailable: {c.time_reason} (scalene backend)")
+    if not c.memory_available:
+        out.append(f"GPU peak memory is unavailable: {c.memory_reason} (scalene backend)")
+    out.extend(d for d in c.diagnostics if "failed in" in d)
+    return out
+
+
+class _Tracing:
+    """Stands in for Scalene's ScaleneTracing: which frames count as profiled code."""
+
+    def __init__(self, should_trace: Callable[[str, str], bool]) -> None:
+        self.should_trace = should_trace
+
+    def set_args(self, args: Any) -> None:  # called by Scalene._process_args
+        pass
+
+    def set_program_path(self, path: Any) -> None:
+        pass
+
+
+register_backend("scalene", ScaleneBackend)

@@ -1,0 +1,331 @@
+"""The `scalene` backend: Scalene's sampler driven inside the profiled process.
+
+Runs for real with Scalene installed (pip install 'gpuprof[scalene]'). GPU paths: on this CPU
+machine Scalene's collectors find no device, and with the fake NVML library
+(build/py/fake_nvml/libnvidia-ml.so.1, found by pynvml through LD_LIBRARY_PATH in a
+subprocess) Scalene's NVIDIA collector sees scripted GPUs.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from linescope import BackendCapabilities, profile
+
+needs_scalene = pytest.mark.skipif(
+    importlib.util.find_spec("scalene") is None,
+    reason="scalene is not installed: pip install 'gpuprof[scalene]' (CI installs it)")
+
+REPO = Path(__file__).resolve().parents[2]
+FAKE_NVML_DIR = REPO / "build" / "py" / "fake_nvml"
+GIB2 = 2 * 1024 ** 3
+
+HOT = """
+def cold():
+    return sum(range(1000))
+
+def hot(n):
+    return sum(i * i % 7 for i in range(n))
+
+def main(n):
+    a = cold()
+    b = hot(n)
+    return a + b
+"""
+HOT_LINE = 5  # `return sum(...)` in hot(); line 1 is `def cold():`
+
+
+def _nvml_loadable() -> bool:
+    import ctypes
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
+def test_without_scalene_installed_start_says_how_to_install(monkeypatch):
+    # GIVEN scalene cannot be imported
+    monkeypatch.setitem(sys.modules, "scalene", None)
+    ran = []
+    # THEN starting the backend fails before the body runs, naming the extra to install
+    with pytest.raises(RuntimeError, match=r"needs the scalene package.*gpuprof\[scalene\]"):
+        with profile(backend="scalene", display="none"):
+            ran.append(1)
+    assert ran == []
+
+
+@needs_scalene
+def test_hot_line_gets_most_of_the_sampled_time(ws):
+    # GIVEN a function whose one line does nearly all the work
+    mod = ws.module("hot.py", HOT)
+    # WHEN it runs under the scalene backend
+    with profile(backend="scalene", root=ws.root, display="none", sample_rate=1000) as s:
+        mod.main(2_000_000)
+    r = s.result
+    # THEN the hot line holds most of the attributed time and samples
+    mine = [l for l in r.lines if l.filename == str(ws.root / "hot.py")]
+    assert mine, r.lines
+    hot = r.line("hot.py", HOT_LINE)
+    assert hot is not None and hot.samples and hot.samples > 20
+    total = sum(l.wall_time_ns for l in mine)
+    assert hot.wall_time_ns >= 0.8 * total
+    # sampled: no hit counts; CPU time is part of the attributed time; time excludes recorded
+    # callees (each sample goes to the innermost recorded line)
+    assert all(l.hits is None for l in mine)
+    assert all(l.cpu_time_ns is not None and 0 <= l.cpu_time_ns <= l.wall_time_ns
+               for l in mine)
+    assert all(l.self_time_ns == l.wall_time_ns for l in mine)
+    caps = r.capabilities
+    assert isinstance(caps, BackendCapabilities)
+    assert (caps.sampled, caps.hit_counts, caps.gpu, caps.memory) == (True, False, True, False)
+    assert r.backend == "scalene" and r.gpu is None and all(l.gpu is None for l in r.lines)
+    split = r.metadata["cpu_split_ns"]
+    assert split["columns"] == ["filename", "line", "python", "native", "system"]
+    row = next(x for x in split["rows"] if x[0] == hot.filename and x[1] == HOT_LINE)
+    assert sum(row[2:]) == pytest.approx(hot.wall_time_ns, abs=3)
+    assert r.run.elapsed_ns > 0
+
+
+@needs_scalene
+def test_gpu_without_a_device_is_unavailable_with_reasons_and_cpu_continues(ws):
+    if _nvml_loadable():
+        pytest.skip("this machine has an NVML library; the no-device path needs none")
+    mod = ws.module("hot.py", HOT)
+    # WHEN gpu=True on a machine without an NVIDIA or Neuron device
+    with profile(backend="scalene", gpu=True, root=ws.root, display="none",
+                 sample_rate=1000) as s:
+        mod.main(1_000_000)
+    r = s.result
+    # THEN GPU values are unavailable with the collectors' reasons ...
+    g = r.gpu
+    assert g is not None and g.method is None
+    assert not g.time_available and not g.memory_available
+    assert "NVML" in g.time_reason and "Neuron" in g.time_reason
+    assert g.memory_reason == g.time_reason
+    assert any("GPU measurements are unavailable" in w and "CPU profiling continues" in w
+               for w in r.warnings)
+    # ... and the CPU profile is there, without GPU columns
+    hot = r.line("hot.py", HOT_LINE)
+    assert hot is not None and hot.wall_time_ns > 0 and hot.gpu is None
+
+
+@needs_scalene
+def test_memory_is_rejected_before_start(ws):
+    # Scalene's memory profiling needs its allocator preloaded at process start.
+    ran = []
+    with pytest.raises(ValueError, match=r"'scalene' does not support memory=True"):
+        with profile(backend="scalene", memory=True, display="none"):
+            ran.append(1)
+    assert ran == []
+
+
+@needs_scalene
+def test_start_off_the_main_thread_is_a_clear_error():
+    errors = []
+
+    def run():
+        try:
+            profile(backend="scalene", display="none").start()
+        except RuntimeError as e:
+            errors.append(str(e))
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    assert len(errors) == 1 and "main thread" in errors[0]
+    # nothing is left running: a new session starts
+    with profile(backend="trace", display="none"):
+        pass
+
+
+@needs_scalene
+def test_an_armed_real_timer_is_refused_and_left_alone():
+    fired = []
+    old = signal.signal(signal.SIGALRM, lambda *a: fired.append(1))
+    signal.setitimer(signal.ITIMER_REAL, 30)
+    try:
+        with pytest.raises(RuntimeError, match="interval timer"):
+            profile(backend="scalene", display="none").start()
+        remaining, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 0 < remaining <= 30
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@needs_scalene
+def test_the_session_leaves_the_process_as_it_found_it(ws, monkeypatch):
+    # GIVEN a program with its own SIGALRM handler, LC_ALL and no builtins.profile
+    mod = ws.module("hot.py", HOT)
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    monkeypatch.delattr(builtins, "profile", raising=False)
+
+    def mine(signum, frame):
+        pass
+
+    old = signal.signal(signal.SIGALRM, mine)
+    try:
+        with profile(backend="scalene", root=ws.root, display="none", sample_rate=1000):
+            mod.main(200_000)
+        # THEN the handler is back, no timer is left, and Scalene's import changed nothing
+        assert signal.getsignal(signal.SIGALRM) is mine
+        assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+        assert os.environ["LC_ALL"] == "C.UTF-8"
+        assert not hasattr(builtins, "profile")
+    finally:
+        signal.signal(signal.SIGALRM, old)
+
+
+# ---- the fake NVML library through the CLI ---------------------------------------------------
+
+SCRIPT = """
+import time
+
+def main():
+    a = sum(i * i % 7 for i in range(300_000))
+    time.sleep(0.05)
+    b = sum(i * i % 3 for i in range(2_500_000))
+    return a + b
+
+main()
+"""
+FIRST_PHASE, LAST_PHASE = 4, 6  # each line is the innermost recorded line while it runs
+
+
+def run_cli(tmp_path: Path, scenario: str | None, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    exe = Path(sys.executable).parent / "linescope"
+    assert exe.exists(), "the linescope console script is not installed (run make setup)"
+    (tmp_path / "target.py").write_text(SCRIPT.lstrip("\n"))
+    env = {k: v for k, v in os.environ.items() if k not in ("GPUPROF_FAKE_NVML_SCENARIO",)}
+    if scenario is not None:
+        assert (FAKE_NVML_DIR / "libnvidia-ml.so.1").exists(), "build the fake NVML (make setup)"
+        (tmp_path / "scenario.txt").write_text(scenario)
+        env["GPUPROF_FAKE_NVML_SCENARIO"] = str(tmp_path / "scenario.txt")
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            [str(FAKE_NVML_DIR), *filter(None, [env.get("LD_LIBRARY_PATH")])])
+    p = subprocess.run([str(exe), "--backend", "scalene", "--gpu", "--sample-rate", "500",
+                        "-o", "out.json", *extra, "target.py"],
+                       capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    data = json.loads((tmp_path / "out.json").read_text()) if p.returncode == 0 else {}
+    return p, data
+
+
+def line(data: dict, n: int) -> dict:
+    return next(l for l in data["run"]["lines"]
+                if Path(l["filename"]).name == "target.py" and l["line"] == n)
+
+
+def sampled_wall(data: dict, n: int) -> int:
+    t = data["metadata"]["gpu_sampled_wall_ns"]
+    assert t["columns"] == ["filename", "line", "wall"]
+    return next(w for f, ln, w in t["rows"] if Path(f).name == "target.py" and ln == n)
+
+
+@needs_scalene
+def test_cli_gpu_on_a_cpu_machine_reports_unavailable(tmp_path):
+    if _nvml_loadable():
+        pytest.skip("this machine has an NVML library")
+    p, data = run_cli(tmp_path, None, "-d", "end")
+    assert p.returncode == 0, p.stderr
+    assert "warning: GPU measurements are unavailable" in p.stderr  # the end-of-run summary
+    assert data["gpu"]["method"] is None and data["gpu"]["time_available"] is False
+    assert line(data, LAST_PHASE)["wall_time_ns"] > 0
+
+
+@needs_scalene
+def test_fake_gpu_time_and_per_process_peak_memory(tmp_path):
+    # GIVEN one scripted GPU at 80 % utilization with this process holding 2 GiB
+    p, data = run_cli(tmp_path, "gpu 0 name NVIDIA Fake H200\n"
+                                "gpu * util 80\n"
+                                f"gpu 0 process self {GIB2}\n"
+                                "gpu 0 process parent 999\n")
+    assert p.returncode == 0, p.stderr
+    g = data["gpu"]
+    # THEN Scalene's NVIDIA collector measured both quantities ...
+    assert g["method"] == "scalene-nvml" and g["devices"] == ["NVIDIA Fake H200"]
+    assert g["time_available"] and g["memory_available"]
+    assert g["time_reason"] is None and g["memory_reason"] is None
+    # ... device-wide (accounting mode off), which the diagnostics say
+    assert g["utilization_scope"] == "device"
+    assert any("device-wide" in d and "other processes" in d for d in g["diagnostics"])
+    # the hot line's GPU time is 80 % of the wall time its GPU was sampled over; the peak is
+    # this process's own 2 GiB (not the other process's)
+    body = line(data, LAST_PHASE)
+    assert body["gpu"]["peak_memory_bytes"] == GIB2
+    assert body["gpu"]["time_ns"] == pytest.approx(0.8 * sampled_wall(data, LAST_PHASE), rel=1e-6)
+    assert 0 < body["gpu"]["time_ns"] < data["run"]["elapsed_ns"]
+    # GPU time is a separate quantity from driver time: both are reported per line
+    assert body["cpu_time_ns"] is not None and body["samples"] > 20
+
+
+@needs_scalene
+def test_fake_gpu_with_accounting_mode_is_per_process(tmp_path):
+    p, data = run_cli(tmp_path, "gpu 0 accounting on\n"
+                                "gpu * util 50\n"
+                                "gpu 0 process self 1048576\n")
+    assert p.returncode == 0, p.stderr
+    g = data["gpu"]
+    assert g["utilization_scope"] == "process"
+    assert not any("device-wide" in d for d in g["diagnostics"])
+    body = line(data, LAST_PHASE)
+    assert body["gpu"]["peak_memory_bytes"] == 1048576
+    assert body["gpu"]["time_ns"] == pytest.approx(0.5 * sampled_wall(data, LAST_PHASE), rel=1e-6)
+
+
+@needs_scalene
+def test_per_process_memory_not_available_keeps_time_sampling(tmp_path):
+    # GIVEN NVML lists the process but cannot tell its memory (as under Windows WDDM)
+    p, data = run_cli(tmp_path, "gpu * util 60\ngpu 0 process self na\n")
+    assert p.returncode == 0, p.stderr
+    g = data["gpu"]
+    # THEN memory is unavailable with the reason, and GPU time is still sampled
+    assert g["time_available"] and not g["memory_available"]
+    assert "not available" in g["memory_reason"] and "WDDM" in g["memory_reason"]
+    assert any("GPU peak memory is unavailable" in w for w in data["warnings"])
+    body = line(data, LAST_PHASE)
+    assert body["gpu"]["peak_memory_bytes"] is None and body["gpu"]["time_ns"] > 0
+
+
+@needs_scalene
+def test_memory_reads_failing_mid_run(tmp_path):
+    # GIVEN the process list fails from its fourth read on
+    p, data = run_cli(tmp_path, f"gpu * util 70\ngpu 0 process self {GIB2}\n"
+                                "gpu 0 fail proc_mem after 3\n")
+    assert p.returncode == 0, p.stderr
+    g = data["gpu"]
+    # THEN the early samples count, the failures are diagnosed, and the last phase (sampled
+    # only after the failure) has GPU time but no GPU peak memory
+    assert g["memory_available"] and g["time_available"]
+    assert any("GPU memory reads failed in" in d and "Unknown Error" in d
+               for d in g["diagnostics"])
+    assert any("failed in" in w for w in data["warnings"])
+    peaks = [l["gpu"]["peak_memory_bytes"] for l in data["run"]["lines"] if l["gpu"]]
+    assert GIB2 in peaks
+    last = line(data, LAST_PHASE)
+    assert last["gpu"]["peak_memory_bytes"] is None and last["gpu"]["time_ns"] > 0
+
+
+@needs_scalene
+def test_every_gpu_read_failing_leaves_both_unavailable(tmp_path):
+    p, data = run_cli(tmp_path, "gpu 0 fail util after 0 15\ngpu 0 fail proc_mem after 0 15\n"
+                                "gpu 0 process self 1\n")
+    assert p.returncode == 0, p.stderr
+    g = data["gpu"]
+    assert not g["time_available"] and not g["memory_available"]
+    assert "every GPU utilization read failed" in g["time_reason"]
+    assert "GPU is lost" in g["time_reason"]
+    assert "every GPU memory read failed" in g["memory_reason"]
+    body = line(data, LAST_PHASE)
+    assert body["wall_time_ns"] > 0  # CPU profiling continued
+    assert body["gpu"] == {"time_ns": None, "peak_memory_bytes": None}
