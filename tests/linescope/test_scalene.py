@@ -121,13 +121,26 @@ def test_gpu_without_a_device_is_unavailable_with_reasons_and_cpu_continues(ws):
 
 
 @needs_scalene
-def test_memory_is_rejected_before_start(ws):
-    # Scalene's memory profiling needs its allocator preloaded at process start.
-    ran = []
-    with pytest.raises(ValueError, match=r"'scalene' does not support memory=True"):
-        with profile(backend="scalene", memory=True, display="none"):
-            ran.append(1)
-    assert ran == []
+def test_memory_comes_from_linescopes_sampler_beside_scalene(ws):
+    # Scalene's own memory profiling needs its allocator preloaded at process start, so the
+    # backend declares no memory capability and linescope's RSS sampler runs beside it.
+    mod = ws.module("sc_mem.py", """
+        import time
+        def grow():
+            block = bytearray(100 * 1024 * 1024)
+            end = time.perf_counter() + 0.15
+            while time.perf_counter() < end:
+                pass
+            return len(block)
+    """)
+    with profile(backend="scalene", memory=True, root=ws.root, display="none") as s:
+        mod.grow()
+    r = s.result
+    assert r.capabilities.memory is False
+    assert r.memory is not None and r.memory.per_line
+    assert r.memory.peak_rss_bytes >= r.memory.start_rss_bytes + 80 * 1024 * 1024
+    line = r.line(str(ws.root / "sc_mem.py"), 3)
+    assert line is None or line.memory_bytes is None or line.memory_bytes > 80 * 1024 * 1024
 
 
 @needs_scalene
