@@ -67,6 +67,7 @@ CHECK_TITLES = {
     "phases": "CUDA-event phase timing",
     "mfu": "MFU on real kernels",
     "overhead": "Overhead on GPU",
+    "linescope": "linescope sampler: GPU time and memory per line",
 }
 CHECK_LIMIT_S = 120  # per check (SIGALRM); the whole script is also time-boxed by run.sh
 
@@ -1033,8 +1034,12 @@ def check_overhead(ctx: Ctx, c: Check) -> None:
                   f"(x{lb['ratio']})")
 
 
+sys.path.insert(0, str(HERE))
+from linescope_checks import check_linescope  # noqa: E402
+
 CHECKS: dict[str, Callable[[Ctx, Check], None]] = {
     "nvml": check_nvml, "phases": check_phases, "mfu": check_mfu, "overhead": check_overhead,
+    "linescope": check_linescope,
 }
 
 

@@ -285,7 +285,7 @@ if [ "$GPU_RUN_DRY" = 1 ]; then
 else
   run_step build 300 200   # leaves >= 200 s for checks (>= 150) + report
 fi
-run_step checks 240 45     # leaves time for ctest + report
+run_step checks 300 45     # leaves time for ctest + report
 run_step ctest 60 35
 run_step pytest 150 15
 run_step report 30 0
