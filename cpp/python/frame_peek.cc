@@ -23,6 +23,7 @@ bool PeekOwnFrames(PyThreadState* tstate, FrameVisitor visit, void* ctx, int max
 #if PY_VERSION_HEX >= 0x030C0000
     if (f->owner == FRAME_OWNED_BY_CSTACK) continue;
 #endif
+    if (_PyFrame_IsIncomplete(f)) continue;  // still being set up: no current line yet
 #if PY_VERSION_HEX >= 0x030D0000
     PyObject* exe = f->f_executable;
     if (exe == nullptr || !PyCode_Check(exe)) continue;

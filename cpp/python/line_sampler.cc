@@ -359,6 +359,37 @@ class SamplerSession {
     }
   }
 
+  // One frame of a sample's stack walk (innermost first).
+  struct Walk {
+    SamplerSession* self;
+    const lines::SampleInterval* iv;
+    bool innermost = true;
+    int32_t file = -1;
+    int32_t line = 0;
+  };
+  static bool VisitFrame(void* ctx, PyCodeObject* code, int offset) noexcept {
+    auto* w = static_cast<Walk*>(ctx);
+    SamplerSession* self = w->self;
+    CodeEntry* e = self->Lookup(code);
+    if (e == nullptr || e->function < 0) return false;
+    if (w->innermost) {
+      w->innermost = false;
+      w->file = self->agg_.functions()[static_cast<size_t>(e->function)].file_id;
+      w->line = PyCode_Addr2Line(code, offset);
+      try {
+        self->agg_.AddLine(w->file, w->line, *w->iv);
+      } catch (...) {
+      }
+      self->agg_.AddOwn(e->function, *w->iv);
+    }
+    if (e->stamp != self->stamp_) {  // once per sample, also under recursion
+      e->stamp = self->stamp_;
+      self->agg_.AddTotal(e->function, *w->iv);
+    }
+    return false;  // the whole stack: every recorded function gets its total
+  }
+
+  // Main thread, GIL held (the signal handler, or Stop).
   void Sample() noexcept {
     if (!sampler_) return;
     lines::SampleInterval iv = sampler_->TakeInterval();
@@ -368,38 +399,24 @@ class SamplerSession {
       return;
     }
     ++stamp_;
-    int32_t kfile = -1, kline = 0;  // the line this interval goes to, for kernel tags
-    PyFrameObject* frame = PyEval_GetFrame();  // borrowed
-    Py_XINCREF(frame);
-    bool innermost = true;
-    for (int depth = 0; frame != nullptr && depth < kMaxStackWalk; ++depth) {
-      PyCodeObject* code = PyFrame_GetCode(frame);  // new reference
-      CodeEntry* e = Lookup(code);
-      Py_DECREF(code);
-      if (e != nullptr && e->function >= 0) {
-        if (innermost) {
-          innermost = false;
-          const auto& fn = agg_.functions()[static_cast<size_t>(e->function)];
-          kfile = fn.file_id;
-          kline = PyFrame_GetLineNumber(frame);
-          try {
-            agg_.AddLine(kfile, kline, iv);
-          } catch (...) {
-          }
-          agg_.AddOwn(e->function, iv);
-        }
-        if (e->stamp != stamp_) {
-          e->stamp = stamp_;
-          agg_.AddTotal(e->function, iv);
-        }
+    Walk walk{this, &iv};
+    if (!PeekOwnFrames(PyThreadState_Get(), &SamplerSession::VisitFrame, &walk,
+                       kMaxStackWalk)) {
+      // A Python whose frame layout is not known here: frame objects (they may be created).
+      PyFrameObject* frame = PyEval_GetFrame();  // borrowed
+      Py_XINCREF(frame);
+      for (int depth = 0; frame != nullptr && depth < kMaxStackWalk; ++depth) {
+        PyCodeObject* code = PyFrame_GetCode(frame);  // new reference
+        VisitFrame(&walk, code, PyFrame_GetLasti(frame));
+        Py_DECREF(code);
+        PyFrameObject* back = PyFrame_GetBack(frame);  // new reference
+        Py_DECREF(frame);
+        frame = back;
       }
-      PyFrameObject* back = PyFrame_GetBack(frame);  // new reference
-      Py_DECREF(frame);
-      frame = back;
+      Py_XDECREF(frame);
     }
-    Py_XDECREF(frame);
-    if (innermost) agg_.AddUnattributed(iv);
-    if (kmap_) kmap_->CloseInterval(kfile, kline);
+    if (walk.innermost) agg_.AddUnattributed(iv);
+    if (kmap_) kmap_->CloseInterval(walk.file, walk.line);
     if (PyErr_Occurred()) PyErr_Clear();
   }
 
