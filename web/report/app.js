@@ -193,7 +193,7 @@ function gpuView() {
     card("gpu-time", "Attributed GPU time", formatNs(g.time.value_ns),
          { sub: "sum of the lines' GPU time", notice: g.time.notice }),
     card("gpu-memory", "GPU peak memory", formatBytes(g.memory.peak_bytes),
-         { sub: "highest device memory sampled on a line", notice: g.memory.notice }),
+         { sub: "the highest GPU peak of any line", notice: g.memory.notice }),
     card("driver-time", "Driver time", formatNs(g.driver.time_ns), { sub: g.driver.label })));
   const facts = [];
   if (g.devices.length) facts.push(el("li", {}, `Devices: ${g.devices.join(", ")}`));
