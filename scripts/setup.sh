@@ -44,6 +44,23 @@ if ! $PY -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13
   $PY -m pip install -q "torch==2.13.0"
 fi
 
+# --- browser tests (tests/browser: linescope's HTML report in headless Chromium) -------------
+# Debian's chromium + PyPI playwright driving it (executable_path=/usr/bin/chromium); playwright
+# never downloads a browser here. Skip with BROWSER_TESTS=0.
+if [ "${BROWSER_TESTS:-1}" != "0" ]; then
+  if ! dpkg -s chromium >/dev/null 2>&1; then
+    echo "setup: installing apt package chromium (browser tests)"
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+  fi
+  if ! $PY -c "import playwright.sync_api" >/dev/null 2>&1; then
+    $PY -m pip install -q playwright
+  fi
+fi
+# --- end browser tests -----------------------------------------------------------------------
+
 # gpuprof from source. build/py is kept between runs, so this is incremental.
 echo "setup: building gpuprof (C++ core, extension, CLI, C++ tests)"
 $PY -m pip install -q --no-build-isolation --no-deps \

@@ -31,7 +31,8 @@ def add_profile_options(p: argparse.ArgumentParser) -> None:
                    help="do not record files matching this glob (repeatable)")
     p.add_argument("-r", "--root", default=None, help="project root (default: cwd)")
     p.add_argument("-o", "--output", default=None, metavar="OUT",
-                   help="write the result here (.json; .html writes an interim page)")
+                   help="write the result here: .html/.htm writes the single-file HTML report, "
+                        "any other suffix JSON (linescope-result/1)")
     p.add_argument("-d", "--display", choices=("none", "end"), default=None,
                    help="show the result at the end (default: end)")
     p.add_argument("--sample-rate", type=float, default=None,

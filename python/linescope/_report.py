@@ -1,11 +1,12 @@
-"""Text and file output of a ProfileResult (the HTML report is a later increment)."""
+"""Text and file output of a ProfileResult: the terminal summary, the JSON result and the
+single-file HTML report (built in C++: gpuprof._native.build_report_payload /
+render_report_html, cpp/core/lines/report.h)."""
 
 from __future__ import annotations
 
-import html
 import json
 import os
-from typing import Any, TextIO
+from typing import TextIO
 
 from ._model import ProfileResult
 
@@ -56,27 +57,28 @@ def show(result: ProfileResult, file: TextIO) -> None:
     print(render_text(result), file=file)
 
 
+def render_html(result: ProfileResult) -> str:
+    """The self-contained HTML report of ``result`` (one file, no external requests)."""
+    from gpuprof import _native  # the shared native core
+
+    data = json.dumps(result.to_dict(), separators=(",", ":"), ensure_ascii=False)
+    # A source snapshot may hold lone surrogates (undecodable bytes); they become "?".
+    data = data.encode("utf-8", "replace").decode("utf-8")
+    payload = _native.build_report_payload(data)
+    return _native.render_report_html(payload)
+
+
 def save(result: ProfileResult, path: str | os.PathLike[str]) -> str:
-    """Writes the result. ``.html``: a self-contained interim page (text summary plus the JSON
-    data embedded); anything else: JSON (format ``linescope-result/1``). Returns the path."""
+    """Writes the result. ``.html`` / ``.htm``: the self-contained HTML report; anything else:
+    JSON (format ``linescope-result/1``). Returns the path."""
     path = os.fspath(path)
-    if path.endswith((".html", ".htm")):
+    if path.lower().endswith((".html", ".htm")):
         text = render_html(result)
     else:
-        text = json.dumps(result.to_dict(), indent=None, separators=(",", ":")) + "\n"
+        text = json.dumps(result.to_dict(), separators=(",", ":")) + "\n"
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     return path
 
-
-def render_html(result: ProfileResult) -> str:
-    """The report as one self-contained HTML page."""
-    payload = json.dumps(result.to_dict(), indent=None, separators=(",", ":"))
-    embedded = payload.replace("</", "<\\/")
-    return ("<!doctype html><meta charset=utf-8><title>linescope</title>"
-            "<p>Interim report (the interactive HTML report is not built yet).</p>"
-            f"<pre>{html.escape(render_text(result, top=50))}</pre>"
-            "<script type=application/json id=linescope-data>"
-            f"{embedded}</script>\n")

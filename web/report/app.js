@@ -1,0 +1,350 @@
+// The linescope report page: reads the linescope-report/1 payload (inlined by the C++
+// renderer, see docs/linescope.md) and renders the sidebar and the views. Everything the
+// report decides (totals, heat levels, card values, notices) is computed in C++; this file
+// only lays it out. Unknown values (null) render as "—" and sort last.
+import { UNKNOWN, formatBytes, formatCount, formatNs, formatPercent, formatSignedBytes, isUnknown } from "../lib/format.js";
+import { el, escapeHtml } from "../lib/dom.js";
+import { sortableTable } from "../lib/table.js";
+import { lineChartSvg } from "../lib/chart.js";
+import { lineHref, parseHash, viewHref } from "./links.js";
+
+const data = JSON.parse(document.getElementById("linescope-data").textContent);
+const cols = data.columns;
+const main = document.getElementById("content");
+const nav = document.getElementById("sidebar");
+
+// ---- helpers ------------------------------------------------------------------------------
+
+function sourceText(file, line) {
+  const src = data.files[file].source;
+  if (!src || line < 1 || line > src.length) return null;
+  return src[line - 1];
+}
+
+function locationLabel(l) {
+  return `${data.files[l.file].display}:${l.line}`;
+}
+
+function locationLink(l) {
+  return `<a href="${lineHref(l.file, l.line)}">${escapeHtml(locationLabel(l))}</a>`;
+}
+
+function codeCell(text) {
+  return isUnknown(text) ? UNKNOWN : `<code>${escapeHtml(text.trim())}</code>`;
+}
+
+function heatBadge(text, level, kind) {
+  return `<span class="heat heat-${level}" data-heat="${level}" data-kind="${kind}">${escapeHtml(text)}</span>`;
+}
+
+// A numeric column: sort key = the value, cell = its formatted text (unknown -> "—").
+function numCol(key, label, get, fmt, extra = {}) {
+  return { key, label, numeric: true, value: get, html: (r) => escapeHtml(fmt(get(r))), ...extra };
+}
+
+function card(id, label, value, { sub = null, notice = null, title = null } = {}) {
+  return el("div", { class: "card", "data-card": id },
+    el("h2", { class: "card-label" }, label),
+    el("p", { class: "card-value", title }, value),
+    notice ? el("p", { class: "notice", role: "note" }, notice) : null,
+    sub ? el("p", { class: "card-sub" }, sub) : null);
+}
+
+function section(id, title, ...children) {
+  return el("section", { class: "view", "data-view": id, "aria-labelledby": `h-${id}` },
+    el("h1", { id: `h-${id}` }, title), ...children);
+}
+
+function lineRows(indices) {
+  return indices.map((i) => data.lines[i]);
+}
+
+const locationCol = {
+  key: "location", label: "Location",
+  value: (l) => `${data.files[l.file].display}\u0000${String(l.line).padStart(9, "0")}`,
+  html: locationLink,
+};
+const sourceCol = {
+  key: "source", label: "Source", cls: "src",
+  value: (l) => sourceText(l.file, l.line), html: (l) => codeCell(sourceText(l.file, l.line)),
+};
+
+// ---- views --------------------------------------------------------------------------------
+
+function overviewView() {
+  const o = data.overview;
+  const parts = [];
+  const started = isUnknown(data.started_at) ? UNKNOWN : new Date(data.started_at * 1000).toLocaleString();
+  parts.push(el("p", { class: "meta" }, `backend ${data.backend} \u00b7 started ${started}`));
+  if (data.gpu) {
+    parts.push(el("p", { class: "meta" }, "GPU numbers: ",
+      el("a", { href: viewHref("gpu") }, data.gpu.method || UNKNOWN), ` \u2014 ${data.gpu.method_label}`));
+  }
+  if (data.warnings.length) {
+    parts.push(el("section", { class: "warnings", "aria-labelledby": "h-warnings" },
+      el("h2", { id: "h-warnings" }, `Warnings (${data.warnings.length})`),
+      el("ul", {}, data.warnings.map((w) => el("li", {}, w)))));
+  }
+  parts.push(el("div", { class: "cards" },
+    card("elapsed", "Elapsed", formatNs(o.elapsed_ns)),
+    card("snapshots", "Source snapshots", formatCount(o.snapshots),
+         { sub: `${formatCount(o.files)} file${o.files === 1 ? "" : "s"} recorded` }),
+    card("functions", "Functions", formatCount(o.functions)),
+    card("executed-lines", "Executed lines", formatCount(o.executed_lines))));
+  const columns = [
+    numCol("time", "Time", (l) => l.time_ns, formatNs,
+           { html: (l) => heatBadge(formatNs(l.time_ns), l.heat, "time"),
+             title: "wall time, including everything called from the line" }),
+  ];
+  if (cols.self) columns.push(numCol("self", "Own time", (l) => l.self_ns, formatNs));
+  columns.push(numCol("hits", "Hits", (l) => l.hits, formatCount),
+               numCol("avg", "Avg/hit", (l) => l.avg_ns, formatNs));
+  if (cols.gpu) columns.push(numCol("gpu_time", "GPU time", (l) => l.gpu_time_ns, formatNs));
+  columns.push(locationCol, sourceCol);
+  const t = sortableTable({ columns, rows: lineRows(o.top_lines), sort: { key: "time", dir: "desc" },
+                            caption: `Most expensive lines (top ${o.top_lines.length})`,
+                            className: "lines", label: "Most expensive lines" });
+  parts.push(t.table);
+  return section("overview", "Overview", ...parts);
+}
+
+function filesView() {
+  const rows = data.files.map((f, i) => ({ ...f, index: i }));
+  const columns = [
+    { key: "file", label: "File", value: (f) => f.display,
+      html: (f) => `<a href="${lineHref(f.index)}" title="${escapeHtml(f.path)}">${escapeHtml(f.display)}</a>` },
+    numCol("executed", "Executed lines", (f) => f.executed_lines, formatCount),
+    numCol("time", "Time", (f) => f.time_ns, formatNs,
+           { title: "sum of the lines' own time (self time where known, else wall time)" }),
+    numCol("share", "Share", (f) => f.share, formatPercent),
+    { key: "hottest", label: "Hottest line", numeric: true,
+      value: (f) => (f.hottest === null ? null : data.lines[f.hottest].time_ns),
+      html: (f) => {
+        if (f.hottest === null) return UNKNOWN;
+        const l = data.lines[f.hottest];
+        return `<a href="${lineHref(l.file, l.line)}">L${l.line}</a> \u00b7 ${escapeHtml(formatNs(l.time_ns))}`;
+      } },
+  ];
+  if (cols.gpu) columns.push(numCol("gpu_time", "GPU time", (f) => f.gpu_time_ns, formatNs));
+  if (cols.memory) columns.push(numCol("memory", "Memory change", (f) => f.mem_bytes, formatSignedBytes));
+  columns.push({ key: "snapshot", label: "Source", value: (f) => (f.source ? "captured" : null),
+                 html: (f) => (f.source ? `${formatCount(f.source.length)} lines` : UNKNOWN) });
+  const t = sortableTable({ columns, rows, sort: { key: "time", dir: "desc" }, label: "Files",
+                            className: "files" });
+  return section("files", "Files", t.table);
+}
+
+function functionsView() {
+  const columns = [
+    { key: "name", label: "Function", value: (f) => f.name,
+      html: (f) => `<a class="fn" href="${lineHref(f.file, f.line)}">${escapeHtml(f.name)}</a>` },
+    { key: "location", label: "Defined in", value: (f) => `${data.files[f.file].display}\u0000${String(f.line).padStart(9, "0")}`,
+      html: (f) => `<a href="${lineHref(f.file, f.line)}">${escapeHtml(`${data.files[f.file].display}:${f.line}`)}</a>` },
+    numCol("total", "Total time", (f) => f.total_ns, formatNs,
+           { title: "outermost activations only (no double counting under recursion)" }),
+    numCol("own", "Own time", (f) => f.own_ns, formatNs, { title: "excluding recorded callees" }),
+    numCol("calls", "Calls", (f) => f.calls, formatCount),
+    numCol("avg", "Avg/call", (f) => f.avg_ns, formatNs),
+  ];
+  const t = sortableTable({ columns, rows: data.functions, sort: { key: "total", dir: "desc" },
+                            label: "Functions", className: "functions" });
+  return section("functions", "Functions", t.table);
+}
+
+function memoryView() {
+  const m = data.memory;
+  const peakAt = isUnknown(m.peak_t_ns) ? "" : ` at ${formatNs(m.peak_t_ns)}`;
+  const parts = [
+    el("div", { class: "cards" },
+      card("rss-start", "Start RSS", formatBytes(m.start_bytes)),
+      card("rss-peak", "Peak RSS", formatBytes(m.peak_bytes), { sub: peakAt ? `reached${peakAt}` : null }),
+      card("rss-end", "End RSS", formatBytes(m.end_bytes)),
+      card("rss-change", "Change", formatSignedBytes(m.change_bytes))),
+  ];
+  const chart = el("figure", { class: "chart-box" });
+  chart.innerHTML = lineChartSvg(m.timeline, { formatX: formatNs, formatY: formatBytes,
+                                               label: "host memory (RSS) over time" }) +
+    `<figcaption>Host memory (${escapeHtml(m.source)}) over time: ${formatCount(m.samples)} samples` +
+    (isUnknown(m.interval_ns) ? "" : `, every ${escapeHtml(formatNs(m.interval_ns))}`) + `</figcaption>`;
+  parts.push(chart);
+  if (!m.per_line) {
+    parts.push(el("p", { class: "notice", role: "note" },
+      `RSS changes were not attributed to lines${m.reason ? ": " + m.reason : ""}`));
+  }
+  const columns = [];
+  if (cols.memory) columns.push(numCol("memory", "Memory change", (l) => l.mem_bytes, formatSignedBytes));
+  if (cols.memory_peak) columns.push(numCol("memory_peak", "Peak RSS", (l) => l.mem_peak_bytes, formatBytes));
+  if (columns.length) {
+    columns.push(numCol("time", "Time", (l) => l.time_ns, formatNs),
+                 numCol("hits", "Hits", (l) => l.hits, formatCount), locationCol, sourceCol);
+    const t = sortableTable({ columns, rows: lineRows(m.lines), sort: { key: columns[0].key, dir: "desc" },
+                              caption: "Memory by line", label: "Memory by line", className: "memory-lines" });
+    parts.push(t.table);
+  }
+  return section("memory", "Memory", ...parts);
+}
+
+function gpuView() {
+  const g = data.gpu;
+  const parts = [];
+  parts.push(el("p", { class: "method" }, "GPU numbers: ",
+    el("strong", { "data-method": g.method || "" }, g.method || UNKNOWN), ` \u2014 ${g.method_label}`));
+  parts.push(el("div", { class: "cards" },
+    card("gpu-time", "Attributed GPU time", formatNs(g.time.value_ns),
+         { sub: "sum of the lines' GPU time", notice: g.time.notice }),
+    card("gpu-memory", "GPU peak memory", formatBytes(g.memory.peak_bytes),
+         { sub: "the highest GPU peak of any line", notice: g.memory.notice }),
+    card("driver-time", "Driver time", formatNs(g.driver.time_ns), { sub: g.driver.label })));
+  const facts = [];
+  if (g.devices.length) facts.push(el("li", {}, `Devices: ${g.devices.join(", ")}`));
+  if (g.scope_note) facts.push(el("li", {}, g.scope_note));
+  facts.push(el("li", {}, "GPU work runs asynchronously: a line can return before its device work finishes, so GPU time and driver time are separate measurements."));
+  parts.push(el("ul", { class: "facts" }, facts));
+  if (g.diagnostics.length) {
+    parts.push(el("section", { class: "warnings", "aria-labelledby": "h-gpu-diag" },
+      el("h2", { id: "h-gpu-diag" }, "GPU diagnostics"),
+      el("ul", {}, g.diagnostics.map((d) => el("li", {}, d)))));
+  }
+  const columns = [
+    numCol("gpu_time", "GPU time", (l) => l.gpu_time_ns ?? null, formatNs,
+           { html: (l) => (isUnknown(l.gpu_time_ns) ? UNKNOWN : heatBadge(formatNs(l.gpu_time_ns), l.gpu_heat, "gpu")) }),
+    numCol("gpu_memory", "GPU peak memory", (l) => l.gpu_peak_bytes ?? null, formatBytes),
+    numCol("driver", "Driver time", (l) => l.time_ns, formatNs, { title: "wall time of the line" }),
+    locationCol, sourceCol,
+  ];
+  const t = sortableTable({ columns, rows: lineRows(g.lines), sort: { key: "gpu_time", dir: "desc" },
+                            caption: `GPU-measured lines (${g.lines.length})`,
+                            label: "GPU-measured lines", className: "gpu-lines" });
+  parts.push(t.table);
+  return section("gpu", "GPU", ...parts);
+}
+
+function heatLegend() {
+  const swatches = [];
+  for (let level = 1; level < data.heat.levels; level++) {
+    swatches.push(`<span class="swatch heat-${level}" data-level="${level}"></span>`);
+  }
+  const legend = el("div", { class: "heat-legend", role: "img",
+                             "aria-label": "heat scale: light = little time, dark = most time" });
+  legend.innerHTML = `<span class="legend-label">heat</span><span class="legend-end">less</span>${swatches.join("")}` +
+    `<span class="legend-end">${escapeHtml(formatNs(data.heat.max_time_ns))} (hottest line)</span>`;
+  return legend;
+}
+
+function sourceView(fileIndex) {
+  const f = data.files[fileIndex];
+  const stats = new Map();
+  for (const l of data.lines) if (l.file === fileIndex) stats.set(l.line, l);
+  const count = Math.max(f.source ? f.source.length : 0, ...stats.keys(), 0);
+  const rows = [];
+  for (let n = 1; n <= count; n++) {
+    const s = stats.get(n);
+    if (!f.source && !s) continue;
+    rows.push({ line: n, s: s || null, text: f.source ? (f.source[n - 1] ?? null) : null });
+  }
+  const stat = (get) => (r) => (r.s ? get(r.s) : null);
+  const cell = (get, fmt) => (r) => (r.s ? escapeHtml(fmt(get(r.s))) : "");
+  const c = (key, label, get, fmt, extra = {}) =>
+    ({ key, label, numeric: true, value: stat(get), html: cell(get, fmt), ...extra });
+  const columns = [
+    { key: "line", label: "Line", numeric: true, firstDir: "asc", value: (r) => r.line, cls: "ln",
+      html: (r) => `<a href="${lineHref(fileIndex, r.line)}" aria-label="line ${r.line}">${r.line}</a>` },
+    c("time", "Time", (s) => s.time_ns, formatNs,
+      { html: (r) => (r.s ? heatBadge(formatNs(r.s.time_ns), r.s.heat, "time") : "") }),
+  ];
+  if (cols.self) columns.push(c("self", "Own time", (s) => s.self_ns, formatNs));
+  columns.push(c("hits", "Hits", (s) => s.hits, formatCount),
+               c("avg", "Avg/hit", (s) => s.avg_ns, formatNs));
+  if (cols.cpu) columns.push(c("cpu", "CPU time", (s) => s.cpu_ns, formatNs));
+  if (cols.samples) columns.push(c("samples", "Samples", (s) => s.samples, formatCount));
+  if (cols.memory) columns.push(c("memory", "Memory", (s) => s.mem_bytes, formatSignedBytes));
+  if (cols.memory_peak) columns.push(c("memory_peak", "Peak RSS", (s) => s.mem_peak_bytes, formatBytes));
+  if (cols.gpu) {
+    columns.push(
+      c("gpu_time", "GPU time", (s) => s.gpu_time_ns, formatNs,
+        { html: (r) => (!r.s ? "" : isUnknown(r.s.gpu_time_ns) ? UNKNOWN : heatBadge(formatNs(r.s.gpu_time_ns), r.s.gpu_heat, "gpu")) }),
+      c("gpu_memory", "GPU peak memory", (s) => s.gpu_peak_bytes, formatBytes));
+  }
+  columns.push({ key: "source", label: "Source", cls: "src", value: (r) => r.text,
+                 html: (r) => (r.text === null ? UNKNOWN : `<code>${escapeHtml(r.text)}</code>`) });
+  const t = sortableTable({
+    columns, rows, sort: { key: "line", dir: "asc" }, label: `Source of ${f.display}`,
+    className: "source",
+    rowAttrs: (r) => `id="L${r.line}" data-line="${r.line}"${r.s ? ' class="executed"' : ""}`,
+  });
+  const parts = [el("p", { class: "meta", title: f.path }, f.path)];
+  parts.push(el("p", { class: "meta" },
+    `${formatCount(f.executed_lines)} executed lines \u00b7 ${formatNs(f.time_ns)} own time` +
+    (f.hottest === null ? "" : ` \u00b7 hottest line ${data.lines[f.hottest].line}`)));
+  if (!f.source) {
+    parts.push(el("p", { class: "notice", role: "note" },
+      "The source of this file was not captured; only its executed lines are listed."));
+  }
+  parts.push(heatLegend(), t.table);
+  const view = section(`source-${fileIndex}`, f.display, ...parts);
+  view.dataset.file = String(fileIndex);
+  t.table.addEventListener("sorted", () => markLine(view, view.dataset.target || null));
+  return view;
+}
+
+// ---- navigation ---------------------------------------------------------------------------
+
+const available = { overview: true, files: true, functions: true, memory: !!data.memory, gpu: !!data.gpu };
+const builders = { overview: overviewView, files: filesView, functions: functionsView,
+                   memory: memoryView, gpu: gpuView };
+const cache = new Map();
+
+function buildNav() {
+  const items = [["overview", "Overview", null], ["files", "Files", data.files.length],
+                 ["functions", "Functions", data.functions.length]];
+  if (available.memory) items.push(["memory", "Memory", null]);
+  if (available.gpu) items.push(["gpu", "GPU", null]);
+  nav.append(
+    el("p", { class: "brand" }, "linescope"),
+    el("ul", { class: "sections" }, items.map(([view, label, n]) =>
+      el("li", {}, el("a", { href: viewHref(view), "data-nav": view }, label,
+                      n === null ? null : el("span", { class: "count" }, formatCount(n)))))),
+    el("h2", { class: "nav-heading", id: "nav-sources" }, "Sources"),
+    el("ul", { class: "sources", "aria-labelledby": "nav-sources" }, data.files.map((f, i) =>
+      el("li", {}, el("a", { href: lineHref(i), "data-nav": `source-${i}`, title: f.path }, f.display)))));
+}
+
+function markLine(view, line) {
+  for (const row of view.querySelectorAll("tr.target")) row.classList.remove("target");
+  if (!line) return null;
+  const row = view.querySelector(`tr[data-line="${line}"]`);
+  if (row) row.classList.add("target");
+  return row;
+}
+
+function route() {
+  const want = parseHash(location.hash);
+  let key = want.view;
+  if (want.view === "source") {
+    key = want.file < data.files.length ? `source-${want.file}` : "overview";
+  } else if (!available[key]) {
+    key = "overview";
+  }
+  let view = cache.get(key);
+  if (!view) {
+    view = key.startsWith("source-") ? sourceView(Number(key.slice(7))) : builders[key]();
+    cache.set(key, view);
+  }
+  if (main.firstElementChild !== view) main.replaceChildren(view);
+  for (const a of nav.querySelectorAll("a[data-nav]")) {
+    if (a.dataset.nav === key) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+  document.title = `${view.querySelector("h1").textContent} \u2014 linescope`;
+  const line = key.startsWith("source-") ? want.line : null;
+  view.dataset.target = line || "";
+  const row = markLine(view, line);
+  if (row) row.scrollIntoView({ block: "center" });
+  else window.scrollTo(0, 0);
+  main.focus({ preventScroll: true });
+}
+
+buildNav();
+window.addEventListener("hashchange", route);
+route();
+document.body.dataset.ready = "true";
