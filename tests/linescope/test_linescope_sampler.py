@@ -354,6 +354,7 @@ def test_cupti_measures_kernel_time_per_launching_line(ws, fake_cupti):
     # AND it is marked as measured, with GPU peak memory still from the driver
     g = r.gpu
     assert g.method == "cupti" and g.time_available and g.memory_available
+    assert g.utilization_scope is None  # not estimated from utilization
     assert any("measured kernel time (CUPTI" in d for d in g.diagnostics)
     assert r.line(path, 17).gpu.peak_memory_bytes == 2000000
     assert r.metadata["kernel_count"] == 4

@@ -92,6 +92,7 @@ void ApplyKernelTracing(GpuCollectionSummary& summary, bool active,
   summary.method = "cupti";
   summary.time_available = true;
   summary.time_reason.reset();
+  summary.utilization_scope.clear();  // GPU time does not come from utilization
   // The estimate's scope note does not apply to measured kernel time.
   std::erase_if(summary.diagnostics, [](const std::string& d) {
     return d.rfind("GPU time is estimated from sampled utilization", 0) == 0;

@@ -104,6 +104,7 @@ TEST(ApplyKernelTracingTest, ActiveTracerMakesGpuTimeMeasured) {
   ApplyKernelTracing(s, true, std::nullopt, "/x/libcupti.so", 130000, un, 1, {"dropped 3"});
   EXPECT_EQ(s.method, "cupti");
   EXPECT_TRUE(s.time_available);
+  EXPECT_TRUE(s.utilization_scope.empty());
   bool measured = false, estimated = false, unattr = false, note = false;
   for (auto& d : s.diagnostics) {
     measured |= d.find("measured kernel time (CUPTI 130000, /x/libcupti.so)") != std::string::npos;
