@@ -3,26 +3,42 @@ CPU-only machine it trains on the CPU and reports why GPU values are unavailable
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (make setup)")
-nbclient = pytest.importorskip("nbclient", reason="nbclient is not installed (make setup)")
+pytest.importorskip("nbclient", reason="nbclient is not installed (make setup)")
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "examples" / "notebooks" / "linescope_gpu.ipynb"
 
 
-def test_gpu_notebook_runs_and_shows_the_unavailable_reasons(tmp_path, monkeypatch):
+EXECUTE = """
+import sys, nbclient, nbformat
+src, out, cwd = sys.argv[1:4]
+nb = nbformat.read(src, as_version=4)
+nbclient.NotebookClient(nb, timeout=240, kernel_name="python3",
+                        resources={"metadata": {"path": cwd}}).execute()
+nbformat.write(nb, out)
+"""
+
+
+def test_gpu_notebook_runs_and_shows_the_unavailable_reasons(tmp_path):
     # GIVEN no NVIDIA driver on this machine
-    monkeypatch.setenv("GPUPROF_NVML_LIBRARY", str(tmp_path / "absent" / "libnvidia-ml.so.1"))
+    env = dict(os.environ, GPUPROF_NVML_LIBRARY=str(tmp_path / "absent" / "libnvidia-ml.so.1"))
     nb_path = tmp_path / NOTEBOOK.name
     shutil.copy(NOTEBOOK, nb_path)
-    nb = nbformat.read(nb_path, as_version=4)
-    # WHEN every cell runs in a fresh kernel
-    nbclient.NotebookClient(nb, timeout=240, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    # WHEN every cell runs in a fresh kernel (driven from a child process: the Jupyter client's
+    # event loop must not leak into this test process)
+    done = tmp_path / "executed.ipynb"
+    p = subprocess.run([sys.executable, "-c", EXECUTE, str(nb_path), str(done), str(tmp_path)],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    nb = nbformat.read(done, as_version=4)
     texts, html = [], []
     for cell in nb.cells:
         for out in cell.get("outputs", []):
