@@ -16,7 +16,7 @@ from ._flops import StepFlopCounter, TransformerArch
 
 T = TypeVar("T")
 
-_GPU_BACKENDS = ("auto", "nvml", "mock", "none")
+_GPU_BACKENDS = ("auto", "nvml", "neuron", "mock", "none")
 _DTYPES = ("bf16", "fp16", "tf32", "fp32", "fp8")
 
 _active_lock = threading.Lock()
@@ -412,8 +412,9 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
     auto: patch torch (nn.Module.__call__, Tensor.backward, optimizer steps) inside the block;
     False = manual API only (prof.step / s.phase / prof.wrap_dataloader).
     sample_hz: GPU telemetry rate. host_hz: /proc sampling rate (0 disables it).
-    gpu: "auto" (NVML when present), "nvml", "mock" (fake GPUs, see mock_gpus /
-    mock_scenario) or "none"; default $GPUPROF_GPU_BACKEND or "auto".
+    gpu: "auto" (NVML when present, else AWS Neuron when neuron-monitor and /dev/neuron0 are),
+    "nvml", "neuron" (NeuronCores via neuron-monitor; $GPUPROF_NEURON_MONITOR), "mock" (fake
+    GPUs, see mock_gpus / mock_scenario) or "none"; default $GPUPROF_GPU_BACKEND or "auto".
     MFU needs the FLOPs per optimizer step (one of three ways) and ``dtype`` (bf16, fp16, tf32,
     fp32, fp8): arch=TransformerArch(...) with tokens_per_step= (tokens this process trains on
     per optimizer step: batch × seq_len × accumulated micro-batches) computes them from the

@@ -37,7 +37,8 @@ def _native() -> Any:
 def _gpu_backend(requested: bool) -> str:
     if not requested:
         return "off"
-    # The same switch as gpuprof.profile(gpu=...): auto (NVML when present), nvml, mock, none.
+    # The same switch as gpuprof.profile(gpu=...): auto (NVML when present, else AWS Neuron
+    # when neuron-monitor and /dev/neuron0 are), nvml, neuron, mock, none.
     return os.environ.get("GPUPROF_GPU_BACKEND", "auto") or "auto"
 
 

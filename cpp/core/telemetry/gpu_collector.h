@@ -1,6 +1,8 @@
 // GPU telemetry collectors. One interface, several backends:
-//   NvmlCollector  - the NVIDIA driver's libnvidia-ml.so.1, loaded with dlopen at run time
-//   MockCollector  - N fake GPUs with scripted curves (demos, dashboards, tests)
+//   NvmlCollector   - the NVIDIA driver's libnvidia-ml.so.1, loaded with dlopen at run time
+//   NeuronCollector - AWS Neuron (Trainium/Inferentia) NeuronCores, from the neuron-monitor tool
+//                     run as a child process (one "device" per NeuronCore)
+//   MockCollector   - N fake GPUs with scripted curves (demos, dashboards, tests)
 // A collector is driven by one sampler thread: Sample() is never called concurrently.
 #pragma once
 
@@ -26,7 +28,7 @@ struct GpuDevice {
 class GpuCollector {
  public:
   virtual ~GpuCollector() = default;
-  virtual std::string backend() const = 0;  // "nvml" | "mock"
+  virtual std::string backend() const = 0;  // "nvml" | "neuron" | "mock"
   virtual const std::vector<GpuDevice>& devices() const = 0;
   // Reads every device once. Fields the device does not support, or whose read failed, stay
   // nullopt. Returns false only when the whole read failed (e.g. the driver went away).
@@ -40,21 +42,31 @@ class GpuCollector {
 };
 
 struct GpuCollectorOptions {
-  // "auto" (NVML if it loads and finds devices, else none), "nvml", "mock", "none".
+  // "auto" (NVML if it loads and finds devices; else Neuron if neuron-monitor is found and
+  // /dev/neuron0 exists; else none), "nvml", "neuron", "mock", "none".
   std::string backend = "auto";
   // For nvml: the library to dlopen. Empty = $GPUPROF_NVML_LIBRARY or "libnvidia-ml.so.1".
   std::string nvml_library;
   // For nvml: PCIe throughput is read at most this often (ms; 0 = every tick), because the
   // driver call blocks for its measurement window.
   int pcie_interval_ms = 1000;
+  // For neuron: the neuron-monitor executable. Empty = $GPUPROF_NEURON_MONITOR, else
+  // neuron-monitor on $PATH, else /opt/aws/neuron/bin/neuron-monitor.
+  std::string neuron_monitor;
+  // For neuron: the report period asked of neuron-monitor, whole seconds (>= 1).
+  int neuron_period_s = 1;
+  // For auto: the device node whose presence lets auto start neuron-monitor (tests point it
+  // elsewhere); without it no child process is spawned.
+  std::string neuron_device_node = "/dev/neuron0";
   // For mock: device count and scenario (see MockScenario::Parse).
   int mock_gpus = 1;
   std::string mock_scenario;
 };
 
 // Creates the collector the options ask for. When none can be had, returns the reason
-// (e.g. "NVML not available: libnvidia-ml.so.1: cannot open shared object file") — the caller
-// records it as telemetry_status(gpu, available=0, reason) and the run continues.
+// (e.g. "NVML not available: libnvidia-ml.so.1: cannot open shared object file; AWS Neuron not
+// available: neuron-monitor not found (...)") — the caller records it as
+// telemetry_status(gpu, available=0, reason) and the run continues.
 Expected<std::unique_ptr<GpuCollector>> MakeGpuCollector(const GpuCollectorOptions& options);
 
 }  // namespace gpuprof::telemetry

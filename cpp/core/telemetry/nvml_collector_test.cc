@@ -439,7 +439,8 @@ TEST(MakeGpuCollectorTest, GivenNoneOrUnknownBackend_WhenMade_ThenErrorsExplain)
   bad.backend = "cuda";
   auto b = MakeGpuCollector(bad);
   ASSERT_FALSE(b.ok());
-  EXPECT_EQ(b.error(), "unknown gpu_backend 'cuda' (valid values: auto, nvml, mock, none)");
+  EXPECT_EQ(b.error(),
+            "unknown gpu_backend 'cuda' (valid values: auto, nvml, neuron, mock, none)");
 }
 
 TEST_F(NvmlCollectorTest, GivenFourFakeDevices_WhenSampledManyTimes_ThenPerTickCostIsReported) {
