@@ -121,7 +121,9 @@ class SamplerSession {
         gpu_error_ = c.error();
       }
     }
-    if (collector_ && cupti_ && attribute_) StartKernelTracing();
+    // CUPTI measures NVIDIA kernels only.
+    if (collector_ && collector_->backend() == "nvml" && cupti_ && attribute_)
+      StartKernelTracing();
     signum_ = signum;
     main_thread_ = pthread_self();
     sampler_ = std::make_unique<lines::LineSampler>(o, &SamplerSession::Request, this);

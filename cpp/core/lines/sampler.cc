@@ -306,7 +306,11 @@ GpuCollectionSummary SummarizeGpuCollection(const std::optional<std::string>& co
                                 std::to_string(g.ticks) +
                                 " GPU readings failed; lines sampled then have no GPU time");
   }
-  if (out.time_available) {
+  if (out.time_available && backend == "neuron") {
+    out.diagnostics.push_back(
+        "GPU time is estimated from sampled utilization: neuron-monitor's per-NeuronCore "
+        "averages (1 s) x time, on the cores where this process's runtime holds memory");
+  } else if (out.time_available) {
     std::string scope =
         "GPU time is estimated from sampled utilization, which the driver reports per device: "
         "work of other processes on the same GPU can be included (per-process accounting is "

@@ -289,6 +289,17 @@ TEST(SummarizeGpuCollectionTest, NoPerProcessMemoryKeepsTimeAndSaysWhy) {
   EXPECT_TRUE(note);
 }
 
+TEST(SummarizeGpuCollectionTest, NeuronCoresSayHowTheirTimeIsEstimated) {
+  GpuSamplingSummary g;
+  g.ticks = 3;
+  g.util_readings = 3;
+  g.proc_mem_readings = 3;
+  auto s = SummarizeGpuCollection(std::nullopt, "neuron", 2, g, {});
+  EXPECT_EQ(s.method, "neuron-sampled");
+  ASSERT_EQ(s.diagnostics.size(), 1u);
+  EXPECT_NE(s.diagnostics[0].find("per-NeuronCore"), std::string::npos);
+}
+
 TEST(SummarizeGpuCollectionTest, FailuresAreCountedAndAllFailedMeansUnavailable) {
   GpuSamplingSummary g;
   g.ticks = 10;
