@@ -369,3 +369,17 @@ def test_without_cupti_gpu_time_stays_estimated_and_says_why(ws, fake_gpu, monke
     assert r.gpu.method == "nvml-sampled"
     assert any("CUPTI kernel tracing unavailable" in d and "nope" in d
                for d in r.gpu.diagnostics)
+
+
+def test_apple_mps_is_unavailable_with_the_reason(ws, work, monkeypatch, tmp_path):
+    # GIVEN a Mac (no NVIDIA driver; MPS would need PyTorch instrumentation)
+    import linescope._sampling as sampling
+
+    monkeypatch.setattr(sampling.sys, "platform", "darwin")
+    monkeypatch.setenv("GPUPROF_NVML_LIBRARY", str(tmp_path / "none" / "libnvidia-ml.so.1"))
+    r = run(ws, work.outer, gpu=True)
+    # THEN both GPU values are unavailable with the MPS reason, and profiling continued
+    assert "Apple MPS metrics are unavailable" in r.gpu.time_reason
+    assert r.gpu.memory_reason == r.gpu.time_reason
+    assert any("Apple MPS" in w for w in r.warnings)
+    assert r.line(str(ws.root / "work.py"), 11).wall_time_ns >= 100 * MS
