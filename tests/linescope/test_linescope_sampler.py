@@ -16,7 +16,6 @@ from linescope import GPUStats, profile
 
 MS = 1_000_000
 REPO = Path(__file__).resolve().parents[2]
-FAKE_NVML = REPO / "build" / "py" / "fake_nvml" / "libnvidia-ml.so.1"
 
 
 def run(ws, fn, *args, **options):
@@ -50,20 +49,6 @@ def spin_for(seconds: float) -> None:
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
-
-
-@pytest.fixture
-def fake_gpu(tmp_path, monkeypatch):
-    """write(scenario) points the sampler's NVML loader at the fake library."""
-    assert FAKE_NVML.exists(), f"{FAKE_NVML} missing: the test build makes it (make setup)"
-
-    def write(text: str) -> None:
-        scenario = tmp_path / "nvml_scenario.txt"
-        scenario.write_text(text)
-        monkeypatch.setenv("GPUPROF_NVML_LIBRARY", str(FAKE_NVML))
-        monkeypatch.setenv("GPUPROF_FAKE_NVML_SCENARIO", str(scenario))
-
-    return write
 
 
 def test_hot_line_and_sleep_line_get_their_time(ws, work):
@@ -178,9 +163,9 @@ def test_gpu_without_a_driver_is_unavailable_with_the_reason(ws, work, monkeypat
     assert sum("GPU" in w for w in r.warnings) == 1  # said once
 
 
-def test_gpu_time_is_utilization_times_time_and_memory_is_per_process(ws, fake_gpu):
+def test_gpu_time_is_utilization_times_time_and_memory_is_per_process(ws, fake_nvml):
     # GIVEN one GPU at a constant 60% with this process holding 3 GiB on it
-    fake_gpu("""
+    fake_nvml("""
         devices 1
         gpu * name NVIDIA H200
         gpu * util 60
@@ -207,9 +192,9 @@ def test_gpu_time_is_utilization_times_time_and_memory_is_per_process(ws, fake_g
     assert not any("unavailable" in w for w in r.warnings)
 
 
-def test_other_processes_gpus_do_not_count(ws, fake_gpu):
+def test_other_processes_gpus_do_not_count(ws, fake_nvml):
     # GIVEN two busy GPUs; this process holds memory only on GPU 1
-    fake_gpu("""
+    fake_nvml("""
         devices 2
         gpu * util 50
         gpu 1 process self 1000000
@@ -223,9 +208,9 @@ def test_other_processes_gpus_do_not_count(ws, fake_gpu):
     assert any("holds memory count (1)" in d for d in r.gpu.diagnostics)
 
 
-def test_no_per_process_memory_keeps_time_and_says_why(ws, fake_gpu):
+def test_no_per_process_memory_keeps_time_and_says_why(ws, fake_nvml):
     # GIVEN a driver without per-process accounting (as with WDDM)
-    fake_gpu("""
+    fake_nvml("""
         devices 1
         gpu * util 40
         gpu * not_supported proc_mem
@@ -242,9 +227,9 @@ def test_no_per_process_memory_keeps_time_and_says_why(ws, fake_gpu):
     assert any("GPU peak memory unavailable" in w for w in r.warnings)
 
 
-def test_failing_gpu_reads_mid_run_are_diagnosed(ws, fake_gpu):
+def test_failing_gpu_reads_mid_run_are_diagnosed(ws, fake_nvml):
     # GIVEN a GPU whose utilization read fails from the 5th sample on
-    fake_gpu("""
+    fake_nvml("""
         devices 1
         gpu * util 70
         gpu 0 process self 1000
@@ -257,8 +242,8 @@ def test_failing_gpu_reads_mid_run_are_diagnosed(ws, fake_gpu):
     assert r.run.elapsed_ns >= 250 * MS
 
 
-def test_gpu_false_collects_no_gpu_values(ws, fake_gpu):
-    fake_gpu("devices 1\ngpu * util 90\ngpu 0 process self 1000\n")
+def test_gpu_false_collects_no_gpu_values(ws, fake_nvml):
+    fake_nvml("devices 1\ngpu * util 90\ngpu 0 process self 1000\n")
     r = run(ws, spin_for, 0.1, gpu=False, include=[__file__])
     assert r.gpu is None
     assert all(s.gpu is None for s in r.lines)
@@ -302,12 +287,12 @@ FAKE_CUPTI = REPO / "build" / "py" / "fake_cupti" / "libcupti.so"
 
 
 @pytest.fixture
-def fake_cupti(fake_gpu, monkeypatch):
+def fake_cupti(fake_nvml, monkeypatch):
     """The fake GPU plus the fake CUPTI: returns the fake's control library (ctypes)."""
     import ctypes
 
     assert FAKE_CUPTI.exists(), f"{FAKE_CUPTI} missing: the test build makes it (make setup)"
-    fake_gpu("devices 1\ngpu * name NVIDIA H200\ngpu * util 30\ngpu 0 process self 2000000\n")
+    fake_nvml("devices 1\ngpu * name NVIDIA H200\ngpu * util 30\ngpu 0 process self 2000000\n")
     monkeypatch.setenv("GPUPROF_CUPTI_LIBRARY", str(FAKE_CUPTI))
     lib = ctypes.PyDLL(str(FAKE_CUPTI))
     lib.fake_cupti_launch.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint32]
@@ -362,8 +347,8 @@ def test_cupti_measures_kernel_time_per_launching_line(ws, fake_cupti):
     assert r.line(path, 17).wall_time_ns >= 25 * MS
 
 
-def test_without_cupti_gpu_time_stays_estimated_and_says_why(ws, fake_gpu, monkeypatch, tmp_path):
-    fake_gpu("devices 1\ngpu * util 50\ngpu 0 process self 1000\n")
+def test_without_cupti_gpu_time_stays_estimated_and_says_why(ws, fake_nvml, monkeypatch, tmp_path):
+    fake_nvml("devices 1\ngpu * util 50\ngpu 0 process self 1000\n")
     monkeypatch.setenv("GPUPROF_CUPTI_LIBRARY", str(tmp_path / "nope" / "libcupti.so"))
     r = run(ws, spin_for, 0.1, gpu=True, include=[__file__])
     assert r.gpu.method == "nvml-sampled"
