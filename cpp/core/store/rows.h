@@ -89,6 +89,10 @@ struct GpuSampleRow {
   std::optional<int64_t> clock_reasons;
   std::optional<double> pcie_rx_bps;
   std::optional<double> pcie_tx_bps;
+  // Not stored (no column in gpu_samples; the writer binds the columns above by name): the SM
+  // utilization of the sampled process tree, percent, when the collector was asked for it
+  // (NvmlCollector::set_process_utilization; linescope's sampler). Unknown: nullopt.
+  std::optional<double> proc_util_pct;
 };
 
 // One GPU's raw samples within one second: table gpu_samples_1s, built by store::GpuRollup

@@ -27,6 +27,7 @@ Expected<std::unique_ptr<GpuCollector>> MakeNvml(const GpuCollectorOptions& opti
                          ") reports no usable GPU");
   }
   nvml.value()->set_pcie_interval_ns(int64_t{options.pcie_interval_ms} * 1'000'000);
+  if (options.process_utilization) nvml.value()->set_process_utilization(true);
   return std::unique_ptr<GpuCollector>(std::move(nvml).value().release());
 }
 

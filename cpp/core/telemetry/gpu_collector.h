@@ -50,6 +50,10 @@ struct GpuCollectorOptions {
   // For nvml: PCIe throughput is read at most this often (ms; 0 = every tick), because the
   // driver call blocks for its measurement window.
   int pcie_interval_ms = 1000;
+  // For nvml: also read this process tree's own SM utilization into proc_util_pct
+  // (NvmlCollector::set_process_utilization). Off for gpuprof's recorder; linescope's sampler
+  // turns it on. Other backends ignore it.
+  bool process_utilization = false;
   // For neuron: the neuron-monitor executable. Empty = $GPUPROF_NEURON_MONITOR, else
   // neuron-monitor on $PATH, else /opt/aws/neuron/bin/neuron-monitor.
   std::string neuron_monitor;

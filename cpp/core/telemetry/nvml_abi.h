@@ -203,6 +203,25 @@ struct AccountingStats {
 static_assert(sizeof(AccountingStats) == 56 && offsetof(AccountingStats, maxMemoryUsage) == 8 &&
               offsetof(AccountingStats, isRunning) == 32);
 
+// nvmlProcessUtilizationSample_t: one element of nvmlDeviceGetProcessUtilization. The driver
+// keeps a ring of per-process samples, one per process that had non-zero utilization in one of
+// its own sample periods (often ~1/6 s), stamped with the CPU time (microseconds since the Unix
+// epoch) at which the period was recorded. Utilizations are percent of that period.
+struct ProcessUtilizationSample {
+  unsigned int pid;
+  unsigned long long timeStamp;  // us, CPU (wall) clock
+  unsigned int smUtil;
+  unsigned int memUtil;
+  unsigned int encUtil;
+  unsigned int decUtil;
+};
+static_assert(sizeof(ProcessUtilizationSample) == 32 &&
+              offsetof(ProcessUtilizationSample, timeStamp) == 8 &&
+              offsetof(ProcessUtilizationSample, smUtil) == 16 &&
+              offsetof(ProcessUtilizationSample, memUtil) == 20 &&
+              offsetof(ProcessUtilizationSample, encUtil) == 24 &&
+              offsetof(ProcessUtilizationSample, decUtil) == 28);
+
 // Entry point signatures (all C calling convention).
 extern "C" {
 using InitFn = Return (*)();
@@ -225,6 +244,12 @@ using InitWithFlagsFn = Return (*)(unsigned int flags);
 using DeviceGetAccountingModeFn = Return (*)(Device device, int* mode);
 using DeviceGetAccountingStatsFn = Return (*)(Device device, unsigned int pid,
                                               AccountingStats* stats);
+// samples == nullptr: a size query (NVML_ERROR_INSUFFICIENT_SIZE with *count = entries needed).
+// Otherwise *count is the buffer's capacity in, the entries written out. Only samples newer than
+// last_seen_us are returned (0 = all the driver keeps); none: NVML_ERROR_NOT_FOUND.
+using DeviceGetProcessUtilizationFn = Return (*)(Device device, ProcessUtilizationSample* samples,
+                                                 unsigned int* count,
+                                                 unsigned long long last_seen_us);
 }
 
 }  // namespace gpuprof::telemetry::nvml

@@ -2,11 +2,13 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <array>
 #include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <new>
 #include <utility>
 
@@ -35,6 +37,31 @@ Fn ResolveFirst(void* handle, const std::array<const char*, N>& names, const cha
     }
   }
   return nullptr;
+}
+
+// Most per-process utilization samples one read takes (the driver's ring is far smaller).
+constexpr size_t kMaxProcessSamples = 65536;
+
+// The clock of the driver's per-process utilization timestamps: CPU wall time in microseconds.
+unsigned long long RealtimeUs() noexcept {
+  timespec ts{};
+  if (clock_gettime(CLOCK_REALTIME, &ts) != 0) return 0;
+  return static_cast<unsigned long long>(ts.tv_sec) * 1'000'000ULL +
+         static_cast<unsigned long long>(ts.tv_nsec) / 1000ULL;
+}
+
+// Grows `v` to hold at least `need` entries, with room for more; false when it cannot.
+template <typename T>
+bool GrowFor(std::vector<T>& v, size_t need) noexcept {
+  try {
+    size_t want = std::max(need + need / 2 + 8, v.size() * 2);
+    if (want > kMaxProcessSamples) want = kMaxProcessSamples;
+    if (want <= v.size()) return false;
+    v.resize(want);
+    return true;
+  } catch (...) {
+    return false;
+  }
 }
 
 bool PidWanted(const std::vector<int64_t>& pids, unsigned int pid) {
@@ -97,6 +124,7 @@ struct NvmlCollector::Api {
   // unversioned one the two-field v1 record.
   nvml::DeviceGetProcessesV2Fn processes_v2 = nullptr;
   nvml::DeviceGetProcessesV1Fn processes_v1 = nullptr;
+  nvml::DeviceGetProcessUtilizationFn process_utilization = nullptr;
 
   const char* init_name = "nvmlInit_v2";
 };
@@ -114,6 +142,15 @@ struct NvmlCollector::DeviceState {
   std::optional<int64_t> last_pcie_ns;  // when PCIe was last read (it is decimated)
   std::vector<nvml::ProcessInfoV2> procs;
   std::vector<nvml::ProcessInfoV1> procs_v1;
+  // Per-process utilization (opt-in). Sampler thread only.
+  std::vector<nvml::ProcessUtilizationSample> util_samples;  // grows on demand, never shrinks
+  bool util_started = false;
+  unsigned long long util_cursor_us = 0;  // newest driver timestamp taken
+  std::optional<double> proc_util;        // the current value for our pids
+  int64_t proc_util_told_ns = 0;          // when the driver last told us something about ours
+  bool proc_util_pid_matched = false;     // one of our pids appeared in a sample
+  bool proc_util_unknown_noted = false;
+  bool proc_util_unmatched_noted = false;
 };
 
 const char* NvmlCollector::FieldName(Field field) {
@@ -134,6 +171,8 @@ const char* NvmlCollector::FieldName(Field field) {
       return "clock_reasons";
     case kPcie:
       return "pcie";
+    case kProcUtil:
+      return "proc_util";
     default:
       return "?";
   }
@@ -207,6 +246,8 @@ Expected<std::unique_ptr<NvmlCollector>> NvmlCollector::Open(const std::string& 
     api.processes_v1 =
         Resolve<nvml::DeviceGetProcessesV1Fn>(h, "nvmlDeviceGetComputeRunningProcesses");
   }
+  api.process_utilization =
+      Resolve<nvml::DeviceGetProcessUtilizationFn>(h, "nvmlDeviceGetProcessUtilization");
 
   nvml::Return r = api.init();
   if (r != nvml::kSuccess) {
@@ -229,6 +270,7 @@ Expected<std::unique_ptr<NvmlCollector>> NvmlCollector::Open(const std::string& 
   available[kSmClock] = api.clock_info != nullptr;
   available[kClockReasons] = api.clock_reasons != nullptr;
   available[kPcie] = api.pcie != nullptr;
+  available[kProcUtil] = false;  // opt-in: set_process_utilization
   static constexpr std::array<const char*, kFieldCount> kSymbolOf = {
       "nvmlDeviceGetUtilizationRates",
       "nvmlDeviceGetMemoryInfo",
@@ -237,9 +279,10 @@ Expected<std::unique_ptr<NvmlCollector>> NvmlCollector::Open(const std::string& 
       "nvmlDeviceGetTemperature",
       "nvmlDeviceGetClockInfo",
       "nvmlDeviceGetCurrentClocksEventReasons",
-      "nvmlDeviceGetPcieThroughput"};
+      "nvmlDeviceGetPcieThroughput",
+      "nvmlDeviceGetProcessUtilization"};
   for (int f = 0; f < kFieldCount; ++f) {
-    if (!available[f]) {
+    if (!available[f] && f != kProcUtil) {
       c->AddNote(std::string("NVML library lacks ") + kSymbolOf[f] + ": " +
                  FieldName(static_cast<Field>(f)) + " unavailable on every GPU");
     }
@@ -291,6 +334,16 @@ Expected<std::unique_ptr<NvmlCollector>> NvmlCollector::Open(const std::string& 
   return c;
 }
 
+void NvmlCollector::set_process_utilization(bool on) {
+  process_utilization_ = on;
+  const bool can = api_->process_utilization != nullptr;
+  if (on && !can) {
+    AddNote("NVML library lacks nvmlDeviceGetProcessUtilization: " +
+            std::string(FieldName(kProcUtil)) + " unavailable on every GPU");
+  }
+  for (DeviceState& st : states_) st.active[kProcUtil] = on && can;
+}
+
 void NvmlCollector::AddNote(std::string note) noexcept {
   try {
     std::lock_guard<std::mutex> lock(notes_mu_);
@@ -336,6 +389,103 @@ bool NvmlCollector::OnFieldError(DeviceState& dev, Field field, nvml::Return r) 
   return false;
 }
 
+nvml::Return NvmlCollector::ReadProcessUtilization(DeviceState& dev, int64_t now_rel_ns,
+                                                   const std::vector<int64_t>& pids,
+                                                   store::GpuSampleRow* row) noexcept {
+  const Api& api = *api_;
+  if (!dev.util_started) {
+    // Only the last hold's samples describe the process now; and nothing is known yet, as if
+    // the driver had last spoken a hold ago.
+    dev.util_started = true;
+    const auto hold_us = static_cast<unsigned long long>(kProcessUtilizationHoldNs / 1000);
+    const unsigned long long now_us = RealtimeUs();
+    dev.util_cursor_us = now_us > hold_us ? now_us - hold_us : 0;
+    dev.proc_util_told_ns = now_rel_ns - kProcessUtilizationHoldNs;
+  }
+  std::vector<nvml::ProcessUtilizationSample>& buf = dev.util_samples;
+  unsigned int count = 0;
+  nvml::Return r = nvml::kErrorInsufficientSize;
+  if (buf.empty()) {
+    // The documented size query, once: afterwards the buffer is reused and grown on demand.
+    r = api.process_utilization(dev.handle, nullptr, &count, dev.util_cursor_us);
+    if (r == nvml::kSuccess) r = nvml::kErrorNotFound;  // needs no room: no samples
+    if (r == nvml::kErrorInsufficientSize && !GrowFor(buf, count)) r = nvml::kErrorMemory;
+  }
+  for (int attempt = 0; r == nvml::kErrorInsufficientSize && attempt < kProcessListRetries;
+       ++attempt) {
+    if (attempt > 0 && !GrowFor(buf, count)) {
+      r = nvml::kErrorMemory;
+      break;
+    }
+    count = static_cast<unsigned int>(buf.size());
+    r = api.process_utilization(dev.handle, buf.data(), &count, dev.util_cursor_us);
+  }
+  if (r != nvml::kSuccess && r != nvml::kErrorNotFound) {
+    dev.proc_util.reset();  // what was held can no longer be vouched for
+    return r;
+  }
+  const size_t n = r == nvml::kSuccess ? std::min<size_t>(count, buf.size()) : 0;
+  auto valid = [&](const nvml::ProcessUtilizationSample& s) {
+    return s.timeStamp > dev.util_cursor_us && s.smUtil <= 100;
+  };
+  bool moved_on = false;  // the driver recorded a new period (for anyone)
+  unsigned long long newest = dev.util_cursor_us;
+  for (size_t i = 0; i < n; ++i) {
+    if (!valid(buf[i])) continue;
+    moved_on = true;
+    newest = std::max(newest, buf[i].timeStamp);
+  }
+  bool ours = false;
+  double sum = 0;
+  for (int64_t pid : pids) {
+    const nvml::ProcessUtilizationSample* latest = nullptr;
+    for (size_t i = 0; i < n; ++i) {
+      if (!valid(buf[i]) || static_cast<int64_t>(buf[i].pid) != pid) continue;
+      if (latest == nullptr || buf[i].timeStamp > latest->timeStamp) latest = &buf[i];
+    }
+    if (latest != nullptr) {
+      ours = true;
+      sum += latest->smUtil;
+    }
+  }
+  dev.util_cursor_us = newest;
+  if (ours) {
+    dev.proc_util = sum;
+    dev.proc_util_told_ns = now_rel_ns;
+    dev.proc_util_pid_matched = true;
+  } else if (moved_on) {
+    dev.proc_util_told_ns = now_rel_ns;
+    if (dev.proc_util_pid_matched || !pid_namespace_nested_) {
+      dev.proc_util = 0.0;  // others were sampled in the new period, ours was idle in it
+    } else {
+      dev.proc_util.reset();
+      if (!dev.proc_util_unmatched_noted) {
+        dev.proc_util_unmatched_noted = true;
+        AddNote(dev.label +
+                ": proc_util unknown: running in a nested pid namespace (container) and no "
+                "per-process utilization sample matches ours yet");
+      }
+    }
+  } else if (row->util_pct && *row->util_pct == 0.0) {
+    dev.proc_util = 0.0;  // the whole device was idle, so was this process
+    dev.proc_util_told_ns = now_rel_ns;
+  } else if (now_rel_ns - dev.proc_util_told_ns > kProcessUtilizationHoldNs) {
+    // A busy (or unreadable) device and no per-process sample for that long: the driver does
+    // not report ours, which is not the same as idle.
+    dev.proc_util.reset();
+    if (!dev.proc_util_unknown_noted) {
+      dev.proc_util_unknown_noted = true;
+      AddNote(dev.label +
+              ": proc_util unknown: the driver gave no per-process utilization sample for over "
+              "1 s while the device was busy (or its utilization unknown); left empty until it "
+              "does");
+    }
+  }
+  // else: within the hold, the last value stands.
+  row->proc_util_pct = dev.proc_util;
+  return nvml::kSuccess;
+}
+
 bool NvmlCollector::SampleDevice(DeviceState& dev, int64_t now_rel_ns,
                                  const std::vector<int64_t>& pids,
                                  store::GpuSampleRow* row) noexcept {
@@ -368,6 +518,12 @@ bool NvmlCollector::SampleDevice(DeviceState& dev, int64_t now_rel_ns,
     } else if (fail(kUtil, r)) {
       return false;
     }
+  }
+  // After the device utilization: its value this tick tells an idle device from a silent driver.
+  if (dev.active[kProcUtil] && !pids.empty()) {
+    ++attempted;
+    nvml::Return r = ReadProcessUtilization(dev, now_rel_ns, pids, row);
+    if (r != nvml::kSuccess && fail(kProcUtil, r)) return false;
   }
   if (dev.active[kMemory]) {
     ++attempted;

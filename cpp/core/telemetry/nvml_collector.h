@@ -12,6 +12,28 @@
 //     rows), with a note.
 //   - every attempted read of a device failing in one tick: no row for that device this tick;
 //     a note the first time.
+//
+// Opt-in (set_process_utilization): the SM utilization of the given process tree from
+// nvmlDeviceGetProcessUtilization -> proc_util_pct. The driver keeps per-process samples at its
+// own period (often ~1/6 s) and only for processes that were busy in that period, so "no sample
+// for us" needs reading (per device and tick; kProcessUtilizationHoldNs = 1 s):
+//   - new samples since the last one seen, ours among them: the sum over our pids of each pid's
+//     latest smUtil.
+//   - new samples of other processes only: the driver's period moved on and ours was idle in
+//     it: 0. (In a nested pid namespace, only once one of our pids has been matched in a sample:
+//     before that the pids may be host pids and ours unknown, with a note.)
+//   - nothing new (NVML_ERROR_NOT_FOUND): the period has not moved on, or nobody was busy. The
+//     device-wide utilization read in the same tick decides: 0 there means ours is 0 too;
+//     otherwise the last value is kept for up to the hold after the driver last told us
+//     something, then it is nullopt ("unknown", with a note) until a new sample comes: a busy
+//     device with no per-process sample for that long means the driver does not report them
+//     (it is not "idle").
+//   - NOT_SUPPORTED / FUNCTION_NOT_FOUND (MIG, vGPU, many consumer GPUs): off for that device
+//     with one note; other errors: nullopt for that tick (and the held value is dropped), a note
+//     the first time; GPU_IS_LOST: the device is dropped, as for every field.
+// Samples at or before the last one seen, or with smUtil > 100, are ignored (some drivers
+// return them). The first read of a device only takes samples of the last hold (1 s), so
+// what the process did before it does not count.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +74,7 @@ class NvmlCollector final : public GpuCollector {
     kSmClock,       // nvmlDeviceGetClockInfo(SM) -> sm_clock_mhz
     kClockReasons,  // nvmlDeviceGetCurrentClocksEventReasons / ...ThrottleReasons -> clock_reasons
     kPcie,          // nvmlDeviceGetPcieThroughput(RX, TX) -> pcie_rx_bps, pcie_tx_bps (bytes/s)
+    kProcUtil,      // nvmlDeviceGetProcessUtilization -> proc_util_pct (opt-in, see above)
     kFieldCount
   };
   static const char* FieldName(Field field);
@@ -67,6 +90,14 @@ class NvmlCollector final : public GpuCollector {
   // PCIe throughput is read at most once per interval per device (default 1 s; 0 = every
   // tick): the driver call itself blocks for its ~20 ms measurement window.
   void set_pcie_interval_ns(int64_t ns) { pcie_interval_ns_ = ns; }
+
+  // How long a per-process utilization is kept while the driver has no new sample (above).
+  static constexpr int64_t kProcessUtilizationHoldNs = 1'000'000'000;
+  // Reads the per-process utilization of Sample()'s pids into proc_util_pct (off by default:
+  // gpuprof's recorder does not ask for it). Cold: call before the first Sample(). Turning it on
+  // with a library that lacks nvmlDeviceGetProcessUtilization adds one note.
+  void set_process_utilization(bool on);
+  bool process_utilization() const { return process_utilization_; }
 
   ~NvmlCollector() override;  // nvmlShutdown + dlclose
   NvmlCollector(const NvmlCollector&) = delete;
@@ -97,10 +128,16 @@ class NvmlCollector final : public GpuCollector {
                     store::GpuSampleRow* row) noexcept;
   // Applies the error policy to one failed read. Returns true when the device is lost.
   bool OnFieldError(DeviceState& dev, Field field, nvml::Return r) noexcept;
+  // One per-process utilization read (policy above). Returns kSuccess when the driver answered
+  // (with or without samples), else its error for OnFieldError.
+  nvml::Return ReadProcessUtilization(DeviceState& dev, int64_t now_rel_ns,
+                                      const std::vector<int64_t>& pids,
+                                      store::GpuSampleRow* row) noexcept;
   void AddNote(std::string note) noexcept;
   std::string ErrorText(nvml::Return r) const;
 
   int64_t pcie_interval_ns_ = 1'000'000'000;
+  bool process_utilization_ = false;
   std::string library_path_;
   void* handle_ = nullptr;
   bool initialized_ = false;

@@ -10,7 +10,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "telemetry/gpu_collector.h"
@@ -498,6 +500,289 @@ TEST_F(NvmlCollectorTest, GivenDefaultInterval_WhenSampledAt100Hz_ThenPcieIsRead
   // THEN PCIe was read at 0 s, 1 s and 2 s while the other fields were read every tick
   EXPECT_EQ(with_pcie, 3);
   EXPECT_EQ(with_util, 250);
+}
+
+// ---- Per-process utilization (opt-in) -------------------------------------------------------
+
+class NvmlProcessUtilizationTest : public NvmlCollectorTest {
+ protected:
+  // Opens the fake with per-process utilization on.
+  std::unique_ptr<NvmlCollector> OpenWithProcessUtilization(
+      const std::string& library = FakeLibrary()) {
+    auto c = OpenFake(library);
+    if (c) c->set_process_utilization(true);
+    return c;
+  }
+  static constexpr int64_t kMs = 1'000'000;
+  const std::vector<int64_t> self_{getpid()};
+};
+
+TEST_F(NvmlProcessUtilizationTest, GivenTheDefault_WhenSampled_ThenNoPerProcessUtilizationIsRead) {
+  // GIVEN a device with this process busy on it, and the collector as gpuprof's recorder opens it
+  UseScenario("gpu 0 util 90\ngpu 0 process_util self 30\n");
+  auto c = OpenFake();
+  ASSERT_NE(c, nullptr);
+  // WHEN sampled
+  auto rows = Tick(*c, 1, self_);
+  // THEN the row is as before: no per-process utilization, no note
+  ASSERT_THAT(rows, SizeIs(1));
+  EXPECT_EQ(rows[0].util_pct, 90.0);
+  EXPECT_FALSE(rows[0].proc_util_pct.has_value());
+  EXPECT_FALSE(c->process_utilization());
+  EXPECT_FALSE(c->FieldActive(0, NvmlCollector::kProcUtil));
+  EXPECT_THAT(c->TakeNotes(), IsEmpty());
+}
+
+TEST_F(NvmlProcessUtilizationTest, GivenSeveralBusyProcesses_WhenSampled_ThenOnlyOursAreSummed) {
+  // GIVEN a device at 90% where this process runs at 30%, its parent at 10% and a stranger at 50%
+  UseScenario(R"(gpu 0 util 90
+gpu 0 process_util self 30
+gpu 0 process_util parent 10
+gpu 0 process_util 4242 50
+)");
+  auto c = OpenWithProcessUtilization();
+  ASSERT_NE(c, nullptr);
+  EXPECT_TRUE(c->FieldActive(0, NvmlCollector::kProcUtil));
+  // WHEN sampled for this process alone, then for the process and its parent
+  auto mine = Tick(*c, 1 * kMs, self_);
+  auto tree = Tick(*c, 2 * kMs, {getpid(), getppid()});
+  // THEN the per-process value is ours (the stranger does not count), the device value stays
+  ASSERT_THAT(mine, SizeIs(1));
+  EXPECT_EQ(mine[0].proc_util_pct, 30.0);
+  EXPECT_EQ(mine[0].util_pct, 90.0);
+  ASSERT_THAT(tree, SizeIs(1));
+  EXPECT_EQ(tree[0].proc_util_pct, 40.0);
+  EXPECT_THAT(c->TakeNotes(), IsEmpty());
+}
+
+TEST_F(NvmlProcessUtilizationTest, GivenARampingProcess_WhenSampled_ThenEachTickTakesTheNewSample) {
+  UseScenario("gpu 0 util 80\ngpu 0 process_util self 10..50/4\n");
+  auto c = OpenWithProcessUtilization();
+  ASSERT_NE(c, nullptr);
+  std::vector<double> seen;
+  for (int i = 0; i < 3; ++i) {
+    auto rows = Tick(*c, (i + 1) * kMs, self_);
+    ASSERT_THAT(rows, SizeIs(1));
+    ASSERT_TRUE(rows[0].proc_util_pct.has_value());
+    seen.push_back(*rows[0].proc_util_pct);
+  }
+  EXPECT_THAT(seen, ElementsAre(10.0, 20.0, 30.0));
+}
+
+TEST_F(NvmlProcessUtilizationTest,
+       GivenNotSupportedOnOneDevice_WhenSampled_ThenOffThereWithOneNote) {
+  // GIVEN two devices; the first does not support per-process utilization (as with MIG or vGPU)
+  UseScenario(R"(devices 2
+gpu * util 60
+gpu * process_util self 25
+gpu 0 not_supported proc_util
+)");
+  auto c = OpenWithProcessUtilization();
+  ASSERT_NE(c, nullptr);
+  // WHEN sampled twice
+  auto t0 = Tick(*c, 1 * kMs, self_);
+  auto t1 = Tick(*c, 2 * kMs, self_);
+  // THEN device 0 has no per-process value (its other fields are read), device 1 has it
+  ASSERT_THAT(t1, SizeIs(2));
+  EXPECT_FALSE(t0[0].proc_util_pct.has_value());
+  EXPECT_FALSE(t1[0].proc_util_pct.has_value());
+  EXPECT_EQ(t1[0].util_pct, 60.0);
+  EXPECT_EQ(t1[1].proc_util_pct, 25.0);
+  // AND it was switched off there with one note
+  EXPECT_FALSE(c->FieldActive(0, NvmlCollector::kProcUtil));
+  EXPECT_TRUE(c->FieldActive(1, NvmlCollector::kProcUtil));
+  EXPECT_THAT(c->TakeNotes(), ElementsAre("gpu0: proc_util not supported by this device"));
+}
+
+TEST_F(NvmlProcessUtilizationTest,
+       GivenOthersSampledButNotUs_WhenSampled_ThenOursIsIdleNotUnknown) {
+  // GIVEN this process busy at 40% for one driver period, then idle while a stranger runs on
+  UseScenario(R"(gpu 0 util 50
+gpu 0 process_util self 40..0/1
+gpu 0 process_util 4242 50
+)");
+  auto c = OpenWithProcessUtilization();
+  ASSERT_NE(c, nullptr);
+  auto busy = Tick(*c, 1 * kMs, self_);
+  auto idle = Tick(*c, 2 * kMs, self_);
+  // THEN the new period without a sample of ours means ours was idle in it: 0, not unknown
+  EXPECT_EQ(busy[0].proc_util_pct, 40.0);
+  EXPECT_EQ(idle[0].proc_util_pct, 0.0);
+  EXPECT_THAT(c->TakeNotes(), IsEmpty());
+}
+
+TEST_F(NvmlProcessUtilizationTest,
+       GivenOnlyStrangersEverSampled_WhenSampled_ThenZeroUnlessInAContainer) {
+  // GIVEN a stranger busy on the device and this process never sampled
+  UseScenario("gpu 0 util 50\ngpu 0 process_util 4242 50\n");
+  auto c = OpenWithProcessUtilization();
+  ASSERT_NE(c, nullptr);
+  auto rows = Tick(*c, 1 * kMs, self_);
+  ASSERT_THAT(rows, SizeIs(1));
+  // THEN ours is idle (0) - unless this runs in a nested pid namespace, where the driver's pids
+  // may be host pids: unknown then, with a note
+  if (InNestedPidNamespace()) {
+    EXPECT_FALSE(rows[0].proc_util_pct.has_value());
+    EXPECT_THAT(c->TakeNotes(), ElementsAre(HasSubstr("nested pid namespace")));
+  } else {
+    EXPECT_EQ(rows[0].proc_util_pct, 0.0);
+    EXPECT_THAT(c->TakeNotes(), IsEmpty());
+  }
+}
+
+TEST_F(NvmlProcessUtilizationTest, GivenAnIdleDeviceWithoutSamples_WhenSampled_ThenOursIsZero) {
+  // GIVEN nobody busy: the driver has no per-process sample (NOT_FOUND) and the device is at 0%
+  UseScenario("gpu 0 util 0\ngpu 0 process self 1000\n");
+  auto c = OpenWithProcessUtilization();
+  ASSERT_NE(c, nullptr);
+  auto rows = Tick(*c, 1 * kMs, self_);
+  // THEN an idle device means an idle process: 0
+  ASSERT_THAT(rows, SizeIs(1));
+  EXPECT_EQ(rows[0].proc_util_pct, 0.0);
+  EXPECT_THAT(c->TakeNotes(), IsEmpty());
+}
+
+TEST_F(NvmlProcessUtilizationTest, GivenNoNewSampleOnABusyDevice_WhenSampled_ThenHeldForOneSecond) {
+  // GIVEN this process at 40% on a busy device, after which the driver has no new sample
+  // (NVML_ERROR_NOT_FOUND = 6 from the third read on)
+  UseScenario(R"(gpu 0 util 80
+gpu 0 process_util self 40
+gpu 0 fail proc_util after 2 6
+)");
+  auto c = OpenWithProcessUtilization();
+  ASSERT_NE(c, nullptr);
+  auto at = [&](int64_t ms) { return Tick(*c, ms * kMs, self_).at(0).proc_util_pct; };
+  EXPECT_EQ(at(0), 40.0);
+  EXPECT_EQ(at(100), 40.0);  // the driver's last word about us
+  // WHEN nothing new comes: THEN the value is held for up to 1 s after it...
+  EXPECT_EQ(at(500), 40.0);
+  EXPECT_EQ(at(1100), 40.0);
+  EXPECT_THAT(c->TakeNotes(), IsEmpty());  // NOT_FOUND is not a failure
+  // ...and then unknown (a busy device, no sample: the driver is not telling), with one note
+  EXPECT_FALSE(at(1101).has_value());
+  EXPECT_FALSE(at(2000).has_value());
+  EXPECT_THAT(c->TakeNotes(), ElementsAre(HasSubstr("gpu0: proc_util unknown")));
+  EXPECT_TRUE(c->FieldActive(0, NvmlCollector::kProcUtil));  // still asked every tick
+}
+
+TEST_F(NvmlProcessUtilizationTest,
+       GivenABusyDeviceWithNoSamplesAtAll_WhenSampled_ThenUnknownNotZero) {
+  // GIVEN a device at 70% but no per-process sample for anyone (a driver that does not report)
+  UseScenario("gpu 0 util 70\ngpu 0 process self 1000\n");
+  auto c = OpenWithProcessUtilization();
+  ASSERT_NE(c, nullptr);
+  auto first = Tick(*c, 0, self_);
+  auto later = Tick(*c, 1500 * kMs, self_);
+  // THEN per-process utilization is unknown (never guessed as 0), with one note
+  EXPECT_FALSE(first.at(0).proc_util_pct.has_value());
+  EXPECT_FALSE(later.at(0).proc_util_pct.has_value());
+  EXPECT_EQ(later.at(0).util_pct, 70.0);
+  EXPECT_THAT(c->TakeNotes(), ElementsAre(HasSubstr("no per-process utilization sample")));
+}
+
+TEST_F(NvmlProcessUtilizationTest, GivenReadsFailingMidRun_WhenSampled_ThenEmptyAfterWithOneNote) {
+  // GIVEN per-process reads failing from the third on (999) while the rest keeps working
+  UseScenario(R"(gpu 0 util 80
+gpu 0 process_util self 35
+gpu 0 fail proc_util after 2
+)");
+  auto c = OpenWithProcessUtilization();
+  ASSERT_NE(c, nullptr);
+  std::vector<std::optional<double>> values;
+  for (int i = 0; i < 4; ++i) {
+    auto rows = Tick(*c, i * kMs, self_);
+    ASSERT_THAT(rows, SizeIs(1));  // the device still answers
+    EXPECT_EQ(rows[0].util_pct, 80.0);
+    values.push_back(rows[0].proc_util_pct);
+  }
+  // THEN the value before, nothing held after (a failed read is not "no new sample")
+  EXPECT_THAT(values, ElementsAre(35.0, 35.0, std::nullopt, std::nullopt));
+  EXPECT_THAT(c->TakeNotes(), ElementsAre("gpu0: proc_util read failed: Unknown Error (NVML "
+                                          "error 999); left empty while it fails"));
+  EXPECT_TRUE(c->FieldActive(0, NvmlCollector::kProcUtil));
+}
+
+TEST_F(NvmlProcessUtilizationTest, GivenManyBusyProcessesLater_WhenSampled_ThenTheBufferGrows) {
+  // GIVEN this process alone at first, then 60 more busy processes (more than the buffer the
+  // first size query asked for)
+  std::string scenario = "gpu 0 util 100\ngpu 0 process_util self 20\n";
+  for (int i = 0; i < 60; ++i)
+    scenario += "gpu 0 process_util " + std::to_string(5000000 + i) + " 0..1/1\n";
+  UseScenario(scenario);
+  auto c = OpenWithProcessUtilization();
+  ASSERT_NE(c, nullptr);
+  auto alone = Tick(*c, 1 * kMs, self_);
+  auto crowded = Tick(*c, 2 * kMs, self_);
+  // THEN ours is found among them
+  EXPECT_EQ(alone.at(0).proc_util_pct, 20.0);
+  EXPECT_EQ(crowded.at(0).proc_util_pct, 20.0);
+  EXPECT_THAT(c->TakeNotes(), IsEmpty());
+}
+
+TEST_F(NvmlProcessUtilizationTest, GivenImplausibleSamples_WhenSampled_ThenTheyAreIgnored) {
+  // GIVEN a driver reporting 150% for this process (some drivers return such samples)
+  UseScenario("gpu 0 util 50\ngpu 0 process_util self 150\n");
+  auto c = OpenWithProcessUtilization();
+  ASSERT_NE(c, nullptr);
+  // THEN it is not taken as ours
+  EXPECT_FALSE(Tick(*c, 1 * kMs, self_).at(0).proc_util_pct.has_value());
+}
+
+TEST_F(NvmlProcessUtilizationTest,
+       GivenADriverSamplePeriod_WhenSampledWithinIt_ThenTheValueIsKept) {
+  // GIVEN a driver that records per-process samples every 400 ms, this process ramping
+  UseScenario(R"(gpu 0 util 90
+gpu 0 process_util self 10..90/8
+gpu 0 process_util_period 400
+)");
+  auto c = OpenWithProcessUtilization();
+  ASSERT_NE(c, nullptr);
+  // Start just after a period boundary so that the next two reads fall within one period.
+  const auto period = std::chrono::milliseconds(400);
+  auto since_epoch = std::chrono::system_clock::now().time_since_epoch();
+  std::this_thread::sleep_for(period - since_epoch % period + std::chrono::milliseconds(5));
+  // WHEN read twice within the period, then after the next boundary
+  auto first = Tick(*c, 1 * kMs, self_);
+  auto same = Tick(*c, 2 * kMs, self_);
+  std::this_thread::sleep_for(period);
+  auto next = Tick(*c, 3 * kMs, self_);
+  // THEN the second read finds nothing new and keeps the value; the next period brings the
+  // value of the ramp at that (third) call
+  EXPECT_EQ(first.at(0).proc_util_pct, 10.0);
+  EXPECT_EQ(same.at(0).proc_util_pct, 10.0);
+  EXPECT_EQ(next.at(0).proc_util_pct, 30.0);
+}
+
+TEST_F(NvmlProcessUtilizationTest, GivenALibraryWithoutTheEntryPoint_WhenTurnedOn_ThenOneNote) {
+  // GIVEN the legacy fake, which lacks nvmlDeviceGetProcessUtilization
+  UseScenario("gpu 0 util 12\ngpu 0 process_util self 5\n");
+  auto c = OpenFake(LegacyFakeLibrary());
+  ASSERT_NE(c, nullptr);
+  EXPECT_THAT(c->TakeNotes(), ElementsAre(HasSubstr("lacks nvmlDeviceGetPcieThroughput")));
+  // WHEN turned on and sampled
+  c->set_process_utilization(true);
+  auto rows = Tick(*c, 1, self_);
+  // THEN the rest is read, per-process utilization is unavailable, and one note says why
+  ASSERT_THAT(rows, SizeIs(1));
+  EXPECT_EQ(rows[0].util_pct, 12.0);
+  EXPECT_FALSE(rows[0].proc_util_pct.has_value());
+  EXPECT_FALSE(c->FieldActive(0, NvmlCollector::kProcUtil));
+  EXPECT_THAT(c->TakeNotes(), ElementsAre("NVML library lacks nvmlDeviceGetProcessUtilization: "
+                                          "proc_util unavailable on every GPU"));
+}
+
+TEST_F(NvmlProcessUtilizationTest, GivenTheOption_WhenMakingTheCollector_ThenRowsCarryIt) {
+  UseScenario("gpu 0 util 90\ngpu 0 process_util self 30\n");
+  GpuCollectorOptions opts;
+  opts.backend = "nvml";
+  opts.nvml_library = FakeLibrary();
+  opts.process_utilization = true;
+  auto c = MakeGpuCollector(opts);
+  ASSERT_TRUE(c.ok()) << c.error();
+  std::vector<store::GpuSampleRow> rows;
+  ASSERT_TRUE(c.value()->Sample(1, self_, &rows));
+  ASSERT_THAT(rows, SizeIs(1));
+  EXPECT_EQ(rows[0].proc_util_pct, 30.0);
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 //   fake_nvml/libnvidia-ml.so.1         today's symbol set (_v2/_v3 names, clocks-event reasons)
 //   fake_nvml_legacy/libnvidia-ml.so.1  (-DGPUPROF_FAKE_NVML_LEGACY) only the old names: no
 //       nvmlInit_v2 / nvmlInitWithFlags / _v2 count+handle, no _v2/_v3 process lists (only the unversioned one with
-//       the two-field record), clocks *throttle* reasons, no nvmlDeviceGetPcieThroughput.
+//       the two-field record), clocks *throttle* reasons, no nvmlDeviceGetPcieThroughput, no
+//       nvmlDeviceGetProcessUtilization.
 //
 // SCENARIO FORMAT. $GPUPROF_FAKE_NVML_SCENARIO names a text file, read by each first nvmlInit
 // (init after a full shutdown re-reads it). Unset or unreadable: nvmlInit returns 9 (Driver Not
@@ -36,6 +37,17 @@
 //   fail <field> after <n> [code]
 //                               the field's calls with index >= n return <code> [999]
 //   lost after <n>              every per-tick call with index >= n returns 15 (GPU is lost)
+//   process_util <pid|self|parent> <curve>
+//                               per-process SM utilization (percent) of one process, answered by
+//                               nvmlDeviceGetProcessUtilization: one sample per such process whose
+//                               curve is > 0 at that call (as the driver lists only busy
+//                               processes), smUtil = the curve, other utilizations 0
+//   process_util_period <ms>    the driver's per-process sample period [0]. 0: every call makes
+//                               a fresh sample stamped with the current wall time (us; always
+//                               newer than lastSeenTimeStamp). P > 0: a call's sample is stamped
+//                               with the start of the current P-period, so the calls after the
+//                               first within one period find nothing new (only the latest period
+//                               is returned, never a backlog)
 //   accounting <on|off>         the accounting mode [off]. When on, nvmlDeviceGetAccountingStats
 //                               answers for the listed processes: gpuUtilization = the util
 //                               curve, maxMemoryUsage = the process's bytes; other pids get 6
@@ -46,13 +58,19 @@
 //
 // Fields (for not_supported / fail): util (also mem_util), memory (mem_used and mem_total),
 // proc_mem (process list), power, temp, sm_clock, clock_reasons, pcie (RX and TX), name, uuid,
-// sm_clock_max, accounting (the mode query). nvmlDeviceGetAccountingStats counts as a util call.
+// sm_clock_max, accounting (the mode query), proc_util (nvmlDeviceGetProcessUtilization).
+// nvmlDeviceGetAccountingStats counts as a util call.
+//
+// nvmlDeviceGetProcessUtilization answers NVML_ERROR_NOT_FOUND when no process is busy at that
+// call index or the sample would not be newer than lastSeenTimeStamp, and a size query (null
+// buffer) or too small a buffer with NVML_ERROR_INSUFFICIENT_SIZE and the count needed.
 //
 // Call index: each (device, field) pair counts its own calls from 0, so with gpuprof's collector,
 // which reads every field once per Sample(), index k is the (k+1)-th Sample(). Two exceptions keep
 // that true: the collector's start-up read of the memory total shares index 0 with the first
 // Sample(), and a process-list call answered with Insufficient Size does not count. PCIe RX and TX
-// count separately (one call each per Sample()).
+// count separately (one call each per Sample()). proc_util counts like the process list: a size
+// query or too small a buffer answered with Insufficient Size does not count; a NOT_FOUND does.
 #include <unistd.h>
 
 #include <algorithm>
@@ -61,6 +79,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -91,6 +110,7 @@ enum Field : int {
   kUuid,
   kSmClockMax,
   kAccounting,
+  kProcUtil,
   kFieldCount
 };
 
@@ -110,6 +130,11 @@ struct Process {
   unsigned long long bytes;
 };
 
+struct ProcessUtil {
+  unsigned int pid;
+  Curve sm;
+};
+
 struct FakeDevice {
   std::string name = "NVIDIA Fake GPU";
   std::string uuid;
@@ -119,6 +144,8 @@ struct FakeDevice {
   unsigned int sm_clock_max = 1980;
   bool accounting = false;
   std::vector<Process> processes;
+  std::vector<ProcessUtil> process_utils;
+  unsigned long long process_util_period_us = 0;
   bool not_supported[kFieldCount] = {};
   long long fail_after[kFieldCount];
   nv::Return fail_code[kFieldCount];
@@ -198,7 +225,8 @@ int FieldsOf(const std::string& name, Field out[2]) {
                 {"name", kName},
                 {"uuid", kUuid},
                 {"sm_clock_max", kSmClockMax},
-                {"accounting", kAccounting}};
+                {"accounting", kAccounting},
+                {"proc_util", kProcUtil}};
   if (name == "pcie") {
     out[0] = kPcieRx;
     out[1] = kPcieTx;
@@ -211,6 +239,21 @@ int FieldsOf(const std::string& name, Field out[2]) {
     }
   }
   return 0;
+}
+
+// A process id of a scenario: a number, "self" (the process that loaded the library) or
+// "parent" (its parent).
+bool ParsePid(const std::string& tok, unsigned int* pid) {
+  double v = 0;
+  if (tok == "self")
+    *pid = static_cast<unsigned int>(getpid());
+  else if (tok == "parent")
+    *pid = static_cast<unsigned int>(getppid());
+  else if (ParseNumber(tok, &v) && v >= 0 && v == std::floor(v))
+    *pid = static_cast<unsigned int>(v);
+  else
+    return false;
+  return true;
 }
 
 // Applies one "gpu <sel> <key> ..." setting to `d`. `rest` is the text after the key (for name).
@@ -252,14 +295,7 @@ std::string ApplyDeviceKey(FakeDevice& d, const std::vector<std::string>& t,
   } else if (key == "process") {
     if (!need(2)) return "process needs <pid|self|parent> <bytes|na>";
     Process p{};
-    if (t[3] == "self")
-      p.pid = static_cast<unsigned int>(getpid());
-    else if (t[3] == "parent")
-      p.pid = static_cast<unsigned int>(getppid());
-    else if (ParseNumber(t[3], &v) && v >= 0)
-      p.pid = static_cast<unsigned int>(v);
-    else
-      return "process pid must be a number, self or parent";
+    if (!ParsePid(t[3], &p.pid)) return "process pid must be a number, self or parent";
     if (t[4] == "na")
       p.bytes = nv::kValueNotAvailable;
     else if (ParseNumber(t[4], &v) && v >= 0)
@@ -267,6 +303,15 @@ std::string ApplyDeviceKey(FakeDevice& d, const std::vector<std::string>& t,
     else
       return "process bytes must be a number or na";
     d.processes.push_back(p);
+  } else if (key == "process_util") {
+    ProcessUtil pu{};
+    if (!need(2) || !ParsePid(t[3], &pu.pid) || !ParseCurve(t[4], &pu.sm)) {
+      return "process_util needs <pid|self|parent> <percent or A..B[/S]>";
+    }
+    d.process_utils.push_back(pu);
+  } else if (key == "process_util_period") {
+    if (!need(1) || !ParseNumber(t[3], &v) || v < 0) return "process_util_period needs ms";
+    d.process_util_period_us = static_cast<unsigned long long>(std::llround(v * 1000.0));
   } else if (key == "process_fill") {
     double n = 0;
     if (!need(2) || !ParseNumber(t[3], &n) || n < 0 || n > 100000 || !ParseNumber(t[4], &v)) {
@@ -709,6 +754,52 @@ FAKE_NVML_EXPORT nv::Return nvmlDeviceGetComputeRunningProcesses_v3(nv::Device h
 FAKE_NVML_EXPORT nv::Return nvmlDeviceGetCurrentClocksEventReasons(nv::Device h,
                                                                    unsigned long long* r) {
   return GetClocksReasons(h, r);
+}
+
+FAKE_NVML_EXPORT nv::Return nvmlDeviceGetProcessUtilization(nv::Device h,
+                                                            nv::ProcessUtilizationSample* samples,
+                                                            unsigned int* count,
+                                                            unsigned long long last_seen_us) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  FakeDevice* d = Dev(s, h);
+  if (d == nullptr || count == nullptr) return nv::kErrorInvalidArgument;
+  const long long k = d->calls[kProcUtil];
+  if (nv::Return r = Judge(*d, kProcUtil, k, true); r != nv::kSuccess) {
+    ++d->calls[kProcUtil];
+    return r;
+  }
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  unsigned long long ts = static_cast<unsigned long long>(now.tv_sec) * 1000000ULL +
+                          static_cast<unsigned long long>(now.tv_nsec) / 1000ULL;
+  if (d->process_util_period_us > 0)
+    ts -= ts % d->process_util_period_us;
+  else
+    ts = std::max(ts, last_seen_us + 1);  // a fresh sample at every call, even within one us
+  unsigned int busy = 0;
+  for (const ProcessUtil& p : d->process_utils) busy += p.sm.At(k) > 0 ? 1 : 0;
+  if (busy == 0 || ts <= last_seen_us) {
+    ++d->calls[kProcUtil];
+    return nv::kErrorNotFound;
+  }
+  if (samples == nullptr || *count < busy) {
+    *count = busy;  // a size query or too small a buffer: not counted as a call
+    return nv::kErrorInsufficientSize;
+  }
+  ++d->calls[kProcUtil];
+  unsigned int i = 0;
+  for (const ProcessUtil& p : d->process_utils) {
+    const unsigned long long sm = p.sm.At(k);
+    if (sm == 0) continue;
+    nv::ProcessUtilizationSample out{};
+    out.pid = p.pid;
+    out.timeStamp = ts;
+    out.smUtil = static_cast<unsigned int>(sm);
+    samples[i++] = out;
+  }
+  *count = i;
+  return nv::kSuccess;
 }
 
 FAKE_NVML_EXPORT nv::Return nvmlDeviceGetPcieThroughput(nv::Device h, int counter,
