@@ -85,6 +85,8 @@ class SamplerSession {
     gpu_options_.nvml_library = std::move(nvml_library);
     gpu_options_.mock_gpus = mock_gpus;
     gpu_options_.mock_scenario = std::move(mock_scenario);
+    // GPU time per line is this process's own utilization where the driver gives it.
+    gpu_options_.process_utilization = true;
     if (interval_ns_ <= 0) throw std::invalid_argument("interval_ns must be positive");
   }
   SamplerSession(const SamplerSession&) = delete;
@@ -249,6 +251,8 @@ class SamplerSession {
     if (sampler_) g = sampler_->gpu_summary();
     d["ticks"] = g.ticks;
     d["failed_ticks"] = g.failed_ticks;
+    d["util_readings"] = g.util_readings;
+    d["proc_util_readings"] = g.proc_util_readings;
     d["proc_mem_peak"] = g.proc_mem_peak;
     d["used_devices"] = g.used_devices;
     auto s = lines::SummarizeGpuCollection(gpu_error_, collector_ ? collector_->backend() : "",

@@ -192,6 +192,61 @@ def test_gpu_time_is_utilization_times_time_and_memory_is_per_process(ws, fake_n
     assert not any("unavailable" in w for w in r.warnings)
 
 
+def test_gpu_time_is_this_processes_own_utilization_when_the_driver_reports_it(ws, fake_nvml):
+    # GIVEN a GPU at 90% where this process's own share is 30% (another process runs the
+    # rest), with per-process samples every 1/6 s as drivers record them
+    fake_nvml("""
+        devices 1
+        gpu * name NVIDIA H200
+        gpu * util 90
+        gpu 0 process self 1000000
+        gpu 0 process_util self 30
+        gpu 0 process_util 4242 60
+        gpu 0 process_util_period 167
+    """)
+    mod = ws.module("ownwork.py", """
+        def spin(seconds):
+            import time
+            end = time.perf_counter() + seconds
+            while time.perf_counter() < end:
+                pass
+    """)
+    # WHEN a line runs for 0.5 s
+    r = run(ws, mod.spin, 0.5, gpu=True)
+    hot = r.line(str(ws.root / "ownwork.py"), 4)
+    # THEN its GPU time is ~30% of its driver time: this process's share, not the device's 90%
+    assert hot.gpu.time_ns == pytest.approx(0.3 * hot.wall_time_ns, rel=0.15)
+    # AND the collection says the utilization was per-process, and not that others are included
+    g = r.gpu
+    assert g.method == "nvml-sampled" and g.time_available
+    assert g.utilization_scope == "process"
+    assert any("this process's own utilization (NVML per-process accounting)" in d
+               for d in g.diagnostics)
+    assert not any("other processes" in d for d in g.diagnostics)
+
+
+def test_per_process_utilization_not_supported_stays_device_wide_and_says_so(ws, fake_nvml):
+    # GIVEN a GPU at 70% whose driver does not support per-process utilization (MIG, vGPU, ...)
+    fake_nvml("""
+        devices 1
+        gpu * util 70
+        gpu 0 process self 1000000
+        gpu 0 process_util self 20
+        gpu 0 not_supported proc_util
+    """)
+    r = run(ws, spin_for, 0.3, gpu=True, include=[__file__])
+    here = [s for s in r.lines if s.filename == __file__ and s.gpu and s.gpu.time_ns]
+    busy = sum(s.gpu.time_ns for s in here)
+    wall = sum(s.wall_time_ns for s in here)
+    # THEN GPU time is the device-wide 70% of the driver time
+    assert busy == pytest.approx(0.7 * wall, rel=0.2)
+    # AND the scope is the device, with the diagnostic that others can be included, and why
+    g = r.gpu
+    assert g.utilization_scope == "device"
+    assert any("other processes" in d and "proc_util not supported by this device" in d
+               for d in g.diagnostics)
+
+
 def test_other_processes_gpus_do_not_count(ws, fake_nvml):
     # GIVEN two busy GPUs; this process holds memory only on GPU 1
     fake_nvml("""

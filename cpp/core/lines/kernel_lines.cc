@@ -95,7 +95,7 @@ void ApplyKernelTracing(GpuCollectionSummary& summary, bool active,
   summary.utilization_scope.clear();  // GPU time does not come from utilization
   // The estimate's scope note does not apply to measured kernel time.
   std::erase_if(summary.diagnostics, [](const std::string& d) {
-    return d.rfind("GPU time is estimated from sampled utilization", 0) == 0;
+    return d.rfind("GPU time is estimated from ", 0) == 0;  // device-wide or per-process
   });
   std::string version = cupti_version ? " " + std::to_string(cupti_version) : "";
   summary.diagnostics.push_back(

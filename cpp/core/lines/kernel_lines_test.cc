@@ -116,6 +116,18 @@ TEST(ApplyKernelTracingTest, ActiveTracerMakesGpuTimeMeasured) {
   EXPECT_FALSE(estimated);
 }
 
+TEST(ApplyKernelTracingTest, ActiveTracerAlsoReplacesThePerProcessEstimate) {
+  GpuSamplingSummary g;
+  g.ticks = 4;
+  g.util_readings = 4;
+  g.proc_util_readings = 4;
+  auto s = SummarizeGpuCollection(std::nullopt, "nvml", 1, g, {});
+  ASSERT_EQ(s.utilization_scope, "process");
+  ApplyKernelTracing(s, true, std::nullopt, "/x/libcupti.so", 130000, {}, 0, {});
+  EXPECT_TRUE(s.utilization_scope.empty());
+  for (auto& d : s.diagnostics) EXPECT_NE(d.rfind("GPU time is estimated", 0), 0u) << d;
+}
+
 TEST(ApplyKernelTracingTest, FailedTracerKeepsTheEstimateAndSaysWhy) {
   GpuSamplingSummary g;
   g.ticks = 4;

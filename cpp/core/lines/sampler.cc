@@ -162,8 +162,9 @@ void LineSampler::SampleGpu(int64_t now) noexcept {
     gpu_util_ppm_.store(-1, std::memory_order_relaxed);
     return;
   }
-  // Devices this process holds memory on carry its work; if the driver gives no per-process
-  // memory at all, every device counts (utilization is then device-wide).
+  // A device's per-process utilization is this process's own share of it and counts as it is.
+  // Without it, the device-wide utilization of the devices this process holds memory on
+  // counts; if the driver gives no per-process memory at all, every device counts.
   bool any_proc_known = false;
   for (const auto& r : gpu_rows_)
     if (r.proc_mem_bytes) any_proc_known = true;
@@ -181,7 +182,11 @@ void LineSampler::SampleGpu(int64_t now) noexcept {
           gpu_summary_.used_devices.push_back(r.gpu_index);
       }
     }
-    if (r.util_pct) {
+    if (r.proc_util_pct) {
+      ++gpu_summary_.util_readings;
+      ++gpu_summary_.proc_util_readings;
+      util_ppm = std::max<int64_t>(util_ppm, 0) + static_cast<int64_t>(*r.proc_util_pct * 10'000.0);
+    } else if (r.util_pct) {
       ++gpu_summary_.util_readings;
       bool counts = !any_proc_known || (r.proc_mem_bytes && *r.proc_mem_bytes > 0);
       util_ppm = std::max<int64_t>(util_ppm, 0) +
@@ -280,7 +285,7 @@ GpuCollectionSummary SummarizeGpuCollection(const std::optional<std::string>& co
     return out;
   }
   out.method = backend + "-sampled";
-  out.utilization_scope = "device";
+  out.utilization_scope = "device";  // "process" below when per-process utilization was used
   const std::string devices = std::to_string(device_count) + " GPU" +
                               (device_count == 1 ? "" : "s");
   if (g.ticks == 0) {
@@ -311,19 +316,52 @@ GpuCollectionSummary SummarizeGpuCollection(const std::optional<std::string>& co
         "GPU time is estimated from sampled utilization: neuron-monitor's per-NeuronCore "
         "averages (1 s) x time, on the cores where this process's runtime holds memory");
   } else if (out.time_available) {
-    std::string scope =
-        "GPU time is estimated from sampled utilization, which the driver reports per device: "
-        "work of other processes on the same GPU can be included (per-process accounting is "
-        "not used)";
-    if (g.used_devices_known) {
-      scope += "; only GPUs where this process holds memory count (";
-      for (size_t i = 0; i < g.used_devices.size(); ++i)
-        scope += (i ? ", " : "") + std::to_string(g.used_devices[i]);
-      scope += ")";
-    } else if (!out.memory_available) {
-      scope += "; without per-process memory every GPU (" + devices + ") counts";
+    const int64_t device_wide = g.util_readings - g.proc_util_readings;
+    const bool per_process =
+        g.proc_util_readings > 0 &&
+        static_cast<double>(g.proc_util_readings) >=
+            kProcessScopeShare * static_cast<double>(g.util_readings);
+    if (per_process) {
+      out.utilization_scope = "process";
+      std::string d =
+          "GPU time is estimated from this process's own utilization (NVML per-process "
+          "accounting): its SM utilization x time on each GPU";
+      if (device_wide > 0)
+        d += "; " + std::to_string(device_wide) + " of " + std::to_string(g.util_readings) +
+             " readings had no per-process value and used the device-wide utilization, which "
+             "can include other processes";
+      out.diagnostics.push_back(d);
+    } else {
+      // Why per-process utilization was not used: the collector's own note when it left one.
+      std::string why;
+      if (backend != "nvml") {
+        why = "is not provided by the '" + backend + "' collector";
+      } else if (g.proc_util_readings > 0) {
+        why = "was available for only " + std::to_string(g.proc_util_readings) + " of " +
+              std::to_string(g.util_readings) + " readings";
+      } else {
+        why = "unavailable: the driver gave no per-process sample for this process";
+        for (const auto& n : notes) {
+          if (n.find("proc_util") != std::string::npos) {
+            why = "unavailable: " + n;
+            break;
+          }
+        }
+      }
+      std::string scope =
+          "GPU time is estimated from sampled utilization, which the driver reports per device: "
+          "work of other processes on the same GPU can be included (per-process utilization " +
+          why + ")";
+      if (g.used_devices_known) {
+        scope += "; only GPUs where this process holds memory count (";
+        for (size_t i = 0; i < g.used_devices.size(); ++i)
+          scope += (i ? ", " : "") + std::to_string(g.used_devices[i]);
+        scope += ")";
+      } else if (!out.memory_available) {
+        scope += "; without per-process memory every GPU (" + devices + ") counts";
+      }
+      out.diagnostics.push_back(scope);
     }
-    out.diagnostics.push_back(scope);
   }
   for (const auto& n : notes) out.diagnostics.push_back("GPU collector: " + n);
   return out;

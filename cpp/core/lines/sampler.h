@@ -96,7 +96,8 @@ struct SamplerOptions {
 struct GpuSamplingSummary {
   int64_t ticks = 0;             // GPU reads attempted
   int64_t failed_ticks = 0;      // reads where no device answered
-  int64_t util_readings = 0;     // device readings with a utilization value
+  int64_t util_readings = 0;     // device readings with a utilization value (either kind)
+  int64_t proc_util_readings = 0;  // ...of which this process's own (per-process utilization)
   int64_t proc_mem_readings = 0; // device readings with a per-process memory value
   std::optional<int64_t> proc_mem_peak;
   bool used_devices_known = false;  // the process held memory on some device (by NVML)
@@ -187,9 +188,15 @@ struct GpuCollectionSummary {
   bool memory_available = false;
   std::optional<std::string> time_reason;    // set when time is unavailable
   std::optional<std::string> memory_reason;  // set when memory is unavailable
-  std::string utilization_scope;             // "device" (NVML utilization is device-wide)
+  // "process": GPU time comes from this process's own utilization (per-process NVML samples,
+  // for at least kProcessScopeShare of the readings); "device": from device-wide utilization,
+  // which can include other processes; empty: no collector, or GPU time measured (CUPTI).
+  std::string utilization_scope;
   std::vector<std::string> diagnostics;
 };
+
+// The share of utilization readings that must be per-process for utilization_scope "process".
+inline constexpr double kProcessScopeShare = 0.9;
 
 // Pure. `collector_error` is MakeGpuCollector's error when no collector could be had;
 // `backend` the collector's name otherwise; `notes` what the collector noted while sampling.

@@ -5,6 +5,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <initializer_list>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -205,6 +208,76 @@ TEST(LineSamplerTest, GpuBusyTimeIsUtilizationTimesTime) {
   EXPECT_TRUE(s.gpu_summary().used_devices_known);
 }
 
+// A GPU collector answering every read with the same row: device-wide and per-process
+// utilization as given (nullopt: not reported), this process holding 1 MiB.
+class FixedRowCollector final : public telemetry::GpuCollector {
+ public:
+  FixedRowCollector(std::optional<double> util, std::optional<double> proc_util)
+      : util_(util), proc_util_(proc_util) {
+    devices_.push_back(telemetry::GpuDevice{});
+  }
+  std::string backend() const override { return "nvml"; }
+  const std::vector<telemetry::GpuDevice>& devices() const override { return devices_; }
+  bool Sample(int64_t now, const std::vector<int64_t>&,
+              std::vector<store::GpuSampleRow>* out) noexcept override {
+    out->clear();
+    store::GpuSampleRow r;
+    r.ts_ns = now;
+    r.util_pct = util_;
+    r.proc_util_pct = proc_util_;
+    r.proc_mem_bytes = 1 << 20;
+    out->push_back(r);
+    return true;
+  }
+
+ private:
+  std::optional<double> util_, proc_util_;
+  std::vector<telemetry::GpuDevice> devices_;
+};
+
+// The GPU busy time of one ~50 ms interval with `gpu` sampled every 2 ms.
+SampleInterval OneGpuInterval(telemetry::GpuCollector& gpu, GpuSamplingSummary* summary) {
+  Pump pump;
+  SamplerOptions o;
+  o.interval_ns = 1'000'000;
+  o.gpu = &gpu;
+  o.gpu_interval_ns = 2'000'000;
+  LineSampler s(o, &Pump::Request, &pump);
+  EXPECT_TRUE(s.Start().ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  (void)s.TakeInterval();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto iv = s.TakeInterval();
+  s.Stop();
+  *summary = s.gpu_summary();
+  return iv;
+}
+
+TEST(LineSamplerTest, GpuBusyTimeUsesThisProcesssOwnUtilizationWhenReported) {
+  // GIVEN a GPU at 90% of which this process's own share is 30%
+  FixedRowCollector gpu(90.0, 30.0);
+  // WHEN one interval passes
+  GpuSamplingSummary g;
+  auto iv = OneGpuInterval(gpu, &g);
+  // THEN its GPU busy time is ~30% of its wall time (not 90%), every reading per-process
+  ASSERT_TRUE(iv.gpu_busy_ns.has_value());
+  EXPECT_NEAR(static_cast<double>(*iv.gpu_busy_ns) / iv.wall_ns, 0.3, 0.08);
+  EXPECT_GT(g.util_readings, 10);
+  EXPECT_EQ(g.proc_util_readings, g.util_readings);
+}
+
+TEST(LineSamplerTest, GpuBusyTimeFallsBackToDeviceUtilizationWithoutPerProcess) {
+  // GIVEN a GPU at 90% whose driver reports no per-process utilization
+  FixedRowCollector gpu(90.0, std::nullopt);
+  GpuSamplingSummary g;
+  auto iv = OneGpuInterval(gpu, &g);
+  // THEN the device-wide 90% is used, and no reading counts as per-process
+  ASSERT_TRUE(iv.gpu_busy_ns.has_value());
+  EXPECT_NEAR(static_cast<double>(*iv.gpu_busy_ns) / iv.wall_ns, 0.9, 0.1);
+  EXPECT_GT(g.util_readings, 10);
+  EXPECT_EQ(g.proc_util_readings, 0);
+}
+
 TEST(SampleAggregatorTest, SumsPerLineAndKeepsUnknownUnknown) {
   SampleAggregator a;
   int32_t f = a.InternFile("/p/a.py");
@@ -320,6 +393,69 @@ TEST(SummarizeGpuCollectionTest, FailuresAreCountedAndAllFailedMeansUnavailable)
   GpuSamplingSummary none;
   auto early = SummarizeGpuCollection(std::nullopt, "nvml", 1, none, {});
   EXPECT_NE(early.memory_reason->find("before the first sample"), std::string::npos);
+}
+
+// True when some diagnostic contains every one of `parts`.
+bool AnyDiagnostic(const GpuCollectionSummary& s, std::initializer_list<const char*> parts) {
+  for (const auto& d : s.diagnostics) {
+    bool all = true;
+    for (const char* p : parts) all &= d.find(p) != std::string::npos;
+    if (all) return true;
+  }
+  return false;
+}
+
+TEST(SummarizeGpuCollectionTest, PerProcessUtilizationForEveryReadingIsProcessScope) {
+  GpuSamplingSummary g;
+  g.ticks = 10;
+  g.util_readings = 10;
+  g.proc_util_readings = 10;
+  g.proc_mem_readings = 10;
+  auto s = SummarizeGpuCollection(std::nullopt, "nvml", 1, g, {});
+  EXPECT_TRUE(s.time_available);
+  EXPECT_EQ(s.utilization_scope, "process");
+  EXPECT_TRUE(AnyDiagnostic(s, {"GPU time is estimated from this process's own utilization "
+                                "(NVML per-process accounting)"}));
+  EXPECT_FALSE(AnyDiagnostic(s, {"other processes"}));
+}
+
+TEST(SummarizeGpuCollectionTest, AFewDeviceWideReadingsKeepProcessScopeAndAreCounted) {
+  // 95 of 100 readings per-process: at least kProcessScopeShare (90%)
+  GpuSamplingSummary g;
+  g.ticks = 100;
+  g.util_readings = 100;
+  g.proc_util_readings = 95;
+  auto s = SummarizeGpuCollection(std::nullopt, "nvml", 1, g, {});
+  EXPECT_EQ(s.utilization_scope, "process");
+  EXPECT_TRUE(AnyDiagnostic(s, {"own utilization", "5 of 100 readings", "device-wide",
+                                "other processes"}));
+}
+
+TEST(SummarizeGpuCollectionTest, WithoutPerProcessUtilizationTheScopeIsDeviceAndSaysWhy) {
+  GpuSamplingSummary g;
+  g.ticks = 10;
+  g.util_readings = 10;
+  g.proc_mem_readings = 10;
+  // GIVEN the collector's note that the device does not support it
+  auto s = SummarizeGpuCollection(std::nullopt, "nvml", 1, g,
+                                  {"gpu0: proc_util not supported by this device"});
+  EXPECT_EQ(s.utilization_scope, "device");
+  EXPECT_TRUE(AnyDiagnostic(s, {"other processes", "per-process utilization unavailable: gpu0: "
+                                "proc_util not supported by this device"}));
+  // GIVEN no note: the driver gave nothing for this process
+  auto quiet = SummarizeGpuCollection(std::nullopt, "nvml", 1, g, {});
+  EXPECT_EQ(quiet.utilization_scope, "device");
+  EXPECT_TRUE(AnyDiagnostic(quiet, {"other processes", "no per-process sample"}));
+  // GIVEN per-process values for only half the readings
+  g.proc_util_readings = 5;
+  auto half = SummarizeGpuCollection(std::nullopt, "nvml", 1, g, {});
+  EXPECT_EQ(half.utilization_scope, "device");
+  EXPECT_TRUE(AnyDiagnostic(half, {"other processes", "only 5 of 10 readings"}));
+  // GIVEN a collector that has no per-process utilization at all
+  g.proc_util_readings = 0;
+  auto mock = SummarizeGpuCollection(std::nullopt, "mock", 1, g, {});
+  EXPECT_EQ(mock.utilization_scope, "device");
+  EXPECT_TRUE(AnyDiagnostic(mock, {"other processes", "not provided by the 'mock' collector"}));
 }
 
 }  // namespace
