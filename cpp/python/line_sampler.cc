@@ -1,28 +1,29 @@
 // The Python side of lines::LineSampler: linescope's `sampler` backend and the memory sampler
 // that linescope runs beside any backend for memory=True.
 //
-// How a sample reaches the main thread: the sampler thread sends a signal to the main thread
-// (pthread_kill). CPython's C-level handler only notes it; at its next evaluation-breaker check
-// (a backward jump, a function start, the return of a C call, or an EINTR retry inside a
-// blocking call) the interpreter calls the Python-level handler on the main thread with the
-// GIL held, and that handler is this session's `on_signal` (installed by linescope with
-// signal.signal, SA_RESTART set). There it is safe to read the frames: the interval that just
-// ended is taken from the LineSampler and attributed to the innermost frame whose file passes
-// the PathFilter (walking out of library code), and to every recorded function on the stack
-// once. So only the main thread is measured, and a long C call, sleep or I/O is charged to the
-// line that made it. (Py_AddPendingCall is not used: on 3.11 a call added from a thread that
-// is not the main thread does not set the main thread's evaluation breaker, so it can wait for
-// seconds.) One signal is outstanding at a time, so a blocked main thread is not flooded.
+// How a sample reaches the main thread: the sampler thread queues a call with
+// Py_AddPendingCall (main_thread_call.c: on 3.11/3.12 it also sets the main thread's
+// evaluation breaker, which CPython leaves unset for calls queued from other threads, and
+// re-sets it every interval while the call is outstanding, since a GIL switch on another thread
+// can clear it). CPython runs the call on the main thread at its next evaluation-breaker check
+// (a backward jump, a function start, the return of a C call) with the GIL held. There it is
+// safe to read the frames: the interval that just ended is taken from the LineSampler and
+// attributed to the innermost frame whose file passes the PathFilter (walking out of library
+// code), and to every recorded function on the stack once. So only the main thread is
+// measured, and a long C call, sleep or I/O is charged to the line that made it. One call is
+// outstanding at a time. No signal is sent: a signal's delivery interrupts the main thread
+// (an interprocessor interrupt in a VM) and measurably slows torch's CPU kernels at kHz rates;
+// a queued call only costs the main thread its own run.
 //
 // Lifetime: at most one session samples at a time (g_active, GIL-protected).
 #include "line_sampler.h"
 
 #include "frame_peek.h"
+#include "main_thread_call.h"
 
 #include <Python.h>
 #include <frameobject.h>
 #include <pthread.h>
-#include <signal.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -100,11 +101,9 @@ class SamplerSession {
     for (auto& [code, entry] : codes_) Py_DECREF(code);
   }
 
-  // `signum`: the signal whose Python-level handler is on_signal (then call this on the main
-  // thread), or 0 when nothing is attributed (`attribute` false: RSS timeline only).
-  void Start(int signum) {
-    if (signum < 0 || signum >= NSIG || (signum == 0 && attribute_))
-      throw std::invalid_argument("a signal number is needed to attribute samples");
+  // On the main thread when `attribute` (the samples are taken there); anywhere otherwise
+  // (RSS timeline only).
+  void Start() {
     if (g_active != nullptr)
       throw std::runtime_error("another linescope sampling session is already active");
     if (state_ != kIdle) throw std::runtime_error("this sampler was already started");
@@ -126,9 +125,11 @@ class SamplerSession {
     // CUPTI measures NVIDIA kernels only.
     if (collector_ && collector_->backend() == "nvml" && cupti_ && attribute_)
       StartKernelTracing();
-    signum_ = signum;
     main_thread_ = pthread_self();
-    sampler_ = std::make_unique<lines::LineSampler>(o, &SamplerSession::Request, this);
+    sampler_ = attribute_ ? std::make_unique<lines::LineSampler>(o, &SamplerSession::Request,
+                                                                 this, &SamplerSession::Remind)
+                          : std::make_unique<lines::LineSampler>(o, &SamplerSession::NoRequest,
+                                                                 this);
     g_active = this;
     Status s = sampler_->Start();
     if (!s.ok()) {
@@ -280,6 +281,7 @@ class SamplerSession {
     nb::dict d;
     d["requests"] = sampler_ ? sampler_->requests() : 0;
     d["failed_requests"] = sampler_ ? sampler_->failed_requests() : 0;
+    d["wakeups"] = sampler_ ? sampler_->wakeups() : 0;
     d["samples"] = agg_.total_samples();
     d["unattributed_samples"] = agg_.unattributed_samples();
     d["unattributed_ns"] = agg_.unattributed_ns();
@@ -325,18 +327,21 @@ class SamplerSession {
 
   // Sampler thread.
   static bool Request(void* ctx) noexcept {
-    auto* self = static_cast<SamplerSession*>(ctx);
-    if (self->signum_ == 0) return true;  // timeline only: the request stays outstanding
-    return pthread_kill(self->main_thread_, self->signum_) == 0;
+    return gpuprof_call_on_main_thread(&SamplerSession::OnMainThread, ctx) == 0;
   }
-
- public:
-  // The Python-level signal handler (main thread, GIL held). Never raises into user code.
-  void OnSignal() noexcept {
-    if (g_active == this && state_ == kRunning) Sample();
+  static bool Remind(void*) noexcept {
+    gpuprof_poke_main_thread();
+    return true;
   }
+  // Timeline only: the one request stays outstanding and nothing is attributed.
+  static bool NoRequest(void*) noexcept { return true; }
 
- private:
+  // The queued call (main thread, GIL held). Never raises into user code.
+  static int OnMainThread(void* arg) {
+    auto* self = static_cast<SamplerSession*>(arg);
+    if (g_active == self && self->state_ == kRunning) self->Sample();
+    return 0;
+  }
   CodeEntry* Lookup(PyCodeObject* code) noexcept {
     auto it = codes_.find(code);
     if (it != codes_.end()) return &it->second;
@@ -442,7 +447,6 @@ class SamplerSession {
   std::unordered_map<std::string, bool> decided_;
   std::vector<std::string> notes_;
   std::vector<std::string> gpu_notes_;
-  int signum_ = 0;
   pthread_t main_thread_{};
   PyThreadState* main_tstate_ = nullptr;
   bool cupti_;
@@ -472,8 +476,7 @@ void RegisterLineSampler(nb::module_& m) {
            nb::arg("gpu_backend"), nb::arg("nvml_library") = "", nb::arg("mock_gpus") = 1,
            nb::arg("mock_scenario") = "", nb::arg("gpu_interval_ns") = 10'000'000,
            nb::arg("cupti") = false, nb::arg("cupti_library") = "")
-      .def("start", &SamplerSession::Start, nb::arg("signum"))
-      .def("on_signal", [](SamplerSession& s, nb::args) { s.OnSignal(); })
+      .def("start", &SamplerSession::Start)
       .def("stop", &SamplerSession::Stop)
       .def("lines", &SamplerSession::Lines)
       .def("functions", &SamplerSession::Functions)

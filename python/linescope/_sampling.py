@@ -5,7 +5,6 @@ does not measure memory itself (``memory=True``)."""
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
 from pathlib import Path
@@ -79,54 +78,6 @@ def _on_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def _free_signal() -> int:
-    """A signal with no handler installed to carry sample requests to the main thread:
-    SIGURG first (its default action is to ignore it, so a late one is harmless), then the
-    real-time signals."""
-    candidates = [signal.SIGURG]
-    if hasattr(signal, "SIGRTMIN"):
-        candidates += list(range(signal.SIGRTMIN + 4, signal.SIGRTMAX + 1))
-    for sig in candidates:
-        if signal.getsignal(sig) in (signal.SIG_DFL, None):
-            return int(sig)
-    raise RuntimeError("linescope's sampler found no free signal to pace its samples (SIGURG "
-                       "and every real-time signal have handlers)")
-
-
-class _NativeSampling:
-    """Starts/stops a ``_native.LineSampler`` with its signal handler installed (main thread)."""
-
-    def __init__(self, native: Any) -> None:
-        self.native = native
-        self._sig: int | None = None
-        self._previous: Any = None
-        self.warnings: list[str] = []
-
-    def start(self) -> None:
-        sig = _free_signal()
-        handler = self.native.on_signal
-        self._previous = signal.signal(sig, handler)
-        signal.siginterrupt(sig, False)  # SA_RESTART: interrupted system calls resume
-        try:
-            self.native.start(sig)
-        except BaseException:
-            signal.signal(sig, self._previous)
-            raise
-        self._sig, self._handler = sig, handler
-
-    def stop(self) -> None:
-        try:
-            self.native.stop()  # joins the sampler thread: no request is sent after this
-        finally:
-            if self._sig is not None:
-                if signal.getsignal(self._sig) is not self._handler:
-                    self.warnings.append(
-                        f"another handler replaced linescope's for signal {self._sig} during "
-                        "the session; samples after that point were lost")
-                signal.signal(self._sig, self._previous)
-                self._sig = None
-
-
 def _memory_profile(native: Any, per_line: bool, interval_ns: int,
                     reason: str | None) -> MemoryProfile:
     m = native.memory()
@@ -161,17 +112,16 @@ class SamplerBackend:
             list(options.roots), list(options.include), list(options.exclude), os.getcwd(),
             interval_ns=self._interval_ns, attribute=True, memory=options.memory,
             gpu_backend=_gpu_backend(options.gpu), cupti=cupti, cupti_library=cupti_library)
-        self._run = _NativeSampling(self._native)
 
     def start(self) -> None:
         if not _on_main_thread():
             raise RuntimeError(MAIN_THREAD_ONLY)
-        self._run.start()
+        self._native.start()
 
     def stop(self) -> None:
         if self._options.gpu:
             _synchronize_cuda()
-        self._run.stop()
+        self._native.stop()
 
     def result(self) -> RawBackendResult:
         n = self._native
@@ -187,7 +137,7 @@ class SamplerBackend:
                                  own_time_ns=own, calls=None)
                      for f, q, first, tot, own, _samples in n.functions()]
         stats = n.stats()
-        warnings = list(n.notes) + self._run.warnings
+        warnings = list(n.notes)
         gpu = None
         if want_gpu:
             g = n.gpu()
@@ -205,8 +155,9 @@ class SamplerBackend:
         return RawBackendResult(
             lines=lines, functions=functions, elapsed_ns=stats["elapsed_ns"],
             warnings=warnings, memory=memory, gpu=gpu,
-            metadata={"sampler": "signal", "sample_interval_ns": self._interval_ns,
+            metadata={"sampler": "pending-call", "sample_interval_ns": self._interval_ns,
                       "samples": stats["samples"], "requests": stats["requests"],
+                      "sampler_wakeups": stats["wakeups"],
                       "unattributed_samples": stats["unattributed_samples"],
                       "unattributed_ns": stats["unattributed_ns"], **kernels})
 
@@ -245,23 +196,16 @@ class MemorySampler:
             list(options.roots), list(options.include), list(options.exclude), os.getcwd(),
             interval_ns=MEMORY_INTERVAL_NS, attribute=self._per_line, memory=True,
             gpu_backend="off")
-        self._run = _NativeSampling(self._native) if self._per_line else None
 
     def start(self) -> None:
-        if self._run is not None:
-            self._run.start()
-        else:  # not the main thread: no signal handler can be had; the timeline still runs
-            self._native.start(0)
+        self._native.start()
 
     def stop(self) -> None:
-        if self._run is not None:
-            self._run.stop()
-        else:
-            self._native.stop()
+        self._native.stop()
 
     @property
     def warnings(self) -> list[str]:
-        return self._run.warnings if self._run is not None else []
+        return list(self._native.notes)
 
     def profile(self) -> MemoryProfile:
         return _memory_profile(self._native, self._per_line, MEMORY_INTERVAL_NS,

@@ -15,7 +15,9 @@ import pytest
 CHROMIUM = os.environ.get("LINESCOPE_CHROMIUM", "/usr/bin/chromium")
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: playwright's sync API keeps an asyncio loop marked running on the
+# main thread while it is open, which would break later tests that call asyncio.run().
+@pytest.fixture(scope="module")
 def browser():
     try:
         from playwright.sync_api import sync_playwright

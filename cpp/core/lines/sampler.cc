@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <climits>
 #include <ctime>
 
 #include "clock/clock.h"
@@ -92,11 +93,15 @@ int64_t ThreadCpuNs() noexcept {
 
 }  // namespace
 
-LineSampler::LineSampler(SamplerOptions options, RequestFn request, void* ctx)
-    : options_(options), request_(request), ctx_(ctx), timeline_(options.timeline_capacity) {
+LineSampler::LineSampler(SamplerOptions options, RequestFn request, void* ctx, RequestFn remind)
+    : options_(options),
+      request_(request),
+      ctx_(ctx),
+      remind_(remind),
+      timeline_(options.timeline_capacity) {
   if (options_.interval_ns < 50'000) options_.interval_ns = 50'000;  // 20 kHz at most
-  if (options_.gpu_interval_ns < options_.interval_ns)
-    options_.gpu_interval_ns = options_.interval_ns;
+  if (options_.memory_interval_ns < 50'000) options_.memory_interval_ns = 50'000;
+  if (options_.gpu_interval_ns < 1'000'000) options_.gpu_interval_ns = 1'000'000;
   pids_.push_back(options_.pid > 0 ? options_.pid : static_cast<int64_t>(getpid()));
   gpu_rows_.reserve(16);
 }
@@ -110,7 +115,7 @@ void LineSampler::AtomicMax(std::atomic<int64_t>& a, int64_t v) noexcept {
 }
 
 Status LineSampler::Start() {
-  if (thread_.running()) return Status::Error("the sampler is already running");
+  if (thread_.joinable()) return Status::Error("the sampler is already running");
   if (options_.memory) {
     Status s = rss_.Open();
     if (!s.ok()) {
@@ -122,9 +127,8 @@ Status LineSampler::Start() {
   }
   start_ns_ = clock::NowNs();
   last_take_ns_ = start_ns_;
-  last_tick_ns_ = start_ns_;
-  last_gpu_ns_ = start_ns_ - options_.gpu_interval_ns;  // read the GPU at the first tick
   last_cpu_ns_ = ThreadCpuNs();
+  gpu_since_ns_ = start_ns_;
   if (rss_ok_) {
     auto rss = rss_.Read();
     if (rss) {
@@ -135,13 +139,19 @@ Status LineSampler::Start() {
       timeline_.Add(0, *rss);
     }
   }
-  thread_.Start(std::chrono::nanoseconds(options_.interval_ns), [this] { Tick(); });
+  stop_ = false;
+  thread_ = std::thread([this] { Loop(); });
   return Status::Ok();
 }
 
 void LineSampler::Stop() {
-  if (!thread_.running()) return;
-  thread_.Stop();
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
   if (rss_ok_) {
     auto rss = rss_.Read();
     if (rss) {
@@ -155,80 +165,124 @@ void LineSampler::Stop() {
   }
 }
 
+void LineSampler::Loop() noexcept {
+  using std::chrono::nanoseconds;
+  using Clock = std::chrono::steady_clock;
+  constexpr int64_t kNever = INT64_MAX;
+  const bool gpu = options_.gpu != nullptr;
+  int64_t next_request = start_ns_ + options_.interval_ns;
+  int64_t next_rss = rss_ok_ ? start_ns_ + options_.memory_interval_ns : kNever;
+  int64_t next_gpu = gpu ? start_ns_ : kNever;  // the GPU is read at once
+  // clock::NowNs is CLOCK_MONOTONIC, as is steady_clock on Linux: deadlines convert 1:1.
+  const int64_t offset = clock::NowNs() - std::chrono::duration_cast<nanoseconds>(
+                                              Clock::now().time_since_epoch()).count();
+  std::unique_lock lock(mu_);
+  while (!stop_) {
+    // While a request is outstanding, sleep until it is answered (the answer wakes this
+    // thread) or the next read is due; with nothing to read, only the answer or Stop wake it.
+    const bool pending = pending_.load();
+    const int64_t deadline = std::min(
+        {pending ? (remind_ ? next_request : kNever) : next_request, next_rss, next_gpu});
+    if (pending) awaiting_answer_.store(true);
+    auto woken = [&] { return stop_ || (pending && !pending_.load()); };
+    if (deadline == kNever) {
+      cv_.wait(lock, woken);
+    } else if (deadline > clock::NowNs()) {
+      cv_.wait_until(lock, Clock::time_point(nanoseconds(deadline - offset)), woken);
+    }
+    awaiting_answer_.store(false);
+    if (stop_) break;
+    wakeups_.fetch_add(1, std::memory_order_relaxed);
+    lock.unlock();
+    const int64_t now = clock::NowNs();
+    if (now >= next_rss) {
+      ReadRss(now);
+      next_rss = std::max(next_rss + options_.memory_interval_ns, now);
+    }
+    if (now >= next_gpu) {
+      SampleGpu(now);
+      next_gpu = std::max(next_gpu + options_.gpu_interval_ns, now);
+    }
+    if (now >= next_request) {
+      if (!pending_.load()) {
+        Request(now);
+      } else if (remind_ != nullptr) {
+        remind_(ctx_);
+      }
+      next_request = now + options_.interval_ns;  // no burst after a long wait
+    }
+    lock.lock();
+  }
+}
+
+void LineSampler::Request(int64_t) noexcept {
+  if (pending_.exchange(true)) return;
+  requests_.fetch_add(1, std::memory_order_relaxed);
+  if (!request_(ctx_)) {
+    failed_requests_.fetch_add(1, std::memory_order_relaxed);
+    pending_.store(false);
+  }
+}
+
+void LineSampler::ReadRss(int64_t now) noexcept {
+  auto rss = rss_.Read();
+  if (!rss) return;
+  rss_last_.store(*rss, std::memory_order_relaxed);
+  AtomicMax(rss_peak_open_, *rss);
+  timeline_.Add(now - start_ns_, *rss);
+  rss_peak_total_ = std::max(rss_peak_total_.value_or(*rss), *rss);
+}
+
 void LineSampler::SampleGpu(int64_t now) noexcept {
   ++gpu_summary_.ticks;
-  if (!options_.gpu->Sample(now - start_ns_, pids_, &gpu_rows_)) {
-    ++gpu_summary_.failed_ticks;
-    gpu_util_ppm_.store(-1, std::memory_order_relaxed);
-    return;
-  }
-  // A device's per-process utilization is this process's own share of it and counts as it is.
-  // Without it, the device-wide utilization of the devices this process holds memory on
-  // counts; if the driver gives no per-process memory at all, every device counts.
-  bool any_proc_known = false;
-  for (const auto& r : gpu_rows_)
-    if (r.proc_mem_bytes) any_proc_known = true;
   int64_t util_ppm = -1;
   int64_t mem = -1;
-  for (const auto& r : gpu_rows_) {
-    if (r.proc_mem_bytes) {
-      ++gpu_summary_.proc_mem_readings;
-      mem = std::max<int64_t>(mem, 0) + *r.proc_mem_bytes;
-      if (*r.proc_mem_bytes > 0) {
-        gpu_summary_.used_devices_known = true;
-        if (std::find(gpu_summary_.used_devices.begin(), gpu_summary_.used_devices.end(),
-                      r.gpu_index) == gpu_summary_.used_devices.end() &&
-            gpu_summary_.used_devices.size() < 64)
-          gpu_summary_.used_devices.push_back(r.gpu_index);
+  if (options_.gpu->Sample(now - start_ns_, pids_, &gpu_rows_)) {
+    // A device's per-process utilization is this process's own share of it and counts as it
+    // is. Without it, the device-wide utilization of the devices this process holds memory on
+    // counts; if the driver gives no per-process memory at all, every device counts.
+    bool any_proc_known = false;
+    for (const auto& r : gpu_rows_)
+      if (r.proc_mem_bytes) any_proc_known = true;
+    for (const auto& r : gpu_rows_) {
+      if (r.proc_mem_bytes) {
+        ++gpu_summary_.proc_mem_readings;
+        mem = std::max<int64_t>(mem, 0) + *r.proc_mem_bytes;
+        if (*r.proc_mem_bytes > 0) {
+          gpu_summary_.used_devices_known = true;
+          if (std::find(gpu_summary_.used_devices.begin(), gpu_summary_.used_devices.end(),
+                        r.gpu_index) == gpu_summary_.used_devices.end() &&
+              gpu_summary_.used_devices.size() < 64)
+            gpu_summary_.used_devices.push_back(r.gpu_index);
+        }
+      }
+      if (r.proc_util_pct) {
+        ++gpu_summary_.util_readings;
+        ++gpu_summary_.proc_util_readings;
+        util_ppm = std::max<int64_t>(util_ppm, 0) +
+                   static_cast<int64_t>(*r.proc_util_pct * 10'000.0);
+      } else if (r.util_pct) {
+        ++gpu_summary_.util_readings;
+        bool counts = !any_proc_known || (r.proc_mem_bytes && *r.proc_mem_bytes > 0);
+        util_ppm = std::max<int64_t>(util_ppm, 0) +
+                   (counts ? static_cast<int64_t>(*r.util_pct * 10'000.0) : 0);
       }
     }
-    if (r.proc_util_pct) {
-      ++gpu_summary_.util_readings;
-      ++gpu_summary_.proc_util_readings;
-      util_ppm = std::max<int64_t>(util_ppm, 0) + static_cast<int64_t>(*r.proc_util_pct * 10'000.0);
-    } else if (r.util_pct) {
-      ++gpu_summary_.util_readings;
-      bool counts = !any_proc_known || (r.proc_mem_bytes && *r.proc_mem_bytes > 0);
-      util_ppm = std::max<int64_t>(util_ppm, 0) +
-                 (counts ? static_cast<int64_t>(*r.util_pct * 10'000.0) : 0);
-    }
+  } else {
+    ++gpu_summary_.failed_ticks;
   }
-  gpu_util_ppm_.store(util_ppm, std::memory_order_relaxed);
+  {
+    // The old utilization held until now; the new one holds from now on.
+    std::lock_guard lock(gpu_mu_);
+    if (gpu_util_ppm_ >= 0) gpu_busy_open_ += gpu_util_ppm_ * (now - gpu_since_ns_) / 1'000'000;
+    gpu_util_ppm_ = util_ppm;
+    gpu_since_ns_ = now;
+    if (util_ppm >= 0) gpu_busy_known_ = true;
+  }
   gpu_mem_last_.store(mem, std::memory_order_relaxed);
   if (mem >= 0) {
     AtomicMax(gpu_mem_peak_open_, mem);
     gpu_summary_.proc_mem_peak = std::max(gpu_summary_.proc_mem_peak.value_or(mem), mem);
-  }
-}
-
-void LineSampler::Tick() noexcept {
-  const int64_t now = clock::NowNs();
-  const int64_t dt = now - last_tick_ns_;
-  last_tick_ns_ = now;
-  if (rss_ok_) {
-    auto rss = rss_.Read();
-    if (rss) {
-      rss_last_.store(*rss, std::memory_order_relaxed);
-      AtomicMax(rss_peak_open_, *rss);
-      timeline_.Add(now - start_ns_, *rss);
-      rss_peak_total_ = std::max(rss_peak_total_.value_or(*rss), *rss);
-    }
-  }
-  if (options_.gpu != nullptr) {
-    // Busy time of the tick that just ended, at the utilization last read.
-    int64_t util = gpu_util_ppm_.load(std::memory_order_relaxed);
-    if (util >= 0) gpu_busy_open_.fetch_add(util * dt / 1'000'000, std::memory_order_relaxed);
-    if (now - last_gpu_ns_ >= options_.gpu_interval_ns) {
-      last_gpu_ns_ = now;
-      SampleGpu(now);
-    }
-  }
-  if (!pending_.exchange(true, std::memory_order_acq_rel)) {
-    requests_.fetch_add(1, std::memory_order_relaxed);
-    if (!request_(ctx_)) {
-      failed_requests_.fetch_add(1, std::memory_order_relaxed);
-      pending_.store(false, std::memory_order_release);
-    }
   }
 }
 
@@ -241,7 +295,7 @@ SampleInterval LineSampler::TakeInterval() noexcept {
   if (cpu >= 0 && last_cpu_ns_ >= 0) s.cpu_ns = cpu - last_cpu_ns_;
   last_cpu_ns_ = cpu;
   if (rss_ok_) {
-    // A fresh read: the interval ends now, not at the sampler's last tick.
+    // A fresh read: the interval ends now, not at the sampler's last read.
     int64_t rss = rss_.Read().value_or(rss_last_.load(std::memory_order_relaxed));
     int64_t peak = rss_peak_open_.exchange(rss, std::memory_order_relaxed);
     if (rss >= 0) {
@@ -251,13 +305,26 @@ SampleInterval LineSampler::TakeInterval() noexcept {
     }
   }
   if (options_.gpu != nullptr) {
-    int64_t busy = gpu_busy_open_.exchange(0, std::memory_order_relaxed);
-    if (gpu_util_ppm_.load(std::memory_order_relaxed) >= 0 || busy > 0) s.gpu_busy_ns = busy;
+    {
+      std::lock_guard lock(gpu_mu_);
+      int64_t busy = gpu_busy_open_;
+      if (gpu_util_ppm_ >= 0) busy += gpu_util_ppm_ * (now - gpu_since_ns_) / 1'000'000;
+      if (gpu_busy_known_ || gpu_util_ppm_ >= 0) s.gpu_busy_ns = busy;
+      gpu_busy_open_ = 0;
+      gpu_since_ns_ = now;
+      gpu_busy_known_ = gpu_util_ppm_ >= 0;
+    }
     int64_t mem = gpu_mem_last_.load(std::memory_order_relaxed);
     int64_t peak = gpu_mem_peak_open_.exchange(mem, std::memory_order_relaxed);
     if (mem >= 0 || peak >= 0) s.gpu_mem_peak = std::max(peak, mem);
   }
-  pending_.store(false, std::memory_order_release);
+  pending_.store(false);
+  // Wake the sampler thread only if it sleeps until this answer (seq_cst with its own store
+  // of awaiting_answer_ and load of pending_: one of the two sides sees the other).
+  if (awaiting_answer_.load()) {
+    std::lock_guard lock(mu_);
+    cv_.notify_one();
+  }
   return s;
 }
 

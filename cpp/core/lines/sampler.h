@@ -4,21 +4,26 @@
 // source line the measured thread is on when it answers a request.
 //
 // How a sample works:
-//   1. The sampler thread ticks every `interval_ns`. Each tick it reads RSS (memory on), folds
-//      the latest GPU reading into the open interval (GPU busy time = utilization x tick
-//      length, per-process device-memory peak), and, when no request is outstanding, calls
-//      `request(ctx)` ("call TakeInterval() soon on the measured thread").
-//   2. The measured thread answers with TakeInterval(): the wall time since its previous
-//      answer, its own CPU time over that wall time, and what the sampler thread integrated
-//      meanwhile. The binding attributes that interval to the line the thread is on.
+//   1. The sampler thread asks the measured thread for a sample every `interval_ns` by calling
+//      `request(ctx)`, with at most one request outstanding: while the measured thread is
+//      inside a long call, nothing more is asked (only `remind`, if given, every interval; with
+//      neither memory, GPU nor remind the thread sleeps until the answer).
+//   2. Independently, it reads RSS every `memory_interval_ns` (memory on: the timeline and the
+//      peak of the open interval) and the GPU collector every `gpu_interval_ns` (GPU on).
+//   3. The measured thread answers with TakeInterval(): the wall time since its previous
+//      answer, its own CPU time over that wall time, the RSS change and peak, and the GPU busy
+//      time (the last read utilization x time, integrated exactly between reads) and device
+//      memory peak. The binding attributes that interval to the line the thread is on.
 // A thread that is inside a long call (C extension, I/O, sleep) answers when the call returns,
 // so the whole call is attributed to the line that made it.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -27,7 +32,6 @@
 
 #include "lines/line_model.h"
 #include "telemetry/gpu_collector.h"
-#include "util/periodic_thread.h"
 #include "util/status.h"
 
 namespace gpuprof::lines {
@@ -82,8 +86,9 @@ struct SampleInterval {
 };
 
 struct SamplerOptions {
-  int64_t interval_ns = 1'000'000;      // 1 kHz
-  bool memory = false;                  // read RSS every tick (timeline + per-line deltas)
+  int64_t interval_ns = 1'000'000;      // samples: 1 kHz
+  bool memory = false;                  // read RSS (timeline + per-line deltas and peaks)
+  int64_t memory_interval_ns = 1'000'000;
   // GPU telemetry read on the sampler thread every `gpu_interval_ns` (not owned; must
   // outlive the sampler). nullptr = no GPU collection.
   telemetry::GpuCollector* gpu = nullptr;
@@ -108,11 +113,14 @@ struct GpuSamplingSummary {
 // measured thread only (it is the only method that thread calls, and it never blocks).
 class LineSampler {
  public:
-  // Called on the sampler thread; returns false when the request could not be queued (it is
-  // counted and retried on a later tick).
+  // Called on the sampler thread; returns false when the request could not be made (it is
+  // counted and retried an interval later).
   using RequestFn = bool (*)(void* ctx) noexcept;
 
-  LineSampler(SamplerOptions options, RequestFn request, void* ctx);
+  // `remind`, when set, is called every interval while a request is outstanding (a request
+  // that can be lost, e.g. a flag another thread may clear, is repeated that way); without it
+  // the thread sleeps until the answer.
+  LineSampler(SamplerOptions options, RequestFn request, void* ctx, RequestFn remind = nullptr);
   ~LineSampler();  // Stop()
   LineSampler(const LineSampler&) = delete;
   LineSampler& operator=(const LineSampler&) = delete;
@@ -120,7 +128,7 @@ class LineSampler {
   // Cold. Must be called on the measured thread (its CPU clock is taken from the caller).
   Status Start();
   void Stop();  // idempotent; joins the thread
-  bool running() const { return thread_.running(); }
+  bool running() const { return thread_.joinable(); }
 
   // Measured thread: closes the current interval, opens the next, and lets the sampler
   // thread request again. noexcept, no allocation.
@@ -129,6 +137,8 @@ class LineSampler {
   int64_t start_ns() const { return start_ns_; }
   int64_t requests() const { return requests_.load(std::memory_order_relaxed); }
   int64_t failed_requests() const { return failed_requests_.load(std::memory_order_relaxed); }
+  // How often the sampler thread woke up (requests, reads, answers): its own cost.
+  int64_t wakeups() const { return wakeups_.load(std::memory_order_relaxed); }
   // Read after Stop().
   const BoundedTimeline& rss_timeline() const { return timeline_; }
   std::optional<int64_t> rss_start() const { return rss_start_; }
@@ -139,28 +149,42 @@ class LineSampler {
   std::vector<std::string> TakeNotes();
 
  private:
-  void Tick() noexcept;
+  void Loop() noexcept;
+  void ReadRss(int64_t now) noexcept;
   void SampleGpu(int64_t now) noexcept;
+  void Request(int64_t now) noexcept;
   static void AtomicMax(std::atomic<int64_t>& a, int64_t v) noexcept;
 
   SamplerOptions options_;
   RequestFn request_;
   void* ctx_;
-  util::PeriodicThread thread_;
+  RequestFn remind_;
+  std::thread thread_;
+  std::mutex mu_;  // guards stop_ and the waits (the measured thread only notifies)
+  std::condition_variable cv_;
+  bool stop_ = false;
   RssReader rss_;
   bool rss_ok_ = false;
   int64_t start_ns_ = 0;
 
-  // Sampler thread -> measured thread.
-  std::atomic<bool> pending_{false};
+  // Sampler thread <-> measured thread.
+  std::atomic<bool> pending_{false};         // a request is outstanding
+  std::atomic<bool> awaiting_answer_{false};  // the sampler thread sleeps until the answer
   std::atomic<int64_t> rss_last_{-1};
   std::atomic<int64_t> rss_peak_open_{-1};     // peak within the open interval
-  std::atomic<int64_t> gpu_busy_open_{0};      // busy ns within the open interval
-  std::atomic<int64_t> gpu_util_ppm_{-1};      // latest summed utilization (1e6 = one GPU)
   std::atomic<int64_t> gpu_mem_last_{-1};      // latest per-process device memory
   std::atomic<int64_t> gpu_mem_peak_open_{-1};
   std::atomic<int64_t> requests_{0};
   std::atomic<int64_t> failed_requests_{0};
+  std::atomic<int64_t> wakeups_{0};
+  // GPU busy accounting, exact for a utilization that is constant between reads: busy time
+  // accrues at util_ppm from since_ns on; both sides settle it under the lock (the GPU read at
+  // its interval, the measured thread once per sample).
+  std::mutex gpu_mu_;
+  int64_t gpu_util_ppm_ = -1;  // latest summed utilization (1e6 = one GPU busy); -1 unknown
+  int64_t gpu_since_ns_ = 0;
+  int64_t gpu_busy_open_ = 0;
+  bool gpu_busy_known_ = false;  // some utilization was known during the open interval
 
   // Measured thread only.
   int64_t last_take_ns_ = 0;
@@ -168,8 +192,6 @@ class LineSampler {
   int64_t rss_at_last_take_ = -1;
 
   // Sampler thread only (read after Stop).
-  int64_t last_tick_ns_ = 0;
-  int64_t last_gpu_ns_ = 0;
   BoundedTimeline timeline_;
   std::optional<int64_t> rss_start_, rss_peak_total_, rss_end_;
   GpuSamplingSummary gpu_summary_;

@@ -127,6 +127,48 @@ TEST(LineSamplerTest, OneRequestOutstandingAtATime) {
   s.Stop();
 }
 
+TEST(LineSamplerTest, AnUnansweredRequestCostsNoWakeups) {
+  // GIVEN a 5 kHz sampler with nothing to read and a measured thread that does not answer
+  Pump pump;
+  SamplerOptions o;
+  o.interval_ns = 200'000;
+  LineSampler s(o, &Pump::Request, &pump);
+  ASSERT_TRUE(s.Start().ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // THEN the thread sleeps until the answer instead of waking up every interval
+  EXPECT_LE(s.wakeups(), 3);
+  // AND the answer wakes it: the next request follows about an interval later
+  (void)s.TakeInterval();
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_GE(pump.requested.load(), 2);
+  s.Stop();
+}
+
+TEST(LineSamplerTest, PromptAnswersKeepTheRateWhileTheGpuIsReadSlower) {
+  auto scenario = telemetry::MockScenario::Parse("util=50,util_amp=0");
+  ASSERT_TRUE(scenario.ok());
+  telemetry::MockCollector gpu(1, std::move(scenario).value());
+  Pump pump;
+  SamplerOptions o;
+  o.interval_ns = 1'000'000;
+  o.gpu = &gpu;
+  o.gpu_interval_ns = 10'000'000;
+  LineSampler s(o, &Pump::Request, &pump);
+  ASSERT_TRUE(s.Start().ok());
+  int answered = 0;
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(60);
+  while (std::chrono::steady_clock::now() < until) {
+    if (pump.requested.load() > answered) {
+      ++answered;
+      (void)s.TakeInterval();
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  s.Stop();
+  EXPECT_GE(answered, 30);  // ~1 kHz, not the GPU's 100 Hz
+  EXPECT_LE(s.gpu_summary().ticks, 10);
+}
+
 TEST(LineSamplerTest, FailedRequestsAreCountedAndRetried) {
   struct Failing {
     static bool Request(void* ctx) noexcept {
