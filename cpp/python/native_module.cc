@@ -16,6 +16,7 @@
 #include "clock/clock.h"
 #include "hook_state.h"
 #include "line_sampler.h"
+#include "line_floor.h"
 #include "line_tracer.h"
 #include "record/session.h"
 #include "telemetry/mock_collector.h"
@@ -204,6 +205,7 @@ NB_MODULE(_native, m) {
   if (InitCallHookType(m.ptr()) < 0) throw nb::python_error();
   RegisterLineTracer(m);
   RegisterLineSampler(m);
+  RegisterLineFloor(m);
 
   nb::class_<PySession>(m, "Session")
       .def(nb::init<nb::dict>(), nb::arg("options"))
