@@ -2,7 +2,8 @@
 
 Used by run.py (each measurement in a fresh subprocess). Timed region: the workload's
 main() only — imports, `setup()`, tracer start and stop (and building a result) are outside
-it, so every variant is charged only for what it adds while the code runs.
+it, so every variant is charged only for what it adds while the code runs. Every variant
+imports all the tools first, so that they start from the same heap.
 
     python _variant.py WORKLOAD VARIANT [--scale F]
 
@@ -10,6 +11,9 @@ Variants:
   plain          nothing installed
   floor          gpuprof._native._line_floor: one clock read + one counter per line event of
                  code under the root (sys.monitoring LINE on 3.12+, C trace function on 3.11)
+  floor_ret      the same hook also on every return of code under the root (3.12+: LINE +
+                 PY_RETURN, the event set of a tracer that sees each frame exit; on 3.11 the
+                 trace function gets returns anyway, so this equals `floor`)
   trace          linescope `trace` backend, root = workloads/ (display="none")
   line_profiler  line_profiler.LineProfiler with add_module(workload) — every function and
                  method defined in the workload file, the same code linescope records — and
@@ -29,10 +33,17 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "workloads")
 DEPS = os.path.join(HERE, "deps")
-VARIANTS = ("plain", "floor", "trace", "line_profiler", "cprofile")
+VARIANTS = ("plain", "floor", "floor_ret", "trace", "line_profiler", "cprofile")
 
 
 def run(workload: str, variant: str, scale: float) -> dict:
+    # Every variant imports every tool, so that heap layout and import side effects are the
+    # same whichever one runs (pymalloc's pool state changes per-allocation costs).
+    import cProfile  # noqa: F401
+    import line_profiler  # noqa: F401
+    import linescope  # noqa: F401
+    from gpuprof import _native  # noqa: F401
+
     sys.path[:0] = [WORKLOADS, DEPS]
     mod = importlib.import_module(workload)
     mod.scale(scale)
@@ -43,15 +54,15 @@ def run(workload: str, variant: str, scale: float) -> dict:
         t0 = time.perf_counter_ns()
         mod.main()
         t1 = time.perf_counter_ns()
-    elif variant == "floor":
+    elif variant in ("floor", "floor_ret"):
         from gpuprof import _native
         floor = _native._line_floor
-        floor.start(WORKLOADS)
+        floor.start(WORKLOADS, returns=variant == "floor_ret")
         t0 = time.perf_counter_ns()
         mod.main()
         t1 = time.perf_counter_ns()
-        lines, _span = floor.stop()
-        info = {"line_events": lines, "hook": floor.mode}
+        events, _span = floor.stop()
+        info = {"events": events, "hook": floor.mode}
     elif variant == "trace":
         from linescope import profile
         session = profile(root=WORKLOADS, display="none")

@@ -2,7 +2,7 @@
 where wall time on a shared machine is not.
 
     .venv/bin/python bench/linescope/instructions.py [--python P] [--workload W]
-        [--variant V] [--scales 0.02 0.04]
+        [--variant V] [--scales 0.03 0.09]
 
 Each (workload, variant) runs under `valgrind --tool=callgrind` at two workload scales; the
 difference of the two totals is the cost of the extra work alone (interpreter start-up,
@@ -45,7 +45,7 @@ def main() -> None:
     ap.add_argument("--python", default=".venv/bin/python")
     ap.add_argument("--workload", action="append", dest="workloads", choices=WORKLOADS)
     ap.add_argument("--variant", action="append", dest="variants", choices=VARIANTS)
-    ap.add_argument("--scales", type=float, nargs=2, default=(0.02, 0.04))
+    ap.add_argument("--scales", type=float, nargs=2, default=(0.03, 0.09))
     ap.add_argument("--json", help="also write the figures to this JSON file")
     a = ap.parse_args()
     python = a.python if os.path.isabs(a.python) else os.path.join(REPO, a.python)

@@ -30,7 +30,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-VARIANTS = ("plain", "floor", "trace", "line_profiler", "cprofile")
+VARIANTS = ("plain", "floor", "floor_ret", "trace", "line_profiler", "cprofile")
 WORKLOADS = ("raytrace", "fannkuch", "nbody", "tight_loop", "recursion", "numpy_pandas",
              "dependency")
 DEFAULT_PYTHONS = (".venv/bin/python", ".venv312/bin/python", ".venv313/bin/python")

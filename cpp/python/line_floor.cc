@@ -4,13 +4,17 @@
 // floor that any deterministic line tracer pays: per line event one clock read and one
 // counter, nothing else. Like the `trace` backend it records only code whose file lies under
 // a root, so that both skip the same code:
-//   3.12+: a sys.monitoring LINE callback (METH_FASTCALL C function). Locations outside the
-//          root return DISABLE (each costs one callback per session). A 64-entry
+//   3.12+: a sys.monitoring LINE callback (METH_FASTCALL C function); with returns=True
+//          also a PY_RETURN callback doing the same (the event set of a tracer that sees
+//          every frame exit). Locations outside the root return DISABLE (each costs one
+//          callback per session). A 64-entry
 //          direct-mapped cache of code pointers known to be under the root keeps the filter
 //          to one compare per event (a freed and reused code address can be miscounted; fine
 //          for a benchmark).
 //   3.11:  a C trace function (PyEval_SetTrace) counting PyTrace_LINE of code under the
-//          root; frames outside it get f_trace_lines = False at their first event.
+//          root (the interpreter calls it for every call and return anyway, so `returns`
+//          changes nothing); frames outside the root get f_trace_lines = False at their call
+//          event, and frames already running at start() at once.
 // One session per process, calling thread only (3.11) / process-wide (3.12); GIL-protected.
 #include <Python.h>
 #include <frameobject.h>
@@ -73,13 +77,13 @@ inline void Count() noexcept {
 #if PY_VERSION_HEX >= 0x030C0000
 constexpr const char* kMode = "sys.monitoring";
 
-PyObject* OnLine(PyObject*, PyObject* const* args, Py_ssize_t) {
+PyObject* OnEvent(PyObject*, PyObject* const* args, Py_ssize_t) {
   if (!Recorded(args[0])) return Py_NewRef(g_floor.disable);
   Count();
   return Py_NewRef(Py_None);
 }
 
-void StartHook() {
+void StartHook(bool returns) {
   nb::object mon = nb::module_::import_("sys").attr("monitoring");
   int id = -1;
   for (int candidate : {3, 4, 5, 0, 1, 2}) {
@@ -93,20 +97,24 @@ void StartHook() {
   g_floor.tool_id = id;
   g_floor.disable = mon.attr("DISABLE").ptr();  // a module-level singleton, lives forever
   static PyMethodDef def = {"line_floor", reinterpret_cast<PyCFunction>(
-                                              reinterpret_cast<void (*)()>(&OnLine)),
+                                              reinterpret_cast<void (*)()>(&OnEvent)),
                             METH_FASTCALL, nullptr};
   nb::object fn = nb::steal(PyCFunction_New(&def, nullptr));
   if (!fn.is_valid()) throw nb::python_error();
-  nb::object line = mon.attr("events").attr("LINE");
-  mon.attr("register_callback")(id, line, fn);
+  nb::object events = mon.attr("events");
+  long mask = nb::cast<long>(events.attr("LINE"));
+  if (returns) mask |= nb::cast<long>(events.attr("PY_RETURN"));
+  mon.attr("register_callback")(id, events.attr("LINE"), fn);
+  if (returns) mon.attr("register_callback")(id, events.attr("PY_RETURN"), fn);
   mon.attr("restart_events")();
-  mon.attr("set_events")(id, line);
+  mon.attr("set_events")(id, mask);
 }
 
 void StopHook() {
   nb::object mon = nb::module_::import_("sys").attr("monitoring");
   mon.attr("set_events")(g_floor.tool_id, 0);
-  mon.attr("register_callback")(g_floor.tool_id, mon.attr("events").attr("LINE"), nb::none());
+  for (const char* event : {"LINE", "PY_RETURN"})
+    mon.attr("register_callback")(g_floor.tool_id, mon.attr("events").attr(event), nb::none());
   mon.attr("free_tool_id")(g_floor.tool_id);
   g_floor.tool_id = -1;
 }
@@ -118,32 +126,42 @@ void DisableLines(PyFrameObject* frame) noexcept {
   if (PyObject_SetAttr(reinterpret_cast<PyObject*>(frame), attr, Py_False) < 0) PyErr_Clear();
 }
 
-// Line events of recorded frames are counted; a frame outside the root gets no more line
-// events (from its call event, or from its first line event when it began before start()).
-int OnTrace(PyObject*, PyFrameObject* frame, int what, PyObject*) {
-  if (what != PyTrace_LINE && what != PyTrace_CALL) return 0;
+bool FrameRecorded(PyFrameObject* frame) noexcept {
   PyCodeObject* code = PyFrame_GetCode(frame);
   bool recorded = Recorded(reinterpret_cast<PyObject*>(code));
   Py_DECREF(code);
-  if (!recorded) {
-    DisableLines(frame);
-  } else if (what == PyTrace_LINE) {
+  return recorded;
+}
+
+// Every line event that arrives is one of a recorded frame.
+int OnTrace(PyObject*, PyFrameObject* frame, int what, PyObject*) {
+  if (what == PyTrace_LINE) {
     Count();
+  } else if (what == PyTrace_CALL && !FrameRecorded(frame)) {
+    DisableLines(frame);
   }
   return 0;
 }
 
-void StartHook() { PyEval_SetTrace(&OnTrace, nullptr); }
+void StartHook(bool) {
+  for (PyFrameObject* f = PyEval_GetFrame(); f != nullptr;) {  // frames running now
+    if (!FrameRecorded(f)) DisableLines(f);
+    PyFrameObject* back = PyFrame_GetBack(f);  // new reference; the chain keeps it alive
+    Py_XDECREF(back);
+    f = back;
+  }
+  PyEval_SetTrace(&OnTrace, nullptr);
+}
 void StopHook() { PyEval_SetTrace(nullptr, nullptr); }
 #endif
 
-void Start(const std::string& root) {
+void Start(const std::string& root, bool returns) {
   if (g_floor.running) throw std::runtime_error("the line floor is already running");
   if (root.empty() || root.front() != '/') throw std::invalid_argument("root must be absolute");
   g_floor = FloorState{};
   g_floor.root = root.back() == '/' ? root : root + "/";
   g_floor.last_ns = clock::NowNs();
-  StartHook();
+  StartHook(returns);
   g_floor.running = true;
 }
 
@@ -160,7 +178,7 @@ std::pair<int64_t, int64_t> Stop() {
 void RegisterLineFloor(nb::module_& m) {
   nb::module_ f = m.def_submodule(
       "_line_floor", "benchmark instrument: the minimal per-line hook (bench/linescope)");
-  f.def("start", &Start, nb::arg("root"));
+  f.def("start", &Start, nb::arg("root"), nb::arg("returns") = false);
   f.def("stop", &Stop);
   f.attr("mode") = kMode;
 }

@@ -6,7 +6,8 @@
 
 namespace gpuprof::python {
 
-// Adds the `_native._line_floor` submodule (start(root), stop() -> (lines, span_ns), mode).
+// Adds the `_native._line_floor` submodule (start(root, returns=False), stop() -> (events,
+// span_ns), mode).
 void RegisterLineFloor(nanobind::module_& m);
 
 }  // namespace gpuprof::python

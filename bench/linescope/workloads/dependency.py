@@ -16,4 +16,4 @@ def main():
 
 def scale(factor):
     global ROUNDS
-    ROUNDS = max(10, int(9_000 * factor))
+    ROUNDS = max(10, int(36_000 * factor))

@@ -1,7 +1,7 @@
 """fannkuch-redux-like: permutation flipping in one function (list slicing and indexing,
 few calls)."""
 
-N = 8
+N = 7
 REPEATS = 0
 
 
@@ -50,4 +50,4 @@ def main():
 
 def scale(factor):
     global REPEATS
-    REPEATS = max(1, round(2 * factor))
+    REPEATS = max(1, round(40 * factor))

@@ -62,4 +62,4 @@ def main():
 
 def scale(factor):
     global STEPS
-    STEPS = max(10, int(20_000 * factor))
+    STEPS = max(10, int(60_000 * factor))

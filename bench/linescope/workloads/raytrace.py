@@ -129,4 +129,4 @@ def main():
 
 def scale(factor):
     global SIZE
-    SIZE = max(4, int(96 * factor ** 0.5))
+    SIZE = max(4, int(166 * factor ** 0.5))

@@ -38,4 +38,4 @@ def main():
 
 def scale(factor):
     global REPEATS
-    REPEATS = max(1, int(360 * factor))
+    REPEATS = max(1, int(1_800 * factor))

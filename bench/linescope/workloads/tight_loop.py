@@ -16,4 +16,4 @@ def main():
 
 def scale(factor):
     global N
-    N = max(1000, int(3_000_000 * factor))
+    N = max(1000, int(10_000_000 * factor))
