@@ -7,14 +7,14 @@
 //   3.12+: a sys.monitoring LINE callback (METH_FASTCALL C function); with returns=True
 //          also a PY_RETURN callback doing the same (the event set of a tracer that sees
 //          every frame exit). Locations outside the root return DISABLE (each costs one
-//          callback per session). A 64-entry
-//          direct-mapped cache of code pointers known to be under the root keeps the filter
-//          to one compare per event (a freed and reused code address can be miscounted; fine
-//          for a benchmark).
+//          callback per session).
 //   3.11:  a C trace function (PyEval_SetTrace) counting PyTrace_LINE of code under the
 //          root (the interpreter calls it for every call and return anyway, so `returns`
 //          changes nothing); frames outside the root get f_trace_lines = False at their call
 //          event, and frames already running at start() at once.
+// A 64-entry direct-mapped cache of the root decision by code address keeps the filter to
+// one compare per event (a freed and reused code address can be misjudged; fine for a
+// benchmark).
 // One session per process, calling thread only (3.11) / process-wide (3.12); GIL-protected.
 #include <Python.h>
 #include <frameobject.h>
@@ -40,7 +40,10 @@ struct FloorState {
   int64_t lines = 0;
   int64_t last_ns = 0;
   int64_t span_ns = 0;  // sum of gaps between line events (keeps the clock read observable)
-  PyObject* cache[64] = {};
+  struct Entry {
+    PyObject* code;
+    bool recorded;
+  } cache[64] = {};
   int tool_id = -1;
   PyObject* disable = nullptr;
 };
@@ -58,13 +61,11 @@ bool UnderRoot(PyObject* code_obj) noexcept {
   return static_cast<size_t>(n) > r.size() && r.compare(0, r.size(), s, r.size()) == 0;
 }
 
-// True when the code is under the root; caches the positive answer.
+// True when the code is under the root; the answer is cached by code address.
 inline bool Recorded(PyObject* code) noexcept {
-  PyObject*& slot = g_floor.cache[(reinterpret_cast<uintptr_t>(code) >> 4) & 63];
-  if (slot == code) return true;
-  if (!UnderRoot(code)) return false;
-  slot = code;
-  return true;
+  auto& e = g_floor.cache[(reinterpret_cast<uintptr_t>(code) >> 4) & 63];
+  if (e.code != code) e = {code, UnderRoot(code)};
+  return e.recorded;
 }
 
 inline void Count() noexcept {

@@ -239,7 +239,7 @@ class LineTracer {
     return Fill(e, code);
   }
 
-  [[gnu::noinline]] const CodeEntry& Fill(CodeEntry& e, PyObject* code) noexcept {
+  [[gnu::noinline, gnu::cold]] const CodeEntry& Fill(CodeEntry& e, PyObject* code) noexcept {
     int32_t idx = LookupExtra(code);
     Py_INCREF(code);
     PyObject* old = e.code;
@@ -400,13 +400,13 @@ class LineTracer {
   }
 
   // An event of a non-owner thread: unrecorded code is disabled for every thread.
-  [[gnu::noinline]] PyObject* OtherThread(PyObject* code, bool can_disable) noexcept {
+  [[gnu::noinline, gnu::cold]] PyObject* OtherThread(PyObject* code, bool can_disable) noexcept {
     ++other_thread_events_;
     if (can_disable && Lookup(code).idx == kExcluded) return Disable();
     return Py_NewRef(Py_None);
   }
 
-  [[gnu::noinline]] static int32_t BigLineNumber(PyObject* line) noexcept {
+  [[gnu::noinline, gnu::cold]] static int32_t BigLineNumber(PyObject* line) noexcept {
     long v = PyLong_AsLong(line);
     if (v == -1 && PyErr_Occurred()) PyErr_Clear();
     return static_cast<int32_t>(v);
@@ -493,7 +493,7 @@ class LineTracer {
     if (agg_.ExitTop(key, now)) return Py_NewRef(Py_None);
     return LeaveOther(code, key, now, can_disable);
   }
-  [[gnu::noinline]] PyObject* LeaveOther(PyObject* code, FrameKey key, int64_t now,
+  [[gnu::noinline, gnu::cold]] PyObject* LeaveOther(PyObject* code, FrameKey key, int64_t now,
                                          bool can_disable) noexcept {
     int32_t idx = Lookup(code).idx;
     if (idx == kExcluded) return can_disable ? Disable() : Py_NewRef(Py_None);

@@ -186,7 +186,7 @@ class LineAggregator {
   // the tracers produce).
   static constexpr size_t kRepairWindow = 2;
 
-  Cell* GrowFor(int32_t code, int32_t line) noexcept;  // cold: a line outside the range
+  [[gnu::cold]] Cell* GrowFor(int32_t code, int32_t line) noexcept;  // a line outside the range
   // Cold: `key` is open near the top (missed exit events). Closes the frames above it;
   // true when that frame goes on (no push), false when it was closed too (push a new one).
   bool Repair(int32_t code, FrameKey key, int64_t now_ns, bool fresh_call) noexcept;
