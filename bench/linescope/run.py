@@ -4,8 +4,8 @@ Not a pass/fail test. Run: `make bench-lines` (or `.venv/bin/python bench/linesc
 
 For every Python given (default: .venv = 3.11, C trace function; .venv312 = 3.12,
 sys.monitoring; .venv313 = 3.13 when present) and every workload in workloads/, each
-variant of _variant.py (plain, floor, trace, line_profiler, cprofile) runs in a fresh
-subprocess. Rounds are interleaved: round r runs every (workload, variant) once, with the
+variant of _variant.py (plain, floor, floor_ret, trace, line_profiler, cprofile) runs in a
+fresh subprocess (floor_ret only where it differs from floor: 3.12+). Rounds are interleaved: round r runs every (workload, variant) once, with the
 variant order rotated from round to round, so slow drift of a shared machine spreads over
 all variants instead of landing on one. Reported per (python, workload, variant): the
 median of the timed region (main() only), the ratio to plain and the added time
@@ -13,6 +13,9 @@ median of the timed region (main() only), the ratio to plain and the added time
 
     vs_lp    = trace_added / line_profiler_added   (target <= 0.5)
     vs_floor = trace_added / floor_added           (target <= 1.15 on 3.12)
+
+and vs_floor_ret = trace_added / floor_ret_added, against a floor that also takes the
+PY_RETURN event the tracer needs (3.12+).
 
 A table goes to stdout and everything (raw samples too) to bench/results/linescope-*.json.
 """
@@ -80,7 +83,7 @@ def summarise(samples: dict[str, list[float]]) -> dict:
         return x / y if x is not None and y and y > 0 else None
 
     return {"variants": rows, "vs_lp": over("trace", "line_profiler"),
-            "vs_floor": over("trace", "floor")}
+            "vs_floor": over("trace", "floor"), "vs_floor_ret": over("trace", "floor_ret")}
 
 
 def fmt(x, spec):
@@ -89,27 +92,29 @@ def fmt(x, spec):
 
 def print_table(label: str, results: dict) -> None:
     print(f"\n{label}")
-    head = (f"{'workload':<13} {'plain s':>8} {'floor':>6} {'trace':>6} {'lprof':>6} "
-            f"{'cProf':>6}   {'+floor s':>8} {'+trace s':>8} {'+lprof s':>8}   "
-            f"{'vs_lp':>6} {'vs_floor':>8}")
+    head = (f"{'workload':<13} {'plain s':>7} {'floor':>6} {'fl+ret':>6} {'trace':>6} "
+            f"{'lprof':>6} {'cProf':>6}  {'+floor':>7} {'+trace':>7} {'+lprof':>7}  "
+            f"{'vs_lp':>5} {'vs_floor':>8} {'vs_fl+ret':>9}")
     print(head)
     print("-" * len(head))
     for w, s in results.items():
         v = s["variants"]
 
         def r(name):
-            return fmt(v.get(name, {}).get("ratio"), ".2f") + ("x" if name in v else "")
+            x = v.get(name, {}).get("ratio")
+            return "—" if x is None else f"{x:.2f}x"
 
         def a(name):
             return fmt(v.get(name, {}).get("added_s"), ".3f")
 
-        print(f"{w:<13} {fmt(v.get('plain', {}).get('median_s'), '.3f'):>8} "
-              f"{r('floor'):>6} {r('trace'):>6} {r('line_profiler'):>6} {r('cprofile'):>6}   "
-              f"{a('floor'):>8} {a('trace'):>8} {a('line_profiler'):>8}   "
-              f"{fmt(s['vs_lp'], '.2f'):>6} {fmt(s['vs_floor'], '.2f'):>8}")
-    print("ratios: median / plain median;  +X s: median added time;  "
-          "vs_lp = +trace / +lprof (target <= 0.5);  vs_floor = +trace / +floor "
-          "(target <= 1.15)")
+        print(f"{w:<13} {fmt(v.get('plain', {}).get('median_s'), '.3f'):>7} "
+              f"{r('floor'):>6} {r('floor_ret'):>6} {r('trace'):>6} {r('line_profiler'):>6} "
+              f"{r('cprofile'):>6}  {a('floor'):>7} {a('trace'):>7} {a('line_profiler'):>7}  "
+              f"{fmt(s['vs_lp'], '.2f'):>5} {fmt(s['vs_floor'], '.2f'):>8} "
+              f"{fmt(s['vs_floor_ret'], '.2f'):>9}")
+    print("ratios: median / plain median;  +X: median added seconds;  vs_lp = +trace / +lprof "
+          "(target <= 0.5);  vs_floor = +trace / +floor (target <= 1.15);  vs_fl+ret = +trace "
+          "/ +floor_ret (a LINE + PY_RETURN floor, 3.12+ only)")
 
 
 def main() -> None:
@@ -149,6 +154,8 @@ def main() -> None:
             for wi, w in enumerate(workloads):
                 k = (rnd + wi) % len(variants)
                 for v in variants[k:] + variants[:k]:
+                    if v == "floor_ret" and ready[p][1]["floor"] == "settrace":
+                        continue  # a trace function gets every return anyway: = floor
                     m = measure(exe, w, v, a.scale)
                     raw[p][w][v].append(m["seconds"])
                     infos[p][w][v] = m["info"]
