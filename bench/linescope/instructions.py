@@ -6,7 +6,8 @@ where wall time on a shared machine is not.
 
 Each (workload, variant) runs under `valgrind --tool=callgrind` at two workload scales; the
 difference of the two totals is the cost of the extra work alone (interpreter start-up,
-imports, tracer set-up and result building cancel out). Reported: that difference per
+imports, tracer set-up and result building cancel out). PYTHONHASHSEED=0 keeps dict layouts
+the same from run to run. Reported: that difference per
 variant, its ratio to plain, the added instructions (variant - plain) and the same two
 target ratios as run.py (trace added / line_profiler added, trace added / floor added).
 """
@@ -33,7 +34,8 @@ def instructions(python: str, workload: str, variant: str, scale: float) -> int:
         cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
                python, os.path.join(HERE, "_variant.py"), workload, variant,
                "--scale", str(scale)]
-        p = subprocess.run(cmd, capture_output=True, text=True)
+        env = dict(os.environ, PYTHONHASHSEED="0")  # same dict layouts in every run
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if p.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{p.stderr[-2000:]}")
         m = re.search(r"Collected : (\d+)", p.stderr)
@@ -74,8 +76,11 @@ def main() -> None:
         fmt = lambda x: "—" if x is None else f"{x:.2f}"  # noqa: E731
         print(f"{w:<13} {cells} {fmt(row['vs_lp']):>6} {fmt(row['vs_floor']):>8}", flush=True)
     if a.json:
+        version = subprocess.run([python, "-c", "import sys; print(sys.version.split()[0])"],
+                                 capture_output=True, text=True).stdout.strip()
         with open(a.json, "w") as f:
-            json.dump({"python": python, "scales": [lo, hi], "workloads": report}, f, indent=1)
+            json.dump({"python": os.path.relpath(python, REPO), "version": version,
+                       "scales": [lo, hi], "workloads": report}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -5,9 +5,10 @@ Not a pass/fail test. Run: `make bench-lines` (or `.venv/bin/python bench/linesc
 For every Python given (default: .venv = 3.11, C trace function; .venv312 = 3.12,
 sys.monitoring; .venv313 = 3.13 when present) and every workload in workloads/, each
 variant of _variant.py (plain, floor, floor_ret, trace, line_profiler, cprofile) runs in a
-fresh subprocess (floor_ret only where it differs from floor: 3.12+). Rounds are interleaved: round r runs every (workload, variant) once, with the
-variant order rotated from round to round, so slow drift of a shared machine spreads over
-all variants instead of landing on one. Reported per (python, workload, variant): the
+fresh subprocess (floor_ret only where it differs from floor: 3.12+). Rounds are
+interleaved: round r runs every (workload, variant) once, with the variant order rotated
+from round to round, so slow drift of a shared machine spreads over all variants instead of
+landing on one. Reported per (python, workload, variant): the
 median of the timed region (main() only), the ratio to plain and the added time
 (variant − plain); and the two target ratios of issue 4:
 
@@ -59,7 +60,8 @@ def probe(python: str) -> dict | None:
 
 def measure(python: str, workload: str, variant: str, scale: float) -> dict:
     cmd = [python, os.path.join(HERE, "_variant.py"), workload, variant, "--scale", str(scale)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    env = dict(os.environ, PYTHONHASHSEED="0")  # same dict layouts in every subprocess
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr}")
     return json.loads(out.stdout.strip().splitlines()[-1])

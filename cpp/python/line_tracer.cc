@@ -275,13 +275,22 @@ class LineTracer {
     return idx;
   }
 
-  // The last line a code object's instructions carry, so that its line array does not
-  // have to grow while it runs (cold).
+  // The last line a code object's instructions carry (from `co_lines()`, linear in the code
+  // size), so that its line array does not have to grow while it runs (cold).
   static int32_t LastLine(PyCodeObject* code) noexcept {
     int32_t hi = code->co_firstlineno;
-    Py_ssize_t units = Py_SIZE(code);
-    for (Py_ssize_t i = 0; i < units; ++i)
-      hi = std::max(hi, static_cast<int32_t>(PyCode_Addr2Line(code, static_cast<int>(i * 2))));
+    PyObject* it = PyObject_CallMethod(reinterpret_cast<PyObject*>(code), "co_lines", nullptr);
+    PyObject* entry = nullptr;
+    while (it != nullptr && (entry = PyIter_Next(it)) != nullptr) {
+      PyObject* line = PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) == 3
+                           ? PyTuple_GET_ITEM(entry, 2)
+                           : nullptr;
+      if (line != nullptr && PyLong_Check(line))
+        hi = std::max(hi, static_cast<int32_t>(PyLong_AsLong(line)));
+      Py_DECREF(entry);
+    }
+    Py_XDECREF(it);
+    if (PyErr_Occurred()) PyErr_Clear();
     return hi;
   }
 
@@ -582,7 +591,8 @@ class LineTracer {
   // frame struct's layout); the name is interned once.
   static void DisableLineEvents(PyFrameObject* frame) noexcept {
     static PyObject* name = PyUnicode_InternFromString("f_trace_lines");
-    if (name == nullptr || PyObject_SetAttr(reinterpret_cast<PyObject*>(frame), name, Py_False) < 0) {
+    if (name == nullptr ||
+        PyObject_SetAttr(reinterpret_cast<PyObject*>(frame), name, Py_False) < 0) {
       PyErr_Clear();
     }
   }

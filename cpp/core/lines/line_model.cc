@@ -49,7 +49,8 @@ LineAggregator::Cell* LineAggregator::GrowFor(int32_t code, int32_t line) noexce
   for (size_t i = 0; i < depth_; ++i) {
     Frame& f = stack_[i];
     if (f.code != code) continue;
-    if (f.cell != nullptr) f.cell = c.cells.data() + (f.cell - f.cells) + (f.base_line - c.base_line);
+    if (f.cell != nullptr)
+      f.cell = c.cells.data() + (f.cell - f.cells) + (f.base_line - c.base_line);
     f.cells = c.cells.data();
     f.base_line = c.base_line;
     f.cell_count = c.cell_count;
