@@ -2,8 +2,9 @@
 .DEFAULT_GOAL := help
 PY := .venv/bin/python
 PY312 := .venv312/bin/python
+PY313 := .venv313/bin/python
 
-.PHONY: help setup demo test test-cpp test-py bench rules-table format clean
+.PHONY: help setup demo test test-cpp test-py bench bench-lines rules-table format clean
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-10s %s\n", $$1, $$2}'
@@ -27,6 +28,11 @@ test-py: ## Python tests (pytest through the public API), assumes setup
 
 bench: setup ## Benchmarks (not pass/fail): overhead vs torch.profiler, hook and sampler costs
 	$(PY) bench/overhead.py
+
+bench-lines: ## linescope `trace` vs a minimal hook, line_profiler, cProfile (.venv, .venv312, .venv313); ARGS=...
+	@for py in $(PY) $(PY312) $(PY313); do if [ -x $$py ]; then \
+	  $$py -c "import line_profiler, pandas" 2>/dev/null || $$py -m pip install -q line_profiler pandas; fi; done
+	$(PY) bench/linescope/run.py $(ARGS)
 
 rules-table: setup ## Regenerate the rule tables in README.md and docs/rules.md from the registry
 	for doc in README.md docs/rules.md; do \

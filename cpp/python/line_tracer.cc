@@ -5,15 +5,25 @@
 // else (stdlib, site-packages, C extensions, I/O) is not traced, so its time lands on the
 // recorded line that called into it (inclusive line time, see lines/line_model.h).
 //
+// Frames are told apart by key (lines::FrameKey): the interpreter frame's address.
+//
 // 3.12+: sys.monitoring with a free tool id; LINE, PY_START, PY_RESUME, PY_THROW, PY_RETURN,
 //   PY_YIELD and PY_UNWIND. Local events in unrecorded code return sys.monitoring.DISABLE,
-//   so each such code location costs one callback in the whole session.
+//   so each such code location costs one callback in the whole session. PY_START is also
+//   disabled for recorded code that is not a generator or coroutine: such a call is seen at
+//   its first LINE event from a frame key that is not the innermost open frame, which saves
+//   one callback per call. Generators and coroutines keep PY_START (a fresh start) and
+//   PY_RESUME / PY_THROW (a resume is not a call). The hot callbacks (LINE, PY_RETURN of the
+//   innermost frame) read the clock, compare the thread and the frame key, and touch one
+//   line cell; they do no per-event lookup of the code object.
 // 3.11: a C trace function installed with PyEval_SetTrace on the owner thread. A tracer that
 //   was already installed (a debugger, coverage) is chained: it sees every event first.
 //   Without a chained tracer, unrecorded frames get f_trace_lines = False (no line events).
+//   Fresh call vs resume is told apart from the code object's bytecode at f_lasti.
 //
 // Per-code decisions are cached in the code object's co_extra slot (one index per process),
-// tagged with a session generation so a later session with other filters decides afresh.
+// tagged with a session generation so a later session with other filters decides afresh,
+// and in a small direct-mapped cache by address (entries hold strong references).
 #include "line_tracer.h"
 
 #include <Python.h>
@@ -22,6 +32,9 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <pthread.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -155,6 +168,7 @@ class LineTracer {
     Py_CLEAR(prev_obj_);
 #endif
     agg_.CloseAll(now);
+    ClearCodeCache();
     stop_ns_ = now;
     g_active = nullptr;
     state_ = kStopped;
@@ -194,12 +208,57 @@ class LineTracer {
   // Per registered code object (parallel to the aggregator's code indices).
   struct CodeInfo {
     bool generator_like = false;
-    int first_resume = -1;   // 3.11: byte offset of the first RESUME 0 (a fresh start)
-    std::string bytecode;    // 3.11: co_code of generator-like codes (yield detection)
+    int first_resume = -1;  // 3.11: byte offset of the first RESUME 0 (a fresh start)
   };
 
-  // Cold on first sight of a code object, then one co_extra read.
-  int32_t Lookup(PyObject* code) noexcept {
+  // A frame that was running when the session started (3.12+): adopted, not counted as a
+  // call, when its first line event arrives from a point past `lasti` (a fresh call of the
+  // same code starts its first line at or before that point).
+  struct Pending {
+    int32_t code;
+    int lasti;
+  };
+
+  using FrameKey = lines::FrameKey;
+
+  // What the tracer knows about one code object, cached by address.
+  struct CodeEntry {
+    PyObject* code = nullptr;  // strong reference while cached
+    int32_t idx = kFailed;     // aggregator code index, or kExcluded / kFailed
+    bool generator_like = false;
+  };
+  static constexpr size_t kCodeCacheSize = 256;
+
+  // Hot: a direct-mapped cache hit is a hash and a compare. A miss costs one co_extra read
+  // (and on first sight of a code object in this session, its registration). Entries hold
+  // strong references, so a cached address cannot be reused by another code object.
+  const CodeEntry& Lookup(PyObject* code) noexcept {
+    auto a = reinterpret_cast<uintptr_t>(code);
+    CodeEntry& e = code_cache_[((a >> 4) ^ (a >> 12)) & (kCodeCacheSize - 1)];
+    if (e.code == code) return e;
+    return Fill(e, code);
+  }
+
+  [[gnu::noinline, gnu::cold]] const CodeEntry& Fill(CodeEntry& e, PyObject* code) noexcept {
+    int32_t idx = LookupExtra(code);
+    Py_INCREF(code);
+    PyObject* old = e.code;
+    e.code = code;
+    e.idx = idx;
+    e.generator_like = idx >= 0 && infos_[static_cast<size_t>(idx)].generator_like;
+    Py_XDECREF(old);  // after the entry is consistent: a dealloc may run arbitrary code
+    return e;
+  }
+
+  void ClearCodeCache() noexcept {
+    for (CodeEntry& e : code_cache_) {
+      PyObject* old = e.code;
+      e = CodeEntry{};
+      Py_XDECREF(old);
+    }
+  }
+
+  int32_t LookupExtra(PyObject* code) noexcept {
     void* extra = nullptr;
     Py_ssize_t index = CodeExtraIndex();
     if (GetExtra(code, index, &extra) < 0) {
@@ -214,6 +273,25 @@ class LineTracer {
                        static_cast<uint32_t>(idx + 2);
     if (SetExtra(code, index, reinterpret_cast<void*>(tagged)) < 0) PyErr_Clear();
     return idx;
+  }
+
+  // The last line a code object's instructions carry (from `co_lines()`, linear in the code
+  // size), so that its line array does not have to grow while it runs (cold).
+  static int32_t LastLine(PyCodeObject* code) noexcept {
+    int32_t hi = code->co_firstlineno;
+    PyObject* it = PyObject_CallMethod(reinterpret_cast<PyObject*>(code), "co_lines", nullptr);
+    PyObject* entry = nullptr;
+    while (it != nullptr && (entry = PyIter_Next(it)) != nullptr) {
+      PyObject* line = PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) == 3
+                           ? PyTuple_GET_ITEM(entry, 2)
+                           : nullptr;
+      if (line != nullptr && PyLong_Check(line))
+        hi = std::max(hi, static_cast<int32_t>(PyLong_AsLong(line)));
+      Py_DECREF(entry);
+    }
+    Py_XDECREF(it);
+    if (PyErr_Occurred()) PyErr_Clear();
+    return hi;
   }
 
   int32_t Register(PyObject* code_obj) noexcept {
@@ -235,7 +313,7 @@ class LineTracer {
       int32_t file_id = agg_.InternFile(path);
       std::string qualname = Utf8(code->co_qualname);
       int32_t first = code->co_firstlineno;
-      int32_t idx = agg_.AddCode(file_id, qualname, first, first + 32);
+      int32_t idx = agg_.AddCode(file_id, qualname, first, LastLine(code));
       CodeInfo info;
       info.generator_like =
           (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) != 0;
@@ -243,23 +321,22 @@ class LineTracer {
       if (info.generator_like) {
         PyObject* bytes = PyCode_GetCode(code);
         if (bytes != nullptr) {
-          info.bytecode.assign(PyBytes_AS_STRING(bytes),
-                               static_cast<size_t>(PyBytes_GET_SIZE(bytes)));
-          Py_DECREF(bytes);
+          const char* b = PyBytes_AS_STRING(bytes);
+          Py_ssize_t n = PyBytes_GET_SIZE(bytes);
           constexpr unsigned char kResume = 151;
-          for (size_t i = 0; i + 1 < info.bytecode.size(); i += 2) {
-            if (static_cast<unsigned char>(info.bytecode[i]) == kResume &&
-                info.bytecode[i + 1] == 0) {
+          for (Py_ssize_t i = 0; i + 1 < n; i += 2) {
+            if (static_cast<unsigned char>(b[i]) == kResume && b[i + 1] == 0) {
               info.first_resume = static_cast<int>(i);
               break;
             }
           }
+          Py_DECREF(bytes);
         } else {
           PyErr_Clear();
         }
       }
 #endif
-      infos_.push_back(std::move(info));
+      infos_.push_back(info);
       return idx;
     } catch (...) {
       return kFailed;
@@ -268,28 +345,34 @@ class LineTracer {
 
 #if GPUPROF_MONITORING
   // ---- 3.12+: sys.monitoring ----
-  static PyObject* OnStart(PyObject*, PyObject* const* args, Py_ssize_t n) {
-    return g_active ? g_active->Enter(args, n, /*fresh=*/true) : Py_NewRef(Py_None);
+  // The clock is read first: the callbacks' fast paths then make no other call.
+  static PyObject* OnStart(PyObject*, PyObject* const* args, Py_ssize_t) {
+    int64_t now = clock::NowNs();
+    return g_active ? g_active->StartEvent(args[0], now) : Py_NewRef(Py_None);
   }
   static PyObject* OnResume(PyObject*, PyObject* const* args, Py_ssize_t n) {
-    return g_active ? g_active->Enter(args, n, /*fresh=*/false) : Py_NewRef(Py_None);
+    int64_t now = clock::NowNs();
+    return g_active ? g_active->ResumeEvent(args, n, now, /*can_disable=*/true)
+                    : Py_NewRef(Py_None);
   }
   static PyObject* OnThrow(PyObject*, PyObject* const* args, Py_ssize_t n) {
-    if (g_active) Py_XDECREF(g_active->Enter(args, n, /*fresh=*/false));
+    int64_t now = clock::NowNs();
+    if (g_active) Py_XDECREF(g_active->ResumeEvent(args, n, now, /*can_disable=*/false));
     return Py_NewRef(Py_None);  // PY_THROW cannot be disabled
   }
-  static PyObject* OnReturn(PyObject*, PyObject* const* args, Py_ssize_t n) {
-    return g_active ? g_active->Leave(args, n, /*finished=*/true, true) : Py_NewRef(Py_None);
+  static PyObject* OnLeave(PyObject*, PyObject* const* args, Py_ssize_t) {
+    int64_t now = clock::NowNs();
+    return g_active ? g_active->LeaveEvent(args[0], now, /*can_disable=*/true)
+                    : Py_NewRef(Py_None);
   }
-  static PyObject* OnYield(PyObject*, PyObject* const* args, Py_ssize_t n) {
-    return g_active ? g_active->Leave(args, n, /*finished=*/false, true) : Py_NewRef(Py_None);
-  }
-  static PyObject* OnUnwind(PyObject*, PyObject* const* args, Py_ssize_t n) {
-    if (g_active) Py_XDECREF(g_active->Leave(args, n, /*finished=*/true, false));
+  static PyObject* OnUnwind(PyObject*, PyObject* const* args, Py_ssize_t) {
+    int64_t now = clock::NowNs();
+    if (g_active) Py_XDECREF(g_active->LeaveEvent(args[0], now, /*can_disable=*/false));
     return Py_NewRef(Py_None);  // PY_UNWIND cannot be disabled
   }
-  static PyObject* OnLine(PyObject*, PyObject* const* args, Py_ssize_t n) {
-    return g_active ? g_active->LineEvent(args, n) : Py_NewRef(Py_None);
+  static PyObject* OnLine(PyObject*, PyObject* const* args, Py_ssize_t) {
+    int64_t now = clock::NowNs();
+    return g_active ? g_active->LineEvent(args[0], args[1], now) : Py_NewRef(Py_None);
   }
 
   // METH_FASTCALL functions travel in PyMethodDef as PyCFunction.
@@ -300,51 +383,155 @@ class LineTracer {
 
   PyObject* Disable() { return Py_NewRef(disable_.ptr()); }
 
-  // sys.monitoring events are process-wide: only the owner thread's are recorded.
-  bool OwnerThread() noexcept {
-    if (PyThreadState_Get() == owner_) return true;
+  // sys.monitoring events are process-wide: only the owner thread's are recorded. The
+  // thread pointer (unique per live OS thread) is one register read; the owner's Python
+  // thread state is then known without a thread-local lookup.
+  static uintptr_t ThisThread() noexcept {
+#if (defined(__x86_64__) || defined(__aarch64__)) && defined(__has_builtin)
+#if __has_builtin(__builtin_thread_pointer)
+#define GPUPROF_THREAD_POINTER 1
+    return reinterpret_cast<uintptr_t>(__builtin_thread_pointer());
+#endif
+#endif
+#ifndef GPUPROF_THREAD_POINTER
+    return static_cast<uintptr_t>(pthread_self());
+#endif
+  }
+  bool OwnerThread() const noexcept { return ThisThread() == owner_thread_; }
+
+  // The key of the frame that raised the event: the owner's current interpreter frame.
+  FrameKey CurrentFrame() const noexcept {
+#if PY_VERSION_HEX >= 0x030D0000
+    return reinterpret_cast<FrameKey>(owner_->current_frame);
+#else
+    return reinterpret_cast<FrameKey>(owner_->cframe->current_frame);
+#endif
+  }
+
+  // An event of a non-owner thread: unrecorded code is disabled for every thread.
+  [[gnu::noinline, gnu::cold]] PyObject* OtherThread(PyObject* code, bool can_disable) noexcept {
     ++other_thread_events_;
+    if (can_disable && Lookup(code).idx == kExcluded) return Disable();
+    return Py_NewRef(Py_None);
+  }
+
+  [[gnu::noinline, gnu::cold]] static int32_t BigLineNumber(PyObject* line) noexcept {
+    long v = PyLong_AsLong(line);
+    if (v == -1 && PyErr_Occurred()) PyErr_Clear();
+    return static_cast<int32_t>(v);
+  }
+  static int32_t LineNumber(PyObject* line) noexcept {
+    auto* l = reinterpret_cast<PyLongObject*>(line);
+    if (PyUnstable_Long_IsCompact(l)) return static_cast<int32_t>(PyUnstable_Long_CompactValue(l));
+    return BigLineNumber(line);
+  }
+
+  // Hot: a new line. The innermost recorded frame is the common case. Not inlined into the
+  // callback, so that the call-free fast path needs no callee-saved registers.
+  [[gnu::noinline]] PyObject* LineEvent(PyObject* code, PyObject* line_obj,
+                                        int64_t now) noexcept {
+    if (!OwnerThread()) return OtherThread(code, true);
+    FrameKey key = CurrentFrame();
+    int32_t line = LineNumber(line_obj);
+    if (agg_.Line(key, line, now)) return Py_NewRef(Py_None);
+    return NewFrameLine(code, key, line, now);
+  }
+
+  // A line from a frame that is not the innermost open one: unrecorded code, or a call
+  // whose PY_START is disabled, or a frame that was running when the session started.
+  [[gnu::noinline]] PyObject* NewFrameLine(PyObject* code, FrameKey key, int32_t line,
+                                           int64_t now) noexcept {
+    const CodeEntry& e = Lookup(code);
+    if (e.idx == kExcluded) return Disable();
+    if (e.idx < 0 || line <= 0) return Py_NewRef(Py_None);
+    bool fresh = !e.generator_like && (pending_.empty() || !Adopt(e.idx, key));
+    agg_.EnterAtLine(e.idx, key, now, fresh, line);
+    return Py_NewRef(Py_None);
+  }
+
+  // Whether a frame of `idx` without a reported start is one that was running at start().
+  bool Adopt(int32_t idx, FrameKey key) noexcept {
+    int lasti = PyUnstable_InterpreterFrame_GetLasti(reinterpret_cast<_PyInterpreterFrame*>(key));
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      if (pending_[i].code == idx && lasti > pending_[i].lasti) {
+        pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+        return true;
+      }
+    }
     return false;
   }
 
-  PyObject* Enter(PyObject* const* args, Py_ssize_t n, bool fresh) noexcept {
-    int64_t now = clock::NowNs();
-    int32_t idx = Lookup(args[0]);
-    if (idx == kExcluded) return Disable();  // excluded for every thread
-    if (idx < 0 || !OwnerThread()) return Py_NewRef(Py_None);
-    int32_t line = 0;
-    if (!fresh && n > 1) {
-      int offset = static_cast<int>(PyLong_AsLong(args[1]));
-      if (offset >= 0) line = PyCode_Addr2Line(reinterpret_cast<PyCodeObject*>(args[0]), offset);
-      PyErr_Clear();
+  // PY_START: only generators and coroutines keep it (a fresh start, not a resume).
+  PyObject* StartEvent(PyObject* code, int64_t now) noexcept {
+    const CodeEntry& e = Lookup(code);
+    if (e.idx == kExcluded) return Disable();  // excluded for every thread
+    if (e.idx < 0) return Py_NewRef(Py_None);
+    if (!e.generator_like) return Disable();  // its calls are seen at their first LINE
+    if (!OwnerThread()) {
+      ++other_thread_events_;
+      return Py_NewRef(Py_None);
     }
-    agg_.Enter(idx, now, fresh, line);
+    agg_.Enter(e.idx, CurrentFrame(), now, /*fresh_call=*/true, 0);
     return Py_NewRef(Py_None);
   }
 
-  PyObject* Leave(PyObject* const* args, Py_ssize_t, bool finished, bool can_disable) noexcept {
-    int64_t now = clock::NowNs();
-    int32_t idx = Lookup(args[0]);
+  // PY_RESUME / PY_THROW: a generator or coroutine frame goes on, on the line of `offset`.
+  PyObject* ResumeEvent(PyObject* const* args, Py_ssize_t n, int64_t now,
+                        bool can_disable) noexcept {
+    if (!OwnerThread()) return OtherThread(args[0], can_disable);
+    const CodeEntry& e = Lookup(args[0]);
+    if (e.idx == kExcluded) return can_disable ? Disable() : Py_NewRef(Py_None);
+    if (e.idx < 0) return Py_NewRef(Py_None);
+    int32_t line = 0;
+    if (n > 1) {
+      long offset = PyLong_AsLong(args[1]);
+      if (offset >= 0)
+        line = PyCode_Addr2Line(reinterpret_cast<PyCodeObject*>(args[0]), static_cast<int>(offset));
+      else if (PyErr_Occurred())
+        PyErr_Clear();
+    }
+    agg_.Enter(e.idx, CurrentFrame(), now, /*fresh_call=*/false, line);
+    return Py_NewRef(Py_None);
+  }
+
+  // PY_RETURN / PY_YIELD / PY_UNWIND. Hot for the innermost recorded frame.
+  [[gnu::noinline]] PyObject* LeaveEvent(PyObject* code, int64_t now,
+                                         bool can_disable) noexcept {
+    if (!OwnerThread()) return OtherThread(code, can_disable);
+    FrameKey key = CurrentFrame();
+    if (agg_.ExitTop(key, now)) return Py_NewRef(Py_None);
+    return LeaveOther(code, key, now, can_disable);
+  }
+  [[gnu::noinline, gnu::cold]] PyObject* LeaveOther(PyObject* code, FrameKey key, int64_t now,
+                                         bool can_disable) noexcept {
+    int32_t idx = Lookup(code).idx;
     if (idx == kExcluded) return can_disable ? Disable() : Py_NewRef(Py_None);
-    if (idx >= 0 && OwnerThread()) agg_.Exit(idx, now, finished);
+    if (idx >= 0) agg_.Exit(key, now);  // repairs missed exits; unknown keys are ignored
     return Py_NewRef(Py_None);
   }
 
-  PyObject* LineEvent(PyObject* const* args, Py_ssize_t) noexcept {
-    int64_t now = clock::NowNs();
-    int32_t idx = Lookup(args[0]);
-    if (idx == kExcluded) return Disable();
-    if (idx < 0 || !OwnerThread()) return Py_NewRef(Py_None);
-    int line = static_cast<int>(PyLong_AsLong(args[1]));
-    if (line > 0) agg_.Line(idx, line, now);
-    PyErr_Clear();
-    return Py_NewRef(Py_None);
+  // Frames running at start() in recorded code are adopted at their first line event.
+  void CollectRunningFrames() {
+    pending_.clear();
+    PyFrameObject* f = PyEval_GetFrame();  // borrowed
+    Py_XINCREF(f);
+    while (f != nullptr) {
+      PyCodeObject* code = PyFrame_GetCode(f);
+      const CodeEntry& e = Lookup(reinterpret_cast<PyObject*>(code));
+      if (e.idx >= 0 && !e.generator_like) pending_.push_back(Pending{e.idx, PyFrame_GetLasti(f)});
+      Py_DECREF(code);
+      PyFrameObject* back = PyFrame_GetBack(f);
+      Py_DECREF(f);
+      f = back;
+    }
   }
 
   void StartMonitoring() {
     nb::module_ sys = nb::module_::import_("sys");
     monitoring_ = sys.attr("monitoring");
     disable_ = monitoring_.attr("DISABLE");
+    owner_thread_ = ThisThread();
+    CollectRunningFrames();
     tool_id_ = -1;
     int free_id = -1;
     for (int id : {2, 0, 1, 3, 4, 5}) {
@@ -362,23 +549,22 @@ class LineTracer {
         {"linescope_py_start", Fast<&OnStart>(), METH_FASTCALL, nullptr},
         {"linescope_py_resume", Fast<&OnResume>(), METH_FASTCALL, nullptr},
         {"linescope_py_throw", Fast<&OnThrow>(), METH_FASTCALL, nullptr},
-        {"linescope_py_return", Fast<&OnReturn>(), METH_FASTCALL, nullptr},
-        {"linescope_py_yield", Fast<&OnYield>(), METH_FASTCALL, nullptr},
+        {"linescope_py_return", Fast<&OnLeave>(), METH_FASTCALL, nullptr},
+        {"linescope_py_yield", Fast<&OnLeave>(), METH_FASTCALL, nullptr},
         {"linescope_py_unwind", Fast<&OnUnwind>(), METH_FASTCALL, nullptr},
         {"linescope_line", Fast<&OnLine>(), METH_FASTCALL, nullptr},
     };
-    const char* names[] = {"PY_START",  "PY_RESUME", "PY_THROW", "PY_RETURN",
-                           "PY_YIELD",  "PY_UNWIND", "LINE"};
     nb::object events = monitoring_.attr("events");
     long mask = 0;
-    for (size_t i = 0; i < 7; ++i) {
-      nb::object bit = events.attr(names[i]);
+    for (size_t i = 0; i < kEventCount; ++i) {
+      nb::object bit = events.attr(kEventNames[i]);
       mask |= nb::cast<long>(bit);
       nb::object fn = nb::steal(PyCFunction_New(&defs[i], nullptr));
       if (!fn.is_valid()) throw nb::python_error();
       monitoring_.attr("register_callback")(tool_id_, bit, fn);
     }
-    // Locations disabled by an earlier session (other filters) must report again.
+    // Locations disabled by an earlier session (other filters, or PY_START of recorded
+    // functions) must report again.
     monitoring_.attr("restart_events")();
     monitoring_.attr("set_events")(tool_id_, mask);
   }
@@ -387,8 +573,7 @@ class LineTracer {
     try {
       monitoring_.attr("set_events")(tool_id_, 0);
       nb::object events = monitoring_.attr("events");
-      for (const char* name : {"PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_YIELD",
-                               "PY_UNWIND", "LINE"})
+      for (const char* name : kEventNames)
         monitoring_.attr("register_callback")(tool_id_, events.attr(name), nb::none());
       monitoring_.attr("free_tool_id")(tool_id_);
     } catch (const std::exception& e) {
@@ -396,13 +581,18 @@ class LineTracer {
                           e.what());
     }
   }
+
+  static constexpr size_t kEventCount = 7;
+  static constexpr const char* kEventNames[kEventCount] = {
+      "PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_YIELD", "PY_UNWIND", "LINE"};
 #else
   // ---- 3.11: C trace function ----
   // `frame.f_trace_lines = False` through the public attribute protocol (no reliance on the
   // frame struct's layout); the name is interned once.
   static void DisableLineEvents(PyFrameObject* frame) noexcept {
     static PyObject* name = PyUnicode_InternFromString("f_trace_lines");
-    if (name == nullptr || PyObject_SetAttr(reinterpret_cast<PyObject*>(frame), name, Py_False) < 0) {
+    if (name == nullptr ||
+        PyObject_SetAttr(reinterpret_cast<PyObject*>(frame), name, Py_False) < 0) {
       PyErr_Clear();
     }
   }
@@ -412,66 +602,67 @@ class LineTracer {
     if (self->prev_func_ != nullptr) {
       if (self->prev_func_(self->prev_obj_, frame, what, arg) != 0) return -1;
     }
-    return self->OnTrace(frame, what, arg);
+    return self->OnTrace(frame, what);
   }
 
-  int OnTrace(PyFrameObject* frame, int what, PyObject* arg) noexcept {
-    if (what != PyTrace_CALL && what != PyTrace_RETURN && what != PyTrace_LINE) return 0;
-    int64_t now = clock::NowNs();
+  int32_t CodeOf(PyFrameObject* frame) noexcept {
     PyCodeObject* code = PyFrame_GetCode(frame);  // new reference
-    int32_t idx;
-    if (reinterpret_cast<PyObject*>(code) == last_code_) {
-      idx = last_idx_;
-    } else {
-      idx = Lookup(reinterpret_cast<PyObject*>(code));
-      last_code_ = reinterpret_cast<PyObject*>(code);
-      last_idx_ = idx;
-    }
-    Py_DECREF(code);  // the frame keeps it alive for the rest of this event
-    if (idx == kExcluded) {
-      if (what == PyTrace_CALL && prev_func_ == nullptr) {
-        // No line events for this frame; its time stays on the calling recorded line.
-        DisableLineEvents(frame);
-      }
-      return 0;
-    }
-    if (idx < 0) return 0;
-    const CodeInfo& info = infos_[static_cast<size_t>(idx)];
+    int32_t idx = Lookup(reinterpret_cast<PyObject*>(code)).idx;
+    Py_DECREF(code);  // the frame (and the code cache) keep it alive
+    return idx;
+  }
+
+  // The frame object is the frame key: trace functions run only for frames that have one.
+  int OnTrace(PyFrameObject* frame, int what) noexcept {
+    auto key = reinterpret_cast<FrameKey>(frame);
     switch (what) {
+      case PyTrace_LINE: {
+        int64_t now = clock::NowNs();
+        int32_t line = PyFrame_GetLineNumber(frame);
+        if (agg_.Line(key, line, now)) return 0;
+        int32_t idx = CodeOf(frame);
+        if (idx == kExcluded) {
+          // A frame that began before the session: no more line events from it.
+          if (prev_func_ == nullptr) DisableLineEvents(frame);
+          return 0;
+        }
+        if (idx < 0) return 0;
+        agg_.EnterAtLine(idx, key, now, /*fresh_call=*/false, line);  // adopted: began before us
+        return 0;
+      }
       case PyTrace_CALL: {
+        int64_t now = clock::NowNs();
+        int32_t idx = CodeOf(frame);
+        if (idx == kExcluded) {
+          // No line events for this frame; its time stays on the calling recorded line.
+          if (prev_func_ == nullptr) DisableLineEvents(frame);
+          return 0;
+        }
+        if (idx < 0) return 0;
+        const CodeInfo& info = infos_[static_cast<size_t>(idx)];
         bool fresh = true;
         int32_t line = 0;
         if (info.generator_like) {
           fresh = PyFrame_GetLasti(frame) == info.first_resume;
           if (!fresh) line = PyFrame_GetLineNumber(frame);
         }
-        agg_.Enter(idx, now, fresh, line);
-        break;
+        agg_.Enter(idx, key, now, fresh, line);
+        return 0;
       }
       case PyTrace_RETURN: {
-        bool finished = true;
-        if (info.generator_like && arg != nullptr) {
-          constexpr unsigned char kYieldValue = 86;
-          int lasti = PyFrame_GetLasti(frame);
-          if (lasti >= 0 && static_cast<size_t>(lasti) < info.bytecode.size() &&
-              static_cast<unsigned char>(info.bytecode[static_cast<size_t>(lasti)]) ==
-                  kYieldValue)
-            finished = false;
-        }
-        agg_.Exit(idx, now, finished);
-        break;
+        // A return or a yield: the aggregator closes the slice the same way.
+        int64_t now = clock::NowNs();
+        if (agg_.ExitTop(key, now)) return 0;
+        if (CodeOf(frame) >= 0) agg_.Exit(key, now);
+        return 0;
       }
-      case PyTrace_LINE:
-        agg_.Line(idx, PyFrame_GetLineNumber(frame), now);
-        break;
+      default:
+        return 0;
     }
-    return 0;
   }
 
   Py_tracefunc prev_func_ = nullptr;
   PyObject* prev_obj_ = nullptr;
-  PyObject* last_code_ = nullptr;
-  int32_t last_idx_ = kFailed;
 #endif
 
   lines::PathFilter filter_;
@@ -487,7 +678,10 @@ class LineTracer {
   int64_t stop_ns_ = 0;
   int64_t other_thread_events_ = 0;
   int tool_id_ = -1;
+  CodeEntry code_cache_[kCodeCacheSize];
 #if GPUPROF_MONITORING
+  uintptr_t owner_thread_ = 0;
+  std::vector<Pending> pending_;
   nb::object monitoring_;
   nb::object disable_;
 #endif

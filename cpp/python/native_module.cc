@@ -16,6 +16,7 @@
 #include "clock/clock.h"
 #include "hook_state.h"
 #include "line_sampler.h"
+#include "line_floor.h"
 #include "line_tracer.h"
 #include "report_binding.h"
 #include "record/session.h"
@@ -206,6 +207,7 @@ NB_MODULE(_native, m) {
   RegisterLineTracer(m);
   RegisterLineSampler(m);
   RegisterLineReport(m);
+  RegisterLineFloor(m);
 
   nb::class_<PySession>(m, "Session")
       .def(nb::init<nb::dict>(), nb::arg("options"))

@@ -7,7 +7,7 @@
 
 namespace gpuprof::lines {
 
-LineAggregator::LineAggregator() { stack_.reserve(256); }
+LineAggregator::LineAggregator() { stack_.resize(256); }
 
 int32_t LineAggregator::InternFile(std::string_view path) {
   std::string key(path);
@@ -23,111 +23,84 @@ int32_t LineAggregator::AddCode(int32_t file_id, std::string qualname, int32_t f
                                 int32_t last_line) {
   if (first_line < 1) first_line = 1;
   if (last_line < first_line) last_line = first_line;
-  Code c{file_id, std::move(qualname), first_line, {}, 0, 0, 0, 0};
+  Code c{file_id, std::move(qualname), first_line, first_line, {}, 0, 0, 0, 0, 0};
   c.cells.resize(static_cast<size_t>(last_line - first_line + 1));
+  c.cell_count = static_cast<uint32_t>(c.cells.size());
   codes_.push_back(std::move(c));
   return static_cast<int32_t>(codes_.size() - 1);
 }
 
-LineAggregator::Cell* LineAggregator::CellFor(int32_t code, int32_t line) noexcept {
+LineAggregator::Cell* LineAggregator::GrowFor(int32_t code, int32_t line) noexcept {
   Code& c = codes_[static_cast<size_t>(code)];
   if (line < 1) return nullptr;
   // Rare: a line outside the registered range grows the array once (cold within hot).
   try {
-    if (line < c.first_line) {
-      c.cells.insert(c.cells.begin(), static_cast<size_t>(c.first_line - line), Cell{});
-      c.first_line = line;
+    if (line < c.base_line) {
+      c.cells.insert(c.cells.begin(), static_cast<size_t>(c.base_line - line), Cell{});
+      c.base_line = line;
     }
-    auto idx = static_cast<size_t>(line - c.first_line);
+    auto idx = static_cast<size_t>(line - c.base_line);
     if (idx >= c.cells.size()) c.cells.resize(idx + 1);
-    return &c.cells[idx];
+    c.cell_count = static_cast<uint32_t>(c.cells.size());
   } catch (...) {
     return nullptr;
   }
-}
-
-void LineAggregator::CloseLine(Frame& f, int64_t now_ns) noexcept {
-  if (f.line > 0) {
-    if (Cell* cell = CellFor(f.code, f.line)) {
-      int64_t wall = now_ns - f.line_start;
-      cell->wall_ns += wall;
-      cell->self_ns += wall - f.line_child;
-    }
+  // The array may have moved: open frames of this code find it and their cell again.
+  for (size_t i = 0; i < depth_; ++i) {
+    Frame& f = stack_[i];
+    if (f.code != code) continue;
+    if (f.cell != nullptr)
+      f.cell = c.cells.data() + (f.cell - f.cells) + (f.base_line - c.base_line);
+    f.cells = c.cells.data();
+    f.base_line = c.base_line;
+    f.cell_count = c.cell_count;
   }
-  f.line_start = now_ns;
-  f.line_child = 0;
+  return &c.cells[static_cast<size_t>(line - c.base_line)];
 }
 
-void LineAggregator::Enter(int32_t code, int64_t now_ns, bool fresh_call, int32_t line) noexcept {
-  Code& c = codes_[static_cast<size_t>(code)];
-  if (fresh_call) ++c.calls;
-  ++c.active;
-  try {
-    stack_.push_back(Frame{code, line > 0 ? line : 0, now_ns, 0, now_ns, 0});
-  } catch (...) {
-    --c.active;
+bool LineAggregator::Repair(int32_t code, FrameKey key, int64_t now_ns,
+                            bool fresh_call) noexcept {
+  // The frames above `key` have left; so has that frame itself unless this is the same
+  // activation going on (a resume or an adoption of the same code), since keys are reused
+  // only after a frame ends.
+  for (size_t i = 0; i < depth_ && i < kRepairWindow; ++i) {
+    if (stack_[depth_ - 1 - i].key != key) continue;
     ++mismatches_;
-  }
-}
-
-void LineAggregator::Pop(int64_t now_ns) noexcept {
-  Frame f = stack_.back();
-  stack_.pop_back();
-  CloseLine(f, now_ns);
-  Code& c = codes_[static_cast<size_t>(f.code)];
-  int64_t elapsed = now_ns - f.enter;
-  c.own_ns += elapsed - f.child;
-  if (--c.active == 0) c.total_ns += elapsed;
-  if (!stack_.empty()) {
-    Frame& parent = stack_.back();
-    parent.child += elapsed;
-    parent.line_child += elapsed;
-  }
-}
-
-void LineAggregator::Leave(int64_t now_ns, bool /*finished*/) noexcept {
-  // A suspend and a finish close the slice the same way; only Enter distinguishes a fresh
-  // call from a resume. The flag is kept for tracers and future per-activation stats.
-  if (stack_.empty()) {
-    ++mismatches_;
-    return;
-  }
-  Pop(now_ns);
-}
-
-void LineAggregator::Exit(int32_t code, int64_t now_ns, bool finished) noexcept {
-  if (!stack_.empty() && stack_.back().code == code) {
+    for (size_t j = 0; j < i; ++j) Pop(now_ns);
+    if (!fresh_call && top_->code == code) return true;
     Pop(now_ns);
-    return;
+    return false;
   }
-  ++mismatches_;
-  size_t i = stack_.size();
-  while (i > 0 && stack_[i - 1].code != code) --i;
-  if (i == 0) return;
-  while (stack_.size() >= i) Pop(now_ns);
+  return false;
 }
 
-void LineAggregator::Line(int32_t code, int32_t line, int64_t now_ns) noexcept {
-  if (stack_.empty() || stack_.back().code != code) {
+bool LineAggregator::GrowStack() noexcept {
+  try {
+    stack_.resize(stack_.size() * 2 + 16);
+  } catch (...) {
     ++mismatches_;
-    // Find the frame deeper in the stack; close the ones above it (missed exit events).
-    size_t i = stack_.size();
-    while (i > 0 && stack_[i - 1].code != code) --i;
-    if (i > 0) {
-      while (stack_.size() > i) Pop(now_ns);
-    } else {
-      Enter(code, now_ns, /*fresh_call=*/false, 0);  // adopt a frame that began before us
-      if (stack_.empty() || stack_.back().code != code) return;
-    }
+    return false;
   }
-  Frame& f = stack_.back();
-  CloseLine(f, now_ns);
-  f.line = line;
-  if (Cell* cell = CellFor(code, line)) ++cell->hits;
+  top_ = depth_ > 0 ? stack_.data() + depth_ - 1 : nullptr;
+  return true;
+}
+
+void LineAggregator::ExitDeeper(FrameKey key, int64_t now_ns) noexcept {
+  size_t i = depth_;
+  while (i > 0 && stack_[i - 1].key != key) --i;
+  if (i == 0) return;  // not open: began before tracing
+  ++mismatches_;
+  while (depth_ >= i) Pop(now_ns);
+}
+
+bool LineAggregator::IsOpen(FrameKey key) const noexcept {
+  for (size_t i = 0; i < depth_; ++i)
+    if (stack_[i].key == key) return true;
+  return false;
 }
 
 void LineAggregator::CloseAll(int64_t now_ns) noexcept {
-  while (!stack_.empty()) Pop(now_ns);
+  while (depth_ > 0) Pop(now_ns);
 }
 
 std::vector<LineStats> LineAggregator::Lines() const {
@@ -138,9 +111,9 @@ std::vector<LineStats> LineAggregator::Lines() const {
       if (cell.hits == 0 && cell.wall_ns == 0) continue;
       LineStats s;
       s.file_id = c.file_id;
-      s.line = c.first_line + static_cast<int32_t>(i);
+      s.line = c.base_line + static_cast<int32_t>(i);
       s.wall_time_ns = cell.wall_ns;
-      s.self_time_ns = cell.self_ns;
+      s.self_time_ns = cell.wall_ns - cell.child_ns;
       s.hits = cell.hits;
       out.push_back(s);
     }

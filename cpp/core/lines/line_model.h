@@ -16,6 +16,7 @@
 //     measured them (issue 5 fills GpuStats).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -51,13 +52,24 @@ struct FunctionStats {
   int64_t calls = 0;          // fresh calls (a generator resume is not a call)
 };
 
+// An opaque identity of one frame activation, chosen by the tracer (the interpreter's
+// frame address). Keys of frames that are alive at the same time differ; a key may be
+// reused after its frame ended.
+using FrameKey = uintptr_t;
+
 // Aggregates events of ONE thread into dense per-code-object line arrays.
+//
+// The tracer reports frames by key: Enter when a frame starts or resumes, Line for each new
+// line, Exit when it returns, suspends or unwinds. A tracer that does not see every call
+// start (sys.monitoring with PY_START disabled) relies on Line returning false for a key
+// that is not the innermost open frame, and then reports that frame with Enter.
 //
 // Threading: not thread-safe; the owner (the tracer) calls every method from the measured
 // thread, or after that thread stopped feeding it.
-// Cost: the event methods (Enter/Leave/Line) are noexcept and allocate nothing after warm-up
-// (the frame stack grows only when a new maximum depth is reached; a line outside the range
-// registered for a code object grows that object's array once).
+// Cost: the event methods are noexcept and allocate nothing after warm-up (the frame stack
+// grows only when a new maximum depth is reached; a line outside the range registered for a
+// code object grows that object's array once). Line and the innermost-frame case of Exit are
+// inline, branch-light and touch only the top frame and one line cell.
 class LineAggregator {
  public:
   LineAggregator();
@@ -74,25 +86,66 @@ class LineAggregator {
   size_t code_count() const { return codes_.size(); }
 
   // Hot path, measured thread only.
-  // A frame of `code` starts (fresh_call = true, counts a call) or resumes after a suspend
-  // (fresh_call = false). `line` is the line it resumes on (no hit counted), or <= 0 when
-  // the next Line() event will name it.
-  void Enter(int32_t code, int64_t now_ns, bool fresh_call, int32_t line) noexcept;
-  // The top frame leaves: `finished` for return / unwind, false for a suspend (yield, await).
-  void Leave(int64_t now_ns, bool finished) noexcept;
-  // The frame of `code` leaves (tracers use this form). Frames above it (missed exit events)
-  // are closed first; when `code` is not on the stack (its frame began before tracing and
-  // ran no traced line) nothing is recorded.
-  void Exit(int32_t code, int64_t now_ns, bool finished) noexcept;
-  // A new line starts in the frame of `code`. If `code` is not the top frame (tracing began
-  // inside a running frame, or an exit event was missed) the stack is repaired: frames above
-  // a matching frame are closed as finished; without a match the frame is adopted (pushed,
-  // no call counted).
-  void Line(int32_t code, int32_t line, int64_t now_ns) noexcept;
+  // A frame `key` of `code` starts (fresh_call = true, counts a call) or resumes after a
+  // suspend / is adopted because it began before tracing (fresh_call = false). `line` is
+  // the line it resumes on (no hit counted), or <= 0 when the next Line() names it.
+  // If `key` is already open among the innermost frames (exit events were missed), the
+  // frames above it are closed; so is that frame and a new one is pushed, unless this
+  // continues it (fresh_call = false, same code).
+  void Enter(int32_t code, FrameKey key, int64_t now_ns, bool fresh_call, int32_t line) noexcept {
+    if (top_ != nullptr && (top_->key == key || (depth_ > 1 && top_[-1].key == key)) &&
+        Repair(code, key, now_ns, fresh_call))
+      return;
+    Push(code, key, now_ns, fresh_call, line);
+  }
+
+  // Enter() followed by Line(key, line): a frame whose start the tracer learns from its
+  // first line event.
+  void EnterAtLine(int32_t code, FrameKey key, int64_t now_ns, bool fresh_call,
+                   int32_t line) noexcept {
+    if (top_ != nullptr && (top_->key == key || (depth_ > 1 && top_[-1].key == key)) &&
+        Repair(code, key, now_ns, fresh_call)) {
+      Line(key, line, now_ns);
+      return;
+    }
+    Push(code, key, now_ns, fresh_call, line);
+    if (top_ != nullptr && top_->key == key && top_->cell != nullptr) ++top_->cell->hits;
+  }
+
+  // A new line starts in frame `key`. Returns false, recording nothing, when `key` is not
+  // the innermost open frame: the caller then reports the frame with Enter() and calls
+  // Line() again.
+  bool Line(FrameKey key, int32_t line, int64_t now_ns) noexcept {
+    Frame* f = top_;
+    if (f == nullptr || f->key != key) return false;
+    if (f->cell != nullptr) f->cell->wall_ns += now_ns - f->line_start;
+    f->line_start = now_ns;
+    auto idx = static_cast<uint32_t>(line - f->base_line);
+    Cell* cell = idx < f->cell_count ? f->cells + idx : GrowFor(f->code, line);
+    f->cell = cell;
+    if (cell != nullptr) ++cell->hits;
+    return true;
+  }
+
+  // Frame `key` leaves (return, unwind, or a suspend: yield / await). Frames above it
+  // (missed exit events) are closed first; a key that is not open (a frame that began
+  // before tracing and ran no recorded line) records nothing.
+  void Exit(FrameKey key, int64_t now_ns) noexcept {
+    if (!ExitTop(key, now_ns)) ExitDeeper(key, now_ns);
+  }
+  // Exit of the innermost frame only: true when `key` was it (tracers try this first and
+  // decide what an unknown key means only when it fails).
+  bool ExitTop(FrameKey key, int64_t now_ns) noexcept {
+    if (top_ == nullptr || top_->key != key) return false;
+    Pop(now_ns);
+    return true;
+  }
+
   // Closes every open frame at `now_ns` (the session stops inside them). Idempotent.
   void CloseAll(int64_t now_ns) noexcept;
 
-  size_t depth() const { return stack_.size(); }
+  size_t depth() const { return depth_; }
+  bool IsOpen(FrameKey key) const noexcept;  // cold: scans the stack
   int64_t mismatches() const { return mismatches_; }
 
   // Results: lines with at least one hit or nonzero time; functions with calls or time.
@@ -102,36 +155,78 @@ class LineAggregator {
  private:
   struct Cell {
     int64_t wall_ns = 0;
-    int64_t self_ns = 0;
+    int64_t child_ns = 0;  // time in recorded callees while this line ran (self = wall - child)
     int64_t hits = 0;
   };
   struct Code {
     int32_t file_id;
     std::string qualname;
-    int32_t first_line;
-    std::vector<Cell> cells;  // index = line - first_line
+    int32_t first_line;       // the definition's line (FunctionStats)
+    int32_t base_line;        // line of cells[0]; lowered when a line below it appears
+    std::vector<Cell> cells;  // index = line - base_line
+    uint32_t cell_count = 0;  // cells.size(), kept for the hot path
     int64_t total_ns = 0;
     int64_t own_ns = 0;
     int64_t calls = 0;
     int32_t active = 0;  // open frames of this code on the stack (recursion)
   };
   struct Frame {
+    FrameKey key;
+    Cell* cell;           // the current line's cell; nullptr before the first line
+    int64_t line_start;   // when the current line started
+    int64_t enter;        // when this frame (activation slice) was entered
+    int64_t child;        // recorded-callee time within this slice
+    Cell* cells;          // the code's line array (refreshed when it grows)
+    int32_t base_line;    // ... its first line
+    uint32_t cell_count;  // ... and size
     int32_t code;
-    int32_t line;          // current line, <= 0 when none yet
-    int64_t line_start;    // when the current line started
-    int64_t line_child;    // traced-callee time within the current line
-    int64_t enter;         // when this frame (activation slice) was entered
-    int64_t child;         // traced-callee time within this slice
   };
+  // Frames this close to the top are searched when Enter() gets a key that is already open
+  // (the innermost one and its caller: missed exit events are a repair path, not a case
+  // the tracers produce).
+  static constexpr size_t kRepairWindow = 2;
 
-  void CloseLine(Frame& f, int64_t now_ns) noexcept;
-  void Pop(int64_t now_ns) noexcept;
-  Cell* CellFor(int32_t code, int32_t line) noexcept;
+  [[gnu::cold]] Cell* GrowFor(int32_t code, int32_t line) noexcept;  // a line outside the range
+  // Cold: `key` is open near the top (missed exit events). Closes the frames above it;
+  // true when that frame goes on (no push), false when it was closed too (push a new one).
+  bool Repair(int32_t code, FrameKey key, int64_t now_ns, bool fresh_call) noexcept;
+  void Push(int32_t code, FrameKey key, int64_t now_ns, bool fresh_call, int32_t line) noexcept {
+    Code& c = codes_[static_cast<size_t>(code)];
+    Cell* cell = nullptr;
+    if (line > 0) {
+      auto idx = static_cast<uint32_t>(line - c.base_line);
+      cell = idx < c.cell_count ? c.cells.data() + idx : GrowFor(code, line);
+    }
+    if (depth_ == stack_.size() && !GrowStack()) return;
+    top_ = stack_.data() + depth_++;
+    *top_ = Frame{key, cell, now_ns, now_ns, 0, c.cells.data(), c.base_line, c.cell_count, code};
+    c.calls += fresh_call ? 1 : 0;
+    ++c.active;
+  }
+  bool GrowStack() noexcept;  // cold: a new maximum depth; false (counted) when out of memory
+  void Pop(int64_t now_ns) noexcept {
+    Frame* f = top_;
+    if (f->cell != nullptr) f->cell->wall_ns += now_ns - f->line_start;
+    Code& c = codes_[static_cast<size_t>(f->code)];
+    int64_t elapsed = now_ns - f->enter;
+    c.own_ns += elapsed - f->child;
+    if (--c.active == 0) c.total_ns += elapsed;
+    if (--depth_ == 0) {
+      top_ = nullptr;
+      return;
+    }
+    top_ = f - 1;
+    top_->child += elapsed;
+    if (top_->cell != nullptr) top_->cell->child_ns += elapsed;
+  }
+  void ExitDeeper(FrameKey key, int64_t now_ns) noexcept;
 
   std::vector<std::string> files_;
   std::unordered_map<std::string, int32_t> file_ids_;
   std::vector<Code> codes_;
-  std::vector<Frame> stack_;
+  std::vector<Frame> stack_;  // open frames are stack_[0, depth_); its size is the capacity
+  size_t depth_ = 0;
+  Frame* top_ = nullptr;      // &stack_[depth_ - 1], nullptr when empty
   int64_t mismatches_ = 0;
 };
 

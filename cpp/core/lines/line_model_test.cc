@@ -23,19 +23,22 @@ class LineAggregatorTest : public ::testing::Test {
   int32_t file = agg.InternFile("/p/a.py");
 };
 
+// Frame keys in these tests: small integers standing for the tracer's frame addresses.
+constexpr FrameKey kF = 1, kG = 2, kH = 3;
+
 TEST_F(LineAggregatorTest, LinesGetHitsAndInclusiveTime) {
   // GIVEN f (lines 1-4) calling g (lines 10-11) from line 2
   int32_t f = agg.AddCode(file, "f", 1, 4);
   int32_t g = agg.AddCode(file, "g", 10, 11);
   // WHEN
-  agg.Enter(f, 0, true, 0);
-  agg.Line(f, 2, 10);
-  agg.Enter(g, 20, true, 0);
-  agg.Line(g, 11, 25);
-  agg.Leave(60, true);  // g took 40
-  agg.Line(f, 3, 100);  // line 2 took 90 incl. g
-  agg.Line(f, 3, 130);
-  agg.Leave(150, true);
+  agg.Enter(f, kF, 0, true, 0);
+  EXPECT_TRUE(agg.Line(kF, 2, 10));
+  agg.Enter(g, kG, 20, true, 0);
+  EXPECT_TRUE(agg.Line(kG, 11, 25));
+  agg.Exit(kG, 60);  // g took 40
+  EXPECT_TRUE(agg.Line(kF, 3, 100));  // line 2 took 90 incl. g
+  EXPECT_TRUE(agg.Line(kF, 3, 130));
+  agg.Exit(kF, 150);
   // THEN
   auto lines = agg.Lines();
   ASSERT_NE(Find(lines, 2), nullptr);
@@ -52,19 +55,41 @@ TEST_F(LineAggregatorTest, LinesGetHitsAndInclusiveTime) {
   EXPECT_EQ(FindFn(fns, "f")->own_time_ns, 110);
   EXPECT_EQ(FindFn(fns, "g")->calls, 1);
   EXPECT_EQ(FindFn(fns, "g")->total_time_ns, 40);
+  EXPECT_EQ(agg.mismatches(), 0);
+}
+
+TEST_F(LineAggregatorTest, LineOfAFrameThatIsNotInnermostIsRefusedUntilEntered) {
+  // GIVEN f open; a tracer that does not report call starts
+  int32_t f = agg.AddCode(file, "f", 1, 4);
+  int32_t g = agg.AddCode(file, "g", 10, 11);
+  agg.Enter(f, kF, 0, true, 0);
+  ASSERT_TRUE(agg.Line(kF, 2, 0));
+  // WHEN g's first line arrives from a frame the aggregator does not know
+  EXPECT_FALSE(agg.Line(kG, 10, 10));
+  EXPECT_EQ(agg.depth(), 1u);
+  // THEN after the tracer enters it, the line is recorded in g
+  agg.EnterAtLine(g, kG, 10, true, 10);
+  EXPECT_TRUE(agg.ExitTop(kG, 30));
+  EXPECT_FALSE(agg.ExitTop(kG, 30));  // no longer the innermost frame
+  EXPECT_TRUE(agg.Line(kF, 3, 40));
+  EXPECT_EQ(Find(agg.Lines(), 10)->wall_time_ns, 20);
+  EXPECT_EQ(Find(agg.Lines(), 10)->hits, 1);
+  EXPECT_EQ(Find(agg.Lines(), 2)->self_time_ns, 20);
+  EXPECT_EQ(FindFn(agg.Functions(), "g")->calls, 1);
 }
 
 TEST_F(LineAggregatorTest, SuspendedGeneratorAccruesNoTimeAndResumeIsNotACall) {
   int32_t main = agg.AddCode(file, "main", 1, 5);
   int32_t gen = agg.AddCode(file, "gen", 10, 12);
-  agg.Line(main, 2, 0);            // adopted frame
-  agg.Enter(gen, 10, true, 0);     // first next()
-  agg.Line(gen, 11, 10);
-  agg.Leave(20, false);            // yield
-  agg.Line(main, 3, 30);
-  agg.Enter(gen, 1000, false, 11); // resume on the yield line: no new hit
-  agg.Line(gen, 12, 1005);
-  agg.Leave(1010, true);
+  agg.Enter(main, kF, 0, false, 0);  // adopted frame: began before tracing
+  agg.Line(kF, 2, 0);
+  agg.Enter(gen, kG, 10, true, 0);   // first next()
+  agg.Line(kG, 11, 10);
+  agg.Exit(kG, 20);                  // yield
+  agg.Line(kF, 3, 30);
+  agg.Enter(gen, kG, 1000, false, 11);  // resume on the yield line: no new hit
+  agg.Line(kG, 12, 1005);
+  agg.Exit(kG, 1010);
   agg.CloseAll(2000);
   auto lines = agg.Lines();
   EXPECT_EQ(Find(lines, 11)->hits, 1);
@@ -79,12 +104,13 @@ TEST_F(LineAggregatorTest, SuspendedGeneratorAccruesNoTimeAndResumeIsNotACall) {
 
 TEST_F(LineAggregatorTest, RecursionCountsOutermostTotalOnce) {
   int32_t fib = agg.AddCode(file, "fib", 1, 3);
-  agg.Enter(fib, 0, true, 0);
-  agg.Line(fib, 2, 0);
-  agg.Enter(fib, 10, true, 0);
-  agg.Line(fib, 2, 10);
-  agg.Leave(30, true);
-  agg.Leave(40, true);
+  agg.Enter(fib, kF, 0, true, 0);
+  agg.Line(kF, 2, 0);
+  EXPECT_FALSE(agg.Line(kG, 2, 10));  // same code, another frame: a new activation
+  agg.Enter(fib, kG, 10, true, 0);
+  agg.Line(kG, 2, 10);
+  agg.Exit(kG, 30);
+  agg.Exit(kF, 40);
   auto fns = agg.Functions();
   EXPECT_EQ(FindFn(fns, "fib")->calls, 2);
   EXPECT_EQ(FindFn(fns, "fib")->total_time_ns, 40);
@@ -94,50 +120,97 @@ TEST_F(LineAggregatorTest, RecursionCountsOutermostTotalOnce) {
   EXPECT_EQ(Find(lines, 2)->wall_time_ns, 60);  // 40 outer + 20 inner (per activation)
 }
 
-TEST_F(LineAggregatorTest, LineInDeeperFrameRepairsMissedExits) {
+TEST_F(LineAggregatorTest, EnterOfAnOpenKeyRepairsMissedExits) {
   int32_t f = agg.AddCode(file, "f", 1, 3);
   int32_t g = agg.AddCode(file, "g", 10, 12);
-  agg.Enter(f, 0, true, 0);
-  agg.Line(f, 2, 0);
-  agg.Enter(g, 10, true, 0);
-  agg.Line(g, 11, 10);
-  agg.Line(f, 3, 50);  // g's exit was never reported
+  agg.Enter(f, kF, 0, true, 0);
+  agg.Line(kF, 2, 0);
+  agg.Enter(g, kG, 10, true, 0);
+  agg.Line(kG, 11, 10);
+  // WHEN f's frame is reported again although g never exited (an adopted continuation)
+  agg.Enter(f, kF, 50, false, 0);
+  // THEN g was closed at that moment and f goes on
   EXPECT_EQ(agg.depth(), 1u);
   EXPECT_EQ(agg.mismatches(), 1);
+  EXPECT_TRUE(agg.Line(kF, 3, 50));
   agg.CloseAll(60);
   agg.CloseAll(70);  // idempotent
   EXPECT_EQ(agg.depth(), 0u);
   EXPECT_EQ(Find(agg.Lines(), 3)->wall_time_ns, 10);
+  EXPECT_EQ(FindFn(agg.Functions(), "g")->total_time_ns, 40);
+  EXPECT_EQ(FindFn(agg.Functions(), "f")->calls, 1);
+}
+
+TEST_F(LineAggregatorTest, FreshCallOnAReusedKeyClosesTheDeadFrame) {
+  // GIVEN g's exit was missed and a new call of h got g's frame address
+  int32_t f = agg.AddCode(file, "f", 1, 3);
+  int32_t g = agg.AddCode(file, "g", 10, 12);
+  int32_t h = agg.AddCode(file, "h", 20, 22);
+  agg.Enter(f, kF, 0, true, 0);
+  agg.Line(kF, 2, 0);
+  agg.Enter(g, kG, 10, true, 0);
+  agg.Line(kG, 11, 10);
+  agg.Enter(h, kG, 40, true, 0);
+  // THEN g ended there and h's line is h's
+  EXPECT_EQ(agg.depth(), 2u);
+  EXPECT_TRUE(agg.Line(kG, 21, 40));
+  agg.CloseAll(50);
+  EXPECT_EQ(FindFn(agg.Functions(), "g")->total_time_ns, 30);
+  EXPECT_EQ(FindFn(agg.Functions(), "h")->calls, 1);
+  EXPECT_EQ(Find(agg.Lines(), 21)->wall_time_ns, 10);
 }
 
 TEST_F(LineAggregatorTest, LinesOutsideRegisteredRangeGrowAndShareMerges) {
   int32_t f = agg.AddCode(file, "f", 5, 6);
   int32_t lam = agg.AddCode(file, "<lambda>", 5, 5);
-  agg.Enter(f, 0, true, 0);
-  agg.Line(f, 3, 0);
-  agg.Line(f, 9, 1);
-  agg.Line(f, 5, 2);
-  agg.Enter(lam, 3, true, 0);
-  agg.Line(lam, 5, 3);
-  agg.Leave(4, true);
-  agg.Leave(5, true);
+  agg.Enter(f, kF, 0, true, 0);
+  agg.Line(kF, 3, 0);
+  agg.Line(kF, 9, 1);
+  agg.Line(kF, 5, 2);
+  agg.Enter(lam, kG, 3, true, 0);
+  agg.Line(kG, 5, 3);
+  agg.Exit(kG, 4);
+  agg.Exit(kF, 5);
   auto lines = agg.Lines();
   EXPECT_EQ(Find(lines, 3)->hits, 1);
   EXPECT_EQ(Find(lines, 9)->hits, 1);
   EXPECT_EQ(Find(lines, 5)->hits, 2);
+  EXPECT_EQ(Find(lines, 5)->wall_time_ns, 4);  // merged: f 2..5 (incl. the lambda) + lambda 3..4
   EXPECT_EQ(lines.size(), 3u);
+}
+
+TEST_F(LineAggregatorTest, GrowingAnArrayKeepsOpenFramesOfThatCodeConsistent) {
+  // GIVEN two open activations of f, the outer one on line 2
+  int32_t f = agg.AddCode(file, "f", 2, 2);
+  agg.Enter(f, kF, 0, true, 0);
+  agg.Line(kF, 2, 0);
+  agg.Enter(f, kG, 10, true, 0);
+  // WHEN the inner one reaches lines outside the range (the array grows twice)
+  agg.Line(kG, 1, 10);
+  agg.Line(kG, 40, 20);
+  agg.Exit(kG, 30);
+  agg.Exit(kF, 100);
+  // THEN the outer frame's line 2 still gets its time
+  auto lines = agg.Lines();
+  EXPECT_EQ(Find(lines, 2)->wall_time_ns, 100);
+  EXPECT_EQ(Find(lines, 2)->self_time_ns, 80);
+  EXPECT_EQ(Find(lines, 1)->wall_time_ns, 10);
+  EXPECT_EQ(Find(lines, 40)->wall_time_ns, 10);
 }
 
 TEST_F(LineAggregatorTest, ExitOfDeeperFrameClosesFramesAboveAndUnknownExitIsIgnored) {
   int32_t f = agg.AddCode(file, "f", 1, 3);
   int32_t g = agg.AddCode(file, "g", 10, 12);
-  int32_t h = agg.AddCode(file, "h", 20, 22);
-  agg.Exit(h, 0, true);  // h began before tracing: ignored
-  agg.Enter(f, 0, true, 0);
-  agg.Line(f, 2, 0);
-  agg.Enter(g, 10, true, 0);
-  agg.Exit(f, 50, true);  // g's exit was missed
+  agg.AddCode(file, "h", 20, 22);
+  agg.Exit(kH, 0);  // h began before tracing: ignored
+  EXPECT_EQ(agg.mismatches(), 0);
+  agg.Enter(f, kF, 0, true, 0);
+  agg.Line(kF, 2, 0);
+  agg.Enter(g, kG, 10, true, 0);
+  EXPECT_TRUE(agg.IsOpen(kF));
+  agg.Exit(kF, 50);  // g's exit was missed
   EXPECT_EQ(agg.depth(), 0u);
+  EXPECT_EQ(agg.mismatches(), 1);
   auto fns = agg.Functions();
   EXPECT_EQ(FindFn(fns, "f")->total_time_ns, 50);
   EXPECT_EQ(FindFn(fns, "g")->total_time_ns, 40);

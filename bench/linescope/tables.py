@@ -1,0 +1,99 @@
+"""Markdown tables from bench/linescope results (for docs/benchmarks.md).
+
+    .venv/bin/python bench/linescope/tables.py --runs bench/results/linescope-*.json
+    .venv/bin/python bench/linescope/tables.py --instructions bench/results/instr-*.json
+
+--runs: JSON files written by run.py (one per invocation). Per interpreter and workload: the
+median over runs of each run's median ratio to plain, and for the target ratios the median
+with the range over runs (min–max) when there are several.
+--instructions: JSON files written by instructions.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+VARIANTS = ("floor", "floor_ret", "trace", "line_profiler", "cprofile")
+TARGETS = ("vs_lp", "vs_floor", "vs_floor_ret")
+
+
+def fmt(x, spec=".2f"):
+    return "—" if x is None else format(x, spec)
+
+
+def spread(values):
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return "—"
+    mid = fmt(statistics.median(vals))
+    return mid if len(vals) == 1 else f"{mid} ({fmt(min(vals))}–{fmt(max(vals))})"
+
+
+def runs_tables(paths):
+    reports = [json.load(open(p)) for p in paths]
+    by_python: dict = {}
+    for r in reports:
+        for py, d in r["pythons"].items():
+            by_python.setdefault(d["interpreter"]["version"], []).append(d)
+    for version, runs in by_python.items():
+        info = runs[0]["interpreter"]
+        print(f"\nPython {version} (tracer: {info['tracer']}; {len(runs)} run(s))\n")
+        print("| workload | plain s | floor | floor+ret | **trace** | line_profiler | cProfile "
+              "| vs_lp | vs_floor | vs_floor+ret |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for w in runs[0]["workloads"]:
+            rows = [run["workloads"][w] for run in runs]
+            plain = statistics.median(r["variants"]["plain"]["median_s"] for r in rows)
+            cells = []
+            for v in VARIANTS:
+                ratios = [r["variants"].get(v, {}).get("ratio") for r in rows]
+                ratios = [x for x in ratios if x is not None]
+                cell = fmt(statistics.median(ratios)) + "×" if ratios else "—"
+                cells.append(f"**{cell}**" if v == "trace" else cell)
+            targets = [spread([r.get(t) for r in rows]) for t in TARGETS]
+            print(f"| {w} | {plain:.3f} | " + " | ".join(cells) + " | " + " | ".join(targets)
+                  + " |")
+
+
+def instruction_tables(paths):
+    for p in paths:
+        d = json.load(open(p))
+        lo, hi = d["scales"]
+        name = f"Python {d['version']}" if d.get("version") else d["python"]
+        print(f"\n{name} (instruction counts, scales {lo} → {hi})\n")
+        print("| workload | plain (M instr.) | floor | floor+ret | **trace** | line_profiler "
+              "| cProfile | vs_lp | vs_floor | vs_floor+ret |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for w, row in d["workloads"].items():
+            delta, added = row["delta"], row["added"]
+            plain = delta["plain"]
+            cells = []
+            for v in VARIANTS:
+                cell = fmt(delta[v] / plain) + "×" if v in delta and plain else "—"
+                cells.append(f"**{cell}**" if v == "trace" else cell)
+
+            def over(a, b):
+                return added[a] / added[b] if a in added and b in added and added[b] > 0 \
+                    else None
+
+            targets = [fmt(over("trace", "line_profiler")), fmt(over("trace", "floor")),
+                       fmt(over("trace", "floor_ret"))]
+            print(f"| {w} | {plain / 1e6:.0f} | " + " | ".join(cells) + " | "
+                  + " | ".join(targets) + " |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", nargs="*", default=[])
+    ap.add_argument("--instructions", nargs="*", default=[])
+    a = ap.parse_args()
+    if a.runs:
+        runs_tables(a.runs)
+    if a.instructions:
+        instruction_tables(a.instructions)
+
+
+if __name__ == "__main__":
+    main()
