@@ -17,6 +17,7 @@
 //
 // Lifetime: at most one session samples at a time (g_active, GIL-protected).
 #include "line_sampler.h"
+#include "py_text.h"
 
 #include "frame_peek.h"
 #include "main_thread_call.h"
@@ -50,16 +51,6 @@ namespace nb = nanobind;
 namespace gpuprof::python {
 namespace {
 
-std::string Utf8(PyObject* s) {
-  if (s == nullptr || !PyUnicode_Check(s)) return {};
-  Py_ssize_t n = 0;
-  const char* c = PyUnicode_AsUTF8AndSize(s, &n);
-  if (c == nullptr) {
-    PyErr_Clear();
-    return {};
-  }
-  return std::string(c, static_cast<size_t>(n));
-}
 
 class SamplerSession;
 SamplerSession* g_active = nullptr;
@@ -347,7 +338,7 @@ class SamplerSession {
     if (it != codes_.end()) return &it->second;
     try {
       CodeEntry e;
-      std::string filename = Utf8(code->co_filename);
+      std::string filename = Utf8OrEmpty(code->co_filename);
       auto d = decided_.find(filename);
       bool recorded;
       if (d != decided_.end()) {
@@ -360,7 +351,7 @@ class SamplerSession {
         std::string path = filename.empty() || filename.front() == '<'
                                ? filename
                                : lines::NormalizePath(filename, cwd_);
-        e.function = agg_.AddFunction(agg_.InternFile(path), Utf8(code->co_qualname),
+        e.function = agg_.AddFunction(agg_.InternFile(path), Utf8OrEmpty(code->co_qualname),
                                       code->co_firstlineno);
       }
       Py_INCREF(code);  // keeps the key alive (no address reuse) until the session goes
@@ -400,7 +391,7 @@ class SamplerSession {
     return false;  // the whole stack: every recorded function gets its total
   }
 
-  // Main thread, GIL held (the signal handler, or Stop).
+  // Main thread, GIL held (the pending call, or Stop).
   void Sample() noexcept {
     if (!sampler_) return;
     lines::SampleInterval iv = sampler_->TakeInterval();

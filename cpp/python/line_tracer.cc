@@ -25,6 +25,7 @@
 // tagged with a session generation so a later session with other filters decides afresh,
 // and in a small direct-mapped cache by address (entries hold strong references).
 #include "line_tracer.h"
+#include "py_text.h"
 
 #include <Python.h>
 #include <frameobject.h>
@@ -87,16 +88,6 @@ int SetExtra(PyObject* code, Py_ssize_t index, void* value) {
 constexpr int32_t kExcluded = -1;
 constexpr int32_t kFailed = -2;
 
-std::string Utf8(PyObject* s) {
-  if (s == nullptr || !PyUnicode_Check(s)) return {};
-  Py_ssize_t n = 0;
-  const char* c = PyUnicode_AsUTF8AndSize(s, &n);
-  if (c == nullptr) {
-    PyErr_Clear();
-    return {};
-  }
-  return std::string(c, static_cast<size_t>(n));
-}
 
 class LineTracer;
 LineTracer* g_active = nullptr;  // at most one tracing session per process (GIL-protected)
@@ -297,7 +288,7 @@ class LineTracer {
   int32_t Register(PyObject* code_obj) noexcept {
     try {
       auto* code = reinterpret_cast<PyCodeObject*>(code_obj);
-      std::string filename = Utf8(code->co_filename);
+      std::string filename = Utf8OrEmpty(code->co_filename);
       auto cached = decided_.find(filename);
       bool recorded;
       if (cached != decided_.end()) {
@@ -311,7 +302,7 @@ class LineTracer {
                              ? filename
                              : lines::NormalizePath(filename, cwd_);
       int32_t file_id = agg_.InternFile(path);
-      std::string qualname = Utf8(code->co_qualname);
+      std::string qualname = Utf8OrEmpty(code->co_qualname);
       int32_t first = code->co_firstlineno;
       int32_t idx = agg_.AddCode(file_id, qualname, first, LastLine(code));
       CodeInfo info;
