@@ -282,6 +282,15 @@ class SamplerSession {
   const std::vector<std::string>& notes() const { return notes_; }
   bool running() const { return state_ == kRunning; }
 
+  // One sample now, exactly as the queued call takes it (bench/linescope_gpu/sample_cost.py
+  // measures its cost this way). Main thread, while running.
+  void SampleNow() {
+    if (state_ != kRunning) throw std::runtime_error("the sampler is not running");
+    if (!pthread_equal(pthread_self(), main_thread_))
+      throw std::runtime_error("sample_now() must be called on the thread that started the sampler");
+    Sample();
+  }
+
  private:
   enum State { kIdle, kRunning, kStopped };
   struct CodeEntry {
@@ -475,6 +484,7 @@ void RegisterLineSampler(nb::module_& m) {
       .def("memory", &SamplerSession::Memory)
       .def("gpu", &SamplerSession::Gpu)
       .def("stats", &SamplerSession::Stats)
+      .def("sample_now", &SamplerSession::SampleNow)
       .def_prop_ro("notes", &SamplerSession::notes)
       .def_prop_ro("running", &SamplerSession::running);
 }

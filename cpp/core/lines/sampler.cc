@@ -1,6 +1,9 @@
 #include "lines/sampler.h"
 
 #include <fcntl.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 #include <unistd.h>
 
 #include <algorithm>
@@ -170,6 +173,11 @@ void LineSampler::Loop() noexcept {
   using Clock = std::chrono::steady_clock;
   constexpr int64_t kNever = INT64_MAX;
   const bool gpu = options_.gpu != nullptr;
+#ifdef __linux__
+  // The default 50 us timer slack of a normal thread would stretch every interval (at 1 kHz,
+  // ~5 % fewer samples than asked for); 1 us keeps the rate.
+  prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+#endif
   int64_t next_request = start_ns_ + options_.interval_ns;
   int64_t next_rss = rss_ok_ ? start_ns_ + options_.memory_interval_ns : kNever;
   int64_t next_gpu = gpu ? start_ns_ : kNever;  // the GPU is read at once
@@ -209,7 +217,11 @@ void LineSampler::Loop() noexcept {
       } else if (remind_ != nullptr) {
         remind_(ctx_);
       }
-      next_request = now + options_.interval_ns;  // no burst after a long wait
+      // On the grid of the rate (a late wake-up does not lower it); after falling more
+      // than an interval behind (a long answer), the grid restarts from now: one request
+      // is outstanding at a time, so there is never a burst.
+      next_request += options_.interval_ns;
+      if (next_request <= now) next_request = now + options_.interval_ns;
     }
     lock.lock();
   }

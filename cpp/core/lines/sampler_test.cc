@@ -169,6 +169,29 @@ TEST(LineSamplerTest, PromptAnswersKeepTheRateWhileTheGpuIsReadSlower) {
   EXPECT_LE(s.gpu_summary().ticks, 10);
 }
 
+TEST(LineSamplerTest, LateWakeUpsDoNotLowerTheRate) {
+  // GIVEN a 1 kHz sampler and a measured thread that answers as soon as it is asked
+  Pump pump;
+  SamplerOptions o;
+  o.interval_ns = 1'000'000;
+  LineSampler s(o, &Pump::Request, &pump);
+  ASSERT_TRUE(s.Start().ok());
+  int answered = 0;
+  auto t0 = std::chrono::steady_clock::now();
+  auto until = t0 + std::chrono::milliseconds(300);
+  while (std::chrono::steady_clock::now() < until) {
+    if (pump.requested.load() > answered) {
+      ++answered;
+      (void)s.TakeInterval();
+    }
+  }
+  s.Stop();
+  // THEN requests keep the grid of the rate (each wake-up's lateness is not added to the next
+  // interval) and never run ahead of it
+  EXPECT_GE(answered, 270);
+  EXPECT_LE(pump.requested.load(), 302);
+}
+
 TEST(LineSamplerTest, FailedRequestsAreCountedAndRetried) {
   struct Failing {
     static bool Request(void* ctx) noexcept {
