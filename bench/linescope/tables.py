@@ -39,12 +39,14 @@ def runs_tables(paths):
             by_python.setdefault(d["interpreter"]["version"], []).append(d)
     for version, runs in by_python.items():
         info = runs[0]["interpreter"]
-        print(f"\nPython {version} (tracer: {info['tracer']}; {len(runs)} run(s))\n")
+        print(f"\nPython {version} (tracer: {info['tracer']}; {len(runs)} run(s), runs per "
+              "workload in the vs_* range)\n")
         print("| workload | plain s | floor | floor+ret | **trace** | line_profiler | cProfile "
               "| vs_lp | vs_floor | vs_floor+ret |")
         print("|---|---|---|---|---|---|---|---|---|---|")
-        for w in runs[0]["workloads"]:
-            rows = [run["workloads"][w] for run in runs]
+        workloads = list(dict.fromkeys(w for run in runs for w in run["workloads"]))
+        for w in workloads:  # a partial rerun (--workload) adds runs for its workloads only
+            rows = [run["workloads"][w] for run in runs if w in run["workloads"]]
             plain = statistics.median(r["variants"]["plain"]["median_s"] for r in rows)
             cells = []
             for v in VARIANTS:

@@ -14,8 +14,20 @@ import pytest
 
 
 class Workspace:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, monkeypatch: pytest.MonkeyPatch | None = None) -> None:
         self.root = root
+        self._monkeypatch = monkeypatch
+        self.deps = root.parent / "deps"  # outside the root: a "library"
+
+    def dependency(self, name: str, source: str) -> Path:
+        """Writes module `name` into a directory OUTSIDE the root and puts that directory on
+        sys.path for this test (restored afterwards), so user modules can `import name`."""
+        self.deps.mkdir(exist_ok=True)
+        path = self.deps / f"{name}.py"
+        path.write_text(textwrap.dedent(source).lstrip("\n"))
+        if self._monkeypatch is not None and str(self.deps) not in sys.path:
+            self._monkeypatch.syspath_prepend(str(self.deps))
+        return path
 
     def write(self, relpath: str, source: str) -> Path:
         path = self.root / relpath
@@ -35,10 +47,10 @@ class Workspace:
 
 
 @pytest.fixture
-def ws(tmp_path: Path) -> Workspace:
+def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Workspace:
     root = tmp_path / "proj"
     root.mkdir()
-    return Workspace(root)
+    return Workspace(root, monkeypatch)
 
 
 @pytest.fixture(autouse=True)

@@ -10,28 +10,22 @@ import pytest
 from gpuprof import _native
 
 
-def test_floor_counts_line_events_under_the_root_only(ws, tmp_path):
+def test_floor_counts_line_events_under_the_root_only(ws):
     # GIVEN a function under the root that calls a helper outside it
-    other = tmp_path / "other"
-    other.mkdir()
-    (other / "floorhelper.py").write_text("def h(x):\n    y = x + 1\n    return y\n")
-    sys.path.insert(0, str(other))
-    try:
-        mod = ws.module("floorwork.py", """
-            import floorhelper
-            def f(n):
-                s = 0
-                for i in range(n):
-                    s += floorhelper.h(i)
-                return s
-        """)
-        floor = _native._line_floor
-        # WHEN the floor hook runs around it
-        floor.start(str(ws.root))
-        mod.f(10)
-        lines, span_ns = floor.stop()
-    finally:
-        sys.path.remove(str(other))
+    ws.dependency("floorhelper", "def h(x):\n    y = x + 1\n    return y\n")
+    mod = ws.module("floorwork.py", """
+        import floorhelper
+        def f(n):
+            s = 0
+            for i in range(n):
+                s += floorhelper.h(i)
+            return s
+    """)
+    floor = _native._line_floor
+    # WHEN the floor hook runs around it
+    floor.start(str(ws.root))
+    mod.f(10)
+    lines, span_ns = floor.stop()
     # THEN it saw the root's line events (s = 0, 11 for-tests, 10 bodies, return) and
     # none of the helper's, with a clock read per event
     assert lines == 1 + 11 + 10 + 1

@@ -17,31 +17,26 @@ def run(ws, fn, *args):
     return session.result
 
 
-def test_time_in_a_dependency_between_callbacks_is_not_charged_to_the_callback(ws, tmp_path):
+def test_time_in_a_dependency_between_callbacks_is_not_charged_to_the_callback(ws):
     # GIVEN a dependency outside the root that calls a user callback, then works 30 ms
-    dep_dir = tmp_path / "cbdeps"
-    dep_dir.mkdir()
-    (dep_dir / "cbdep.py").write_text(
-        "import time\n"
-        "def drive(cb, n):\n"
-        "    out = []\n"
-        "    for i in range(n):\n"
-        "        out.append(cb(i))\n"
-        "        time.sleep(0.03)\n"
-        "    return out\n")
-    sys.path.insert(0, str(dep_dir))
-    try:
-        mod = ws.module("cbuser.py", """
-            import cbdep
-            def cb(i):
-                return i * 2
-            def main():
-                return cbdep.drive(cb, 3)
-        """)
-        # WHEN
-        r = run(ws, mod.main)
-    finally:
-        sys.path.remove(str(dep_dir))
+    ws.dependency("cbdep", """
+        import time
+        def drive(cb, n):
+            out = []
+            for i in range(n):
+                out.append(cb(i))
+                time.sleep(0.03)
+            return out
+    """)
+    mod = ws.module("cbuser.py", """
+        import cbdep
+        def cb(i):
+            return i * 2
+        def main():
+            return cbdep.drive(cb, 3)
+    """)
+    # WHEN
+    r = run(ws, mod.main)
     # THEN the callback ran three times and cost ~nothing; the 90 ms are the calling line's
     path = str(ws.root / "cbuser.py")
     assert r.function("cb").calls == 3

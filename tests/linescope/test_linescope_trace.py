@@ -42,25 +42,19 @@ def test_exact_hit_counts_for_a_loop(ws):
     assert r.line(path, 1) is None  # the def line did not run inside the session
 
 
-def test_time_in_a_dependency_goes_to_the_calling_line(ws, tmp_path):
+def test_time_in_a_dependency_goes_to_the_calling_line(ws):
     # GIVEN a dependency outside the root that sleeps, called from a user line
-    dep_dir = tmp_path / "deps"
-    dep_dir.mkdir()
-    (dep_dir / "slowdep.py").write_text("import time\ndef work():\n    time.sleep(0.05)\n")
-    sys.path.insert(0, str(dep_dir))
-    try:
-        mod = ws.module("user.py", """
-            import time
-            import slowdep
-            def main():
-                slowdep.work()
-                time.sleep(0.05)
-                x = 1
-        """)
-        # WHEN
-        r = run(ws, mod.main)
-    finally:
-        sys.path.remove(str(dep_dir))
+    ws.dependency("slowdep", "import time\ndef work():\n    time.sleep(0.05)\n")
+    mod = ws.module("user.py", """
+        import time
+        import slowdep
+        def main():
+            slowdep.work()
+            time.sleep(0.05)
+            x = 1
+    """)
+    # WHEN
+    r = run(ws, mod.main)
     # THEN the calling lines get at least 50 ms each, the dependency is not recorded
     path = str(ws.root / "user.py")
     assert r.line(path, 4).wall_time_ns >= 50 * MS
@@ -186,30 +180,24 @@ def test_recursion_counts_calls_and_does_not_double_count_totals(ws):
     assert r.line(path, 4).hits == 88
 
 
-def test_root_include_and_exclude(ws, tmp_path):
-    other = tmp_path / "other"
-    other.mkdir()
-    (other / "helper.py").write_text("def h():\n    return 1\n")
-    sys.path.insert(0, str(other))
-    try:
-        mod = ws.module("pkg/main.py", """
-            import helper
-            def f():
-                return helper.h()
-        """)
-        skip = ws.module("pkg/skipme.py", """
-            def g():
-                return 2
-        """)
+def test_root_include_and_exclude(ws):
+    ws.dependency("helper", "def h():\n    return 1\n")
+    mod = ws.module("pkg/main.py", """
+        import helper
+        def f():
+            return helper.h()
+    """)
+    skip = ws.module("pkg/skipme.py", """
+        def g():
+            return 2
+    """)
 
-        def both():
-            mod.f()
-            skip.g()
+    def both():
+        mod.f()
+        skip.g()
 
-        r_default = run(ws, both)
-        r_patterns = run(ws, both, include=[str(other) + "/*"], exclude=["pkg/skip*"])
-    finally:
-        sys.path.remove(str(other))
+    r_default = run(ws, both)
+    r_patterns = run(ws, both, include=[str(ws.deps) + "/*"], exclude=["pkg/skip*"])
     names = lambda r: {s.filename.rsplit("/", 1)[1] for s in r.lines}
     assert names(r_default) == {"main.py", "skipme.py"}
     assert names(r_patterns) == {"main.py", "helper.py"}
@@ -348,22 +336,15 @@ def test_generator_throw_and_exception_inside_a_generator(ws):
 
 
 @pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.11 C trace function path")
-def test_unrecorded_frames_get_no_line_events_on_311(ws, tmp_path):
-    dep_dir = tmp_path / "deps311"
-    dep_dir.mkdir()
-    (dep_dir / "dep311.py").write_text(
-        "import sys\ndef flags():\n    f = sys._getframe()\n    return f.f_trace_lines, f.f_lineno\n")
-    sys.path.insert(0, str(dep_dir))
-    try:
+def test_unrecorded_frames_get_no_line_events_on_311(ws):
+    ws.dependency("dep311", "import sys\ndef flags():\n    f = sys._getframe()\n"
+                            "    return f.f_trace_lines, f.f_lineno\n")
+    mod = ws.module("u311.py", """
         import dep311
-        mod = ws.module("u311.py", """
-            import dep311
-            def main():
-                return dep311.flags()
-        """)
-        with profile(root=ws.root, display="none") as s:
-            seen = mod.main()
-    finally:
-        sys.path.remove(str(dep_dir))
+        def main():
+            return dep311.flags()
+    """)
+    with profile(root=ws.root, display="none") as s:
+        seen = mod.main()
     assert seen == (False, 4)  # f_lineno of the return line, computed on demand
     assert s.result.line(str(ws.root / "u311.py"), 3).hits == 1

@@ -64,9 +64,24 @@ TEST(RssReaderTest, ReadsThisProcessesResidentSet) {
 // answers through Py_AddPendingCall).
 struct Pump {
   std::atomic<int> requested{0};
+  int answered = 0;
   static bool Request(void* ctx) noexcept {
     static_cast<Pump*>(ctx)->requested.fetch_add(1);
     return true;
+  }
+  // For `ms` milliseconds, answers each request with `answer()` and runs `between()` after
+  // every poll; returns how many requests were answered.
+  template <class Answer, class Between>
+  int AnswerFor(int ms, Answer answer, Between between) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (std::chrono::steady_clock::now() < until) {
+      if (requested.load() > answered) {
+        ++answered;
+        answer();
+      }
+      between();
+    }
+    return answered;
   }
 };
 
@@ -79,31 +94,32 @@ TEST(LineSamplerTest, IntervalsTileWallTimeAndMeasureCpu) {
   ASSERT_TRUE(s.Start().ok());
   // WHEN the measured thread answers every request for ~60 ms, half busy, half asleep
   int64_t wall = 0, cpu = 0;
-  int answered = 0;
-  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(60);
   bool busy = true;
-  while (std::chrono::steady_clock::now() < until) {
-    if (pump.requested.load() > answered) {
-      ++answered;
-      auto iv = s.TakeInterval();
-      wall += iv.wall_ns;
-      ASSERT_TRUE(iv.cpu_ns.has_value());
-      cpu += *iv.cpu_ns;
-      EXPECT_FALSE(iv.rss_delta.has_value());  // memory off: unknown, not 0
-      EXPECT_FALSE(iv.gpu_busy_ns.has_value());
-      busy = !busy;
-    }
-    if (busy) {
-      volatile double x = 0;
-      for (int i = 0; i < 20000; ++i) x += i;
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(300));
-    }
-  }
+  bool cpu_known = true;
+  int answered = pump.AnswerFor(
+      60,
+      [&] {
+        auto iv = s.TakeInterval();
+        wall += iv.wall_ns;
+        cpu_known &= iv.cpu_ns.has_value();
+        cpu += iv.cpu_ns.value_or(0);
+        EXPECT_FALSE(iv.rss_delta.has_value());  // memory off: unknown, not 0
+        EXPECT_FALSE(iv.gpu_busy_ns.has_value());
+        busy = !busy;
+      },
+      [&] {
+        if (busy) {
+          volatile double x = 0;
+          for (int i = 0; i < 20000; ++i) x = x + i;
+        } else {
+          std::this_thread::sleep_for(std::chrono::microseconds(300));
+        }
+      });
   s.Stop();
   s.Stop();  // idempotent
   // THEN requests came at about the rate, the intervals add up, CPU <= wall
   EXPECT_GE(answered, 20);
+  EXPECT_TRUE(cpu_known);
   EXPECT_GE(wall, 40'000'000);
   EXPECT_LE(wall, 70'000'000);
   EXPECT_GT(cpu, 0);
@@ -111,23 +127,7 @@ TEST(LineSamplerTest, IntervalsTileWallTimeAndMeasureCpu) {
   EXPECT_EQ(s.failed_requests(), 0);
 }
 
-TEST(LineSamplerTest, OneRequestOutstandingAtATime) {
-  Pump pump;
-  SamplerOptions o;
-  o.interval_ns = 200'000;
-  LineSampler s(o, &Pump::Request, &pump);
-  ASSERT_TRUE(s.Start().ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  // Nobody answered: only the first request was made.
-  EXPECT_EQ(pump.requested.load(), 1);
-  auto iv = s.TakeInterval();
-  EXPECT_GE(iv.wall_ns, 15'000'000);  // the whole wait is one interval
-  std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  EXPECT_EQ(pump.requested.load(), 2);
-  s.Stop();
-}
-
-TEST(LineSamplerTest, AnUnansweredRequestCostsNoWakeups) {
+TEST(LineSamplerTest, OneUnansweredRequestAtATimeAndNoWakeupsWhileItWaits) {
   // GIVEN a 5 kHz sampler with nothing to read and a measured thread that does not answer
   Pump pump;
   SamplerOptions o;
@@ -135,12 +135,16 @@ TEST(LineSamplerTest, AnUnansweredRequestCostsNoWakeups) {
   LineSampler s(o, &Pump::Request, &pump);
   ASSERT_TRUE(s.Start().ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  // THEN the thread sleeps until the answer instead of waking up every interval
+  // THEN only the first request was made, and the thread sleeps until the answer instead of
+  // waking up every interval
+  EXPECT_EQ(pump.requested.load(), 1);
   EXPECT_LE(s.wakeups(), 3);
-  // AND the answer wakes it: the next request follows about an interval later
-  (void)s.TakeInterval();
+  // AND the late answer closes one interval spanning the whole wait, and wakes the thread:
+  // the next request follows about an interval later
+  auto iv = s.TakeInterval();
+  EXPECT_GE(iv.wall_ns, 45'000'000);
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  EXPECT_GE(pump.requested.load(), 2);
+  EXPECT_EQ(pump.requested.load(), 2);
   s.Stop();
 }
 
@@ -155,15 +159,9 @@ TEST(LineSamplerTest, PromptAnswersKeepTheRateWhileTheGpuIsReadSlower) {
   o.gpu_interval_ns = 10'000'000;
   LineSampler s(o, &Pump::Request, &pump);
   ASSERT_TRUE(s.Start().ok());
-  int answered = 0;
-  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(60);
-  while (std::chrono::steady_clock::now() < until) {
-    if (pump.requested.load() > answered) {
-      ++answered;
-      (void)s.TakeInterval();
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
-  }
+  int answered = pump.AnswerFor(
+      60, [&] { (void)s.TakeInterval(); },
+      [] { std::this_thread::sleep_for(std::chrono::microseconds(100)); });
   s.Stop();
   EXPECT_GE(answered, 30);  // ~1 kHz, not the GPU's 100 Hz
   EXPECT_LE(s.gpu_summary().ticks, 10);
@@ -176,15 +174,7 @@ TEST(LineSamplerTest, LateWakeUpsDoNotLowerTheRate) {
   o.interval_ns = 1'000'000;
   LineSampler s(o, &Pump::Request, &pump);
   ASSERT_TRUE(s.Start().ok());
-  int answered = 0;
-  auto t0 = std::chrono::steady_clock::now();
-  auto until = t0 + std::chrono::milliseconds(300);
-  while (std::chrono::steady_clock::now() < until) {
-    if (pump.requested.load() > answered) {
-      ++answered;
-      (void)s.TakeInterval();
-    }
-  }
+  int answered = pump.AnswerFor(300, [&] { (void)s.TakeInterval(); }, [] {});
   s.Stop();
   // THEN requests keep the grid of the rate (each wake-up's lateness is not added to the next
   // interval) and never run ahead of it
