@@ -217,11 +217,7 @@ void LineSampler::Loop() noexcept {
       } else if (remind_ != nullptr) {
         remind_(ctx_);
       }
-      // On the grid of the rate (a late wake-up does not lower it); after falling more
-      // than an interval behind (a long answer), the grid restarts from now: one request
-      // is outstanding at a time, so there is never a burst.
-      next_request += options_.interval_ns;
-      if (next_request <= now) next_request = now + options_.interval_ns;
+      next_request = NextRequestDeadline(next_request, now, options_.interval_ns);
     }
     lock.lock();
   }

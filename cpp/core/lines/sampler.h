@@ -109,6 +109,15 @@ struct GpuSamplingSummary {
   std::vector<int64_t> used_devices;  // NVML indexes where this process held memory
 };
 
+// When the request after one made at `now` is due: on the grid of the rate (`deadline` is when
+// the one just made was due), so a late wake-up does not lower the rate; more than an interval
+// behind (a long answer), the grid restarts from `now`. One request is outstanding at a time,
+// so there is never a burst.
+constexpr int64_t NextRequestDeadline(int64_t deadline, int64_t now, int64_t interval) noexcept {
+  const int64_t next = deadline + interval;
+  return next > now ? next : now + interval;
+}
+
 // Owns the sampler thread. Start/Stop from one controlling thread; TakeInterval from the
 // measured thread only (it is the only method that thread calls, and it never blocks).
 class LineSampler {

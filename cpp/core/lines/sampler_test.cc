@@ -167,18 +167,32 @@ TEST(LineSamplerTest, PromptAnswersKeepTheRateWhileTheGpuIsReadSlower) {
   EXPECT_LE(s.gpu_summary().ticks, 10);
 }
 
-TEST(LineSamplerTest, LateWakeUpsDoNotLowerTheRate) {
-  // GIVEN a 1 kHz sampler and a measured thread that answers as soon as it is asked
+TEST(NextRequestDeadlineTest, LateWakeUpsKeepTheGridLongWaitsRestartIt) {
+  constexpr int64_t kInterval = 1'000;
+  // on time, or late by less than an interval: the next request is one interval after the
+  // last one was due, not after it was made
+  EXPECT_EQ(NextRequestDeadline(10'000, 10'000, kInterval), 11'000);
+  EXPECT_EQ(NextRequestDeadline(10'000, 10'300, kInterval), 11'000);
+  EXPECT_EQ(NextRequestDeadline(10'000, 10'999, kInterval), 11'000);
+  // a whole interval or more behind: no catching up, the grid restarts from now
+  EXPECT_EQ(NextRequestDeadline(10'000, 11'000, kInterval), 12'000);
+  EXPECT_EQ(NextRequestDeadline(10'000, 55'500, kInterval), 56'500);
+}
+
+TEST(LineSamplerTest, PromptAnswersGetAboutTheRateAndNeverMore) {
+  // GIVEN a 1 kHz sampler and a measured thread that answers soon after it is asked
   Pump pump;
   SamplerOptions o;
   o.interval_ns = 1'000'000;
   LineSampler s(o, &Pump::Request, &pump);
   ASSERT_TRUE(s.Start().ok());
-  int answered = pump.AnswerFor(300, [&] { (void)s.TakeInterval(); }, [] {});
+  int answered = pump.AnswerFor(
+      300, [&] { (void)s.TakeInterval(); },
+      [] { std::this_thread::sleep_for(std::chrono::microseconds(20)); });
   s.Stop();
-  // THEN requests keep the grid of the rate (each wake-up's lateness is not added to the next
-  // interval) and never run ahead of it
-  EXPECT_GE(answered, 270);
+  // THEN requests came at about the rate (loosely: a loaded CI machine delays wake-ups) and
+  // never ran ahead of it
+  EXPECT_GE(answered, 200);
   EXPECT_LE(pump.requested.load(), 302);
 }
 
