@@ -25,6 +25,8 @@ test-py: ## Python tests (pytest through the public API), assumes setup
 	$(PY) -m pytest tests -q
 	@if [ -x $(PY312) ]; then echo "linescope on Python 3.12 (sys.monitoring):"; \
 	  $(PY312) -m pytest tests/linescope -q -p no:cacheprovider; fi
+	@if [ -x $(PY313) ]; then echo "linescope on Python 3.13 (sys.monitoring):"; \
+	  $(PY313) -m pytest tests/linescope -q -p no:cacheprovider; fi
 
 bench: setup ## Benchmarks (not pass/fail): overhead vs torch.profiler, hook and sampler costs
 	$(PY) bench/overhead.py

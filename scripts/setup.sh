@@ -67,28 +67,40 @@ $PY -m pip install -q --no-build-isolation --no-deps \
   -Ccmake.define.GPUPROF_BUILD_TESTS=ON -Cbuild.verbose=false . 
 echo "setup: ready ($($PY -c 'import gpuprof; print("gpuprof", gpuprof.__version__)'))"
 
-# linescope's sys.monitoring path needs Python 3.12+: a second, light venv (no torch) with
-# gpuprof built into it from the same sources (own build dir; the first build compiles the
-# core again, later runs are incremental). Skip with LINESCOPE_PY312=0.
-PY312_BASE="${PY312_BASE:-/root/.pyenv/versions/3.12.1/bin/python}"
-if [ "${LINESCOPE_PY312:-1}" != "0" ] && [ -x "$PY312_BASE" ]; then
-  if [ ! -x .venv312/bin/python ]; then
-    echo "setup: creating .venv312 with $($PY312_BASE --version)"
-    "$PY312_BASE" -m venv .venv312
+# linescope's sys.monitoring path needs Python 3.12+: light venvs (no torch) for 3.12 and 3.13
+# with gpuprof built into each from the same sources (own build dirs; the first build compiles
+# the core again, later runs are incremental). 3.13 also checks the interpreter-internal parts
+# (frame reading, the pending call without a breaker poke). Skip with LINESCOPE_PY312=0 /
+# LINESCOPE_PY313=0; a Python that is not installed is skipped with a note.
+light_venv() {  # light_venv VENV BASE_PYTHON BUILD_DIR
+  local venv="$1" base="$2" build="$3"
+  if [ ! -x "$base" ]; then
+    echo "setup: $base not found: $venv skipped (linescope is then tested on fewer Pythons)"
+    return 0
   fi
-  if ! .venv312/bin/python -c "import scikit_build_core, nanobind, cmake, ninja, pytest, IPython" \
+  if [ ! -x "$venv/bin/python" ]; then
+    echo "setup: creating $venv with $($base --version)"
+    "$base" -m venv "$venv"
+  fi
+  if ! "$venv/bin/python" -c "import scikit_build_core, nanobind, cmake, ninja, pytest, IPython" \
       >/dev/null 2>&1; then
-    .venv312/bin/python -m pip install -q scikit-build-core nanobind cmake ninja pytest ipython
+    "$venv/bin/python" -m pip install -q scikit-build-core nanobind cmake ninja pytest ipython
   fi
-  echo "setup: building gpuprof for Python 3.12 (build/py312; for linescope's sys.monitoring tests)"
-  .venv312/bin/python -m pip install -q --no-build-isolation --no-deps \
-    -Cbuild-dir=build/py312 -Ccmake.define.GPUPROF_BUILD_CLI=OFF -Cbuild.verbose=false .
+  echo "setup: building gpuprof for $($venv/bin/python --version) ($build; linescope's tests)"
+  "$venv/bin/python" -m pip install -q --no-build-isolation --no-deps \
+    -Cbuild-dir="$build" -Ccmake.define.GPUPROF_BUILD_CLI=OFF -Cbuild.verbose=false .
+}
+if [ "${LINESCOPE_PY312:-1}" != "0" ]; then
+  light_venv .venv312 "${PY312_BASE:-/root/.pyenv/versions/3.12.1/bin/python}" build/py312
+fi
+if [ "${LINESCOPE_PY313:-1}" != "0" ]; then
+  light_venv .venv313 "${PY313_BASE:-/root/.pyenv/versions/3.13.0/bin/python}" build/py313
 fi
 
 # --- linescope `scalene` backend (optional extra gpuprof[scalene]; its tests skip without it) ---
-# Scalene (PyPI, >= 2.0; supports Python 3.11-3.14) into both venvs. Skip with LINESCOPE_SCALENE=0.
+# Scalene (PyPI, >= 2.0; supports Python 3.11-3.14) into every venv. Skip with LINESCOPE_SCALENE=0.
 if [ "${LINESCOPE_SCALENE:-1}" != "0" ]; then
-  for venv in .venv .venv312; do
+  for venv in .venv .venv312 .venv313; do
     if [ -x "$venv/bin/python" ] && ! "$venv/bin/python" -c "import scalene" >/dev/null 2>&1; then
       echo "setup: installing scalene into $venv (linescope's scalene backend)"
       "$venv/bin/python" -m pip install -q "scalene>=2.0"

@@ -8,7 +8,8 @@ and both vs the plain run, on the same workload, interleaved in one process run.
 On a machine without an NVIDIA driver pass --fake-nvml to measure the collection path through
 the fake libnvidia-ml.so.1 of the test build (its calls cost far less than a real driver's;
 the real figure comes from bench/gpu/ on a GPU machine). Prints a table of median times and
-ratios; writes JSON to bench/results/linescope_gpu_overhead.json. Not a pass/fail test.
+ratios; writes JSON to bench/results/linescope_gpu_overhead-<workload>.json (--out). Not a
+pass/fail test.
 
 Scalene's published median for CPU+GPU sampling is 1.02x; the target is to match it with the
 native `sampler` at a higher sample rate.
@@ -26,6 +27,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+COLLECTED: dict = {}  # (backend, rate) -> what the last gpu=True run collected
 FAKE_NVML = REPO / "build" / "py" / "fake_nvml" / "libnvidia-ml.so.1"
 
 
@@ -68,10 +70,16 @@ def timed(work, backend: str | None, gpu: bool, rate: float | None) -> float:
     kw = dict(backend=backend, gpu=gpu, display="none", root=str(Path(__file__).parent))
     if rate is not None:
         kw["sample_rate"] = rate
-    with linescope.profile(**kw):
+    with linescope.profile(**kw) as session:
         t0 = time.perf_counter()
         work()
-        return time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+    g = session.result.gpu
+    if g is not None:  # what gpu=True really collected, for the table
+        COLLECTED[(backend, rate)] = (
+            f"{g.method or 'nothing'}: time {'yes' if g.time_available else 'no'}, "
+            f"memory {'yes' if g.memory_available else 'no'}")
+    return dt
 
 
 def main() -> int:
@@ -81,7 +89,14 @@ def main() -> int:
     ap.add_argument("--backends", default="sampler,scalene")
     ap.add_argument("--workload", choices=("mlp", "loop"), default="mlp")
     ap.add_argument("--fake-nvml", action="store_true")
+    ap.add_argument("--out", help="JSON path (default bench/results/linescope_gpu_overhead-"
+                                  "<workload>.json)")
     args = ap.parse_args()
+    if args.fake_nvml and str(FAKE_NVML.parent) not in os.environ.get("LD_LIBRARY_PATH", ""):
+        # Scalene's pynvml finds libnvidia-ml.so.1 through the loader path, read at start-up.
+        env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join(
+            [str(FAKE_NVML.parent), *filter(None, [os.environ.get("LD_LIBRARY_PATH")])]))
+        os.execve(sys.executable, [sys.executable, *sys.argv], env)
     if args.fake_nvml:
         scenario = Path(tempfile.mkdtemp()) / "scenario.txt"
         scenario.write_text("devices 1\ngpu * util 80\ngpu 0 process self 2000000000\n")
@@ -112,11 +127,13 @@ def main() -> int:
         if gpu:
             off = statistics.median(times[name.replace("gpu=True", "gpu=False")])
             pair = med / off
+        got = COLLECTED.get((b, rate)) if gpu else None
         rows.append(dict(variant=name, median_s=med, vs_plain=med / plain, gpu_on_off=pair,
-                         samples=times[name]))
+                         collected=got, samples=times[name]))
         print(f"{name:32} {med:9.4f} {med / plain:8.3f} "
-              f"{'' if pair is None else f'{pair:22.3f}'}")
-    out = REPO / "bench" / "results" / "linescope_gpu_overhead.json"
+              f"{'' if pair is None else f'{pair:22.3f}'}  {got or ''}")
+    out = Path(args.out) if args.out else (
+        REPO / "bench" / "results" / f"linescope_gpu_overhead-{args.workload}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(dict(workload=args.workload, rounds=args.rounds,
                                    fake_nvml=args.fake_nvml, python=sys.version.split()[0],
