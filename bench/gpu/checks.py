@@ -61,7 +61,7 @@ THRESHOLDS: dict[str, Any] = {
     "overhead_launch_bound_warn": 1.15,  # same, launch-bound small MLP (informational)
 }
 
-CHECK_ORDER = ["nvml", "phases", "mfu", "overhead"]
+CHECK_ORDER = ["nvml", "phases", "mfu", "overhead", "linescope"]
 CHECK_TITLES = {
     "nvml": "Real NVML telemetry",
     "phases": "CUDA-event phase timing",
