@@ -250,31 +250,39 @@ TEST(LineSamplerTest, MemoryDeltasAndPeaksFollowAllocations) {
   EXPECT_GT(s.rss_timeline().raw_samples(), 3);
 }
 
-TEST(LineSamplerTest, GpuBusyTimeIsUtilizationTimesTime) {
-  // GIVEN one mock GPU at a constant 50% with this process holding 1 GiB on it
-  auto scenario = telemetry::MockScenario::Parse("util=50,util_amp=0,mem_total_gib=1,mem_frac=1,mem_start_frac=1");
-  ASSERT_TRUE(scenario.ok()) << scenario.error();
-  telemetry::MockCollector gpu(1, std::move(scenario).value());
+// The GPU busy time of one ~50 ms interval with `gpu` sampled every 2 ms.
+SampleInterval OneGpuInterval(telemetry::GpuCollector& gpu, GpuSamplingSummary* summary) {
   Pump pump;
   SamplerOptions o;
   o.interval_ns = 1'000'000;
   o.gpu = &gpu;
   o.gpu_interval_ns = 2'000'000;
   LineSampler s(o, &Pump::Request, &pump);
-  ASSERT_TRUE(s.Start().ok());
+  EXPECT_TRUE(s.Start().ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
   (void)s.TakeInterval();
-  // WHEN one interval of ~50 ms passes
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   auto iv = s.TakeInterval();
   s.Stop();
+  *summary = s.gpu_summary();
+  return iv;
+}
+
+TEST(LineSamplerTest, GpuBusyTimeIsUtilizationTimesTime) {
+  // GIVEN one mock GPU at a constant 50% with this process holding 1 GiB on it
+  auto scenario = telemetry::MockScenario::Parse("util=50,util_amp=0,mem_total_gib=1,mem_frac=1,mem_start_frac=1");
+  ASSERT_TRUE(scenario.ok()) << scenario.error();
+  telemetry::MockCollector gpu(1, std::move(scenario).value());
+  // WHEN one interval of ~50 ms passes
+  GpuSamplingSummary g;
+  auto iv = OneGpuInterval(gpu, &g);
   // THEN its GPU busy time is ~half its wall time, and the device memory peak is known
   ASSERT_TRUE(iv.gpu_busy_ns.has_value());
   EXPECT_NEAR(static_cast<double>(*iv.gpu_busy_ns) / iv.wall_ns, 0.5, 0.1);
   ASSERT_TRUE(iv.gpu_mem_peak.has_value());
   EXPECT_EQ(*iv.gpu_mem_peak, int64_t{1} << 30);
-  EXPECT_GT(s.gpu_summary().ticks, 10);
-  EXPECT_TRUE(s.gpu_summary().used_devices_known);
+  EXPECT_GT(g.ticks, 10);
+  EXPECT_TRUE(g.used_devices_known);
 }
 
 // A GPU collector answering every read with the same row: device-wide and per-process
@@ -303,24 +311,6 @@ class FixedRowCollector final : public telemetry::GpuCollector {
   std::optional<double> util_, proc_util_;
   std::vector<telemetry::GpuDevice> devices_;
 };
-
-// The GPU busy time of one ~50 ms interval with `gpu` sampled every 2 ms.
-SampleInterval OneGpuInterval(telemetry::GpuCollector& gpu, GpuSamplingSummary* summary) {
-  Pump pump;
-  SamplerOptions o;
-  o.interval_ns = 1'000'000;
-  o.gpu = &gpu;
-  o.gpu_interval_ns = 2'000'000;
-  LineSampler s(o, &Pump::Request, &pump);
-  EXPECT_TRUE(s.Start().ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  (void)s.TakeInterval();
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  auto iv = s.TakeInterval();
-  s.Stop();
-  *summary = s.gpu_summary();
-  return iv;
-}
 
 TEST(LineSamplerTest, GpuBusyTimeUsesThisProcesssOwnUtilizationWhenReported) {
   // GIVEN a GPU at 90% of which this process's own share is 30%
