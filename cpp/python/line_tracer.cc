@@ -88,7 +88,6 @@ int SetExtra(PyObject* code, Py_ssize_t index, void* value) {
 constexpr int32_t kExcluded = -1;
 constexpr int32_t kFailed = -2;
 
-
 class LineTracer;
 LineTracer* g_active = nullptr;  // at most one tracing session per process (GIL-protected)
 uint32_t g_generation = 0;

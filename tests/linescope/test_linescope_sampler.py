@@ -145,8 +145,16 @@ def test_no_signal_is_taken_and_busy_python_threads_do_not_starve_sampling(ws, w
     before = {s: signal.getsignal(s) for s in (signal.SIGURG, signal.SIGALRM, signal.SIGPROF)}
     t = threading.Thread(target=churn)
     t.start()
+    threads_before = set(threading.enumerate())
+    seen = {}
+
+    def profiled():
+        seen["threads"] = set(threading.enumerate())
+        seen["timers"] = (signal.getitimer(signal.ITIMER_REAL), signal.getitimer(signal.ITIMER_PROF))
+        work.outer()
+
     try:
-        r = run(ws, work.outer)
+        r = run(ws, profiled)
     finally:
         stop.set()
         t.join()
@@ -155,8 +163,13 @@ def test_no_signal_is_taken_and_busy_python_threads_do_not_starve_sampling(ws, w
     loop = r.line(str(ws.root / "work.py"), 6)
     assert loop is not None and loop.samples >= 5
     assert r.metadata["samples"] >= 20
-    # AND no signal handler was installed or changed
+    # AND nothing the program could see was installed: no signal handler, no interval timer,
+    # no thread visible to `threading`; the metadata names the mechanism and its wake-ups
     assert before == {s: signal.getsignal(s) for s in before}
+    assert seen["timers"] == ((0.0, 0.0), (0.0, 0.0))
+    assert seen["threads"] == threads_before
+    assert r.metadata["sampler"] == "pending-call"
+    assert r.metadata["sampler_wakeups"] >= r.metadata["samples"]
 
 
 def test_gpu_without_a_driver_is_unavailable_with_the_reason(ws, work, monkeypatch, tmp_path):
