@@ -448,3 +448,42 @@ def test_apple_mps_is_unavailable_with_the_reason(ws, work, monkeypatch, tmp_pat
     assert r.gpu.memory_reason == r.gpu.time_reason
     assert any("Apple MPS" in w for w in r.warnings)
     assert r.line(str(ws.root / "work.py"), 11).wall_time_ns >= 100 * MS
+
+
+def test_sample_now_takes_one_sample_on_the_starting_thread_only(ws):
+    # (the hook bench/linescope_gpu/sample_cost.py measures a sample's cost with)
+    from gpuprof import _native
+
+    mod = ws.module("now.py", """
+        def take(s, n):
+            for _ in range(n):
+                s.sample_now()
+    """)
+    # GIVEN a sampler that asks for samples only once a second
+    s = _native.LineSampler([str(ws.root)], [], [], str(ws.root), interval_ns=10**9,
+                            attribute=True, memory=False, gpu_backend="off")
+    with pytest.raises(RuntimeError, match="not running"):
+        s.sample_now()
+    s.start()
+    try:
+        # WHEN a recorded line takes 50 samples directly
+        mod.take(s, 50)
+        # THEN they are attributed to that line; another thread is refused
+        errors = []
+
+        def other():
+            try:
+                s.sample_now()
+            except RuntimeError as e:
+                errors.append(str(e))
+
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+    finally:
+        s.stop()
+    assert errors and "thread that started" in errors[0]
+    # (rows: filename, line, samples, wall, cpu, rss delta, rss peak, gpu time, gpu memory)
+    samples = {(f.rsplit("/", 1)[-1], ln): n for f, ln, n, *_ in s.lines()}
+    assert samples.get(("now.py", 3), 0) >= 50
+    assert s.stats()["samples"] >= 50
