@@ -52,5 +52,9 @@ def test_gpu_notebook_runs_and_shows_the_unavailable_reasons(tmp_path):
     assert (tmp_path / "gpu_report.html").is_file()
     # AND the GPU values are unavailable with the recorded reason, CPU profiling continued
     assert "method: None" in text
+    # the Scalene run first (its own NVML lookup finds no driver), then the native sampler
+    assert "backend: scalene" in text and "backend: sampler" in text
+    assert text.index("backend: scalene") < text.index("backend: sampler")
     assert "GPU time available: False - GPU measurements unavailable: NVML not available" in text
     assert "GPU peak memory available: False" in text
+    assert (tmp_path / "gpu_report_sampler.html").is_file()

@@ -121,6 +121,7 @@ class SamplerSession {
                                                                  this, &SamplerSession::Remind)
                           : std::make_unique<lines::LineSampler>(o, &SamplerSession::NoRequest,
                                                                  this);
+    if (line_source_ != nullptr) sampler_->SetLineSource(line_source_);
     g_active = this;
     Status s = sampler_->Start();
     if (!s.ok()) {
@@ -247,6 +248,7 @@ class SamplerSession {
     d["proc_util_readings"] = g.proc_util_readings;
     d["proc_mem_peak"] = g.proc_mem_peak;
     d["used_devices"] = g.used_devices;
+    d["proc_mem_readings"] = g.proc_mem_readings;
     auto s = lines::SummarizeGpuCollection(gpu_error_, collector_ ? collector_->backend() : "",
                                            devices_.size(), g, gpu_notes_);
     lines::ApplyKernelTracing(s, kernels_done_, cupti_error_, kernel_library_, kernel_version_,
@@ -281,6 +283,21 @@ class SamplerSession {
   }
   const std::vector<std::string>& notes() const { return notes_; }
   bool running() const { return state_ == kRunning; }
+
+  // Before start(): charge RSS readings to the line a tracer publishes at `address`
+  // (LineTracer.memory_line_source(); the tracer must outlive this sampler's stop()).
+  void SetLineSource(uintptr_t address) {
+    if (state_ != kIdle) throw std::runtime_error("set_line_source() must come before start()");
+    line_source_ = reinterpret_cast<const std::atomic<uint64_t>*>(address);
+  }
+  // After stop(): (key, rss_delta, rss_peak, readings) per published line.
+  std::vector<std::tuple<uint64_t, int64_t, int64_t, int64_t>> SourceLines() const {
+    std::vector<std::tuple<uint64_t, int64_t, int64_t, int64_t>> out;
+    if (sampler_ && state_ == kStopped)
+      for (const auto& m : sampler_->SourceLines())
+        out.emplace_back(m.key, m.rss_delta, m.rss_peak, m.readings);
+    return out;
+  }
 
   // One sample now, exactly as the queued call takes it (bench/linescope_gpu/sample_cost.py
   // measures its cost this way). Main thread, while running.
@@ -451,6 +468,7 @@ class SamplerSession {
   PyThreadState* main_tstate_ = nullptr;
   bool cupti_;
   std::string cupti_library_;
+  const std::atomic<uint64_t>* line_source_ = nullptr;
   std::unique_ptr<lines::KernelLineMap> kmap_;
   std::unique_ptr<telemetry::KernelTracer> kernels_;
   util::PeriodicThread drain_;
@@ -485,6 +503,8 @@ void RegisterLineSampler(nb::module_& m) {
       .def("gpu", &SamplerSession::Gpu)
       .def("stats", &SamplerSession::Stats)
       .def("sample_now", &SamplerSession::SampleNow)
+      .def("set_line_source", &SamplerSession::SetLineSource, nb::arg("address"))
+      .def("source_lines", &SamplerSession::SourceLines)
       .def_prop_ro("notes", &SamplerSession::notes)
       .def_prop_ro("running", &SamplerSession::running);
 }

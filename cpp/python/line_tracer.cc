@@ -7,13 +7,19 @@
 //
 // Frames are told apart by key (lines::FrameKey): the interpreter frame's address.
 //
-// 3.12+: sys.monitoring with a free tool id; LINE, PY_START, PY_RESUME, PY_THROW, PY_RETURN,
-//   PY_YIELD and PY_UNWIND. Local events in unrecorded code return sys.monitoring.DISABLE,
+// 3.12+: sys.monitoring with a free tool id; LINE, JUMP, PY_START, PY_RESUME, PY_THROW,
+//   PY_RETURN, PY_YIELD and PY_UNWIND. Local events in unrecorded code return sys.monitoring.DISABLE,
 //   so each such code location costs one callback in the whole session. PY_START is also
 //   disabled for recorded code that is not a generator or coroutine: such a call is seen at
 //   its first LINE event from a frame key that is not the innermost open frame, which saves
 //   one callback per call. Generators and coroutines keep PY_START (a fresh start) and
-//   PY_RESUME / PY_THROW (a resume is not a call). The hot callbacks (LINE, PY_RETURN of the
+//   PY_RESUME / PY_THROW (a resume is not a call). On 3.13+ a function whose first
+//   statement shares the line of its RESUME (a one-line `def f(x): return x`, a lambda)
+//   keeps PY_START too: with PY_START disabled, 3.13 reports no LINE event for that first
+//   line, so the call would go unseen. JUMP counts a backward jump to the same line as a
+//   new hit of that line (a one-line loop, an inlined comprehension), as the 3.11 trace
+//   function and line_profiler do; every other jump location (forward jumps, jumps to
+//   another line, which LINE reports) is disabled at its first event. The hot callbacks (LINE, PY_RETURN of the
 //   innermost frame) read the clock, compare the thread and the frame key, and touch one
 //   line cell; they do no per-event lookup of the code object.
 // 3.11: a C trace function installed with PyEval_SetTrace on the owner thread. A tracer that
@@ -29,6 +35,9 @@
 
 #include <Python.h>
 #include <frameobject.h>
+#if PY_VERSION_HEX >= 0x030D0000
+#include <opcode.h>  // RESUME, CACHE
+#endif
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -36,6 +45,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -157,6 +167,9 @@ class LineTracer {
     }
     Py_CLEAR(prev_obj_);
 #endif
+    // The innermost recorded frame is on the line that stops the session (the `with` line
+    // on exit, `session.stop()`): that is the profiler's own work, not the user's.
+    agg_.DiscardCurrentLine();
     agg_.CloseAll(now);
     ClearCodeCache();
     stop_ns_ = now;
@@ -164,12 +177,13 @@ class LineTracer {
     state_ = kStopped;
   }
 
-  // (filename, line, wall_ns, self_ns, hits)
-  std::vector<std::tuple<std::string, int32_t, int64_t, int64_t, int64_t>> Lines() const {
-    std::vector<std::tuple<std::string, int32_t, int64_t, int64_t, int64_t>> out;
+  // (filename, line, wall_ns, self_ns, hits, calls)
+  std::vector<std::tuple<std::string, int32_t, int64_t, int64_t, int64_t, int64_t>> Lines()
+      const {
+    std::vector<std::tuple<std::string, int32_t, int64_t, int64_t, int64_t, int64_t>> out;
     for (const auto& s : agg_.Lines())
       out.emplace_back(agg_.files()[static_cast<size_t>(s.file_id)], s.line, s.wall_time_ns,
-                       s.self_time_ns, s.hits);
+                       s.self_time_ns, s.hits, s.calls);
     return out;
   }
   // (filename, qualname, first_line, total_ns, own_ns, calls)
@@ -182,6 +196,25 @@ class LineTracer {
     return out;
   }
   bool Recorded(const std::string& path) const { return filter_.Recorded(path); }
+
+  // memory=True beside this tracer: the address of the current-line word that the memory
+  // sampler reads (lines::LineAggregator::PublishTo), valid while this tracer lives.
+  uintptr_t MemoryLineSource() {
+    agg_.PublishTo(&current_line_);
+    return reinterpret_cast<uintptr_t>(&current_line_);
+  }
+  // Published keys -> (filename, line); unknown keys are skipped.
+  std::vector<std::tuple<uint64_t, std::string, int32_t>> ResolveLineKeys(
+      const std::vector<uint64_t>& keys) const {
+    std::vector<std::tuple<uint64_t, std::string, int32_t>> out;
+    for (uint64_t key : keys) {
+      int32_t code = lines::LineAggregator::KeyCode(key);
+      if (key == 0 || code < 0 || static_cast<size_t>(code) >= agg_.code_count()) continue;
+      out.emplace_back(key, agg_.files()[static_cast<size_t>(agg_.code_file(code))],
+                       lines::LineAggregator::KeyLine(key));
+    }
+    return out;
+  }
   int64_t elapsed_ns() const {
     return state_ == kStopped ? stop_ns_ - start_ns_
                               : (state_ == kRunning ? clock::NowNs() - start_ns_ : 0);
@@ -198,7 +231,9 @@ class LineTracer {
   // Per registered code object (parallel to the aggregator's code indices).
   struct CodeInfo {
     bool generator_like = false;
-    int first_resume = -1;  // 3.11: byte offset of the first RESUME 0 (a fresh start)
+    bool keep_start = false;  // 3.13+: PY_START stays enabled (see the header comment)
+    int first_resume = -1;    // 3.11: byte offset of the first RESUME 0 (a fresh start)
+    std::vector<int32_t> unit_lines;  // 3.12+: line per code unit, built at the first JUMP
   };
 
   // A frame that was running when the session started (3.12+): adopted, not counted as a
@@ -216,6 +251,7 @@ class LineTracer {
     PyObject* code = nullptr;  // strong reference while cached
     int32_t idx = kFailed;     // aggregator code index, or kExcluded / kFailed
     bool generator_like = false;
+    bool keep_start = false;
   };
   static constexpr size_t kCodeCacheSize = 256;
 
@@ -236,6 +272,7 @@ class LineTracer {
     e.code = code;
     e.idx = idx;
     e.generator_like = idx >= 0 && infos_[static_cast<size_t>(idx)].generator_like;
+    e.keep_start = idx >= 0 && infos_[static_cast<size_t>(idx)].keep_start;
     Py_XDECREF(old);  // after the entry is consistent: a dealloc may run arbitrary code
     return e;
   }
@@ -284,6 +321,68 @@ class LineTracer {
     return hi;
   }
 
+#if PY_VERSION_HEX >= 0x030D0000
+  // Whether the first instruction after the code's first RESUME lies on RESUME's line
+  // (cold, once per code object).
+  static bool FirstLineSharesResume(PyCodeObject* code) noexcept {
+    PyObject* bytes = PyCode_GetCode(code);
+    if (bytes == nullptr) {
+      PyErr_Clear();
+      return true;  // unknown: keeping PY_START is always correct
+    }
+    const auto* b = reinterpret_cast<const unsigned char*>(PyBytes_AS_STRING(bytes));
+    Py_ssize_t n = PyBytes_GET_SIZE(bytes);
+    bool shares = false;
+    for (Py_ssize_t i = 0; i + 1 < n; i += 2) {
+      if (b[i] != RESUME) continue;
+      int resume_line = PyCode_Addr2Line(code, static_cast<int>(i));
+      for (Py_ssize_t j = i + 2; j + 1 < n; j += 2) {
+        if (b[j] == CACHE) continue;
+        int line = PyCode_Addr2Line(code, static_cast<int>(j));
+        if (line < 0) continue;  // an instruction without a line reports no LINE event
+        shares = line == resume_line;
+        break;
+      }
+      break;
+    }
+    Py_DECREF(bytes);
+    return shares;
+  }
+#endif
+
+#if GPUPROF_MONITORING
+  // The line of every code unit (from `co_lines()`; -1 where none), for the JUMP callback's
+  // same-line test (cold: once per code object that jumps backward).
+  static std::vector<int32_t> UnitLines(PyObject* code) noexcept {
+    std::vector<int32_t> out;
+    PyObject* it = PyObject_CallMethod(code, "co_lines", nullptr);
+    PyObject* entry = nullptr;
+    while (it != nullptr && (entry = PyIter_Next(it)) != nullptr) {
+      if (PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) == 3) {
+        long start = PyLong_AsLong(PyTuple_GET_ITEM(entry, 0));
+        long end = PyLong_AsLong(PyTuple_GET_ITEM(entry, 1));
+        PyObject* l = PyTuple_GET_ITEM(entry, 2);
+        long line = PyLong_Check(l) ? PyLong_AsLong(l) : -1;
+        if (start >= 0 && end > start) {
+          auto hi = static_cast<size_t>(end / 2);
+          try {
+            if (out.size() < hi) out.resize(hi, -1);
+          } catch (...) {
+            Py_DECREF(entry);
+            break;
+          }
+          for (auto u = static_cast<size_t>(start / 2); u < hi; ++u)
+            out[u] = static_cast<int32_t>(line);
+        }
+      }
+      Py_DECREF(entry);
+    }
+    Py_XDECREF(it);
+    if (PyErr_Occurred()) PyErr_Clear();
+    return out;
+  }
+#endif
+
   int32_t Register(PyObject* code_obj) noexcept {
     try {
       auto* code = reinterpret_cast<PyCodeObject*>(code_obj);
@@ -307,6 +406,9 @@ class LineTracer {
       CodeInfo info;
       info.generator_like =
           (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) != 0;
+#if PY_VERSION_HEX >= 0x030D0000
+      if (!info.generator_like) info.keep_start = FirstLineSharesResume(code);
+#endif
 #if !GPUPROF_MONITORING
       if (info.generator_like) {
         PyObject* bytes = PyCode_GetCode(code);
@@ -363,6 +465,10 @@ class LineTracer {
   static PyObject* OnLine(PyObject*, PyObject* const* args, Py_ssize_t) {
     int64_t now = clock::NowNs();
     return g_active ? g_active->LineEvent(args[0], args[1], now) : Py_NewRef(Py_None);
+  }
+  static PyObject* OnJump(PyObject*, PyObject* const* args, Py_ssize_t) {
+    int64_t now = clock::NowNs();
+    return g_active ? g_active->JumpEvent(args[0], args[1], args[2], now) : Py_NewRef(Py_None);
   }
 
   // METH_FASTCALL functions travel in PyMethodDef as PyCFunction.
@@ -451,12 +557,44 @@ class LineTracer {
     return false;
   }
 
-  // PY_START: only generators and coroutines keep it (a fresh start, not a resume).
+  // JUMP: a backward jump to the jump's own line starts that line again (a hit). Other
+  // jumps are disabled where they are: LINE reports the line changes.
+  PyObject* JumpEvent(PyObject* code, PyObject* from_obj, PyObject* to_obj,
+                      int64_t now) noexcept {
+    int32_t from = LineNumber(from_obj);  // byte offsets (small ints, like line numbers)
+    int32_t to = LineNumber(to_obj);
+    if (to > from) return Disable();
+    const CodeEntry& e = Lookup(code);
+    if (e.idx == kExcluded) return Disable();
+    if (e.idx < 0) return Py_NewRef(Py_None);
+    if (!SameLineJump(e.idx, code, from, to)) return Disable();
+    if (!OwnerThread()) {
+      ++other_thread_events_;
+      return Py_NewRef(Py_None);
+    }
+    FrameKey key = CurrentFrame();
+    if (agg_.RepeatLine(key, now)) return Py_NewRef(Py_None);
+    // A frame without a current line (it began before the session and loops on one line).
+    int32_t line = infos_[static_cast<size_t>(e.idx)].unit_lines[static_cast<size_t>(to / 2)];
+    if (agg_.Line(key, line, now)) return Py_NewRef(Py_None);
+    return NewFrameLine(code, key, line, now);
+  }
+  bool SameLineJump(int32_t idx, PyObject* code, int32_t from, int32_t to) noexcept {
+    std::vector<int32_t>& lines = infos_[static_cast<size_t>(idx)].unit_lines;
+    if (lines.empty()) lines = UnitLines(code);
+    auto f = static_cast<size_t>(from / 2);
+    auto t = static_cast<size_t>(to / 2);
+    return from >= 0 && to >= 0 && f < lines.size() && t < lines.size() && lines[f] > 0 &&
+           lines[f] == lines[t];
+  }
+
+  // PY_START: generators and coroutines keep it (a fresh start, not a resume); so do, on
+  // 3.13+, functions whose first line would report no LINE event without it.
   PyObject* StartEvent(PyObject* code, int64_t now) noexcept {
     const CodeEntry& e = Lookup(code);
     if (e.idx == kExcluded) return Disable();  // excluded for every thread
     if (e.idx < 0) return Py_NewRef(Py_None);
-    if (!e.generator_like) return Disable();  // its calls are seen at their first LINE
+    if (!e.generator_like && !e.keep_start) return Disable();  // seen at their first LINE
     if (!OwnerThread()) {
       ++other_thread_events_;
       return Py_NewRef(Py_None);
@@ -524,7 +662,8 @@ class LineTracer {
     CollectRunningFrames();
     tool_id_ = -1;
     int free_id = -1;
-    for (int id : {2, 0, 1, 3, 4, 5}) {
+    // The profiler's id first; the debugger (0) and coverage (1) ids last.
+    for (int id : {2, 3, 4, 1, 0, 5}) {
       if (monitoring_.attr("get_tool")(id).is_none()) {
         free_id = id;
         break;
@@ -543,6 +682,7 @@ class LineTracer {
         {"linescope_py_yield", Fast<&OnLeave>(), METH_FASTCALL, nullptr},
         {"linescope_py_unwind", Fast<&OnUnwind>(), METH_FASTCALL, nullptr},
         {"linescope_line", Fast<&OnLine>(), METH_FASTCALL, nullptr},
+        {"linescope_jump", Fast<&OnJump>(), METH_FASTCALL, nullptr},
     };
     nb::object events = monitoring_.attr("events");
     long mask = 0;
@@ -572,9 +712,9 @@ class LineTracer {
     }
   }
 
-  static constexpr size_t kEventCount = 7;
+  static constexpr size_t kEventCount = 8;
   static constexpr const char* kEventNames[kEventCount] = {
-      "PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_YIELD", "PY_UNWIND", "LINE"};
+      "PY_START", "PY_RESUME", "PY_THROW", "PY_RETURN", "PY_YIELD", "PY_UNWIND", "LINE", "JUMP"};
 #else
   // ---- 3.11: C trace function ----
   // `frame.f_trace_lines = False` through the public attribute protocol (no reliance on the
@@ -668,6 +808,7 @@ class LineTracer {
   int64_t stop_ns_ = 0;
   int64_t other_thread_events_ = 0;
   int tool_id_ = -1;
+  std::atomic<uint64_t> current_line_{0};
   CodeEntry code_cache_[kCodeCacheSize];
 #if GPUPROF_MONITORING
   uintptr_t owner_thread_ = 0;
@@ -689,6 +830,8 @@ void RegisterLineTracer(nb::module_& m) {
       .def("lines", &LineTracer::Lines)
       .def("functions", &LineTracer::Functions)
       .def("recorded", &LineTracer::Recorded, nb::arg("path"))
+      .def("memory_line_source", &LineTracer::MemoryLineSource)
+      .def("resolve_line_keys", &LineTracer::ResolveLineKeys, nb::arg("keys"))
       .def_prop_ro("elapsed_ns", &LineTracer::elapsed_ns)
       .def_prop_ro("mismatches", &LineTracer::mismatches)
       .def_prop_ro("other_thread_events", &LineTracer::other_thread_events)

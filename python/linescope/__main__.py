@@ -1,42 +1,108 @@
 """``linescope [options] (script.py | -m module) [args...]`` and ``python -m linescope``.
 
-The target runs as under plain ``python``: its ``sys.argv``, ``sys.path[0]`` and exit status
-are the same. The output is written even when the target fails. Usage errors exit 2.
+The target runs as under plain ``python``: the same ``sys.argv``, ``sys.path[0]``,
+``__main__.__file__`` (absolute, also as the code's filename) and exit status; an uncaught
+exception goes through ``sys.excepthook`` with only the target's frames. The output is written
+even when the target fails. Usage errors, an unusable ``-o`` path included, exit 2 before the
+target runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import builtins
+import importlib.machinery
+import importlib.util
+import linecache
+import math
 import os
 import runpy
 import sys
-import traceback
-from typing import Sequence
+import types
+import warnings
+from contextlib import contextmanager
+from functools import partial
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+if TYPE_CHECKING:
+    from ._session import profile
+
+
+def _sample_rate(text: str) -> float:
+    """The argparse type of --sample-rate: a finite number of samples per second above 0."""
+    try:
+        rate = float(text)
+    except ValueError:
+        rate = math.nan
+    if not (math.isfinite(rate) and rate > 0):
+        raise argparse.ArgumentTypeError(
+            f"expected a positive number of samples per second (for example 1000), not {text!r}")
+    return rate
+
+
+def _output_path(text: str) -> str:
+    """The argparse type of -o: a file name, made absolute against the current directory now,
+    so that a target that changes directory does not move the output."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a file name such as profile.html, not ''")
+    if text.endswith(("/", os.sep)):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} names a directory; give a file name such as "
+            f"{os.path.join(text, 'profile.html')!r}")
+    return os.path.abspath(text)
 
 
 def add_profile_options(p: argparse.ArgumentParser) -> None:
-    """The profile options shared by the CLI and the %%linescope cell magic."""
+    """The profile options shared by the CLI and the %%linescope cell magic. Each one set here
+    overrides the same key of [tool.linescope]."""
     p.add_argument("--backend", "-b", default=None,
                    help="profiler backend: trace (default), sampler, scalene, tachyon, or a "
                         "registered one")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--gpu", dest="gpu", action="store_true", default=None,
                    help="collect GPU time and device memory (needs a GPU-capable backend)")
-    g.add_argument("--no-gpu", dest="gpu", action="store_false")
-    p.add_argument("--memory", action="store_true", default=None,
+    g.add_argument("--no-gpu", dest="gpu", action="store_false",
+                   help="do not collect GPU data (overrides gpu = true in pyproject.toml)")
+    m = p.add_mutually_exclusive_group()
+    m.add_argument("--memory", dest="memory", action="store_true", default=None,
                    help="collect host memory: RSS timeline and per-line change / peak")
+    m.add_argument("--no-memory", dest="memory", action="store_false",
+                   help="do not collect host memory (overrides memory = true in pyproject.toml)")
     p.add_argument("-i", "--include", action="append", default=None, metavar="PATTERN",
-                   help="also record files matching this glob (repeatable)")
+                   help="also record files matching this glob (repeatable; replaces the "
+                        "include list of pyproject.toml)")
     p.add_argument("-e", "--exclude", action="append", default=None, metavar="PATTERN",
-                   help="do not record files matching this glob (repeatable)")
+                   help="do not record files matching this glob (repeatable; replaces the "
+                        "exclude list of pyproject.toml)")
     p.add_argument("-r", "--root", default=None, help="project root (default: cwd)")
-    p.add_argument("-o", "--output", default=None, metavar="OUT",
+    p.add_argument("-o", "--output", default=None, metavar="OUT", type=_output_path,
                    help="write the result here: .html/.htm writes the single-file HTML report, "
-                        "any other suffix JSON (linescope-result/1)")
+                        "any other suffix JSON (linescope-result/1); a relative path is taken "
+                        "against the current directory")
     p.add_argument("-d", "--display", choices=("none", "end"), default=None,
                    help="show the result at the end (default: end)")
-    p.add_argument("--sample-rate", type=float, default=None,
+    p.add_argument("--sample-rate", type=_sample_rate, default=None, metavar="RATE",
                    help="samples per second, for sampling backends")
+
+
+def profile_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The profile() keyword arguments that the command line sets explicitly."""
+    return {k: v for k, v in dict(
+        backend=args.backend, gpu=args.gpu, memory=args.memory, root=args.root,
+        include=args.include, exclude=args.exclude, output=args.output,
+        display=args.display, sample_rate=args.sample_rate).items() if v is not None}
+
+
+def new_session(options: dict[str, Any], record: Sequence[str]) -> "profile":
+    """``profile(**options)`` that also records the files matching ``record``, on top of the
+    include patterns that apply otherwise (the explicit ones, else [tool.linescope]'s).
+    Raises ValueError / TypeError for bad options, like profile()."""
+    from . import profile
+
+    include = options.get("include")
+    if include is None:
+        include = profile(**options).include
+    return profile(**{**options, "include": [*include, *record]})
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,6 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.module is None and not args.target:
         parser.error("give a script to run or -m MODULE")
+    script: str | None = None
     if args.module is not None:
         target_args = list(args.target)
     else:
@@ -65,57 +132,111 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not os.path.isfile(script):
             parser.error(f"can't open file {script!r}: no such file")
 
-    from . import profile  # after parsing: --help stays fast
-
-    options = {k: v for k, v in dict(
-        backend=args.backend, gpu=args.gpu, memory=args.memory, root=args.root,
-        include=args.include, exclude=args.exclude, output=args.output,
-        display=args.display, sample_rate=args.sample_rate).items() if v is not None}
-    if args.module is None:
-        # The target script is always recorded, also when it lies outside the root.
-        options["include"] = [*options.get("include", ()), os.path.abspath(script)]
+    # The target script is always recorded, also when it lies outside the root.
+    record = [] if script is None else [os.path.abspath(script)]
     try:
-        session = profile(**options)
-    except (ValueError, TypeError) as e:
+        session = new_session(profile_options(args), record)
+    except (ValueError, TypeError) as e:  # an unusable output path (-o or pyproject) too
         parser.error(str(e))
 
-    saved_argv, saved_path = sys.argv[:], sys.path[:]
-    code = 0
-    if args.module is not None:
-        sys.argv = [args.module, *target_args]  # runpy replaces argv[0] with the file path
-        sys.path[0:1] = [os.getcwd()]
+    run: Callable[[], object]
+    if script is None:
+        # runpy replaces argv[0] with the module's file, as python -m does.
+        argv0, path0, main_module = str(args.module), os.getcwd(), None
+        run = partial(runpy.run_module, args.module, run_name="__main__", alter_sys=True)
     else:
-        sys.argv = [script, *target_args]
-        sys.path[0:1] = [os.path.dirname(os.path.abspath(script))]
-    try:
-        session.start()
-    except (ValueError, TypeError, RuntimeError) as e:  # nothing ran: a usage error
-        sys.argv, sys.path[:] = saved_argv, saved_path
-        parser.error(str(e))
-    try:
-        if args.module is not None:
-            runpy.run_module(args.module, run_name="__main__", alter_sys=True)
-        else:
-            runpy.run_path(script, run_name="__main__")
-    except SystemExit as e:
-        code = _exit_code(e.code)
-    except KeyboardInterrupt:
-        traceback.print_exc()
-        code = 130
-    except BaseException:  # the target failed: report like python does, then still write output
-        _print_target_traceback()
-        code = 1
-    finally:
+        # python: __file__ absolute, sys.path[0] the directory of the resolved script.
+        argv0, path0 = script, os.path.dirname(os.path.realpath(script))
+        main_module = _main_module(os.path.abspath(script))
+        run = partial(_run_script, main_module)
+    with _target_process_state([argv0, *target_args], path0, main_module):
         try:
-            session.stop()
-        except Exception as e:  # never mask the target's status
-            print(f"linescope: could not finish the profile: {e}", file=sys.stderr)
-            code = code or 1
-        sys.argv, sys.path[:] = saved_argv, saved_path
+            _start(session)
+        except (ValueError, TypeError, RuntimeError) as e:  # nothing ran: a usage error
+            parser.error(str(e))
+        code = 1
+        try:
+            code = _run_target(run)
+        finally:
+            code = _stop(session, code)
     return code
 
 
+@contextmanager
+def _target_process_state(argv: list[str], path0: str,
+                          main_module: types.ModuleType | None) -> Iterator[None]:
+    """``sys.argv``, ``sys.path[0]`` and (for a script) ``sys.modules['__main__']`` as python
+    sets them for the target; restored afterwards."""
+    saved_argv, saved_path, saved_main = sys.argv[:], sys.path[:], sys.modules["__main__"]
+    sys.argv = argv
+    sys.path[0:1] = [path0]
+    if main_module is not None:
+        sys.modules["__main__"] = main_module
+    try:
+        yield
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        sys.modules["__main__"] = saved_main
+
+
+def _main_module(filename: str) -> types.ModuleType:
+    """A fresh ``__main__`` module for the script at the absolute path ``filename``, with the
+    attributes python gives it."""
+    module = types.ModuleType("__main__")
+    module.__dict__.update(
+        __file__=filename, __cached__=None, __builtins__=builtins,
+        __loader__=importlib.machinery.SourceFileLoader("__main__", filename))
+    return module
+
+
+def _start(session: "profile") -> None:
+    """Starts the session; each warning it raises is printed once as a linescope message."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        session.start()
+    for text in dict.fromkeys(str(w.message) for w in caught):
+        print(f"linescope: warning: {text}", file=sys.stderr)
+
+
+def _stop(session: "profile", code: int) -> int:
+    try:
+        session.stop()  # writes the output and shows the summary
+    except Exception as e:  # never mask the target's status
+        print(f"linescope: could not finish the profile: {e}", file=sys.stderr)
+        return code or 1
+    return code
+
+
+def _run_target(run: Callable[[], object]) -> int:
+    """Runs the target to its end and returns its exit status, as python would."""
+    try:
+        run()
+    except SystemExit as e:
+        return _exit_code(e.code)
+    except BaseException as e:  # the target failed
+        failure = e
+    else:
+        return 0
+    # Outside the except clause, so an error in the hook is not chained to the failure.
+    return _report_uncaught(failure)
+
+
+def _run_script(main_module: types.ModuleType) -> None:
+    """Compiles and runs the script of ``main_module``. The decoded text of the bytes that were
+    compiled is registered in linecache (mtime None: never re-read), so the report's source
+    snapshot and tracebacks show the code as it ran even if the file changes meanwhile."""
+    filename = main_module.__file__
+    assert filename is not None
+    with open(filename, "rb") as f:
+        source = f.read()
+    code = compile(source, filename, "exec", dont_inherit=True)
+    text = importlib.util.decode_source(source)
+    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+    exec(code, main_module.__dict__)
+
+
 def _exit_code(code: object) -> int:
+    """The exit status of ``SystemExit(code)``, as python computes it."""
     if code is None:
         return 0
     if isinstance(code, int):
@@ -124,13 +245,43 @@ def _exit_code(code: object) -> int:
     return 1
 
 
-def _print_target_traceback() -> None:
-    etype, value, tb = sys.exc_info()
-    # Drop linescope's and runpy's frames, as python shows only the target's.
-    while tb is not None and ("runpy" in tb.tb_frame.f_code.co_filename
-                              or "linescope" in tb.tb_frame.f_code.co_filename):
+def _report_uncaught(exc: BaseException) -> int:
+    """Hands an exception that ended the target to ``sys.excepthook``, as python does at the top
+    level (with the same fallbacks), without linescope's and runpy's frames. Returns the exit
+    status: 130 for KeyboardInterrupt, else 1, or the status of a SystemExit from the hook."""
+    exc = exc.with_traceback(_target_frames(exc.__traceback__))
+    sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, exc.__traceback__
+    if sys.version_info >= (3, 12):
+        sys.last_exc = exc
+    hook = getattr(sys, "excepthook", None)
+    if hook is None:
+        print("sys.excepthook is missing", file=sys.stderr)
+        sys.__excepthook__(type(exc), exc, exc.__traceback__)
+    else:
+        try:
+            hook(type(exc), exc, exc.__traceback__)
+        except SystemExit as e:
+            return _exit_code(e.code)
+        except BaseException as err:
+            err = err.with_traceback(_target_frames(err.__traceback__))
+            print("Error in sys.excepthook:", file=sys.stderr)
+            sys.__excepthook__(type(err), err, err.__traceback__)
+            print("\nOriginal exception was:", file=sys.stderr)
+            sys.__excepthook__(type(exc), exc, exc.__traceback__)
+    return 130 if isinstance(exc, KeyboardInterrupt) else 1
+
+
+def _target_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """``tb`` without its leading frames in this file and in runpy (the callers of the
+    target)."""
+    while tb is not None and tb.tb_frame.f_code.co_filename in _CALLER_FILES:
         tb = tb.tb_next
-    traceback.print_exception(etype, value, tb)
+    return tb
+
+
+# Code filenames, not module __file__: runpy is a frozen module ("<frozen runpy>") on 3.11+.
+_CALLER_FILES = frozenset({_run_target.__code__.co_filename,
+                           runpy.run_module.__code__.co_filename})
 
 
 if __name__ == "__main__":

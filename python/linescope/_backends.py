@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
-from typing import Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 from ._model import BackendCapabilities, RawBackendResult, RawFunction, RawLine
 
@@ -105,10 +105,16 @@ class TraceBackend:
     def stop(self) -> None:
         self._tracer.stop()
 
+    def _memory_line_source(self) -> tuple[int, Any]:
+        """For linescope's memory sampler (memory=True): the tracer publishes the current
+        line at every line change, so RSS readings can be charged to the running line."""
+        return self._tracer.memory_line_source(), self._tracer.resolve_line_keys
+
     def result(self) -> RawBackendResult:
         t = self._tracer
-        lines = [RawLine(filename=f, line=ln, wall_time_ns=wall, hits=hits, self_time_ns=own)
-                 for f, ln, wall, own, hits in t.lines()]
+        lines = [RawLine(filename=f, line=ln, wall_time_ns=wall, hits=hits, self_time_ns=own,
+                         calls=calls)
+                 for f, ln, wall, own, hits, calls in t.lines()]
         functions = [RawFunction(filename=f, qualname=q, first_line=first, total_time_ns=tot,
                                  own_time_ns=own, calls=calls)
                      for f, q, first, tot, own, calls in t.functions()]
@@ -117,7 +123,11 @@ class TraceBackend:
             warnings=list(t.warnings),
             metadata={"tracer": self._mode, "tool_id": t.tool_id,
                       "stack_repairs": t.mismatches,
-                      "other_thread_events_ignored": t.other_thread_events})
+                      # 3.11's trace function is per thread: other threads' events never
+                      # reach it, so how many there were is unknown.
+                      "other_thread_events_ignored": (t.other_thread_events
+                                                      if self._mode == "sys.monitoring"
+                                                      else None)})
 
 
 register_backend("trace", TraceBackend)

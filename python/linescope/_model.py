@@ -33,7 +33,7 @@ class LineStats:
     self_time_ns: int | None = None
     memory_bytes: int | None = None  # net host-memory (RSS) change attributed to the line
     gpu: GPUStats | None = None
-    calls: int | None = None  # calls made from the line; not collected by `trace`
+    calls: int | None = None  # fresh calls of recorded functions started from the line (`trace`)
     memory_peak_bytes: int | None = None  # highest process RSS seen while the line ran
     cpu_time_ns: int | None = None  # CPU time of the measured thread (sampling backends)
     samples: int | None = None  # samples that landed on the line (sampling backends)
@@ -99,6 +99,7 @@ class RawLine:
     self_time_ns: int | None = None
     memory_peak: int | None = None
     cpu_time_ns: int | None = None
+    calls: int | None = None  # calls of recorded functions made from the line
 
 
 @dataclass(frozen=True)

@@ -23,17 +23,31 @@ def _rel(path: str) -> str:
     return path if rel.startswith("..") else rel
 
 
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "—"
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
 def render_text(result: ProfileResult, top: int = 15) -> str:
-    """A plain-text summary: the most expensive lines and functions."""
+    """A plain-text summary: the most expensive lines and functions. When the result has GPU
+    values (a GPU collection or per-line GPUStats), the lines table has GPU time and GPU peak
+    memory columns of their own, beside (never added to) the driver time."""
     run = result.run
     out = [f"linescope ({result.backend}): {_ms(run.elapsed_ns).strip()} ms elapsed, "
            f"{len(run.lines)} lines in {len({s.filename for s in run.lines})} files, "
            f"{len(run.functions)} functions"]
     for w in result.warnings:
         out.append(f"warning: {w}")
+    gpu = result.gpu is not None or any(s.gpu is not None for s in run.lines)
     lines = sorted(run.lines, key=lambda s: s.wall_time_ns, reverse=True)[:top]
     if lines:
-        out.append(f"{'time ms':>10} {'hits':>8}  location / source")
+        gpu_head = f" {'GPU ms':>10} {'GPU peak':>10}" if gpu else ""
+        time_head = "driver ms" if gpu else "time ms"  # GPU time is its own column
+        out.append(f"{time_head:>10} {'hits':>8}{gpu_head}  location / source")
         for s in lines:
             src = ""
             text = result.sources.get(s.filename)
@@ -42,7 +56,13 @@ def render_text(result: ProfileResult, top: int = 15) -> str:
                 if 0 < s.line <= len(rows):
                     src = rows[s.line - 1].strip()
             hits = "—" if s.hits is None else str(s.hits)
-            out.append(f"{_ms(s.wall_time_ns)} {hits:>8}  {_rel(s.filename)}:{s.line}  {src}")
+            gpu_cols = ""
+            if gpu:
+                g = s.gpu
+                gpu_cols = (f" {_ms(g.time_ns if g else None):>10} "
+                            f"{_bytes(g.peak_memory_bytes if g else None):>10}")
+            out.append(f"{_ms(s.wall_time_ns)} {hits:>8}{gpu_cols}  "
+                       f"{_rel(s.filename)}:{s.line}  {src}")
     fns = sorted(run.functions, key=lambda f: f.total_time_ns or 0, reverse=True)[:top]
     if fns:
         out.append(f"{'total ms':>10} {'own ms':>10} {'calls':>7}  function")

@@ -5,10 +5,11 @@ does not measure memory itself (``memory=True``)."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ._backends import BackendOptions, register_backend
 from ._model import (BackendCapabilities, GPUCollection, GPUStats, MemoryProfile,
@@ -162,19 +163,115 @@ class SamplerBackend:
                       "unattributed_ns": stats["unattributed_ns"], **kernels})
 
 
+# Said once in result.warnings by every GPU-capable backend whose GPU time comes from
+# device-wide utilization (the `scalene` adapter uses the same text).
+DEVICE_WIDE_GPU_WARNING = (
+    "GPU utilization is device-wide (per-process utilization is not available), so attributed "
+    "GPU time can include other processes' work on the same GPUs")
+
+# The NVML collector's notes (telemetry::NvmlCollector, passed on as "GPU collector: <note>"):
+# what failed while sampling, per device.
+_NOTE_FAILURES = {
+    kind: re.compile(r"^GPU collector: (\S+): " + pattern + "$")
+    for kind, pattern in (("util", r"util read failed: (.*); left empty while it fails"),
+                          ("memory", r"proc_mem read failed: (.*); left empty while it fails"),
+                          ("lost", r"device lost \((.*)\); no further samples from it"),
+                          ("device", r"device read failed \((.*)\); no sample this tick"))
+}
+# The C++ summary's words for "no value came" (lines::SummarizeGpuCollection); when the
+# collector noted failed reads, those are the real cause.
+_NO_UTILIZATION = "the driver reported no GPU utilization"
+_NO_PROCESS_MEMORY = "the driver reported no per-process device memory"
+_EVERY_READING_FAILED = "every GPU reading failed"
+_SEE_DIAGNOSTICS = "; see the diagnostics"
+_READINGS_FAILED = re.compile(r"^\d+ of \d+ GPU readings failed; ")
+# Mid-run failures, also said in result.warnings (gpu_warnings picks these prefixes).
+_FAILURE_PREFIXES = ("GPU utilization reads failed in ", "GPU memory reads failed ",
+                     "GPU readings failed ")
+
+
+def _collector_failures(diagnostics: list[str]) -> dict[str, list[str]]:
+    """kind -> ["gpu0: <NVML error>", ...] from the collector's notes ("lost": "gpu0 lost:
+    <NVML error>")."""
+    out: dict[str, list[str]] = {k: [] for k in _NOTE_FAILURES}
+    for d in diagnostics:
+        for kind, pattern in _NOTE_FAILURES.items():
+            m = pattern.match(d)
+            if m:
+                sep = " lost: " if kind == "lost" else ": "
+                out[kind].append(f"{m.group(1)}{sep}{m.group(2)}")
+    return out
+
+
 def gpu_collection(g: dict[str, Any]) -> GPUCollection:
+    """The sampler's GPUCollection from the native summary ``g`` (LineSampler.gpu()). Read
+    failures the collector noted name the real cause in the reasons, and mid-run failures
+    become diagnostics that gpu_warnings puts in result.warnings."""
     time_reason, memory_reason = g["time_reason"], g["memory_reason"]
+    time_available, memory_available = g["time_available"], g["memory_available"]
+    diagnostics = list(g["diagnostics"])
     if sys.platform == "darwin" and g["method"] is None:
         time_reason = memory_reason = MPS_UNAVAILABLE
-    return GPUCollection(method=g["method"], time_available=g["time_available"],
-                         memory_available=g["memory_available"], time_reason=time_reason,
+    if g["method"] is None:
+        return GPUCollection(method=None, time_available=time_available,
+                             memory_available=memory_available, time_reason=time_reason,
+                             memory_reason=memory_reason, devices=list(g["devices"]),
+                             utilization_scope=g["utilization_scope"], diagnostics=diagnostics)
+    failed = _collector_failures(diagnostics)
+    whole = failed["lost"] + failed["device"]  # devices that gave no reading at all
+    util_causes = "; ".join(failed["util"] + whole)
+    mem_causes = "; ".join(failed["memory"] + whole)
+    sampled_time = g["method"].endswith("-sampled")
+    if not time_available and time_reason:
+        if time_reason.startswith(_NO_UTILIZATION) and util_causes:
+            time_reason = (f"every GPU utilization read failed ({util_causes}); GPU time cannot "
+                           "be estimated")
+        elif time_reason.startswith(_EVERY_READING_FAILED) and (util_causes or mem_causes):
+            causes = "; ".join(dict.fromkeys(failed["util"] + failed["memory"] + whole))
+            time_reason = f"{time_reason.removesuffix(_SEE_DIAGNOSTICS)}: {causes}"
+    if not memory_available and memory_reason:
+        if memory_reason.startswith(_NO_PROCESS_MEMORY) and mem_causes:
+            memory_reason = (f"every per-process device memory read failed ({mem_causes})"
+                             + ("; GPU time sampling continued" if time_available else ""))
+        elif memory_reason.startswith(_EVERY_READING_FAILED):
+            memory_reason = time_reason
+    # Mid-run failures: some readings came, others failed.
+    ticks, failed_ticks = int(g.get("ticks", 0)), int(g.get("failed_ticks", 0))
+    n_dev = max(1, len(g["devices"]))
+    unit = "readings" if n_dev == 1 else "device readings"
+    if time_available or memory_available:
+        if 0 < failed_ticks < ticks:
+            diagnostics = [d for d in diagnostics if not _READINGS_FAILED.match(d)]
+            why = f" ({'; '.join(whole)})" if whole else ""
+            diagnostics.append(f"GPU readings failed in {failed_ticks} of {ticks} samples{why}; "
+                               "lines whose samples all failed have no GPU time or GPU peak "
+                               "memory")
+        elif whole:  # one of several GPUs stopped answering; the others still did
+            diagnostics.append(f"GPU readings failed during the run ({'; '.join(whole)}); "
+                               "lines sampled then have no GPU values from that GPU")
+    answered = (ticks - failed_ticks) * n_dev
+    missing_util = answered - int(g.get("util_readings", 0))
+    # (CUPTI measures GPU time from kernel records: failed utilization reads do not matter.)
+    if time_available and sampled_time and failed["util"] and missing_util > 0:
+        diagnostics.append(
+            f"GPU utilization reads failed in {missing_util} of {answered} {unit} "
+            f"({'; '.join(failed['util'])}); lines whose samples all failed have no GPU time")
+    if memory_available and failed["memory"]:
+        have = g.get("proc_mem_readings")  # a count the native summary may not report
+        counted = (f"in {answered - int(have)} of {answered} {unit} "
+                   if have is not None and answered > int(have) else "during the run ")
+        diagnostics.append(
+            f"GPU memory reads failed {counted}({'; '.join(failed['memory'])}); lines whose "
+            "samples all failed have no GPU peak memory")
+    return GPUCollection(method=g["method"], time_available=time_available,
+                         memory_available=memory_available, time_reason=time_reason,
                          memory_reason=memory_reason, devices=list(g["devices"]),
-                         utilization_scope=g["utilization_scope"],
-                         diagnostics=list(g["diagnostics"]))
+                         utilization_scope=g["utilization_scope"], diagnostics=diagnostics)
 
 
 def gpu_warnings(gpu: GPUCollection) -> list[str]:
-    """The diagnostics a user must see in result.warnings: why GPU values are missing."""
+    """The diagnostics a user must see in result.warnings, each once: why GPU values are
+    missing, reads that failed mid-run, and device-wide utilization."""
     out = []
     if not gpu.time_available and gpu.time_reason:
         out.append(gpu.time_reason if gpu.time_reason.startswith("GPU measurements unavailable")
@@ -182,20 +279,38 @@ def gpu_warnings(gpu: GPUCollection) -> list[str]:
     if (not gpu.memory_available and gpu.memory_reason
             and gpu.memory_reason != gpu.time_reason):
         out.append(f"GPU peak memory unavailable: {gpu.memory_reason}")
-    return out
+    out.extend(d for d in gpu.diagnostics if d.startswith(_FAILURE_PREFIXES))
+    # (neuron-sampled counts only the NeuronCores this process's runtime holds memory on,
+    # which a runtime owns; its diagnostic says so.)
+    if (gpu.time_available and gpu.utilization_scope == "device"
+            and gpu.method != "neuron-sampled"):
+        out.append(DEVICE_WIDE_GPU_WARNING)
+    return list(dict.fromkeys(out))
+
+
+LineSource = tuple[int, Callable[[list[int]], list[tuple[int, str, int]]]]
 
 
 class MemorySampler:
     """RSS sampling beside a backend that does not measure memory (``memory=True``): a bounded
-    RSS timeline for the process and, when the session runs on the main thread, RSS changes
-    and peaks per line."""
+    RSS timeline for the process and RSS changes and peaks per line.
 
-    def __init__(self, options: BackendOptions) -> None:
-        self._per_line = _on_main_thread()
+    Per line, either from a backend's ``_memory_line_source()`` (the `trace` backend: it
+    publishes the current line at every line change, and each RSS reading, every
+    MEMORY_INTERVAL_NS on the sampler thread, is charged to the line running at that moment,
+    on any thread), or else from samples that the main thread answers (pending calls: a
+    reading lands on the line the main thread is on when it answers, i.e. after a long C call
+    returns; not available off the main thread)."""
+
+    def __init__(self, options: BackendOptions, line_source: LineSource | None = None) -> None:
+        self._source = line_source
+        self._per_line = line_source is not None or _on_main_thread()
         self._native = _native().LineSampler(
             list(options.roots), list(options.include), list(options.exclude), os.getcwd(),
-            interval_ns=MEMORY_INTERVAL_NS, attribute=self._per_line, memory=True,
-            gpu_backend="off")
+            interval_ns=MEMORY_INTERVAL_NS,
+            attribute=self._per_line and line_source is None, memory=True, gpu_backend="off")
+        if line_source is not None:
+            self._native.set_line_source(line_source[0])
 
     def start(self) -> None:
         self._native.start()
@@ -213,8 +328,20 @@ class MemorySampler:
 
     def per_line(self) -> dict[tuple[str, int], tuple[int | None, int | None]]:
         """(filename, line) -> (RSS change, RSS peak)."""
-        return {(f, ln): (rss_delta, rss_peak)
-                for f, ln, _s, _w, _c, rss_delta, rss_peak, _g, _m in self._native.lines()}
+        if self._source is None:
+            return {(f, ln): (rss_delta, rss_peak)
+                    for f, ln, _s, _w, _c, rss_delta, rss_peak, _g, _m in self._native.lines()}
+        rows = self._native.source_lines()
+        where = {key: (f, ln) for key, f, ln in self._source[1]([r[0] for r in rows])}
+        out: dict[tuple[str, int], tuple[int | None, int | None]] = {}
+        for key, delta, peak, _readings in rows:
+            loc = where.get(key)
+            if loc is None:
+                continue
+            # Code objects sharing a line (a lambda on its caller's line) are one line.
+            old_delta, old_peak = out.get(loc, (0, peak))
+            out[loc] = ((old_delta or 0) + delta, max(old_peak or peak, peak))
+        return out
 
 
 register_backend("sampler", SamplerBackend)

@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 from ._backends import BackendOptions, register_backend
 from ._model import BackendCapabilities, GPUCollection, GPUStats, RawBackendResult, RawLine
+from ._sampling import DEVICE_WIDE_GPU_WARNING
 
 INSTALL_HINT = "install it with: pip install 'gpuprof[scalene]' (Python 3.11-3.14)"
 
@@ -44,6 +45,10 @@ MEMORY_REASON = (
 APPLE_REASON = (
     "Apple MPS metrics are unavailable: Scalene's per-process MPS timing needs its PyTorch "
     "(torch.profiler) instrumentation, which the in-process adapter does not run")
+
+NVML_LIBRARY_NOTE = (
+    "GPUPROF_NVML_LIBRARY is not used by the scalene backend: Scalene's pynvml loads "
+    "libnvidia-ml.so.1 from the dynamic loader's search path (LD_LIBRARY_PATH)")
 
 _MIB = 1048576  # Scalene reports device memory in MiB (bytes / 1048576)
 _DEFAULT_INTERVAL_S = 0.01  # Scalene's default mean sampling interval (100 samples/s)
@@ -250,6 +255,8 @@ def _open_gpu(state: _GpuState) -> Any:
     if sys.platform == "darwin":
         state.unavailable = APPLE_REASON
         return None
+    if os.environ.get("GPUPROF_NVML_LIBRARY"):
+        state.diagnostics.append(NVML_LIBRARY_NOTE)
     reasons = []
     try:
         import pynvml
@@ -284,7 +291,9 @@ def _open_gpu(state: _GpuState) -> Any:
             if sys.platform == "win32":
                 _check_wddm(pynvml, handles, state)
             return collector
-        reasons.append(f"NVIDIA: {_nvml_reason(pynvml)}")
+        hint = ("; GPUPROF_NVML_LIBRARY does not apply to Scalene's pynvml, which searches "
+                "LD_LIBRARY_PATH" if os.environ.get("GPUPROF_NVML_LIBRARY") else "")
+        reasons.append(f"NVIDIA: {_nvml_reason(pynvml)}{hint}")
     try:
         from scalene.scalene_neuron import ScaleneNeuron
         neuron = ScaleneNeuron()
@@ -662,6 +671,8 @@ def _gpu_warnings(c: GPUCollection) -> list[str]:
     if not c.memory_available:
         out.append(f"GPU peak memory is unavailable: {c.memory_reason} (scalene backend)")
     out.extend(d for d in c.diagnostics if "failed in" in d)
+    if c.time_available and c.utilization_scope == "device":
+        out.append(DEVICE_WIDE_GPU_WARNING)
     return out
 
 

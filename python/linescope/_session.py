@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import linecache
 import os
+import re
 import sys
 import threading
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterator, Iterable
 
 from . import _config, _report
 from ._backends import BackendOptions, ProfilerBackend, get_backend_factory, GPU_TRACE_WARNING
@@ -54,15 +56,103 @@ def _bool(name: str, value: Any) -> bool:
     return value
 
 
+@contextlib.contextmanager
+def _blame(name: str, from_config: set[str], config_path: Path | None) -> Iterator[None]:
+    """An invalid value of option `name` that came from pyproject.toml says so."""
+    try:
+        yield
+    except (TypeError, ValueError) as e:
+        if name not in from_config:
+            raise
+        raise type(e)(f"{e} (set by [tool.linescope] in {config_path})") from None
+
+
+def _output_path(out: Any) -> str:
+    """The absolute report path (relative paths: against the current directory now, so a
+    later os.chdir does not move the report); refuses one that cannot be written."""
+    if not isinstance(out, (str, os.PathLike)):
+        raise TypeError(f"output must be a path or None, not {out!r}")
+    path = os.path.abspath(os.fspath(out))
+    if os.path.isdir(path):
+        raise ValueError(f"output {path!r} is a directory; give a file name ending in .html "
+                         "(the HTML report) or .json")
+    if os.path.exists(path):
+        if not os.access(path, os.W_OK):
+            raise ValueError(f"output {path!r} exists and is not writable; choose another path")
+        return path
+    ancestor = os.path.dirname(path)
+    while not os.path.exists(ancestor):  # missing parents are created when saving
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise ValueError(f"output {path!r} cannot be written: {ancestor!r} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ValueError(f"output {path!r} cannot be written: no write permission in "
+                         f"{ancestor!r}")
+    return path
+
+
+def _live_codes(module: Any, path: str) -> dict[str, Any]:
+    """Code objects of the module's functions, classes' methods included, by qualname."""
+    out: dict[str, Any] = {}
+
+    def add(obj: Any) -> None:
+        code = getattr(obj, "__code__", None)
+        if code is not None and code.co_filename == path:
+            out[code.co_qualname] = code
+
+    for value in list(vars(module).values()):
+        if isinstance(value, type) and getattr(value, "__module__", None) == module.__name__:
+            for member in list(vars(value).values()):
+                add(getattr(member, "__func__", member))  # staticmethod / classmethod
+        else:
+            add(value)
+    return out
+
+
+_DEF = re.compile(r"\s*(?:async\s+)?def\s+(\w+)")
+
+
+def _source_differs(module: Any, path: str, text: str) -> bool:
+    """True when `text` no longer has the module's functions where their code says they
+    start: the file was edited after the module was imported, so the report's lines would
+    not match the code that ran. (Line positions, not bytecode, are compared: import hooks
+    such as pytest's assertion rewriting change the bytecode but keep the lines.)"""
+    lines = text.splitlines()
+    for code in _live_codes(module, path).values():
+        i = code.co_firstlineno - 1
+        if not 0 <= i < len(lines):
+            return True
+        if code.co_name == "<lambda>":
+            if "lambda" not in lines[i]:
+                return True
+            continue
+        # The first line is the `def` itself, or its first decorator: then the first `def`
+        # after it must be this one.
+        if not lines[i].lstrip().startswith("@"):
+            m = _DEF.match(lines[i])
+            if m is None or m.group(1) != code.co_name:
+                return True
+            continue
+        for line in lines[i + 1:i + 200]:
+            m = _DEF.match(line)
+            if m:
+                if m.group(1) != code.co_name:
+                    return True
+                break
+    return False
+
+
 class _ProfileMeta(type):
-    """Class-level (module-level) access: ``profile.result`` of the default session."""
+    """Class-level (module-level) access: ``profile.result`` of the latest session that
+    stopped, however it ran (module level, ``with profile():``, an explicit session, the
+    cell magic)."""
 
     @property
     def result(cls) -> ProfileResult:
-        s = cls._default
+        s = cls._last
         if s is None:
-            raise RuntimeError("no linescope session has run; call profile.start() and "
-                               "profile.stop() (or use `with profile():`) first")
+            raise RuntimeError("no linescope session has finished yet; run one first "
+                               "(`with profile():`, or profile.start() then profile.stop())")
         return s.result
 
 
@@ -94,7 +184,8 @@ class profile(metaclass=_ProfileMeta):
     (site-packages). The `trace` backend measures the thread that calls start().
     """
 
-    _default: "profile | None" = None
+    _default: "profile | None" = None  # the module-level session (profile.start())
+    _last: "profile | None" = None  # the latest session that stopped
 
     def __init__(self, backend: str = _UNSET, gpu: bool = _UNSET, memory: bool = _UNSET,
                  root: str | os.PathLike[str] | None = _UNSET,
@@ -111,34 +202,46 @@ class profile(metaclass=_ProfileMeta):
                                     sample_rate=None)
         opts.update(defaults)
         opts.update(explicit)
+        # Options whose value came from pyproject.toml (errors name the file).
+        self._from_config: set[str] = set(defaults) - set(explicit)
 
-        if not isinstance(opts["backend"], str):
-            raise TypeError(f"backend must be a string, not {opts['backend']!r}")
-        self.backend_name: str = opts["backend"]
-        self._factory = get_backend_factory(self.backend_name)  # unknown backend -> ValueError
-        self.gpu = _bool("gpu", opts["gpu"])
-        self.memory = _bool("memory", opts["memory"])
+        def blame(name: str) -> contextlib.AbstractContextManager[None]:
+            return _blame(name, self._from_config, self._config_path)
+
+        with blame("backend"):
+            if not isinstance(opts["backend"], str):
+                raise TypeError(f"backend must be a string, not {opts['backend']!r}")
+            self.backend_name: str = opts["backend"]
+            self._factory = get_backend_factory(self.backend_name)  # unknown -> ValueError
+        with blame("gpu"):
+            self.gpu = _bool("gpu", opts["gpu"])
+        with blame("memory"):
+            self.memory = _bool("memory", opts["memory"])
         root_v = opts["root"]
-        if root_v is not None and not isinstance(root_v, (str, os.PathLike)):
-            raise TypeError(f"root must be a path or None, not {root_v!r}")
-        if root_v is not None and not os.path.isdir(root_v):
-            raise ValueError(f"root {os.fspath(root_v)!r} is not a directory")
+        with blame("root"):
+            if root_v is not None and not isinstance(root_v, (str, os.PathLike)):
+                raise TypeError(f"root must be a path or None, not {root_v!r}")
+            if root_v is not None and not os.path.isdir(root_v):
+                raise ValueError(f"root {os.fspath(root_v)!r} is not a directory")
         self.root: str | None = None if root_v is None else os.path.abspath(root_v)
-        self.include = _patterns("include", opts["include"])
-        self.exclude = _patterns("exclude", opts["exclude"])
-        if opts["display"] not in _DISPLAY:
-            raise ValueError(f"display must be one of {', '.join(map(repr, _DISPLAY))}, "
-                             f"not {opts['display']!r}")
+        with blame("include"):
+            self.include = _patterns("include", opts["include"])
+        with blame("exclude"):
+            self.exclude = _patterns("exclude", opts["exclude"])
+        with blame("display"):
+            if opts["display"] not in _DISPLAY:
+                raise ValueError(f"display must be one of {', '.join(map(repr, _DISPLAY))}, "
+                                 f"not {opts['display']!r}")
         self.display: str = opts["display"]
-        out = opts["output"]
-        if out is not None and not isinstance(out, (str, os.PathLike)):
-            raise TypeError(f"output must be a path or None, not {out!r}")
-        self.output: str | None = None if out is None else os.fspath(out)
+        with blame("output"):
+            out = opts["output"]
+            self.output: str | None = None if out is None else _output_path(out)
         rate = opts["sample_rate"]
-        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float))
-                                 or not rate > 0):
-            raise ValueError(f"sample_rate must be a positive number of samples per second "
-                             f"or None, not {rate!r}")
+        with blame("sample_rate"):
+            if rate is not None and (isinstance(rate, bool)
+                                     or not isinstance(rate, (int, float)) or not rate > 0):
+                raise ValueError(f"sample_rate must be a positive number of samples per "
+                                 f"second or None, not {rate!r}")
         self.sample_rate: float | None = None if rate is None else float(rate)
 
         self._backend: ProfilerBackend | None = None
@@ -147,7 +250,10 @@ class profile(metaclass=_ProfileMeta):
         self._result: ProfileResult | None = None
         self._state = "new"
         self._started_at = 0.0
+        self._t0_ns = 0
         self._thread: int | None = None
+        self._snapshots: dict[str, str] = {}
+        self._modules: dict[str, Any] = {}  # path -> the loaded module it was read for
 
     # ---- options and capabilities --------------------------------------------------------
     def options(self) -> dict[str, Any]:
@@ -171,6 +277,15 @@ class profile(metaclass=_ProfileMeta):
         for cap, requested in wanted.items():
             if not requested or getattr(caps, cap, False):
                 continue
+            if cap == "sampled" and "sample_rate" in self._from_config:
+                # pyproject's sample_rate is for sampling backends; an explicitly chosen
+                # backend that does not sample goes on without it.
+                self._warnings.append(
+                    f"sample_rate = {self.sample_rate:g} from [tool.linescope] in "
+                    f"{self._config_path} was ignored: the {self.backend_name!r} backend "
+                    "does not sample")
+                self.sample_rate = None
+                continue
             if cap == "gpu" and "gpu" in caps.warn_instead_of_reject:
                 text = (GPU_TRACE_WARNING if self.backend_name == "trace" else
                         f"GPU profiling is not supported by the {self.backend_name!r} backend: "
@@ -185,8 +300,10 @@ class profile(metaclass=_ProfileMeta):
                                "(for example backend='sampler')"}[cap]
             raise ValueError(f"backend {self.backend_name!r} does not support {option} "
                              f"(BackendCapabilities.{cap} is False); {hint}")
-        self._memory_sampler = (MemorySampler(opts) if self.memory and not caps.memory
-                                else None)
+        self._memory_sampler = None
+        if self.memory and not caps.memory:
+            source = getattr(backend, "_memory_line_source", None)
+            self._memory_sampler = MemorySampler(opts, source() if callable(source) else None)
         return backend
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -206,7 +323,9 @@ class profile(metaclass=_ProfileMeta):
         try:
             self._warnings = []
             self._backend = self._make_backend()
+            self._take_snapshots()
             self._started_at = time.time()
+            self._t0_ns = time.time_ns()
             self._thread = threading.get_ident()
             if self._memory_sampler is not None:
                 self._memory_sampler.start()
@@ -236,16 +355,24 @@ class profile(metaclass=_ProfileMeta):
         assert self._backend is not None
         try:
             try:
-                self._backend.stop()
+                try:
+                    self._backend.stop()
+                finally:
+                    if self._memory_sampler is not None:
+                        self._memory_sampler.stop()
             finally:
-                if self._memory_sampler is not None:
-                    self._memory_sampler.stop()
+                self._state = "stopped"
+                with _active_lock:
+                    _active = None
+            raw = self._backend.result()
+            self._result = self._build_result(raw)
         finally:
-            self._state = "stopped"
-            with _active_lock:
-                _active = None
-        raw = self._backend.result()
-        self._result = self._build_result(raw)
+            # A finished session keeps only its result: the backend and the memory sampler
+            # (native objects; the sampler's GPU collector holds NVML) go now, so a session
+            # kept as profile.result does not hold them into the next one.
+            self._backend = None
+            self._memory_sampler = None
+        type(self)._last = self
         if self.output:
             _report.save(self._result, self.output)
         if self.display == "end":
@@ -291,14 +418,15 @@ class profile(metaclass=_ProfileMeta):
     def _show(self) -> None:
         _report.show(self._get_result(), sys.stdout)
 
-    save = _hybrid(_save, lambda cls, path: cls._default_session()._save(path))
-    show = _hybrid(_show, lambda cls: cls._default_session()._show())
+    save = _hybrid(_save, lambda cls, path: cls._last_session()._save(path))
+    show = _hybrid(_show, lambda cls: cls._last_session()._show())
 
     @classmethod
-    def _default_session(cls) -> "profile":
-        if cls._default is None:
-            raise RuntimeError("no linescope session has run; call profile.start() first")
-        return cls._default
+    def _last_session(cls) -> "profile":
+        if cls._last is None:
+            raise RuntimeError("no linescope session has finished yet; run one first "
+                               "(`with profile():`, or profile.start() then profile.stop())")
+        return cls._last
 
     @property
     def running(self) -> bool:
@@ -307,6 +435,67 @@ class profile(metaclass=_ProfileMeta):
     @property
     def warnings(self) -> list[str]:
         return list(self._warnings)
+
+    # ---- source snapshots -----------------------------------------------------------------
+    def _take_snapshots(self) -> None:
+        """Reads, before measuring starts, the source of every loaded module that this
+        session records, so that the report shows the code as it ran even when a file is
+        edited during the session. Files first loaded during the session are read at stop().
+        A module whose file changed after it was imported is noted at stop() (the code in
+        memory no longer matches the file; checked for the files in the result only)."""
+        from gpuprof import _native  # the shared native core: the same path filter
+
+        self._snapshots = {}
+        self._modules = {}
+        keep = _native.LineTracer([self.root or os.getcwd()], list(self.include),
+                                  list(self.exclude) + [_PACKAGE_DIR + "/*"], os.getcwd())
+        for module in list(sys.modules.values()):
+            name = getattr(module, "__file__", None)
+            if not isinstance(name, str) or not name.endswith(".py"):
+                continue
+            path = os.path.abspath(name)
+            if path in self._snapshots or not keep.recorded(path):
+                continue
+            text = self._registered_source(path)
+            if text is None:
+                try:
+                    text = Path(path).read_text(encoding="utf-8", errors="replace")
+                except OSError:
+                    continue
+                self._modules[path] = module
+            self._snapshots[path] = text
+
+    @staticmethod
+    def _registered_source(name: str) -> str | None:
+        """Source registered in linecache without a file timestamp (the CLI's compiled
+        script, IPython cells): the exact text that was compiled."""
+        entry = linecache.cache.get(name)
+        if entry is not None and len(entry) == 4 and entry[1] is None:
+            return "".join(entry[2])
+        return None
+
+    def _source_of(self, name: str, warns: list[str]) -> str:
+        text = self._registered_source(name)
+        if text is not None:
+            return text
+        if name in self._snapshots:
+            module = self._modules.get(name)
+            if module is not None and _source_differs(module, name, self._snapshots[name]):
+                warns.append(f"{name} changed after it was imported: the report shows the "
+                             "file as it was when the session started, which may not match "
+                             "the code that ran")
+            return self._snapshots[name]
+        if not os.path.isfile(name):
+            return "".join(linecache.getlines(name))  # e.g. <string> sources linecache knows
+        try:
+            text = Path(name).read_text(encoding="utf-8", errors="replace")
+            changed = os.stat(name).st_mtime_ns > self._t0_ns
+        except OSError:
+            return ""
+        if changed:
+            warns.append(f"{name} changed while it was being profiled: the report shows the "
+                         "file as it is now, which may not match the code that ran")
+        return text
 
     def _build_result(self, raw: RawBackendResult) -> ProfileResult:
         memory = raw.memory if self.memory else None
@@ -323,24 +512,20 @@ class profile(metaclass=_ProfileMeta):
                 filename=r.filename, line=r.line, wall_time_ns=r.wall_time_ns, hits=r.hits,
                 self_time_ns=r.self_time_ns, memory_bytes=net,
                 gpu=(r.gpu if self.gpu and isinstance(r.gpu, GPUStats) else None),
-                memory_peak_bytes=peak, cpu_time_ns=r.cpu_time_ns, samples=r.samples))
+                memory_peak_bytes=peak, cpu_time_ns=r.cpu_time_ns, samples=r.samples,
+                calls=r.calls))
         functions = [FunctionStats(qualname=f.qualname, filename=f.filename,
                                    first_line=f.first_line, total_time_ns=f.total_time_ns,
                                    own_time_ns=f.own_time_ns, calls=f.calls)
                      for f in raw.functions]
         files = sorted({s.filename for s in lines} | {f.filename for f in functions})
+        warns = list(self._warnings)
         sources: dict[str, str] = {}
         for name in files:
-            text = "".join(linecache.getlines(name))
-            if not text and os.path.isfile(name):
-                try:
-                    text = Path(name).read_text(encoding="utf-8", errors="replace")
-                except OSError:
-                    text = ""
+            text = self._source_of(name, warns)
             if text:
                 sources[name] = text
         symbols = [Symbol(f.qualname, f.filename, f.first_line) for f in functions]
-        warns = list(self._warnings)
         if self._memory_sampler is not None:
             warns.extend(self._memory_sampler.warnings)
         for w in raw.warnings:

@@ -49,6 +49,8 @@ class Report:
 
     def nav(self, view: str) -> None:
         self.page.click(f'#sidebar a[data-nav="{view}"]')
+        # The view changes on the hashchange event, after the click returns.
+        self.page.wait_for_selector(f'#sidebar a[data-nav="{view}"][aria-current="page"]')
 
     def heading(self) -> str:
         return self.page.inner_text("main h1")

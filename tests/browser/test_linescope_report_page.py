@@ -4,12 +4,13 @@ Reports are produced through the public API (profile(output=...), scripted backe
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
 import pytest
 
-from linescope import profile
+from linescope import GPUStats, profile
 from linescope_report_util import (MiB, Scenario, gpu_scenario, memory_scenario,
                                    read_payload, run_scripted)
 
@@ -242,7 +243,7 @@ def test_gpu_false_has_no_gpu_view_and_no_gpu_columns(report, tmp_path):
     assert "GPU" not in report.page.inner_text("table.source thead")
 
 
-def test_trace_with_gpu_shows_the_warning_and_why_gpu_values_are_missing(report, tmp_path):
+def test_trace_with_gpu_has_no_gpu_view_and_shows_the_warning(report, tmp_path):
     root = tmp_path / "p"
     root.mkdir()
     (root / "w.py").write_text("def w():\n    return 1\n")
@@ -255,14 +256,90 @@ def test_trace_with_gpu_shows_the_warning_and_why_gpu_values_are_missing(report,
         with profile(root=root, gpu=True, output=out, display="none"):
             mod.w()
     report.open(out)
-    # the warning is visible on the overview
+    # the diagnostic is shown with the other warnings on the overview
     assert "'trace' backend" in report.page.inner_text(".warnings li")
-    # the GPU view says why its values are unavailable; no GPU columns anywhere
-    report.nav("gpu")
-    assert report.page.inner_text('[data-card="gpu-time"] .card-value') == "—"
-    assert "does not collect GPU" in report.page.inner_text('[data-card="gpu-memory"] .notice')
+    # the trace backend does not collect GPU values: no GPU view, no GPU sidebar entry, no
+    # GPU headline and no GPU columns anywhere
+    assert report.page.query_selector('#sidebar a[data-nav="gpu"]') is None
+    assert report.page.query_selector(".gpu-headline") is None
+    assert "gpu_time" not in report.headers(LINES)
+    report.open(out, "#view=gpu")
+    assert report.heading() == "Overview"
     report.open(out, "#file=0")
-    assert "gpu_time" not in report.headers("table.source")
+    assert not {"gpu_time", "gpu_memory"} & set(report.headers("table.source"))
+    assert "GPU" not in report.page.inner_text("table.source thead")
+
+
+def test_custom_backend_with_per_line_gpu_values_only(report, tmp_path):
+    # GIVEN a backend declaring gpu=True that returns GPU values only through RawLine.gpu
+    out = tmp_path / "custom.html"
+    run_scripted(tmp_path, dataclasses.replace(gpu_scenario(), gpu=None), gpu=True,
+                 output=out, name="withgpu")
+    report.open(out)
+    assert "reported by the 'withgpu' backend" in report.page.inner_text(".gpu-headline")
+    report.nav("gpu")
+    # THEN the cards have the totals and no notice; the headline is a neutral label
+    value = lambda card: report.page.inner_text(f'[data-card="{card}"] .card-value')  # noqa: E731
+    assert value("gpu-time") == "32.0 ms" and value("gpu-memory") == "520 MiB"
+    assert report.page.query_selector(".card .notice") is None
+    assert report.page.inner_text(".method") == "GPU numbers: reported by the 'withgpu' backend"
+    assert "does not collect" not in report.page.inner_text("main")
+    # AND the measured lines show their values; unknown is "—"
+    table = "table.gpu-lines"
+    assert report.column_texts(table, "gpu_time") == ["30.0 ms", "2.00 ms"]
+    assert report.column_texts(table, "gpu_memory") == ["512 MiB", "520 MiB"]
+    # AND the source view has the GPU columns with the per-line values
+    report.open(out, "#file=0")
+    assert {"gpu_time", "gpu_memory"} <= set(report.headers("table.source"))
+    assert report.column_texts("table.source", "gpu_time")[3] == "30.0 ms"  # line 4
+    assert report.column_texts("table.source", "gpu_memory")[3] == "512 MiB"
+    assert report.column_texts("table.source", "gpu_time")[6] == "—"  # line 7: not measured
+
+
+def _nothing_measured(method: str | None) -> Scenario:
+    reason = ("every GPU utilization read failed (gpu0: Unknown Error (NVML error 999))"
+              if method else "no supported GPU was found")
+    base = gpu_scenario(method=method)
+    return dataclasses.replace(
+        base, lines=[(ln, wall, hits, GPUStats(None, None) if g else None, mem, peak)
+                     for ln, wall, hits, g, mem, peak in base.lines],
+        gpu=dataclasses.replace(base.gpu, time_available=False, memory_available=False,
+                                time_reason=reason, memory_reason=reason,
+                                devices=[] if method is None else base.gpu.devices))
+
+
+@pytest.mark.parametrize("method, headline", [
+    ("nvml-sampled", "No GPU values were measured (collection method: nvml-sampled)."),
+    (None, "No GPU values were measured: no GPU collection method was recorded."),
+])
+def test_headline_when_nothing_was_measured(report, tmp_path, method, headline):
+    # GIVEN a GPU collection that measured nothing (every read failed / no device)
+    out = tmp_path / "nothing.html"
+    scenario = _nothing_measured(method)
+    run_scripted(tmp_path, scenario, gpu=True, output=out)
+    report.open(out)
+    # THEN the overview and the GPU view say so in one clean sentence, claiming no estimate
+    assert report.page.inner_text(".gpu-headline") == headline
+    report.nav("gpu")
+    text = report.page.inner_text(".method")
+    assert text == headline
+    assert "estimated" not in text and "\u2014" not in text
+    assert report.page.query_selector('.facts [data-fact="aggregation"]') is None
+    # AND the cards carry the recorded reason
+    assert (report.page.inner_text('[data-card="gpu-time"] .notice')
+            == scenario.gpu.time_reason)
+
+
+@pytest.mark.parametrize("method, words", [("nvml-sampled", "summed over GPUs (2 devices here)"),
+                                           ("scalene-nvml", "averaged over GPUs (2 devices here)")])
+def test_gpu_view_says_how_gpu_time_combines_over_gpus(report, tmp_path, method, words):
+    base = gpu_scenario(method=method)
+    scenario = dataclasses.replace(base, gpu=dataclasses.replace(
+        base.gpu, devices=["NVIDIA H200", "NVIDIA H200"]))
+    out = tmp_path / "two.html"
+    run_scripted(tmp_path, scenario, gpu=True, output=out)
+    report.open(out, "#view=gpu")
+    assert words in report.page.inner_text('.facts [data-fact="aggregation"]')
 
 
 def test_memory_view_when_memory_was_collected(report, tmp_path):

@@ -35,6 +35,26 @@ class Workspace:
         path.write_text(textwrap.dedent(source).lstrip("\n"))
         return path
 
+    def spin_module(self, relpath: str) -> ModuleType:
+        """A module whose `spin(seconds)` busy-waits on its line 4 (pure Python)."""
+        return self.module(relpath, """
+            def spin(seconds):
+                import time
+                end = time.perf_counter() + seconds
+                while time.perf_counter() < end:
+                    pass
+        """)
+
+    def alloc_module(self, relpath: str, mib: int) -> ModuleType:
+        """A module whose `f()` allocates `mib` MiB on its line 3, then holds it 20 ms."""
+        return self.module(relpath, f"""
+            import time
+            def f():
+                block = bytearray({mib} * 1024 * 1024)
+                time.sleep(0.02)
+                return len(block)
+        """)
+
     def module(self, relpath: str, source: str) -> ModuleType:
         """Writes and imports a module. Line 1 is the first line of the dedented source."""
         path = self.write(relpath, source)

@@ -178,3 +178,118 @@ def test_public_types_are_exported():
                  "register_backend", "profile"):
         assert hasattr(linescope, name)
     assert isinstance(FakeGpuBackend(None), linescope.ProfilerBackend)
+
+
+def test_profile_result_and_save_refer_to_the_latest_finished_session(ws, tmp_path):
+    # GIVEN a session run as a with block (not through profile.start())
+    mod = ws.module("last.py", """
+        def f():
+            return 1
+    """)
+    with profile(root=ws.root, display="none") as session:
+        mod.f()
+    # THEN the module-level accessors see it
+    assert profile.result is session.result
+    out = profile.save(tmp_path / "last.json")
+    assert json.loads(open(out).read())["run"]["functions"][0]["qualname"] == "f"
+
+
+def test_relative_output_is_fixed_when_the_session_is_made(ws, tmp_path, monkeypatch):
+    # GIVEN a relative output path and code that changes directory during the session
+    mod = ws.module("cd.py", """
+        import os
+        def f(there):
+            os.chdir(there)
+    """)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    session = profile(root=ws.root, display="none", output="rel.json")
+    assert session.options()["output"] == str(tmp_path / "rel.json")
+    # WHEN
+    with session:
+        mod.f(str(elsewhere))
+    # THEN the report lands where the path pointed when the session was made
+    assert (tmp_path / "rel.json").is_file() and not (elsewhere / "rel.json").exists()
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_start(tmp_path):
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("x")
+    with pytest.raises(ValueError, match="is a directory"):
+        profile(output=tmp_path)
+    with pytest.raises(ValueError, match="is not a directory"):
+        profile(output=blocker / "sub" / "r.html")
+
+
+def test_pyproject_values_are_checked_and_errors_name_the_file(tmp_path, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text('[tool.linescope]\nmemory = "yes"\n')
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TypeError, match=r"memory must be True or False.*pyproject\.toml"):
+        profile()
+    assert profile(memory=False).memory is False  # an explicit value replaces the bad one
+
+
+def test_pyproject_sample_rate_is_ignored_by_a_backend_that_does_not_sample(ws, tmp_path,
+                                                                          monkeypatch):
+    # GIVEN a pyproject that configures the sampler, and an explicit trace backend
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.linescope]\nbackend = "sampler"\nsample_rate = 200\ndisplay = "none"\n')
+    monkeypatch.chdir(tmp_path)
+    mod = ws.module("sr.py", """
+        def f():
+            return 1
+    """)
+    # WHEN
+    with profile(backend="trace", root=ws.root) as session:
+        mod.f()
+    # THEN it runs, says so, and an explicit sample_rate with trace is still an error
+    assert session.result.function("f").calls == 1
+    assert any("sample_rate = 200" in w and "ignored" in w for w in session.result.warnings)
+    assert session.result.options["sample_rate"] is None
+    with pytest.raises(ValueError, match="does not support sample_rate"):
+        with profile(backend="trace", sample_rate=100, root=ws.root):
+            pass
+
+
+def test_source_snapshots_show_the_code_as_it_ran(ws):
+    # GIVEN a module imported before the session that is edited during it, and one that was
+    # edited after its import but before the session
+    early = ws.module("early.py", """
+        def f():
+            return "original"
+    """)
+    stale = ws.module("stale.py", """
+        def g():
+            return 1
+    """)
+    stale_path = ws.root / "stale.py"
+    stale_path.write_text("# a line added above, so g moved\ndef g():\n    return 2\n")
+    early_path = ws.root / "early.py"
+    # WHEN
+    with profile(root=ws.root, display="none") as session:
+        early.f()
+        early_path.write_text("# edited during the session\n")
+        stale.g()
+    r = session.result
+    # THEN the first keeps its original text without a warning; the second is flagged
+    assert 'return "original"' in r.sources[str(early_path)]
+    assert not any("early.py" in w for w in r.warnings)
+    assert any("stale.py changed after it was imported" in w for w in r.warnings)
+
+
+def test_a_file_first_loaded_and_edited_during_the_session_is_flagged(ws):
+    ws.write("late.py", "def h():\n    return 3\n")
+    driver = ws.module("driver.py", """
+        import importlib.util, pathlib
+        def run(root):
+            path = pathlib.Path(root) / "late.py"
+            spec = importlib.util.spec_from_file_location("ls_late_mod", path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            mod.h()
+            path.write_text("# rewritten\\n")
+    """)
+    with profile(root=ws.root, display="none") as session:
+        driver.run(str(ws.root))
+    assert any("late.py changed while it was being profiled" in w
+               for w in session.result.warnings)

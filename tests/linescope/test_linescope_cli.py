@@ -4,8 +4,10 @@ the output is written even when the target fails, and usage errors exit 2."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,32 @@ def linescope(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     assert exe.exists(), "the linescope console script is not installed (run make setup)"
     return subprocess.run([str(exe), *args], capture_output=True, text=True, cwd=cwd,
                           timeout=60)
+
+
+def python(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """The same target under plain python, for comparison."""
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=60)
+
+
+def write(path: Path, source: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(source).lstrip("\n"))
+    return path
+
+
+# Dumps what a script sees of itself to the JSON file named by its first argument.
+STATE_DUMP = """
+    import json, sys
+    def annotated(a: int): pass
+    json.dump({"file": __file__, "argv": sys.argv, "path0": sys.path[0], "name": __name__,
+               "package": __package__, "cached": __cached__,
+               "spec": None if __spec__ is None else [__spec__.name, __spec__.origin],
+               "loader": type(__loader__).__name__,
+               "is_main": sys.modules["__main__"].__dict__ is globals(),
+               "annotation": repr(annotated.__annotations__["a"])},
+              open(sys.argv[1], "w"))
+    """
 
 
 @pytest.fixture
@@ -97,12 +125,17 @@ def test_memory_flag_collects_memory_with_the_default_backend(script, tmp_path):
     assert data["memory"]["timeline"] and data["memory"]["per_line"] is True
 
 
-def test_gpu_with_trace_warns_and_runs(script, tmp_path):
+def test_gpu_with_trace_warns_once_as_a_linescope_message_and_runs(script, tmp_path):
+    # WHEN the trace backend is asked for GPU data
     p = linescope("--gpu", "-d", "none", "-o", "o.json", "target.py", cwd=tmp_path)
-    assert p.returncode == 0
-    assert "RuntimeWarning" in p.stderr and "GPU profiling is not supported" in p.stderr
+    # THEN the run goes on, with the warning printed once as a plain linescope line
+    assert p.returncode == 0, p.stderr
+    warned = [l for l in p.stderr.splitlines() if "GPU profiling is not supported" in l]
+    assert len(warned) == 1 and warned[0].startswith("linescope: warning: GPU profiling")
+    assert "RuntimeWarning" not in p.stderr and "bin/linescope" not in p.stderr
+    # AND the same text is in the result
     data = json.loads((tmp_path / "o.json").read_text())
-    assert len(data["warnings"]) == 1
+    assert data["warnings"] == [warned[0].removeprefix("linescope: warning: ")]
 
 
 def test_python_dash_m_linescope(script, tmp_path):
@@ -110,3 +143,220 @@ def test_python_dash_m_linescope(script, tmp_path):
                        capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert p.returncode == 0, p.stderr
     assert json.loads((tmp_path / "seen.json").read_text())["argv"] == ["target.py", "0"]
+
+
+@pytest.mark.parametrize("typed", ["sub/target.py", "alias/link.py"])
+def test_script_sees_what_plain_python_shows_it(tmp_path, typed):
+    # GIVEN a script in a subdirectory, also reached through a symlink in another directory
+    real = write(tmp_path / "sub" / "target.py", STATE_DUMP)
+    (tmp_path / "alias").mkdir()
+    (tmp_path / "alias" / "link.py").symlink_to(real)
+    # WHEN it runs by a relative path under python and under linescope
+    plain = python(typed, "plain.json", cwd=tmp_path)
+    p = linescope("-d", "none", "-o", "out.json", typed, "profiled.json", cwd=tmp_path)
+    assert plain.returncode == 0 and p.returncode == 0, p.stderr
+    # THEN __file__ is absolute, argv[0] as typed, sys.path[0] the resolved script's
+    # directory, and the rest of __main__ is as python sets it
+    seen = json.loads((tmp_path / "profiled.json").read_text())
+    expected = json.loads((tmp_path / "plain.json").read_text())
+    assert seen == {**expected, "argv": [typed, "profiled.json"]}
+    assert seen["file"] == str(tmp_path / typed) and seen["path0"] == str(real.parent)
+    # AND the report names the code by its absolute path
+    data = json.loads((tmp_path / "out.json").read_text())
+    assert {l["filename"] for l in data["run"]["lines"]} == {seen["file"]}
+
+
+def test_module_sees_what_plain_python_shows_it(tmp_path):
+    write(tmp_path / "pkg" / "__init__.py", "")
+    write(tmp_path / "pkg" / "tool.py", STATE_DUMP)
+    plain = python("-m", "pkg.tool", "plain.json", cwd=tmp_path)
+    p = linescope("-d", "none", "-m", "pkg.tool", "profiled.json", cwd=tmp_path)
+    assert plain.returncode == 0 and p.returncode == 0, p.stderr
+    seen = json.loads((tmp_path / "profiled.json").read_text())
+    expected = json.loads((tmp_path / "plain.json").read_text())
+    assert seen == {**expected, "argv": [expected["argv"][0], "profiled.json"]}
+    assert seen["file"] == seen["argv"][0] == str(tmp_path / "pkg" / "tool.py")
+
+
+UNCAUGHT = {
+    "default hook": """
+        def fail():
+            raise RuntimeError("boom")
+        fail()
+        """,
+    "script's own hook": """
+        import sys
+        def hook(etype, value, tb):
+            print(f"custom hook: {etype.__name__}: {value} at line {tb.tb_lineno}",
+                  file=sys.stderr)
+        sys.excepthook = hook
+        raise ValueError("bad value")
+        """,
+    "hook that fails": """
+        import sys
+        def hook(etype, value, tb):
+            raise LookupError("hook broke")
+        sys.excepthook = hook
+        raise ValueError("bad value")
+        """,
+    "KeyboardInterrupt": """
+        def wait():
+            raise KeyboardInterrupt
+        wait()
+        """,
+    "syntax error": """
+        x = (1,
+        """,
+}
+
+
+@pytest.mark.parametrize("case", UNCAUGHT)
+def test_uncaught_exception_is_reported_through_sys_excepthook_like_python(tmp_path, case):
+    # GIVEN a script that ends with an uncaught exception
+    write(tmp_path / "target.py", UNCAUGHT[case])
+    # WHEN it runs under python and under linescope (no summary)
+    plain = python("target.py", cwd=tmp_path)
+    p = linescope("-d", "none", "-o", "out.json", "target.py", cwd=tmp_path)
+    # THEN stderr is what python prints (the hook's output; no linescope or runpy frames)
+    assert p.stderr == plain.stderr
+    assert str(tmp_path / "target.py") in p.stderr or case == "script's own hook"
+    # AND the status is python's: 1, or 130 for KeyboardInterrupt (python ends by SIGINT)
+    assert plain.returncode == (-2 if case == "KeyboardInterrupt" else 1)
+    assert p.returncode == (130 if case == "KeyboardInterrupt" else 1)
+    # AND the report is still written
+    assert json.loads((tmp_path / "out.json").read_text())["backend"] == "trace"
+
+
+def test_excepthook_that_exits_sets_the_status(tmp_path):
+    write(tmp_path / "target.py", """
+        import sys
+        def hook(*exc):
+            sys.exit(4)
+        sys.excepthook = hook
+        raise ValueError("bad value")
+        """)
+    assert python("target.py", cwd=tmp_path).returncode == 4
+    p = linescope("-d", "none", "-o", "out.json", "target.py", cwd=tmp_path)
+    assert p.returncode == 4 and p.stderr == ""
+    assert (tmp_path / "out.json").exists()
+
+
+def test_relative_output_is_resolved_against_the_start_directory(tmp_path):
+    # GIVEN a script that changes directory while it runs
+    write(tmp_path / "target.py", """
+        import os
+        os.makedirs("elsewhere")
+        os.chdir("elsewhere")
+        """)
+    # WHEN it runs with a relative -o
+    p = linescope("-d", "none", "-o", "reports/out.json", "target.py", cwd=tmp_path)
+    # THEN the output lies under the directory linescope started in
+    assert p.returncode == 0, p.stderr
+    assert json.loads((tmp_path / "reports" / "out.json").read_text())["run"]["lines"]
+    assert not (tmp_path / "elsewhere" / "reports").exists()
+
+
+def _unusable_output(tmp_path: Path, kind: str) -> str:
+    if kind == "existing directory":
+        (tmp_path / "outdir").mkdir()
+        return "outdir"
+    if kind == "under a regular file":
+        (tmp_path / "plain.txt").write_text("x")
+        return "plain.txt/sub/x.html"
+    if kind == "under /etc/passwd":
+        return "/etc/passwd/x.html"
+    if os.geteuid() == 0:
+        pytest.skip("root may write into any directory")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    return "locked/new/x.html"
+
+
+@pytest.mark.parametrize("kind", ["existing directory", "under a regular file",
+                                  "under /etc/passwd", "non-writable directory"])
+def test_unusable_output_is_a_usage_error_before_the_target_runs(script, tmp_path, kind):
+    out = _unusable_output(tmp_path, kind)
+    p = linescope("-d", "none", "-o", out, "target.py", cwd=tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert os.path.join(tmp_path, out) in p.stderr  # the message names the path
+    assert not (tmp_path / "seen.json").exists()  # the target did not run
+
+
+def test_missing_parents_of_the_output_are_created(script, tmp_path):
+    p = linescope("-d", "none", "-o", "new/deeper/out.html", "target.py", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "new" / "deeper" / "out.html").read_text().startswith("<!")
+
+
+def test_options_override_pyproject(script, tmp_path):
+    # GIVEN [tool.linescope] turns memory on
+    (tmp_path / "pyproject.toml").write_text("[tool.linescope]\nmemory = true\n")
+    # WHEN --no-memory is given
+    p = linescope("--no-memory", "-d", "none", "-o", "o.json", "target.py", cwd=tmp_path)
+    # THEN the run has no memory data
+    assert p.returncode == 0, p.stderr
+    data = json.loads((tmp_path / "o.json").read_text())
+    assert data["options"]["memory"] is False and data["memory"] is None
+    assert data["metadata"]["config_file"] == str(tmp_path / "pyproject.toml")
+
+
+def test_sample_rate_reaches_a_sampling_backend(script, tmp_path):
+    p = linescope("--backend", "sampler", "--sample-rate", "250", "-d", "none", "-o", "o.json",
+                  "target.py", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    data = json.loads((tmp_path / "o.json").read_text())
+    assert data["backend"] == "sampler" and data["options"]["sample_rate"] == 250.0
+
+
+@pytest.mark.parametrize("rate", ["0", "-5", "inf", "nan", "fast"])
+def test_bad_sample_rate_is_a_usage_error(script, tmp_path, rate):
+    p = linescope("--backend", "sampler", "--sample-rate", rate, "target.py", cwd=tmp_path)
+    assert p.returncode == 2
+    assert f"argument --sample-rate: expected a positive number of samples per second" \
+           f" (for example 1000), not {rate!r}" in p.stderr
+    assert not (tmp_path / "seen.json").exists()
+
+
+def test_pyproject_include_still_applies_beside_the_script(tmp_path):
+    # GIVEN a project whose [tool.linescope] also records a library outside the root
+    write(tmp_path / "lib" / "helper.py", """
+        def helper():
+            return sum(range(100))
+        """)
+    proj = tmp_path / "proj"
+    write(proj / "pyproject.toml", f"""
+        [tool.linescope]
+        include = ["{tmp_path / 'lib'}/*"]
+        """)
+    write(proj / "main.py", f"""
+        import sys
+        sys.path.insert(0, {str(tmp_path / 'lib')!r})
+        import helper
+        helper.helper()
+        """)
+    # WHEN the script runs without -i
+    p = linescope("-d", "none", "-o", "o.json", "main.py", cwd=proj)
+    # THEN the library is recorded beside the script
+    assert p.returncode == 0, p.stderr
+    data = json.loads((proj / "o.json").read_text())
+    files = {Path(l["filename"]).name for l in data["run"]["lines"]}
+    assert files == {"main.py", "helper.py"}
+    assert data["options"]["include"] == [f"{tmp_path / 'lib'}/*", str(proj / "main.py")]
+
+
+def test_report_shows_the_source_as_it_ran_when_the_script_edits_itself(tmp_path):
+    # GIVEN a script that rewrites its own file while it runs
+    path = write(tmp_path / "target.py", """
+        import pathlib
+        pathlib.Path(__file__).write_text("# edited\\n" * 10)
+        total = sum(range(10))
+        """)
+    original = path.read_text()
+    # WHEN it runs under linescope
+    p = linescope("-d", "none", "-o", "out.json", "target.py", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert path.read_text().startswith("# edited")
+    # THEN the report's snapshot is the code that ran, with nothing to warn about
+    data = json.loads((tmp_path / "out.json").read_text())
+    assert data["sources"][str(path)] == original
+    assert data["warnings"] == []

@@ -88,7 +88,7 @@ def test_session_started_inside_a_running_function_adopts_it(ws):
     path = str(ws.root / "adopt.py")
     assert r.function("f").calls == 1
     assert r.line(path, 6).hits == 1
-    assert r.line(path, 7).hits == 1
+    assert r.line(path, 7) is None  # the stop() line is the profiler's own
     assert r.line(path, 3).hits == 1  # only by the nested call
     assert r.line(path, 9).hits == 1
 

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 
 import pytest
 
@@ -18,7 +20,10 @@ from linescope import profile  # noqa: E402
 def shell():
     sh = InteractiveShell.instance()
     sh.run_line_magic("load_ext", "linescope")
-    return sh
+    yield sh
+    from IPython.core.async_helpers import get_asyncio_loop
+
+    get_asyncio_loop().close()  # the loop that ran top-level await (as IPython does at exit)
 
 
 def run(shell, text: str):
@@ -56,13 +61,33 @@ def test_profile_alias_and_options(shell, tmp_path):
     assert data["options"]["memory"] is True and data["memory"]["timeline"]
 
 
-def test_usage_error_is_a_message_and_the_cell_does_not_run(shell):
+@pytest.mark.parametrize("options, message", [
+    ("--display sometimes", "argument -d/--display: invalid choice: 'sometimes'"),
+    ("--backend nope", "unknown linescope backend 'nope'"),
+    ("--sample-rate 100", "backend 'trace' does not support sample_rate"),
+    ("--sample-rate 0", "argument --sample-rate: expected a positive number of samples"),
+    ("--sample-rate inf", "argument --sample-rate: expected a positive number of samples"),
+    ("-o ''", "argument -o/--output: expected a file name"),
+])
+def test_usage_error_is_a_message_and_nothing_runs(shell, options, message):
+    # GIVEN the result of an earlier profiled cell
+    run(shell, "%%linescope -d none\nbefore = 1\n")
+    earlier = profile.result
     shell.user_ns.pop("ran", None)
-    res, out = run(shell, "%%linescope --display sometimes\nran = True\n")
-    assert "invalid choice" in out.stderr
+    # WHEN a cell's options are wrong
+    res, out = run(shell, f"%%linescope {options}\nran = True\n")
+    # THEN the error is reported as a usage message, like every other one
+    assert out.stderr.startswith(f"%%linescope: {message}"), out.stderr
+    assert "usage: %%linescope [options]" in out.stderr and "Traceback" not in out.stderr
+    # AND nothing ran: not the cell, not a session
     assert "ran" not in shell.user_ns
-    res, out = run(shell, "%%linescope --backend nope\nran = True\n")
-    assert "unknown linescope backend 'nope'" in out.stderr
+    assert profile.result is earlier
+
+
+def test_unusable_output_is_a_usage_error(shell, tmp_path):
+    shell.user_ns.pop("ran", None)
+    res, out = run(shell, f"%%linescope -o {tmp_path}\nran = True\n")
+    assert out.stderr.startswith("%%linescope: ") and repr(str(tmp_path)) in out.stderr
     assert "ran" not in shell.user_ns
 
 
@@ -80,3 +105,85 @@ def test_gpu_with_trace_in_a_cell_warns_and_continues(shell):
         res, out = run(shell, "%%linescope --gpu -d none\ny = 2\n")
     assert res.success and shell.user_ns["y"] == 2
     assert len(profile.result.warnings) == 1
+
+
+def _cell_lines(result, marker: str) -> dict[int, int]:
+    cell = [f for f, text in result.sources.items() if marker in text]
+    assert len(cell) == 1
+    return {s.line: s.hits for s in result.lines if s.filename == cell[0]}
+
+
+def test_top_level_await_runs_as_in_a_plain_cell(shell):
+    # WHEN a profiled cell awaits at top level, also in its last expression
+    res, out = run(shell, "%%linescope -d none\nimport asyncio\n"
+                          "await asyncio.sleep(0.02)\nslept = True\n"
+                          "await asyncio.sleep(0, result='awaited')\n")
+    # THEN it ran like a plain cell, its value is the cell's result
+    assert res.success, res.error_in_exec
+    assert shell.user_ns["slept"] is True and res.result == "awaited"
+    # AND its lines were profiled, the awaiting ones included
+    assert _cell_lines(profile.result, "slept = True") == {1: 1, 2: 1, 3: 1, 4: 1}
+
+
+def test_top_level_await_inside_a_running_loop_is_refused(shell):
+    # GIVEN a caller that runs the cell inside its own event loop (as a Jupyter kernel does)
+    shell.user_ns.pop("ran", None)
+
+    async def kernel():
+        return run(shell, "%%linescope\nimport asyncio\nawait asyncio.sleep(0)\nran = True\n")
+
+    res, out = asyncio.run(kernel())
+    # THEN a message says why and what to do instead; nothing ran
+    assert out.stderr.startswith("%%linescope: top-level await cannot run here")
+    assert "in a plain cell instead: `with linescope.profile(" in out.stderr
+    assert "ran" not in shell.user_ns
+
+
+def test_value_of_the_last_expression_is_the_result_as_in_a_plain_cell(shell):
+    res, out = run(shell, "%%linescope -d none\nx = 6\nx * 7\n")
+    assert res.success and res.result == 42 and shell.user_ns["_"] == 42
+    assert _cell_lines(profile.result, "x * 7") == {1: 1, 2: 1}  # the expression is profiled
+    # a trailing semicolon hides it, as in a plain cell
+    res, out = run(shell, "%%linescope -d none\nx = 6\nx * 7;\n")
+    assert res.success and res.result is None
+    # a failing cell has no value
+    res, out = run(shell, "%%linescope -d none\nx = 6\n1 / 0\n")
+    assert isinstance(res.error_in_exec, ZeroDivisionError) and res.result is None
+
+
+def test_options_override_pyproject(shell, tmp_path):
+    # GIVEN [tool.linescope] in the current directory turns memory on
+    (tmp_path / "pyproject.toml").write_text("[tool.linescope]\nmemory = true\n")
+    # WHEN a cell runs with --no-memory
+    res, out = run(shell, "%%linescope -d none --no-memory\nvalue = 1\n")
+    # THEN memory was not collected
+    assert res.success and out.stderr == ""
+    assert profile.result.options["memory"] is False and profile.result.memory is None
+    assert profile.result.metadata["config_file"] == str(tmp_path / "pyproject.toml")
+
+
+def test_pyproject_include_still_applies_beside_the_cells(shell, tmp_path, monkeypatch):
+    # GIVEN [tool.linescope] records a library outside the root
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "cellhelper.py").write_text("def twice(n):\n    return 2 * n\n")
+    monkeypatch.syspath_prepend(str(lib))
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "pyproject.toml").write_text(f'[tool.linescope]\ninclude = ["{lib}/*"]\n')
+    monkeypatch.chdir(root)
+    # WHEN a cell calls it
+    res, out = run(shell, "%%linescope -d none\nimport cellhelper\ncellhelper.twice(2)\n")
+    # THEN both the cell and the library were recorded
+    assert res.success and res.result == 4
+    names = {os.path.basename(s.filename) for s in profile.result.lines}
+    assert "cellhelper.py" in names and any(n.startswith("<ipython-input-") for n in names)
+
+
+def test_relative_output_is_resolved_when_the_cell_starts(shell, tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    res, out = run(shell, "%%linescope -d none -o cell.json\nimport os\nos.chdir('elsewhere')\n")
+    os.chdir(tmp_path)
+    assert res.success
+    assert json.loads((tmp_path / "cell.json").read_text())["run"]["lines"]
+    assert not (tmp_path / "elsewhere" / "cell.json").exists()

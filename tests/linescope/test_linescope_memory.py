@@ -11,6 +11,15 @@ from linescope import (BackendCapabilities, RawBackendResult, RawLine, profile,
 MiB = 1024 * 1024
 
 
+def in_thread(fn):
+    """fn() on a new thread; its return value."""
+    out = []
+    t = threading.Thread(target=lambda: out.append(fn()))
+    t.start()
+    t.join()
+    return out[0]
+
+
 def run(ws, fn, *args, **options):
     options.setdefault("root", ws.root)
     options.setdefault("display", "none")
@@ -76,27 +85,34 @@ def test_memory_off_means_no_memory_values(ws):
     assert all(s.memory_bytes is None and s.memory_peak_bytes is None for s in r.lines)
 
 
-def test_off_the_main_thread_the_timeline_remains_and_per_line_says_why(ws):
-    mod = ws.module("thr.py", """
+def test_memory_of_a_long_c_call_lands_on_the_line_that_made_it(ws):
+    # GIVEN lines that allocate and free ~230 MiB inside single C operations (no bytecode
+    # runs while they last), followed by lines that run no longer than an instant
+    mod = ws.module("ccall.py", """
         import time
-        def f():
-            block = bytearray(50 * 1024 * 1024)
+        def work():
+            x = [0] * 30_000_000
+            y = 1
+            del x
+            z = 2
             time.sleep(0.02)
-            return len(block)
     """)
-    out = {}
+    # WHEN profiled with the trace backend and memory=True
+    r = run(ws, mod.work, memory=True)
+    path = str(ws.root / "ccall.py")
+    grow, free, after = r.line(path, 3), r.line(path, 5), r.line(path, 7)
+    # THEN the change is on the allocating and the freeing line, not on a later line
+    assert grow.memory_bytes > 180 * MiB and grow.memory_peak_bytes >= r.memory.start_rss_bytes
+    assert free.memory_bytes < -180 * MiB
+    assert after.memory_bytes is None or abs(after.memory_bytes) < 40 * MiB
 
-    def body():
-        out["r"] = run(ws, mod.f, memory=True)
 
-    t = threading.Thread(target=body)
-    t.start()
-    t.join()
-    r = out["r"]
-    assert not r.memory.per_line
-    assert "main thread" in r.memory.reason
+def test_trace_attributes_memory_per_line_off_the_main_thread_too(ws):
+    mod = ws.alloc_module("thr.py", 50)
+    r = in_thread(lambda: run(ws, mod.f, memory=True))
+    assert r.memory.per_line and r.memory.reason is None
     assert r.memory.peak_rss_bytes > r.memory.start_rss_bytes
-    assert all(s.memory_bytes is None for s in r.lines)
+    assert r.line(str(ws.root / "thr.py"), 3).memory_bytes > 40 * MiB
     assert r.line(str(ws.root / "thr.py"), 3).hits == 1
 
 
@@ -119,13 +135,7 @@ class _NoMemoryBackend:
 
 
 def test_memory_works_with_a_custom_backend(ws):
-    mod = ws.module("cust.py", """
-        import time
-        def f():
-            block = bytearray(80 * 1024 * 1024)
-            time.sleep(0.02)
-            return len(block)
-    """)
+    mod = ws.alloc_module("cust.py", 80)
     _NoMemoryBackend.path = str(ws.root / "cust.py")
     register_backend("no-memory", _NoMemoryBackend, replace=True)
     r = run(ws, mod.f, backend="no-memory", memory=True)
@@ -133,3 +143,15 @@ def test_memory_works_with_a_custom_backend(ws):
     assert line.wall_time_ns == 1_000  # the backend's own timing
     assert line.memory_bytes > 60 * MiB  # linescope's memory sampler
     assert r.memory.per_line
+
+
+def test_without_a_line_source_off_the_main_thread_per_line_memory_says_why(ws):
+    # GIVEN a backend that publishes no current line (a custom one), run on another thread
+    mod = ws.alloc_module("cthr.py", 50)
+    _NoMemoryBackend.path = str(ws.root / "cthr.py")
+    register_backend("no-memory", _NoMemoryBackend, replace=True)
+    r = in_thread(lambda: run(ws, mod.f, backend="no-memory", memory=True))
+    # THEN the timeline remains, per-line memory is unknown with the reason
+    assert not r.memory.per_line and "main thread" in r.memory.reason
+    assert r.memory.peak_rss_bytes > r.memory.start_rss_bytes
+    assert all(s.memory_bytes is None for s in r.lines)

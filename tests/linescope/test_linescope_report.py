@@ -4,6 +4,7 @@ The page itself is tested in Chromium (tests/browser)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -141,7 +142,7 @@ def test_gpu_false_has_no_gpu_section_even_with_a_gpu_backend(tmp_path):
     assert data["gpu"] is None and data["columns"]["gpu"] is False
 
 
-def test_gpu_with_trace_records_why_in_the_report(ws, tmp_path):
+def test_gpu_with_trace_has_no_gpu_section_and_the_warning_on_the_overview(ws, tmp_path):
     mod = ws.module("t.py", """
         def k():
             return 3
@@ -150,9 +151,101 @@ def test_gpu_with_trace_records_why_in_the_report(ws, tmp_path):
         with profile(root=ws.root, gpu=True, output=tmp_path / "t.html", display="none"):
             mod.k()
     data = read_payload(tmp_path / "t.html")
-    assert any("'trace' backend" in w for w in data["warnings"])
-    assert data["gpu"]["collected"] is False and data["columns"]["gpu"] is False
-    assert "'trace' backend does not collect GPU" in data["gpu"]["memory"]["notice"]
+    # THEN the diagnostic is among the warnings, and there is no GPU section or column: the
+    # trace backend does not collect GPU measurements
+    assert sum("'trace' backend" in w for w in data["warnings"]) == 1
+    assert data["gpu"] is None and data["columns"]["gpu"] is False
+    assert all("gpu_time_ns" not in entry for entry in data["lines"])
+    assert all("gpu_time_ns" not in f for f in data["files"])
+
+
+def test_custom_backend_with_per_line_gpu_values_only(tmp_path):
+    # GIVEN a backend that declares gpu=True and returns GPU values only through RawLine.gpu
+    # (no GPUCollection)
+    out = tmp_path / "custom.html"
+    session = run_scripted(tmp_path, dataclasses.replace(gpu_scenario(), gpu=None), gpu=True,
+                           output=out, name="withgpu")
+    assert session.result.gpu is None
+    data = read_payload(out)
+    g = data["gpu"]
+    # THEN the report shows the per-line GPU values and the card totals, without a notice
+    assert data["columns"]["gpu"] is True
+    assert by_location(data, 4)["gpu_time_ns"] == 30_000_000
+    assert by_location(data, 4)["gpu_peak_bytes"] == 512 * MiB
+    assert by_location(data, 7)["gpu_time_ns"] is None
+    assert g["time"] == {"value_ns": 32_000_000, "available": True, "notice": None}
+    assert g["memory"] == {"peak_bytes": 520 * MiB, "available": True, "notice": None}
+    # AND a neutral method label, no claim that the backend collects nothing
+    assert g["method"] is None and g["method_label"] == "reported by the 'withgpu' backend"
+    assert "does not collect" not in json.dumps(data)
+
+
+def test_every_gpu_read_failing_makes_no_method_claim(ws, fake_nvml, tmp_path):
+    # GIVEN the sampler on a GPU whose utilization and memory reads all fail
+    fake_nvml("""
+        devices 1
+        gpu * util 70
+        gpu 0 process self 2147483648
+        gpu * fail util after 0
+        gpu * fail proc_mem after 0
+    """)
+    mod = ws.spin_module("spin.py")
+    out = tmp_path / "allfail.html"
+    with profile(backend="sampler", gpu=True, root=ws.root, output=out, display="none"):
+        mod.spin(0.15)
+    g = read_payload(out)["gpu"]
+    # THEN the GPU view's headline says nothing was measured instead of naming an estimate
+    assert g["measured"] is False
+    assert g["headline"] == "No GPU values were measured (collection method: nvml-sampled)."
+    assert "estimated" not in g["headline"]
+    # AND the cards' notices name NVML's error
+    assert "Unknown Error (NVML error 999)" in g["time"]["notice"]
+    assert "Unknown Error (NVML error 999)" in g["memory"]["notice"]
+
+
+def test_sampler_report_says_gpu_time_is_summed_over_gpus(ws, fake_nvml, tmp_path):
+    # GIVEN two GPUs at 50 % each, this process holding memory on both
+    fake_nvml("""
+        devices 2
+        gpu * util 50
+        gpu 0 process self 1000000
+        gpu 1 process self 1000000
+    """)
+    mod = ws.spin_module("two.py")
+    out = tmp_path / "two.html"
+    with profile(backend="sampler", gpu=True, root=ws.root, output=out, display="none") as s:
+        mod.spin(0.3)
+    here = [x for x in s.result.lines if x.filename == str(ws.root / "two.py") and x.gpu
+            and x.gpu.time_ns]
+    # THEN GPU time is the busy time summed over both GPUs: ~100 % of the lines' wall time
+    assert sum(x.gpu.time_ns for x in here) == pytest.approx(
+        sum(x.wall_time_ns for x in here), rel=0.2)
+    g = read_payload(out)["gpu"]
+    assert g["aggregation"] == "sum" and "summed over GPUs (2 devices here)" in g["aggregation_note"]
+
+
+def test_text_summary_has_gpu_columns_when_gpu_was_measured(tmp_path, capsys):
+    # GIVEN a GPU-capable backend that measured lines 4 (30 ms, 512 MiB) and 5 (2 ms, 520 MiB)
+    session = run_scripted(tmp_path, gpu_scenario(), gpu=True)
+    session.show()
+    text = capsys.readouterr().out
+    rows = text.splitlines()
+    head = next(r for r in rows if "location / source" in r)
+    # THEN the lines table has GPU time and GPU peak memory beside the driver time
+    assert head.split()[:6] == ["driver", "ms", "hits", "GPU", "ms", "GPU"]
+    row4 = next(r for r in rows if "train.py:4 " in r)
+    assert row4.split()[:4] == ["8.000", "10", "30.000", "512.0"]
+    # AND a line without GPU values shows "—" for both, never 0
+    row7 = next(r for r in rows if "train.py:7 " in r)
+    assert row7.split()[:4] == ["12.000", "10", "—", "—"]
+
+
+def test_text_summary_has_no_gpu_columns_without_gpu(tmp_path, capsys):
+    session = run_scripted(tmp_path, gpu_scenario(), gpu=False)
+    session.show()
+    text = capsys.readouterr().out
+    assert "GPU" not in text
+    assert any(r.split()[:2] == ["time", "ms"] for r in text.splitlines())
 
 
 def test_memory_section_when_memory_was_collected(tmp_path):

@@ -196,13 +196,7 @@ def test_gpu_time_is_utilization_times_time_and_memory_is_per_process(ws, fake_n
         gpu * util 60
         gpu 0 process self 3221225472
     """)
-    mod = ws.module("gpuwork.py", """
-        def spin(seconds):
-            import time
-            end = time.perf_counter() + seconds
-            while time.perf_counter() < end:
-                pass
-    """)
+    mod = ws.spin_module("gpuwork.py")
     # WHEN a line runs for 0.4 s
     r = run(ws, mod.spin, 0.4, gpu=True)
     hot = r.line(str(ws.root / "gpuwork.py"), 4)
@@ -229,13 +223,7 @@ def test_gpu_time_is_this_processes_own_utilization_when_the_driver_reports_it(w
         gpu 0 process_util 4242 60
         gpu 0 process_util_period 167
     """)
-    mod = ws.module("ownwork.py", """
-        def spin(seconds):
-            import time
-            end = time.perf_counter() + seconds
-            while time.perf_counter() < end:
-                pass
-    """)
+    mod = ws.spin_module("ownwork.py")
     # WHEN a line runs for 0.5 s
     r = run(ws, mod.spin, 0.5, gpu=True)
     hot = r.line(str(ws.root / "ownwork.py"), 4)
@@ -320,6 +308,92 @@ def test_failing_gpu_reads_mid_run_are_diagnosed(ws, fake_nvml):
     assert r.gpu.time_available
     assert any("GPU collector" in d and "util" in d for d in r.gpu.diagnostics)
     assert r.run.elapsed_ns >= 250 * MS
+
+
+@pytest.mark.parametrize("failure, warning", [
+    ("gpu * fail util after 5",
+     "GPU utilization reads failed in {k} of {n} readings (gpu0: Unknown Error (NVML error 999))"),
+    ("gpu 0 fail proc_mem after 5",
+     "GPU memory reads failed in {k} of {n} readings (gpu0: Unknown Error (NVML error 999))"),
+    ("gpu * lost after 5",
+     "GPU readings failed in {k} of {n} samples (gpu0 lost: GPU is lost (NVML error 15))"),
+], ids=["utilization", "memory", "device-lost"])
+def test_gpu_reads_failing_mid_run_are_in_the_warnings(ws, fake_nvml, failure, warning):
+    # GIVEN a GPU whose reads start failing after the 5th sample
+    fake_nvml(f"""
+        devices 1
+        gpu * util 70
+        gpu 0 process self 2147483648
+        {failure}
+    """)
+    r = run(ws, spin_for, 0.3, gpu=True, include=[__file__])
+    # THEN the values of the early samples stay available
+    assert r.gpu.time_available and r.gpu.memory_available
+    assert r.gpu.time_reason is None and r.gpu.memory_reason is None
+    # AND the failure, with its count and NVML's error, is in result.warnings, once
+    head = warning.split(" {k}")[0] if "{k}" in warning else warning
+    said = [w for w in r.warnings if w.startswith(head)]
+    assert len(said) == 1, r.warnings
+    if "{k}" in warning:
+        import re
+        m = re.search(r"in (\d+) of (\d+) ", said[0])
+        k, n = int(m.group(1)), int(m.group(2))
+        assert 0 < k < n
+        assert said[0].startswith(warning.format(k=k, n=n))
+    else:
+        assert said[0].startswith(warning)
+    assert "have no GPU" in said[0]
+    assert said[0] in r.gpu.diagnostics
+    assert r.run.elapsed_ns >= 250 * MS
+
+
+def test_every_gpu_read_failing_names_the_nvml_error(ws, fake_nvml):
+    # GIVEN a GPU whose utilization and per-process memory reads fail from the start
+    fake_nvml("""
+        devices 1
+        gpu * util 70
+        gpu 0 process self 2147483648
+        gpu * fail util after 0
+        gpu * fail proc_mem after 0
+    """)
+    r = run(ws, spin_for, 0.2, gpu=True, include=[__file__])
+    g = r.gpu
+    # THEN both are unavailable, and the reasons name the real cause, not "not supported"
+    assert not g.time_available and not g.memory_available
+    for reason in (g.time_reason, g.memory_reason):
+        assert "Unknown Error (NVML error 999)" in reason
+        assert "not supported" not in reason and "WDDM" not in reason
+    assert g.time_reason.startswith("every GPU utilization read failed")
+    assert g.memory_reason.startswith("every per-process device memory read failed")
+    # AND the same reasons are in result.warnings, once each
+    assert [w for w in r.warnings if "NVML error 999" in w] == [
+        f"GPU time unavailable: {g.time_reason}", f"GPU peak memory unavailable: {g.memory_reason}"]
+    # AND the lines have no GPU values (unknown, not 0)
+    assert all(s.gpu.time_ns is None and s.gpu.peak_memory_bytes is None
+               for s in r.lines if s.filename == __file__)
+
+
+def test_device_wide_utilization_is_a_warning_once(ws, fake_nvml):
+    # GIVEN a GPU whose driver gives no per-process utilization
+    fake_nvml("devices 1\ngpu * util 60\ngpu 0 process self 1000000\n")
+    r = run(ws, spin_for, 0.2, gpu=True, include=[__file__])
+    # THEN result.warnings says once that other processes' work can be included
+    assert r.gpu.utilization_scope == "device"
+    assert sum("other processes' work" in w for w in r.warnings) == 1
+    assert any(w.startswith("GPU utilization is device-wide") for w in r.warnings)
+
+
+def test_per_process_utilization_has_no_device_wide_warning(ws, fake_nvml):
+    fake_nvml("""
+        devices 1
+        gpu * util 90
+        gpu 0 process self 1000000
+        gpu 0 process_util self 30
+        gpu 0 process_util_period 167
+    """)
+    r = run(ws, spin_for, 0.3, gpu=True, include=[__file__])
+    assert r.gpu.utilization_scope == "process"
+    assert not any("device-wide" in w for w in r.warnings)
 
 
 def test_gpu_false_collects_no_gpu_values(ws, fake_nvml):

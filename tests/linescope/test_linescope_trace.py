@@ -348,3 +348,91 @@ def test_unrecorded_frames_get_no_line_events_on_311(ws):
         seen = mod.main()
     assert seen == (False, 4)  # f_lineno of the return line, computed on demand
     assert s.result.line(str(ws.root / "u311.py"), 3).hits == 1
+
+
+def test_one_line_functions_lambdas_and_methods_count_every_call(ws):
+    # GIVEN functions whose whole body sits on the def line (3.13 reports no LINE event for
+    # such a first line unless PY_START stays enabled)
+    mod = ws.module("onel.py", """
+        import time
+        def a(x): return x
+        sq = lambda x: x * x
+        class C:
+            def m(self): return 1
+        def nap(): time.sleep(0.002); return 0
+        def main():
+            c = C()
+            for i in range(10):
+                a(i); sq(i); c.m(); nap()
+    """)
+    # WHEN
+    r = run(ws, mod.main)
+    # THEN each is seen ten times, on its line and as a function, with its time
+    path = str(ws.root / "onel.py")
+    for qualname in ("a", "<lambda>", "C.m", "nap"):
+        assert r.function(qualname).calls == 10, qualname
+    assert [r.line(path, n).hits for n in (2, 3, 5, 6)] == [10, 10, 10, 10]
+    assert r.function("nap").total_time_ns >= 10 * 2 * MS
+    assert r.line(path, 6).wall_time_ns >= 10 * 2 * MS
+
+
+def test_a_loop_on_one_line_counts_a_hit_per_iteration(ws):
+    # GIVEN a loop and a comprehension whose body is on the loop's own line
+    mod = ws.module("oneloop.py", """
+        def f():
+            s = 0
+            for i in range(100): s += i
+            while s > 0: s -= 1000
+            return s
+    """)
+    # WHEN
+    r = run(ws, mod.f)
+    # THEN every iteration is a hit, as with the 3.11 trace function (and line_profiler):
+    # the first execution plus one per backward jump to the same line
+    path = str(ws.root / "oneloop.py")
+    assert r.line(path, 3).hits == 101
+    # five iterations (4950 -> ... -> -50): the entry plus four backward jumps (the loop
+    # test is repeated at the bottom, so the jump goes back to the body)
+    assert r.line(path, 4).hits == 5
+    assert r.line(path, 2).hits == 1 and r.line(path, 5).hits == 1
+
+
+def test_line_calls_count_recorded_calls_made_from_the_line(ws):
+    ws.dependency("depcall", "def g():\n    return 1\n")
+    mod = ws.module("calls.py", """
+        import depcall
+        def h():
+            return 2
+        def main():
+            for _ in range(4):
+                h()
+                depcall.g()
+    """)
+    r = run(ws, mod.main)
+    path = str(ws.root / "calls.py")
+    assert r.line(path, 6).calls == 4  # four calls of the recorded h()
+    assert r.line(path, 7).calls == 0  # the dependency is not recorded: no recorded call
+    assert r.line(path, 3).calls == 0
+
+
+def test_the_line_that_stops_the_session_is_not_recorded(ws):
+    # GIVEN a with block and an explicit stop() in recorded code
+    mod = ws.module("stopper.py", """
+        from linescope import profile
+        def with_block(root):
+            with profile(root=root, display="none") as s:
+                x = 1
+            return s.result
+        def explicit(root):
+            s = profile(root=root, display="none")
+            s.start()
+            y = 2
+            s.stop()
+            return s.result
+    """)
+    path = str(ws.root / "stopper.py")
+    # WHEN / THEN the body is recorded, the `with` line and the stop() line are not
+    r = mod.with_block(str(ws.root))
+    assert r.line(path, 4).hits == 1 and r.line(path, 3) is None
+    r = mod.explicit(str(ws.root))
+    assert r.line(path, 9).hits == 1 and r.line(path, 10) is None

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from linescope import BackendCapabilities, profile
+from linescope_report_util import read_payload
 
 needs_scalene = pytest.mark.skipif(
     importlib.util.find_spec("scalene") is None,
@@ -121,6 +122,24 @@ def test_gpu_without_a_device_is_unavailable_with_reasons_and_cpu_continues(ws):
 
 
 @needs_scalene
+def test_gpuprof_nvml_library_is_not_what_scalene_loads(ws, monkeypatch, tmp_path):
+    # GIVEN GPUPROF_NVML_LIBRARY naming a library (the sampler's setting), none on the
+    # loader's search path
+    if _nvml_loadable():
+        pytest.skip("this machine has an NVML library on the loader path")
+    monkeypatch.setenv("GPUPROF_NVML_LIBRARY", str(tmp_path / "libnvidia-ml.so.1"))
+    mod = ws.module("hot.py", HOT)
+    with profile(backend="scalene", gpu=True, root=ws.root, display="none") as s:
+        mod.main(200_000)
+    g = s.result.gpu
+    # THEN the reason and a diagnostic say that Scalene's pynvml searches LD_LIBRARY_PATH
+    assert "GPUPROF_NVML_LIBRARY does not apply" in g.time_reason
+    assert "LD_LIBRARY_PATH" in g.time_reason
+    assert any(d.startswith("GPUPROF_NVML_LIBRARY is not used by the scalene backend")
+               for d in g.diagnostics)
+
+
+@needs_scalene
 def test_memory_comes_from_linescopes_sampler_beside_scalene(ws):
     # Scalene's own memory profiling needs its allocator preloaded at process start, so the
     # backend declares no memory capability and linescope's RSS sampler runs beside it.
@@ -216,7 +235,10 @@ main()
 FIRST_PHASE, LAST_PHASE = 4, 6  # each line is the innermost recorded line while it runs
 
 
-def run_cli(tmp_path: Path, scenario: str | None, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+def run_cli(tmp_path: Path, scenario: str | None, *extra: str,
+            output: str = "out.json") -> tuple[subprocess.CompletedProcess, dict]:
+    """Runs target.py under `linescope --backend scalene --gpu`; returns the process and the
+    result document (output *.json) or the report payload (output *.html)."""
     exe = Path(sys.executable).parent / "linescope"
     assert exe.exists(), "the linescope console script is not installed (run make setup)"
     (tmp_path / "target.py").write_text(SCRIPT.lstrip("\n"))
@@ -228,9 +250,12 @@ def run_cli(tmp_path: Path, scenario: str | None, *extra: str) -> tuple[subproce
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
             [str(FAKE_NVML_DIR), *filter(None, [env.get("LD_LIBRARY_PATH")])])
     p = subprocess.run([str(exe), "--backend", "scalene", "--gpu", "--sample-rate", "500",
-                        "-o", "out.json", *extra, "target.py"],
+                        "-o", output, *extra, "target.py"],
                        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
-    data = json.loads((tmp_path / "out.json").read_text()) if p.returncode == 0 else {}
+    data: dict = {}
+    if p.returncode == 0:
+        data = (read_payload(tmp_path / output) if output.endswith(".html")
+                else json.loads((tmp_path / output).read_text()))
     return p, data
 
 
@@ -283,6 +308,38 @@ def test_fake_gpu_time_and_per_process_peak_memory(tmp_path):
 
 
 @needs_scalene
+def test_device_wide_utilization_is_a_warning_once(tmp_path):
+    # GIVEN a GPU with accounting mode off: Scalene reads device-wide utilization
+    p, data = run_cli(tmp_path, "gpu * util 80\n"
+                                f"gpu 0 process self {GIB2}\n")
+    assert p.returncode == 0, p.stderr
+    assert data["gpu"]["utilization_scope"] == "device"
+    # THEN result.warnings says once that GPU time can include other processes' work
+    said = [w for w in data["warnings"] if "other processes' work" in w]
+    assert len(said) == 1 and said[0].startswith("GPU utilization is device-wide")
+
+
+@needs_scalene
+def test_two_gpus_average_their_utilization_and_the_report_says_so(tmp_path):
+    # GIVEN two GPUs at 50 %, this process holding memory on both
+    p, data = run_cli(tmp_path, "devices 2\ngpu * util 50\n"
+                                "gpu 0 process self 1048576\ngpu 1 process self 1048576\n")
+    assert p.returncode == 0, p.stderr
+    # THEN Scalene's estimate averages over the GPUs: 50 % of the sampled wall time, not 100 %
+    body = line(data, LAST_PHASE)
+    assert body["gpu"]["time_ns"] == pytest.approx(0.5 * sampled_wall(data, LAST_PHASE), rel=1e-6)
+    assert len(data["gpu"]["devices"]) == 2
+    # AND the report's GPU view says so
+    p, payload = run_cli(tmp_path, "devices 2\ngpu * util 50\n"
+                                   "gpu 0 process self 1048576\ngpu 1 process self 1048576\n",
+                         output="out.html")
+    assert p.returncode == 0, p.stderr
+    g = payload["gpu"]
+    assert g["aggregation"] == "mean" and "averaged over GPUs (2 devices here)" in g["aggregation_note"]
+    assert "Scalene" in g["method_label"]
+
+
+@needs_scalene
 def test_fake_gpu_with_accounting_mode_is_per_process(tmp_path):
     p, data = run_cli(tmp_path, "gpu 0 accounting on\n"
                                 "gpu * util 50\n"
@@ -291,6 +348,7 @@ def test_fake_gpu_with_accounting_mode_is_per_process(tmp_path):
     g = data["gpu"]
     assert g["utilization_scope"] == "process"
     assert not any("device-wide" in d for d in g["diagnostics"])
+    assert not any("device-wide" in w for w in data["warnings"])
     body = line(data, LAST_PHASE)
     assert body["gpu"]["peak_memory_bytes"] == 1048576
     assert body["gpu"]["time_ns"] == pytest.approx(0.5 * sampled_wall(data, LAST_PHASE), rel=1e-6)

@@ -50,6 +50,18 @@ function card(id, label, value, { sub = null, notice = null, title = null } = {}
     sub ? el("p", { class: "card-sub" }, sub) : null);
 }
 
+// What produced the GPU numbers (payload gpu.headline, decided in C++): the method, linked
+// to the GPU view on the overview, when something was measured; else the sentence saying
+// that nothing was.
+function gpuHeadline(g, link) {
+  if (!(g.measured && g.method)) {
+    return [link ? el("a", { href: viewHref("gpu") }, g.headline) : g.headline];
+  }
+  const name = link ? el("a", { href: viewHref("gpu"), "data-method": g.method }, g.method)
+                    : el("strong", { "data-method": g.method }, g.method);
+  return ["GPU numbers: ", name, ` \u2014 ${g.method_label}`];
+}
+
 function section(id, title, ...children) {
   return el("section", { class: "view", "data-view": id, "aria-labelledby": `h-${id}` },
     el("h1", { id: `h-${id}` }, title), ...children);
@@ -77,8 +89,7 @@ function overviewView() {
   const started = isUnknown(data.started_at) ? UNKNOWN : new Date(data.started_at * 1000).toLocaleString();
   parts.push(el("p", { class: "meta" }, `backend ${data.backend} \u00b7 started ${started}`));
   if (data.gpu) {
-    parts.push(el("p", { class: "meta" }, "GPU numbers: ",
-      el("a", { href: viewHref("gpu") }, data.gpu.method || UNKNOWN), ` \u2014 ${data.gpu.method_label}`));
+    parts.push(el("p", { class: "meta gpu-headline" }, ...gpuHeadline(data.gpu, true)));
   }
   if (data.warnings.length) {
     parts.push(el("section", { class: "warnings", "aria-labelledby": "h-warnings" },
@@ -187,8 +198,7 @@ function memoryView() {
 function gpuView() {
   const g = data.gpu;
   const parts = [];
-  parts.push(el("p", { class: "method" }, "GPU numbers: ",
-    el("strong", { "data-method": g.method || "" }, g.method || UNKNOWN), ` \u2014 ${g.method_label}`));
+  parts.push(el("p", { class: "method" }, ...gpuHeadline(g, false)));
   parts.push(el("div", { class: "cards" },
     card("gpu-time", "Attributed GPU time", formatNs(g.time.value_ns),
          { sub: "sum of the lines' GPU time", notice: g.time.notice }),
@@ -197,7 +207,8 @@ function gpuView() {
     card("driver-time", "Driver time", formatNs(g.driver.time_ns), { sub: g.driver.label })));
   const facts = [];
   if (g.devices.length) facts.push(el("li", {}, `Devices: ${g.devices.join(", ")}`));
-  if (g.scope_note) facts.push(el("li", {}, g.scope_note));
+  if (g.aggregation_note) facts.push(el("li", { "data-fact": "aggregation" }, g.aggregation_note));
+  if (g.scope_note) facts.push(el("li", { "data-fact": "scope" }, g.scope_note));
   facts.push(el("li", {}, "GPU work runs asynchronously: a line can return before its device work finishes, so GPU time and driver time are separate measurements."));
   parts.push(el("ul", { class: "facts" }, facts));
   if (g.diagnostics.length) {

@@ -108,13 +108,14 @@ std::vector<LineStats> LineAggregator::Lines() const {
   for (const Code& c : codes_) {
     for (size_t i = 0; i < c.cells.size(); ++i) {
       const Cell& cell = c.cells[i];
-      if (cell.hits == 0 && cell.wall_ns == 0) continue;
+      if (cell.hits == 0 && cell.wall_ns == 0 && cell.calls == 0) continue;
       LineStats s;
       s.file_id = c.file_id;
       s.line = c.base_line + static_cast<int32_t>(i);
       s.wall_time_ns = cell.wall_ns;
       s.self_time_ns = cell.wall_ns - cell.child_ns;
       s.hits = cell.hits;
+      s.calls = cell.calls;
       out.push_back(s);
     }
   }
@@ -129,6 +130,7 @@ std::vector<LineStats> LineAggregator::Lines() const {
       merged.back().wall_time_ns += s.wall_time_ns;
       merged.back().self_time_ns += s.self_time_ns;
       merged.back().hits += s.hits;
+      merged.back().calls += s.calls;
     } else {
       merged.push_back(s);
     }

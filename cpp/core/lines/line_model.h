@@ -16,6 +16,7 @@
 //     measured them (issue 5 fills GpuStats).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -39,6 +40,7 @@ struct LineStats {
   int64_t wall_time_ns = 0;  // inclusive, see the contract above
   int64_t self_time_ns = 0;  // minus traced callees
   int64_t hits = 0;
+  int64_t calls = 0;  // fresh calls of recorded functions made while this line was current
   std::optional<int64_t> memory_bytes;  // net memory change; unknown unless measured
   std::optional<GpuStats> gpu;          // unknown unless a GPU-capable backend measured it
 };
@@ -85,6 +87,26 @@ class LineAggregator {
   int32_t AddCode(int32_t file_id, std::string qualname, int32_t first_line, int32_t last_line);
   size_t code_count() const { return codes_.size(); }
 
+  // Cold. From now on the innermost frame's current line is stored into `*out` (relaxed) at
+  // every line change, as LineKey(code, line), or 0 when no recorded frame is open: another
+  // thread (the memory sampler) reads it to charge what it measures to the running line.
+  // `*out` must outlive the aggregator's use of it; nullptr stops publishing.
+  void PublishTo(std::atomic<uint64_t>* out) noexcept {
+    publish_ = out;
+    Publish();
+  }
+  static constexpr uint64_t LineKey(int32_t code, int32_t line) noexcept {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(code) + 1) << 32) |
+           static_cast<uint32_t>(line);
+  }
+  static constexpr int32_t KeyCode(uint64_t key) noexcept {
+    return static_cast<int32_t>(static_cast<uint32_t>(key >> 32) - 1);
+  }
+  static constexpr int32_t KeyLine(uint64_t key) noexcept {
+    return static_cast<int32_t>(static_cast<uint32_t>(key));
+  }
+  int32_t code_file(int32_t code) const { return codes_[static_cast<size_t>(code)].file_id; }
+
   // Hot path, measured thread only.
   // A frame `key` of `code` starts (fresh_call = true, counts a call) or resumes after a
   // suspend / is adopted because it began before tracing (fresh_call = false). `line` is
@@ -124,7 +146,30 @@ class LineAggregator {
     Cell* cell = idx < f->cell_count ? f->cells + idx : GrowFor(f->code, line);
     f->cell = cell;
     if (cell != nullptr) ++cell->hits;
+    if (publish_ != nullptr) publish_->store(LineKey(f->code, line), std::memory_order_relaxed);
     return true;
+  }
+
+  // The current line of frame `key` starts again without a line change (a backward jump
+  // to the same line: a one-line loop or an inlined comprehension): its slice is closed
+  // and a new one begins, counting a hit. Returns false, recording nothing, when `key` is
+  // not the innermost open frame or it has no current line yet.
+  bool RepeatLine(FrameKey key, int64_t now_ns) noexcept {
+    Frame* f = top_;
+    if (f == nullptr || f->key != key || f->cell == nullptr) return false;
+    f->cell->wall_ns += now_ns - f->line_start;
+    f->line_start = now_ns;
+    ++f->cell->hits;
+    return true;
+  }
+
+  // Forgets the innermost frame's current line slice (its hit and its time so far): the
+  // line that is stopping the session (`with profile():` on exit, `session.stop()`).
+  void DiscardCurrentLine() noexcept {
+    if (top_ == nullptr || top_->cell == nullptr) return;
+    --top_->cell->hits;
+    top_->cell = nullptr;
+    Publish();
   }
 
   // Frame `key` leaves (return, unwind, or a suspend: yield / await). Frames above it
@@ -157,6 +202,7 @@ class LineAggregator {
     int64_t wall_ns = 0;
     int64_t child_ns = 0;  // time in recorded callees while this line ran (self = wall - child)
     int64_t hits = 0;
+    int64_t calls = 0;  // fresh calls of recorded functions started from this line
   };
   struct Code {
     int32_t file_id;
@@ -180,6 +226,7 @@ class LineAggregator {
     int32_t base_line;    // ... its first line
     uint32_t cell_count;  // ... and size
     int32_t code;
+    int32_t fresh;        // 1: this slice began with a fresh call (counted on the caller's line)
   };
   // Frames this close to the top are searched when Enter() gets a key that is already open
   // (the innermost one and its caller: missed exit events are a repair path, not a case
@@ -199,9 +246,11 @@ class LineAggregator {
     }
     if (depth_ == stack_.size() && !GrowStack()) return;
     top_ = stack_.data() + depth_++;
-    *top_ = Frame{key, cell, now_ns, now_ns, 0, c.cells.data(), c.base_line, c.cell_count, code};
+    *top_ = Frame{key,         cell,         now_ns, now_ns,           0, c.cells.data(),
+                  c.base_line, c.cell_count, code,   fresh_call ? 1 : 0};
     c.calls += fresh_call ? 1 : 0;
     ++c.active;
+    if (publish_ != nullptr && cell != nullptr) Publish();
   }
   bool GrowStack() noexcept;  // cold: a new maximum depth; false (counted) when out of memory
   void Pop(int64_t now_ns) noexcept {
@@ -213,11 +262,25 @@ class LineAggregator {
     if (--c.active == 0) c.total_ns += elapsed;
     if (--depth_ == 0) {
       top_ = nullptr;
+      if (publish_ != nullptr) Publish();
       return;
     }
     top_ = f - 1;
     top_->child += elapsed;
-    if (top_->cell != nullptr) top_->cell->child_ns += elapsed;
+    if (top_->cell != nullptr) {
+      top_->cell->child_ns += elapsed;
+      top_->cell->calls += f->fresh;
+    }
+    if (publish_ != nullptr) Publish();
+  }
+  // The innermost frame's current line (or 0) to the publish target, if any.
+  void Publish() noexcept {
+    if (publish_ == nullptr) return;
+    const Frame* f = top_;
+    publish_->store(f != nullptr && f->cell != nullptr
+                        ? LineKey(f->code, f->base_line + static_cast<int32_t>(f->cell - f->cells))
+                        : 0,
+                    std::memory_order_relaxed);
   }
   void ExitDeeper(FrameKey key, int64_t now_ns) noexcept;
 
@@ -228,6 +291,7 @@ class LineAggregator {
   size_t depth_ = 0;
   Frame* top_ = nullptr;      // &stack_[depth_ - 1], nullptr when empty
   int64_t mismatches_ = 0;
+  std::atomic<uint64_t>* publish_ = nullptr;
 };
 
 // Decides which source files are recorded. Pure; cold path (the tracer caches per code).

@@ -26,6 +26,86 @@ class LineAggregatorTest : public ::testing::Test {
 // Frame keys in these tests: small integers standing for the tracer's frame addresses.
 constexpr FrameKey kF = 1, kG = 2, kH = 3;
 
+TEST_F(LineAggregatorTest, RepeatLineStartsTheCurrentLineAgain) {
+  // GIVEN f on line 2 (a one-line loop jumping back to its own line twice)
+  int32_t f = agg.AddCode(file, "f", 1, 3);
+  agg.Enter(f, kF, 0, true, 0);
+  EXPECT_FALSE(agg.RepeatLine(kF, 5));  // no current line yet: nothing recorded
+  EXPECT_TRUE(agg.Line(kF, 2, 10));
+  // WHEN
+  EXPECT_TRUE(agg.RepeatLine(kF, 20));
+  EXPECT_TRUE(agg.RepeatLine(kF, 35));
+  EXPECT_FALSE(agg.RepeatLine(kG, 36));  // not the innermost frame
+  EXPECT_TRUE(agg.Line(kF, 3, 40));
+  agg.Exit(kF, 50);
+  // THEN three hits of line 2 and all of its time
+  auto lines = agg.Lines();
+  EXPECT_EQ(Find(lines, 2)->hits, 3);
+  EXPECT_EQ(Find(lines, 2)->wall_time_ns, 30);
+  EXPECT_EQ(Find(lines, 3)->hits, 1);
+}
+
+TEST_F(LineAggregatorTest, LineCallsCountFreshCallsStartedFromTheLine) {
+  int32_t f = agg.AddCode(file, "f", 1, 4);
+  int32_t g = agg.AddCode(file, "g", 10, 11);
+  agg.Enter(f, kF, 0, true, 0);
+  EXPECT_TRUE(agg.Line(kF, 2, 1));
+  for (int i = 0; i < 3; ++i) {
+    agg.EnterAtLine(g, kG, 2 + 10 * i, true, 11);
+    agg.Exit(kG, 5 + 10 * i);
+  }
+  agg.Enter(g, kH, 40, /*fresh_call=*/false, 11);  // a resume is not a call
+  agg.Exit(kH, 41);
+  EXPECT_TRUE(agg.Line(kF, 3, 50));
+  agg.Exit(kF, 60);
+  auto lines = agg.Lines();
+  EXPECT_EQ(Find(lines, 2)->calls, 3);
+  EXPECT_EQ(Find(lines, 3)->calls, 0);
+  EXPECT_EQ(Find(lines, 11)->calls, 0);
+}
+
+TEST_F(LineAggregatorTest, DiscardCurrentLineForgetsTheStoppingLine) {
+  // GIVEN f whose line 3 is the one that stops the session
+  int32_t f = agg.AddCode(file, "f", 1, 4);
+  agg.Enter(f, kF, 0, true, 0);
+  EXPECT_TRUE(agg.Line(kF, 2, 10));
+  EXPECT_TRUE(agg.Line(kF, 3, 20));
+  // WHEN
+  agg.DiscardCurrentLine();
+  agg.CloseAll(100);
+  // THEN line 3 has neither a hit nor time; line 2 is intact
+  auto lines = agg.Lines();
+  EXPECT_EQ(Find(lines, 3), nullptr);
+  EXPECT_EQ(Find(lines, 2)->hits, 1);
+  EXPECT_EQ(Find(lines, 2)->wall_time_ns, 10);
+  agg.DiscardCurrentLine();  // nothing open: no effect
+}
+
+TEST_F(LineAggregatorTest, PublishesTheInnermostCurrentLine) {
+  // GIVEN a publish target
+  std::atomic<uint64_t> current{99};
+  agg.PublishTo(&current);
+  EXPECT_EQ(current.load(), 0u);  // nothing open
+  int32_t f = agg.AddCode(file, "f", 1, 4);
+  int32_t g = agg.AddCode(file, "g", 10, 11);
+  // WHEN f runs line 2, calls g (line 11), g returns, f goes on to line 3 and ends
+  agg.Enter(f, kF, 0, true, 0);
+  EXPECT_EQ(current.load(), 0u);  // no current line yet
+  agg.Line(kF, 2, 1);
+  EXPECT_EQ(current.load(), LineAggregator::LineKey(f, 2));
+  agg.EnterAtLine(g, kG, 2, true, 11);
+  EXPECT_EQ(current.load(), LineAggregator::LineKey(g, 11));
+  agg.Exit(kG, 3);
+  EXPECT_EQ(current.load(), LineAggregator::LineKey(f, 2));  // back on the calling line
+  agg.Line(kF, 3, 4);
+  EXPECT_EQ(current.load(), LineAggregator::LineKey(f, 3));
+  agg.DiscardCurrentLine();
+  EXPECT_EQ(current.load(), 0u);
+  agg.CloseAll(5);
+  EXPECT_EQ(current.load(), 0u);
+  EXPECT_EQ(agg.code_file(g), file);
+}
+
 TEST_F(LineAggregatorTest, LinesGetHitsAndInclusiveTime) {
   // GIVEN f (lines 1-4) calling g (lines 10-11) from line 2
   int32_t f = agg.AddCode(file, "f", 1, 4);

@@ -178,14 +178,30 @@ void AssignDisplayNames(std::vector<File>* files, const std::optional<std::strin
   }
 }
 
-std::string MethodLabel(const std::optional<std::string>& method) {
-  if (!method) return "no GPU collection method recorded";
+// What produced the GPU numbers, in words; `backend` names a backend that reports per-line
+// GPU values without a collection method (a custom backend's RawLine.gpu).
+std::string MethodLabel(const std::optional<std::string>& method, const std::string& backend) {
+  if (!method) return "reported by the '" + backend + "' backend";
   if (*method == "nvml-sampled") return "estimated from sampled GPU utilization (NVML)";
   if (*method == "cupti") return "measured kernel time (CUPTI)";
   if (*method == "neuron-sampled") return "estimated from sampled NeuronCore utilization";
-  if (*method == "backend") return "reported by the profiler backend";
+  if (*method == "scalene-nvml") return "Scalene's estimate from sampled GPU utilization (NVML)";
+  if (*method == "scalene-neuron-monitor")
+    return "Scalene's estimate from sampled NeuronCore utilization (neuron-monitor)";
+  if (*method == "backend") return "reported by the '" + backend + "' backend";
   if (*method == "scalene") return "estimated by Scalene's GPU sampling";
-  return "reported by the backend as '" + *method + "'";
+  return "reported by the '" + backend + "' backend as '" + *method + "'";
+}
+
+// How GPU time of several GPUs combines into one line's GPU time, by collection method:
+// "sum" (busy time adds over GPUs: two GPUs 50 % busy for 1 s give 1 s), "mean" (Scalene
+// averages the utilization over GPUs: the same give 0.5 s), or nullopt (not known).
+std::optional<std::string> GpuAggregation(const std::optional<std::string>& method) {
+  if (!method) return std::nullopt;
+  if (*method == "nvml-sampled" || *method == "neuron-sampled" || *method == "cupti")
+    return "sum";
+  if (*method == "scalene-nvml" || *method == "scalene-neuron-monitor") return "mean";
+  return std::nullopt;
 }
 
 struct Result {
@@ -194,6 +210,7 @@ struct Result {
   std::string backend;
   std::vector<std::string> warnings;
   bool gpu_requested = false;
+  bool gpu_capable = false;  // capabilities.gpu: the backend declares GPU collection
   bool memory_requested = false;
   std::optional<std::string> root;
   std::vector<File> files;
@@ -222,6 +239,7 @@ Result Read(const json& doc) {
   r.gpu_requested = Bool(options, "gpu");
   r.memory_requested = Bool(options, "memory");
   r.root = Str(options, "root");
+  r.gpu_capable = Bool(Field(doc, "capabilities"), "gpu");
   r.memory = Field(doc, "memory");
   r.gpu = Field(doc, "gpu");
   if (!r.memory.is_null() && !r.memory.is_object())
@@ -392,8 +410,10 @@ json MemorySection(const Result& r) {
   };
 }
 
+// Only for a backend that declares GPU collection (see HasGpuView).
 json GpuSection(const Result& r) {
-  const json& g = r.gpu;  // null: requested, but the backend collected nothing
+  // null: the backend returned per-line values only (RawLine.gpu), no collection summary.
+  const json& g = r.gpu;
   const bool collected = g.is_object();
   const auto method = collected ? Str(g, "method") : std::nullopt;
   OptInt attributed, peak;
@@ -407,17 +427,15 @@ json GpuSection(const Result& r) {
     peak = Max(peak, s.gpu_peak_bytes);
     driver += s.time_ns;
   }
-  const bool time_flag = collected && Bool(g, "time_available");
-  const bool memory_flag = collected && Bool(g, "memory_available");
+  // As the collection says; without one, a quantity is available where a line has a value.
+  const bool time_flag = !collected || Bool(g, "time_available");
+  const bool memory_flag = !collected || Bool(g, "memory_available");
   const bool time_ok = time_flag && attributed.has_value();
   const bool memory_ok = memory_flag && peak.has_value();
-  const std::string not_collected =
-      "the '" + r.backend +
-      "' backend does not collect GPU measurements (BackendCapabilities.gpu is False)";
+  const bool any_measured = time_ok || memory_ok;
   auto notice = [&](bool ok, const char* reason_key, const char* fallback) -> json {
     if (ok) return nullptr;
-    if (!collected) return not_collected;
-    const auto reason = Str(g, reason_key);
+    const auto reason = collected ? Str(g, reason_key) : std::nullopt;
     return reason ? *reason : std::string(fallback);
   };
   const auto scope = collected ? Str(g, "utilization_scope") : std::nullopt;
@@ -428,13 +446,46 @@ json GpuSection(const Result& r) {
         "other processes; device-memory samples refer to the profiled process.";
   else if (scope == "process")
     scope_note = "GPU utilization is per-process.";
+  const std::vector<std::string> devices = collected ? Strings(g, "devices")
+                                                     : std::vector<std::string>{};
+  const std::string label = MethodLabel(method, r.backend);
+  std::string headline;
+  if (any_measured)
+    headline = "GPU numbers: " + (method ? *method + " \u2014 " : std::string()) + label;
+  else if (method)
+    headline = "No GPU values were measured (collection method: " + *method + ").";
+  else
+    headline = "No GPU values were measured: no GPU collection method was recorded.";
+  const auto aggregation = GpuAggregation(method);
+  json aggregation_note = nullptr;
+  if (aggregation && time_ok) {
+    const bool sum = *aggregation == "sum";
+    const size_t n = devices.size();
+    if (n == 1) {
+      aggregation_note = std::string("GPU time is the busy time of 1 GPU (with several GPUs ") +
+                         (sum ? "it is summed over them)." : "Scalene averages over them).");
+    } else {
+      // Not "over n GPUs": the sampler counts only the GPUs this process holds memory on.
+      const std::string here = n > 1 ? " (" + std::to_string(n) + " devices here)" : "";
+      aggregation_note =
+          sum ? "GPU time is summed over GPUs" + here +
+                    ": each GPU's busy time adds, so two GPUs each 50 % busy for 1 s give 1 s."
+              : "GPU time is averaged over GPUs" + here +
+                    ": Scalene averages their utilization, so two GPUs each 50 % busy for 1 s "
+                    "give 0.5 s.";
+    }
+  }
   const bool by_lines = !measured.empty();
   return {
       {"requested", r.gpu_requested},
       {"collected", collected},
+      {"measured", any_measured},
       {"method", J(method)},
-      {"method_label", MethodLabel(method)},
-      {"devices", collected ? json(Strings(g, "devices")) : json::array()},
+      {"method_label", label},
+      {"headline", headline},
+      {"aggregation", J(aggregation)},
+      {"aggregation_note", aggregation_note},
+      {"devices", devices},
       {"utilization_scope", J(scope)},
       {"scope_note", scope_note},
       {"diagnostics", collected ? json(Strings(g, "diagnostics")) : json::array()},
@@ -459,6 +510,17 @@ json GpuSection(const Result& r) {
   };
 }
 
+// The GPU view and the GPU columns exist only for a backend that declares GPU collection
+// (capabilities.gpu; a result with a GPU collection implies it) when GPU values were
+// requested or returned. A backend without it (trace, tachyon) gets no GPU view and no GPU
+// column; its diagnostic is among the warnings.
+bool HasGpuView(const Result& r) {
+  const bool capable = r.gpu_capable || r.gpu.is_object();
+  const bool any_line = std::any_of(r.lines.begin(), r.lines.end(),
+                                    [](const Line& s) { return s.gpu_present; });
+  return capable && (r.gpu_requested || r.gpu.is_object() || any_line);
+}
+
 json Payload(const Result& r) {
   int64_t max_time = 0;
   OptInt max_gpu_time;
@@ -467,8 +529,8 @@ json Payload(const Result& r) {
     max_gpu_time = Max(max_gpu_time, s.gpu_time_ns);
   }
   const bool has_memory = r.memory_requested && r.memory.is_object();
-  const bool has_gpu_view = r.gpu_requested || r.gpu.is_object();
-  const bool gpu_columns = r.gpu.is_object();
+  const bool has_gpu_view = HasGpuView(r);
+  const bool gpu_columns = has_gpu_view;
   auto any = [&](auto field) {
     return std::any_of(r.lines.begin(), r.lines.end(),
                        [&](const Line& s) { return (s.*field).has_value(); });

@@ -5,8 +5,9 @@
 //      -> a `linescope-report/1` document. Everything the report *decides* is computed here:
 //      per-file totals and hottest lines, overview cards, the most expensive lines, function
 //      definition links, heat levels, the memory section (only when memory was collected)
-//      and the GPU section (only when GPU collection was requested), including the card
-//      values and the notices for unavailable values. The format is documented in
+//      and the GPU section (only for a backend that declares GPU collection, when it was
+//      requested), including the card values, the notices for unavailable values and the
+//      headline that says which method produced the numbers. The format is documented in
 //      docs/linescope.md ("Report payload").
 //   2. RenderReportHtml: the payload -> ONE self-contained HTML file. The web assets
 //      (web/report/manifest.txt: ES modules, CSS, the page template) are embedded into this

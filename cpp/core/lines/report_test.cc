@@ -282,18 +282,140 @@ TEST(ReportPayload, GpuMemoryUnavailableWithoutReasonSaysNoneWereRecorded) {
   EXPECT_TRUE(p["gpu"]["lines"].empty());
 }
 
-TEST(ReportPayload, GpuRequestedFromABackendWithoutGpuShowsWhy) {
-  // GIVEN gpu=True with the trace backend (a warning; result.gpu is null)
+TEST(ReportPayload, GpuRequestedFromABackendWithoutGpuHasNoGpuViewOrColumns) {
+  // GIVEN gpu=True with the trace backend (capabilities.gpu false: a warning, no result.gpu)
   json r = Result();
   r["options"]["gpu"] = true;
+  r["warnings"].push_back("GPU profiling is not supported by the 'trace' backend");
   json p = Build(r);
-  // THEN a GPU section exists (requested), but no GPU columns
-  ASSERT_TRUE(p["gpu"].is_object());
-  EXPECT_FALSE(p["gpu"]["collected"].get<bool>());
+  // THEN there is no GPU section and no GPU column; the diagnostic is among the warnings
+  EXPECT_TRUE(p["gpu"].is_null());
   EXPECT_FALSE(p["columns"]["gpu"].get<bool>());
-  EXPECT_THAT(p["gpu"]["memory"]["notice"].get<std::string>(),
-              HasSubstr("'trace' backend does not collect GPU measurements"));
-  EXPECT_THAT(p["gpu"]["time"]["notice"].get<std::string>(), HasSubstr("'trace' backend"));
+  EXPECT_FALSE(PayloadLine(p, "app.py", 2).contains("gpu_time_ns"));
+  EXPECT_FALSE(p["files"][0].contains("gpu_time_ns"));
+  EXPECT_THAT(p["warnings"].dump(), HasSubstr("not supported by the 'trace' backend"));
+}
+
+TEST(ReportPayload, GpuFalseOnAGpuCapableBackendHasNoGpuView) {
+  json r = Result();
+  r["capabilities"]["gpu"] = true;
+  json p = Build(r);
+  EXPECT_TRUE(p["gpu"].is_null());
+  EXPECT_FALSE(p["columns"]["gpu"].get<bool>());
+}
+
+// A custom backend that declares the gpu capability and returns GPU values only through
+// RawLine.gpu (RawBackendResult.gpu = None, so result.gpu is null).
+json CustomPerLineGpu() {
+  json r = Result();
+  r["backend"] = "withgpu";
+  r["capabilities"]["gpu"] = true;
+  r["options"]["gpu"] = true;
+  r["run"]["lines"][0]["gpu"] = {{"time_ns", 120'000'000}, {"peak_memory_bytes", 3 << 20}};
+  r["run"]["lines"][1]["gpu"] = {{"time_ns", nullptr}, {"peak_memory_bytes", 1 << 20}};
+  r["run"]["lines"][2]["gpu"] = {{"time_ns", 5'000'000}, {"peak_memory_bytes", nullptr}};
+  return r;
+}
+
+TEST(ReportPayload, CustomBackendWithPerLineGpuOnlyShowsItsValues) {
+  json p = Build(CustomPerLineGpu());
+  const json& g = p["gpu"];
+  ASSERT_TRUE(g.is_object());
+  // THEN the GPU columns exist and carry the per-line values (unknown stays null)
+  EXPECT_TRUE(p["columns"]["gpu"].get<bool>());
+  EXPECT_EQ(PayloadLine(p, "app.py", 2)["gpu_time_ns"], 120'000'000);
+  EXPECT_EQ(PayloadLine(p, "app.py", 2)["gpu_peak_bytes"], 3 << 20);
+  EXPECT_TRUE(PayloadLine(p, "app.py", 5)["gpu_time_ns"].is_null());
+  EXPECT_EQ(PayloadLine(p, "app.py", 5)["gpu_peak_bytes"], 1 << 20);
+  EXPECT_TRUE(PayloadLine(p, "lib/util.py", 3)["gpu_time_ns"].is_null());
+  EXPECT_EQ(p["files"][0]["gpu_time_ns"], 125'000'000);
+  // the cards: totals from the lines, available, no notice
+  EXPECT_FALSE(g["collected"].get<bool>());
+  EXPECT_TRUE(g["measured"].get<bool>());
+  EXPECT_EQ(g["time"]["value_ns"], 125'000'000);
+  EXPECT_TRUE(g["time"]["available"].get<bool>());
+  EXPECT_TRUE(g["time"]["notice"].is_null());
+  EXPECT_EQ(g["memory"]["peak_bytes"], 3 << 20);
+  EXPECT_TRUE(g["memory"]["notice"].is_null());
+  EXPECT_EQ(g["lines"].size(), 3u);
+  // a neutral method label, never a claim that the backend collects nothing
+  EXPECT_TRUE(g["method"].is_null());
+  EXPECT_EQ(g["method_label"], "reported by the 'withgpu' backend");
+  EXPECT_EQ(g["headline"], "GPU numbers: reported by the 'withgpu' backend");
+  EXPECT_THAT(p.dump(), Not(HasSubstr("does not collect")));
+}
+
+TEST(ReportPayload, CustomBackendWithoutGpuValuesSaysNoneWereRecorded) {
+  json r = CustomPerLineGpu();
+  for (json& l : r["run"]["lines"]) l["gpu"] = nullptr;
+  json p = Build(r);
+  const json& g = p["gpu"];
+  ASSERT_TRUE(g.is_object());
+  EXPECT_TRUE(p["columns"]["gpu"].get<bool>());
+  EXPECT_FALSE(g["measured"].get<bool>());
+  EXPECT_EQ(g["time"]["notice"], "no GPU time measurements were recorded");
+  EXPECT_EQ(g["memory"]["notice"], "no GPU memory measurements were recorded");
+  EXPECT_EQ(g["headline"], "No GPU values were measured: no GPU collection method was recorded.");
+}
+
+TEST(ReportPayload, NothingMeasuredHeadlineMakesNoClaimAboutTheMethod) {
+  // GIVEN an NVML collection whose every read failed
+  json r = WithGpu(Result());
+  r["gpu"]["time_available"] = false;
+  r["gpu"]["memory_available"] = false;
+  r["gpu"]["time_reason"] = "every GPU utilization read failed (Unknown Error (NVML error 999))";
+  for (json& l : r["run"]["lines"]) l["gpu"] = nullptr;
+  json p = Build(r);
+  const json& g = p["gpu"];
+  EXPECT_FALSE(g["measured"].get<bool>());
+  EXPECT_EQ(g["headline"], "No GPU values were measured (collection method: nvml-sampled).");
+  EXPECT_TRUE(g["aggregation_note"].is_null());
+  EXPECT_EQ(g["time"]["notice"],
+            "every GPU utilization read failed (Unknown Error (NVML error 999))");
+}
+
+TEST(ReportPayload, NoMethodRecordedIsACleanSentence) {
+  // GIVEN a GPU-capable backend that found no device (method null, nothing measured)
+  json r = Result();
+  r["backend"] = "scalene";
+  r["capabilities"]["gpu"] = true;
+  r["options"]["gpu"] = true;
+  r["gpu"] = {{"method", nullptr},
+              {"time_available", false},
+              {"memory_available", false},
+              {"time_reason", "no supported GPU was found"},
+              {"memory_reason", "no supported GPU was found"},
+              {"devices", json::array()},
+              {"utilization_scope", nullptr},
+              {"diagnostics", json::array()}};
+  json p = Build(r);
+  EXPECT_EQ(p["gpu"]["headline"],
+            "No GPU values were measured: no GPU collection method was recorded.");
+  EXPECT_THAT(p["gpu"]["headline"].get<std::string>(), Not(HasSubstr("\u2014")));
+  EXPECT_EQ(p["gpu"]["time"]["notice"], "no supported GPU was found");
+}
+
+TEST(ReportPayload, SaysHowGpuTimeCombinesOverGpus) {
+  // GIVEN two GPUs: the native sampler sums busy time, Scalene averages utilization
+  json r = WithGpu(Result());
+  r["gpu"]["devices"] = {"GPU A", "GPU B"};
+  json sum = Build(r)["gpu"];
+  EXPECT_EQ(sum["aggregation"], "sum");
+  EXPECT_THAT(sum["aggregation_note"].get<std::string>(), HasSubstr("summed over GPUs (2 devices here)"));
+  EXPECT_EQ(sum["headline"],
+            "GPU numbers: nvml-sampled \u2014 estimated from sampled GPU utilization (NVML)");
+  r["gpu"]["method"] = "scalene-nvml";
+  json mean = Build(r)["gpu"];
+  EXPECT_EQ(mean["aggregation"], "mean");
+  EXPECT_THAT(mean["aggregation_note"].get<std::string>(), HasSubstr("averaged over GPUs (2 devices here)"));
+  EXPECT_THAT(mean["method_label"].get<std::string>(), HasSubstr("Scalene"));
+  // one GPU: nothing to combine, but still said
+  r["gpu"]["devices"] = {"GPU A"};
+  EXPECT_THAT(Build(r)["gpu"]["aggregation_note"].get<std::string>(), HasSubstr("1 GPU"));
+  // an unknown method: not said
+  r["gpu"]["method"] = "my-method";
+  EXPECT_TRUE(Build(r)["gpu"]["aggregation"].is_null());
+  EXPECT_TRUE(Build(r)["gpu"]["aggregation_note"].is_null());
 }
 
 TEST(ReportPayload, RejectsWhatIsNotAResult) {

@@ -139,6 +139,7 @@ Status LineSampler::Start() {
       rss_last_.store(*rss, std::memory_order_relaxed);
       rss_peak_open_.store(*rss, std::memory_order_relaxed);
       rss_at_last_take_ = *rss;
+      source_prev_rss_ = *rss;
       timeline_.Add(0, *rss);
     }
   }
@@ -162,6 +163,7 @@ void LineSampler::Stop() {
       timeline_.Add(now - start_ns_, *rss);
       rss_end_ = *rss;
       rss_peak_total_ = std::max(rss_peak_total_.value_or(*rss), *rss);
+      if (source_ != nullptr) ChargeSourceLine(*rss);
       rss_last_.store(*rss, std::memory_order_relaxed);
       AtomicMax(rss_peak_open_, *rss);
     }
@@ -235,10 +237,36 @@ void LineSampler::Request(int64_t) noexcept {
 void LineSampler::ReadRss(int64_t now) noexcept {
   auto rss = rss_.Read();
   if (!rss) return;
+  if (source_ != nullptr) ChargeSourceLine(*rss);
   rss_last_.store(*rss, std::memory_order_relaxed);
   AtomicMax(rss_peak_open_, *rss);
   timeline_.Add(now - start_ns_, *rss);
   rss_peak_total_ = std::max(rss_peak_total_.value_or(*rss), *rss);
+}
+
+void LineSampler::ChargeSourceLine(int64_t rss) noexcept {
+  const uint64_t key = source_->load(std::memory_order_relaxed);
+  const int64_t delta = source_prev_rss_ >= 0 ? rss - source_prev_rss_ : 0;
+  source_prev_rss_ = rss;
+  if (key == 0) return;
+  try {
+    SourceLineMemory& m = source_lines_[key];
+    if (m.readings == 0) {
+      m.key = key;
+      m.rss_peak = rss;
+    }
+    m.rss_delta += delta;
+    m.rss_peak = std::max(m.rss_peak, rss);
+    ++m.readings;
+  } catch (...) {  // out of memory: this reading is not charged
+  }
+}
+
+std::vector<SourceLineMemory> LineSampler::SourceLines() const {
+  std::vector<SourceLineMemory> out;
+  out.reserve(source_lines_.size());
+  for (const auto& [key, m] : source_lines_) out.push_back(m);
+  return out;
 }
 
 void LineSampler::SampleGpu(int64_t now) noexcept {

@@ -16,6 +16,12 @@
 //      memory peak. The binding attributes that interval to the line the thread is on.
 // A thread that is inside a long call (C extension, I/O, sleep) answers when the call returns,
 // so the whole call is attributed to the line that made it.
+//
+// With a line source (SetLineSource: a tracer that publishes the measured thread's current
+// line at every line change, see LineAggregator::PublishTo), RSS needs no answer: every
+// reading charges the RSS change since the previous reading, and the reading as a peak
+// candidate, to the line current at that moment, so memory that a long C call allocates lands
+// on the line that made the call, within one memory interval.
 #pragma once
 
 #include <atomic>
@@ -109,6 +115,14 @@ struct GpuSamplingSummary {
   std::vector<int64_t> used_devices;  // NVML indexes where this process held memory
 };
 
+// Host memory charged to one published line (see LineSampler::SetLineSource).
+struct SourceLineMemory {
+  uint64_t key = 0;       // the published line key
+  int64_t rss_delta = 0;  // sum of the RSS changes of the readings charged to it
+  int64_t rss_peak = 0;   // highest RSS read while it was current
+  int64_t readings = 0;
+};
+
 // When the request after one made at `now` is due: on the grid of the rate (`deadline` is when
 // the one just made was due), so a late wake-up does not lower the rate; more than an interval
 // behind (a long answer), the grid restarts from `now`. One request is outstanding at a time,
@@ -157,9 +171,16 @@ class LineSampler {
   // The sampler's own notes (e.g. RSS unreadable); the GPU collector keeps its own.
   std::vector<std::string> TakeNotes();
 
+  // Before Start(): RSS readings are charged to the line key `source` holds at reading time
+  // (0: no line; not charged). `source` must outlive the sampler's thread (Stop()).
+  void SetLineSource(const std::atomic<uint64_t>* source) noexcept { source_ = source; }
+  // After Stop(): the lines that were current at some reading.
+  std::vector<SourceLineMemory> SourceLines() const;
+
  private:
   void Loop() noexcept;
   void ReadRss(int64_t now) noexcept;
+  void ChargeSourceLine(int64_t rss) noexcept;
   void SampleGpu(int64_t now) noexcept;
   void Request(int64_t now) noexcept;
   static void AtomicMax(std::atomic<int64_t>& a, int64_t v) noexcept;
@@ -201,6 +222,9 @@ class LineSampler {
   int64_t rss_at_last_take_ = -1;
 
   // Sampler thread only (read after Stop).
+  const std::atomic<uint64_t>* source_ = nullptr;
+  int64_t source_prev_rss_ = -1;
+  std::unordered_map<uint64_t, SourceLineMemory> source_lines_;
   BoundedTimeline timeline_;
   std::optional<int64_t> rss_start_, rss_peak_total_, rss_end_;
   GpuSamplingSummary gpu_summary_;

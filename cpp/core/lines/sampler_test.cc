@@ -250,6 +250,53 @@ TEST(LineSamplerTest, MemoryDeltasAndPeaksFollowAllocations) {
   EXPECT_GT(s.rss_timeline().raw_samples(), 3);
 }
 
+TEST(LineSamplerTest, WithALineSourceRssReadingsGoToThePublishedLine) {
+  // GIVEN memory sampling charged to a published line (no request is ever answered)
+  Pump pump;
+  SamplerOptions o;
+  o.interval_ns = 1'000'000;
+  o.memory = true;
+  std::atomic<uint64_t> line{0};
+  LineSampler s(o, &Pump::Request, &pump);
+  s.SetLineSource(&line);
+  ASSERT_TRUE(s.Start().ok());
+  // WHEN line A touches 96 MiB and stays current 30 ms, then line B frees it and stays 30 ms
+  constexpr uint64_t kA = LineAggregator::LineKey(0, 7), kB = LineAggregator::LineKey(0, 8);
+  line.store(kA);
+  const size_t n = 96u << 20;
+  char* p = static_cast<char*>(std::malloc(n));
+  for (size_t i = 0; i < n; i += 4096) p[i] = 1;
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  line.store(kB);
+  std::free(p);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  line.store(0);  // no line: the readings after this are not charged
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  s.Stop();
+  // THEN A has the growth and the high peak, B the release
+  const SourceLineMemory* a = nullptr;
+  const SourceLineMemory* b = nullptr;
+  auto rows = s.SourceLines();
+  for (const auto& m : rows) {
+    if (m.key == kA) a = &m;
+    if (m.key == kB) b = &m;
+  }
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(rows.size(), 2u);
+  EXPECT_GT(a->rss_delta, int64_t{80} << 20);
+  EXPECT_GE(a->rss_peak, *s.rss_start() + (int64_t{80} << 20));
+  EXPECT_LT(b->rss_delta, -(int64_t{80} << 20));
+  EXPECT_GT(a->readings, 5);
+}
+
+TEST(LineKeyTest, RoundTripsCodeAndLine) {
+  constexpr uint64_t k = LineAggregator::LineKey(41, 1234);
+  static_assert(LineAggregator::KeyCode(k) == 41 && LineAggregator::KeyLine(k) == 1234);
+  static_assert(LineAggregator::LineKey(0, 1) != 0);  // 0 means "no line"
+  EXPECT_EQ(LineAggregator::KeyCode(k), 41);
+}
+
 // The GPU busy time of one ~50 ms interval with `gpu` sampled every 2 ms.
 SampleInterval OneGpuInterval(telemetry::GpuCollector& gpu, GpuSamplingSummary* summary) {
   Pump pump;
