@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
+from ._text import source_lines
+
 if TYPE_CHECKING:
     from ._session import profile
 
@@ -199,6 +201,8 @@ def _start(session: "profile") -> None:
 
 
 def _stop(session: "profile", code: int) -> int:
+    if session._forked:  # a child of os.fork() leaving: the parent writes the output
+        return code
     try:
         session.stop()  # writes the output and shows the summary
     except Exception as e:  # never mask the target's status
@@ -231,7 +235,7 @@ def _run_script(main_module: types.ModuleType) -> None:
         source = f.read()
     code = compile(source, filename, "exec", dont_inherit=True)
     text = importlib.util.decode_source(source)
-    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+    linecache.cache[filename] = (len(text), None, source_lines(text), filename)
     exec(code, main_module.__dict__)
 
 

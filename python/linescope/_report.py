@@ -9,6 +9,7 @@ import os
 from typing import TextIO
 
 from ._model import ProfileResult
+from ._text import source_lines
 
 
 def _ms(ns: int | None) -> str:
@@ -52,7 +53,7 @@ def render_text(result: ProfileResult, top: int = 15) -> str:
             src = ""
             text = result.sources.get(s.filename)
             if text is not None:
-                rows = text.splitlines()
+                rows = source_lines(text)
                 if 0 < s.line <= len(rows):
                     src = rows[s.line - 1].strip()
             hits = "—" if s.hits is None else str(s.hits)

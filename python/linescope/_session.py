@@ -18,12 +18,27 @@ from ._backends import BackendOptions, ProfilerBackend, get_backend_factory, GPU
 from ._model import (FunctionStats, GPUStats, LineStats, ProfileResult, ProfileRun,
                      RawBackendResult, Symbol)
 from ._sampling import MemorySampler  # also registers the "sampler" backend
+from ._text import read_source, source_lines
 
 _DISPLAY = ("none", "end")
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)
 
 _active_lock = threading.Lock()
 _active: "profile | None" = None
+
+
+def _after_fork_in_child() -> None:
+    """A child made with os.fork() during a session does not own it: the session becomes
+    inert there (leaving its `with` block does nothing, no report is written) and the child
+    may start a session of its own."""
+    global _active, _active_lock
+    _active_lock = threading.Lock()  # it may have been held by another thread at the fork
+    if _active is not None:
+        _active._forked = True
+        _active = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _Unset:
@@ -117,7 +132,7 @@ def _source_differs(module: Any, path: str, text: str) -> bool:
     start: the file was edited after the module was imported, so the report's lines would
     not match the code that ran. (Line positions, not bytecode, are compared: import hooks
     such as pytest's assertion rewriting change the bytecode but keep the lines.)"""
-    lines = text.splitlines()
+    lines = [line.rstrip("\n") for line in source_lines(text)]
     for code in _live_codes(module, path).values():
         i = code.co_firstlineno - 1
         if not 0 <= i < len(lines):
@@ -249,6 +264,7 @@ class profile(metaclass=_ProfileMeta):
         self._warnings: list[str] = []
         self._result: ProfileResult | None = None
         self._state = "new"
+        self._forked = False  # True in a forked child of the process that started it
         self._started_at = 0.0
         self._t0_ns = 0
         self._thread: int | None = None
@@ -346,6 +362,10 @@ class profile(metaclass=_ProfileMeta):
 
     def _stop(self) -> ProfileResult:
         global _active
+        if self._forked:
+            raise RuntimeError("this linescope session was started by the parent process "
+                               "before os.fork(); the child has no result of its own (the "
+                               "parent's session writes the report)")
         if self._state == "new":
             raise RuntimeError("this linescope session has not started; call start() first "
                                "(or use `with profile(...):`)")
@@ -399,7 +419,7 @@ class profile(metaclass=_ProfileMeta):
         return self._start()
 
     def __exit__(self, *exc: Any) -> None:
-        if self._state == "running":
+        if self._state == "running" and not self._forked:
             self._stop()
 
     # ---- results -------------------------------------------------------------------------
@@ -459,7 +479,7 @@ class profile(metaclass=_ProfileMeta):
             text = self._registered_source(path)
             if text is None:
                 try:
-                    text = Path(path).read_text(encoding="utf-8", errors="replace")
+                    text = read_source(path)
                 except OSError:
                     continue
                 self._modules[path] = module
@@ -488,7 +508,7 @@ class profile(metaclass=_ProfileMeta):
         if not os.path.isfile(name):
             return "".join(linecache.getlines(name))  # e.g. <string> sources linecache knows
         try:
-            text = Path(name).read_text(encoding="utf-8", errors="replace")
+            text = read_source(name)
             changed = os.stat(name).st_mtime_ns > self._t0_ns
         except OSError:
             return ""

@@ -479,3 +479,34 @@ def test_a_few_thousand_lines_stay_fast(report, tmp_path):
     assert t["sort"] <= 4 * t["floor"] + 500, t
     first = report.column_texts("table.source", "time")[:2]
     assert all(first)
+
+
+def test_files_source_column_sorts_by_the_line_count_it_shows(report, tmp_path):
+    # GIVEN three profiled files whose snapshots have 8, 6 and 7 lines
+    root = tmp_path / "counts"
+    root.mkdir()
+    import importlib.util
+    import sys
+    fns = []
+    for name, n in (("eight", 8), ("six", 6), ("seven", 7)):
+        path = root / f"{name}.py"
+        path.write_text("def f():\n    return 1\n" + "".join(f"# {i}\n" for i in range(n - 2)))
+        spec = importlib.util.spec_from_file_location(f"ls_count_{name}", path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+        fns.append(mod.f)
+    out = tmp_path / "counts.html"
+    with profile(root=root, display="none", output=out):
+        for f in fns:
+            f()
+    report.open(out)
+    report.nav("files")
+    # WHEN the Source column is sorted, both ways
+    report.sort("table.files", "snapshot")
+    first = report.column_texts("table.files", "snapshot")
+    report.sort("table.files", "snapshot")
+    second = report.column_texts("table.files", "snapshot")
+    # THEN the order follows the counts shown
+    counts = [[int(t.split()[0]) for t in texts] for texts in (first, second)]
+    assert sorted(counts) == [[6, 7, 8], [8, 7, 6]]

@@ -293,3 +293,55 @@ def test_a_file_first_loaded_and_edited_during_the_session_is_flagged(ws):
         driver.run(str(ws.root))
     assert any("late.py changed while it was being profiled" in w
                for w in session.result.warnings)
+
+
+class _ChildLeaves(Exception):
+    pass
+
+
+def test_a_forked_child_leaving_the_with_block_writes_nothing(ws, tmp_path):
+    import os
+    mod = ws.module("fork.py", """
+        def parent_work():
+            return 1
+    """)
+    out = tmp_path / "fork.json"
+    status = None
+    try:
+        with profile(root=ws.root, display="none", output=out) as session:
+            pid = os.fork()
+            if pid == 0:  # the child leaves the block, as sys.exit() there would
+                raise _ChildLeaves
+            _, status = os.waitpid(pid, 0)
+            mod.parent_work()
+    except _ChildLeaves:  # in the child only: did leaving write (or break) anything?
+        os._exit(3 if out.exists() else 0)
+    # THEN the child wrote nothing; the parent's report has the parent's work
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert session.result.function("parent_work").calls == 1
+    assert json.loads(out.read_text())["run"]["functions"]
+
+
+def test_snapshots_decode_like_python_and_keep_python_line_numbers(ws):
+    # GIVEN a latin-1 module with a coding cookie, a UTF-8 BOM module, and a module whose
+    # form feed / U+2028 characters must not shift lines
+    (ws.root / "latin.py").write_bytes(
+        b"# -*- coding: latin-1 -*-\ndef f():\n    return 'caf\xe9'\n")
+    (ws.root / "bom.py").write_bytes(b"\xef\xbb\xbfdef g():\n    return 1\n")
+    (ws.root / "ff.py").write_text("\x0c\ndef h():\n    return 's\u2028t'\n")
+    import importlib.util
+    import sys
+    mods = []
+    for name in ("latin", "bom", "ff"):
+        spec = importlib.util.spec_from_file_location(f"ls_dec_{name}", ws.root / f"{name}.py")
+        m = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = m
+        spec.loader.exec_module(m)
+        mods.append(m)
+    with profile(root=ws.root, display="none") as session:
+        mods[0].f(), mods[1].g(), mods[2].h()
+    r = session.result
+    # THEN the text is Python's, and nothing is flagged as edited
+    assert "return 'café'" in r.sources[str(ws.root / "latin.py")]
+    assert r.sources[str(ws.root / "bom.py")].startswith("def g():")
+    assert not [w for w in r.warnings if "changed" in w], r.warnings

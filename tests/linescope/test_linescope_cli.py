@@ -360,3 +360,36 @@ def test_report_shows_the_source_as_it_ran_when_the_script_edits_itself(tmp_path
     data = json.loads((tmp_path / "out.json").read_text())
     assert data["sources"][str(path)] == original
     assert data["warnings"] == []
+
+
+def test_a_forked_child_leaving_does_not_write_the_report(tmp_path):
+    # GIVEN a script that forks; the child exits through sys.exit (runs the CLI's ending)
+    (tmp_path / "forker.py").write_text(
+        "import os, sys\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    child_only = 1\n"
+        "    sys.exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+        "parent_only = 2\n")
+    # WHEN profiled
+    p = linescope("-d", "none", "-o", "out.json", "forker.py", cwd=tmp_path)
+    # THEN the report is the parent's run, written once
+    assert p.returncode == 0, p.stderr
+    lines = {l["line"] for l in json.loads((tmp_path / "out.json").read_text())["run"]["lines"]}
+    assert 7 in lines and 4 not in lines, lines
+
+
+def test_the_script_text_in_linecache_is_split_where_python_numbers_lines(tmp_path):
+    # GIVEN a script whose line 1 holds a U+2028 and a form feed inside a string
+    (tmp_path / "odd.py").write_text(
+        's = "a\u2028b\x0cc"\n'
+        "import linecache, traceback\n"
+        "print(repr(linecache.getline(__file__, 3)))\n"
+        "traceback.print_stack()\n")
+    # WHEN run under linescope
+    p = linescope("-d", "none", "odd.py", cwd=tmp_path)
+    # THEN line 3 is line 3 and the stack shows the calling line's own text
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == repr("print(repr(linecache.getline(__file__, 3)))\n")
+    assert "traceback.print_stack()" in p.stderr

@@ -138,7 +138,7 @@ function filesView() {
   ];
   if (cols.gpu) columns.push(numCol("gpu_time", "GPU time", (f) => f.gpu_time_ns, formatNs));
   if (cols.memory) columns.push(numCol("memory", "Memory change", (f) => f.mem_bytes, formatSignedBytes));
-  columns.push({ key: "snapshot", label: "Source", value: (f) => (f.source ? "captured" : null),
+  columns.push({ key: "snapshot", label: "Source", value: (f) => (f.source ? f.source.length : null),
                  html: (f) => (f.source ? `${formatCount(f.source.length)} lines` : UNKNOWN) });
   const t = sortableTable({ columns, rows, sort: { key: "time", dir: "desc" }, label: "Files",
                             className: "files" });
