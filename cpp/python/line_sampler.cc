@@ -174,8 +174,10 @@ class SamplerSession {
       StopKernelTracing();
     }
     for (auto& n : sampler_->TakeNotes()) notes_.push_back(std::move(n));
-    if (collector_)
+    if (collector_) {
       for (auto& n : collector_->TakeNotes()) gpu_notes_.push_back(std::move(n));
+      for (auto& f : collector_->TakeFailures()) gpu_failures_.push_back(std::move(f));
+    }
   }
 
   // (filename, line, samples, wall_ns, cpu_ns, rss_delta, rss_peak, gpu_busy_ns, gpu_mem_peak)
@@ -250,10 +252,14 @@ class SamplerSession {
     d["used_devices"] = g.used_devices;
     d["proc_mem_readings"] = g.proc_mem_readings;
     auto s = lines::SummarizeGpuCollection(gpu_error_, collector_ ? collector_->backend() : "",
-                                           devices_.size(), g, gpu_notes_);
+                                           devices_.size(), g, gpu_notes_, gpu_failures_);
     lines::ApplyKernelTracing(s, kernels_done_, cupti_error_, kernel_library_, kernel_version_,
                               kmap_ ? kmap_->unattributed() : lines::LineKernelTotals{},
                               kmap_ ? kmap_->late_records() : 0, kernel_notes_);
+    // The platform as Python names it (sys.platform): on macOS the missing collector is MPS.
+    const bool apple_host =
+        nb::cast<std::string>(nb::module_::import_("sys").attr("platform")) == "darwin";
+    lines::FinishGpuCollection(s, devices_.size(), g, gpu_failures_, apple_host);
     if (kernels_done_) {
       int64_t kernels = kmap_->unattributed().kernel_count;
       for (const auto& [key, totals] : kmap_->lines()) kernels += totals.kernel_count;
@@ -268,6 +274,7 @@ class SamplerSession {
     d["utilization_scope"] =
         s.utilization_scope.empty() ? std::nullopt : std::optional<std::string>(s.utilization_scope);
     d["diagnostics"] = s.diagnostics;
+    d["warnings"] = s.warnings;
     return d;
   }
   nb::dict Stats() const {
@@ -464,6 +471,7 @@ class SamplerSession {
   std::unordered_map<std::string, bool> decided_;
   std::vector<std::string> notes_;
   std::vector<std::string> gpu_notes_;
+  std::vector<telemetry::GpuReadFailure> gpu_failures_;
   pthread_t main_thread_{};
   PyThreadState* main_tstate_ = nullptr;
   bool cupti_;
@@ -485,6 +493,8 @@ class SamplerSession {
 }  // namespace
 
 void RegisterLineSampler(nb::module_& m) {
+  // (linescope's `scalene` adapter says it too.)
+  m.attr("DEVICE_WIDE_GPU_WARNING") = lines::kDeviceWideGpuWarning;
   nb::class_<SamplerSession>(m, "LineSampler")
       .def(nb::init<std::vector<std::string>, std::vector<std::string>, std::vector<std::string>,
                     std::string, int64_t, bool, bool, std::string, std::string, int, std::string,

@@ -78,4 +78,5 @@ class LineTracer:
 
 # linescope's HTML report (cpp/python/report_binding.cc, cpp/core/lines/report.h).
 def build_report_payload(result_json: str) -> str: ...  # ValueError on a bad document
+DEVICE_WIDE_GPU_WARNING: str  # the sampler's and scalene's device-wide utilization warning
 def render_report_html(payload_json: str) -> str: ...

@@ -5,7 +5,6 @@ does not measure memory itself (``memory=True``)."""
 from __future__ import annotations
 
 import os
-import re
 import sys
 import threading
 from pathlib import Path
@@ -24,8 +23,6 @@ MAIN_THREAD_ONLY = ("the 'sampler' backend samples the main thread (samples are 
 PER_LINE_MEMORY_NEEDS_MAIN = (
     "per-line memory needs the profiled thread to be the main thread (memory samples are "
     "attributed there); the RSS timeline covers the whole process")
-MPS_UNAVAILABLE = ("Apple MPS metrics are unavailable: per-process MPS timing needs additional "
-                   "PyTorch instrumentation")
 
 
 def _native() -> Any:
@@ -143,7 +140,7 @@ class SamplerBackend:
         if want_gpu:
             g = n.gpu()
             gpu = gpu_collection(g)
-            warnings.extend(gpu_warnings(gpu))
+            warnings.extend(gpu_warnings(g))
         if stats["failed_requests"]:
             warnings.append(f"{stats['failed_requests']} samples could not be requested (the "
                             "interpreter's pending-call queue was full)")
@@ -163,129 +160,20 @@ class SamplerBackend:
                       "unattributed_ns": stats["unattributed_ns"], **kernels})
 
 
-# Said once in result.warnings by every GPU-capable backend whose GPU time comes from
-# device-wide utilization (the `scalene` adapter uses the same text).
-DEVICE_WIDE_GPU_WARNING = (
-    "GPU utilization is device-wide (per-process utilization is not available), so attributed "
-    "GPU time can include other processes' work on the same GPUs")
-
-# The NVML collector's notes (telemetry::NvmlCollector, passed on as "GPU collector: <note>"):
-# what failed while sampling, per device.
-_NOTE_FAILURES = {
-    kind: re.compile(r"^GPU collector: (\S+): " + pattern + "$")
-    for kind, pattern in (("util", r"util read failed: (.*); left empty while it fails"),
-                          ("memory", r"proc_mem read failed: (.*); left empty while it fails"),
-                          ("lost", r"device lost \((.*)\); no further samples from it"),
-                          ("device", r"device read failed \((.*)\); no sample this tick"))
-}
-# The C++ summary's words for "no value came" (lines::SummarizeGpuCollection); when the
-# collector noted failed reads, those are the real cause.
-_NO_UTILIZATION = "the driver reported no GPU utilization"
-_NO_PROCESS_MEMORY = "the driver reported no per-process device memory"
-_EVERY_READING_FAILED = "every GPU reading failed"
-_SEE_DIAGNOSTICS = "; see the diagnostics"
-_READINGS_FAILED = re.compile(r"^\d+ of \d+ GPU readings failed; ")
-# Mid-run failures, also said in result.warnings (gpu_warnings picks these prefixes).
-_FAILURE_PREFIXES = ("GPU utilization reads failed in ", "GPU memory reads failed ",
-                     "GPU readings failed ")
-
-
-def _collector_failures(diagnostics: list[str]) -> dict[str, list[str]]:
-    """kind -> ["gpu0: <NVML error>", ...] from the collector's notes ("lost": "gpu0 lost:
-    <NVML error>")."""
-    out: dict[str, list[str]] = {k: [] for k in _NOTE_FAILURES}
-    for d in diagnostics:
-        for kind, pattern in _NOTE_FAILURES.items():
-            m = pattern.match(d)
-            if m:
-                sep = " lost: " if kind == "lost" else ": "
-                out[kind].append(f"{m.group(1)}{sep}{m.group(2)}")
-    return out
-
-
 def gpu_collection(g: dict[str, Any]) -> GPUCollection:
-    """The sampler's GPUCollection from the native summary ``g`` (LineSampler.gpu()). Read
-    failures the collector noted name the real cause in the reasons, and mid-run failures
-    become diagnostics that gpu_warnings puts in result.warnings."""
-    time_reason, memory_reason = g["time_reason"], g["memory_reason"]
-    time_available, memory_available = g["time_available"], g["memory_available"]
-    diagnostics = list(g["diagnostics"])
-    if sys.platform == "darwin" and g["method"] is None:
-        time_reason = memory_reason = MPS_UNAVAILABLE
-    if g["method"] is None:
-        return GPUCollection(method=None, time_available=time_available,
-                             memory_available=memory_available, time_reason=time_reason,
-                             memory_reason=memory_reason, devices=list(g["devices"]),
-                             utilization_scope=g["utilization_scope"], diagnostics=diagnostics)
-    failed = _collector_failures(diagnostics)
-    whole = failed["lost"] + failed["device"]  # devices that gave no reading at all
-    util_causes = "; ".join(failed["util"] + whole)
-    mem_causes = "; ".join(failed["memory"] + whole)
-    sampled_time = g["method"].endswith("-sampled")
-    if not time_available and time_reason:
-        if time_reason.startswith(_NO_UTILIZATION) and util_causes:
-            time_reason = (f"every GPU utilization read failed ({util_causes}); GPU time cannot "
-                           "be estimated")
-        elif time_reason.startswith(_EVERY_READING_FAILED) and (util_causes or mem_causes):
-            causes = "; ".join(dict.fromkeys(failed["util"] + failed["memory"] + whole))
-            time_reason = f"{time_reason.removesuffix(_SEE_DIAGNOSTICS)}: {causes}"
-    if not memory_available and memory_reason:
-        if memory_reason.startswith(_NO_PROCESS_MEMORY) and mem_causes:
-            memory_reason = (f"every per-process device memory read failed ({mem_causes})"
-                             + ("; GPU time sampling continued" if time_available else ""))
-        elif memory_reason.startswith(_EVERY_READING_FAILED):
-            memory_reason = time_reason
-    # Mid-run failures: some readings came, others failed.
-    ticks, failed_ticks = int(g.get("ticks", 0)), int(g.get("failed_ticks", 0))
-    n_dev = max(1, len(g["devices"]))
-    unit = "readings" if n_dev == 1 else "device readings"
-    if time_available or memory_available:
-        if 0 < failed_ticks < ticks:
-            diagnostics = [d for d in diagnostics if not _READINGS_FAILED.match(d)]
-            why = f" ({'; '.join(whole)})" if whole else ""
-            diagnostics.append(f"GPU readings failed in {failed_ticks} of {ticks} samples{why}; "
-                               "lines whose samples all failed have no GPU time or GPU peak "
-                               "memory")
-        elif whole:  # one of several GPUs stopped answering; the others still did
-            diagnostics.append(f"GPU readings failed during the run ({'; '.join(whole)}); "
-                               "lines sampled then have no GPU values from that GPU")
-    answered = (ticks - failed_ticks) * n_dev
-    missing_util = answered - int(g.get("util_readings", 0))
-    # (CUPTI measures GPU time from kernel records: failed utilization reads do not matter.)
-    if time_available and sampled_time and failed["util"] and missing_util > 0:
-        diagnostics.append(
-            f"GPU utilization reads failed in {missing_util} of {answered} {unit} "
-            f"({'; '.join(failed['util'])}); lines whose samples all failed have no GPU time")
-    if memory_available and failed["memory"]:
-        have = g.get("proc_mem_readings")  # a count the native summary may not report
-        counted = (f"in {answered - int(have)} of {answered} {unit} "
-                   if have is not None and answered > int(have) else "during the run ")
-        diagnostics.append(
-            f"GPU memory reads failed {counted}({'; '.join(failed['memory'])}); lines whose "
-            "samples all failed have no GPU peak memory")
-    return GPUCollection(method=g["method"], time_available=time_available,
-                         memory_available=memory_available, time_reason=time_reason,
-                         memory_reason=memory_reason, devices=list(g["devices"]),
-                         utilization_scope=g["utilization_scope"], diagnostics=diagnostics)
+    """The sampler's GPUCollection from the native summary ``g`` (LineSampler.gpu(); decided in
+    C++ by lines::SummarizeGpuCollection and FinishGpuCollection)."""
+    return GPUCollection(method=g["method"], time_available=g["time_available"],
+                         memory_available=g["memory_available"], time_reason=g["time_reason"],
+                         memory_reason=g["memory_reason"], devices=list(g["devices"]),
+                         utilization_scope=g["utilization_scope"],
+                         diagnostics=list(g["diagnostics"]))
 
 
-def gpu_warnings(gpu: GPUCollection) -> list[str]:
-    """The diagnostics a user must see in result.warnings, each once: why GPU values are
-    missing, reads that failed mid-run, and device-wide utilization."""
-    out = []
-    if not gpu.time_available and gpu.time_reason:
-        out.append(gpu.time_reason if gpu.time_reason.startswith("GPU measurements unavailable")
-                   else f"GPU time unavailable: {gpu.time_reason}")
-    if (not gpu.memory_available and gpu.memory_reason
-            and gpu.memory_reason != gpu.time_reason):
-        out.append(f"GPU peak memory unavailable: {gpu.memory_reason}")
-    out.extend(d for d in gpu.diagnostics if d.startswith(_FAILURE_PREFIXES))
-    # (neuron-sampled counts only the NeuronCores this process's runtime holds memory on,
-    # which a runtime owns; its diagnostic says so.)
-    if (gpu.time_available and gpu.utilization_scope == "device"
-            and gpu.method != "neuron-sampled"):
-        out.append(DEVICE_WIDE_GPU_WARNING)
-    return list(dict.fromkeys(out))
+def gpu_warnings(g: dict[str, Any]) -> list[str]:
+    """What the native summary ``g`` says must be in result.warnings: why GPU values are
+    missing, reads that failed mid-run, and device-wide utilization, each once."""
+    return list(g["warnings"])
 
 
 LineSource = tuple[int, Callable[[list[int]], list[tuple[int, str, int]]]]

@@ -33,7 +33,6 @@ from typing import Any, Callable
 
 from ._backends import BackendOptions, register_backend
 from ._model import BackendCapabilities, GPUCollection, GPUStats, RawBackendResult, RawLine
-from ._sampling import DEVICE_WIDE_GPU_WARNING
 
 INSTALL_HINT = "install it with: pip install 'gpuprof[scalene]' (Python 3.11-3.14)"
 
@@ -672,7 +671,9 @@ def _gpu_warnings(c: GPUCollection) -> list[str]:
         out.append(f"GPU peak memory is unavailable: {c.memory_reason} (scalene backend)")
     out.extend(d for d in c.diagnostics if "failed in" in d)
     if c.time_available and c.utilization_scope == "device":
-        out.append(DEVICE_WIDE_GPU_WARNING)
+        from gpuprof import _native  # the text the sampler's native summary says too
+
+        out.append(_native.DEVICE_WIDE_GPU_WARNING)
     return out
 
 

@@ -10,9 +10,11 @@
 #include <cerrno>
 #include <cstring>
 #include <climits>
+#include <initializer_list>
 #include <ctime>
 
 #include "clock/clock.h"
+#include "telemetry/nvml_collector.h"
 
 namespace gpuprof::lines {
 
@@ -375,10 +377,63 @@ std::vector<std::string> LineSampler::TakeNotes() {
 
 // ---- SummarizeGpuCollection ----------------------------------------------------------------
 
-GpuCollectionSummary SummarizeGpuCollection(const std::optional<std::string>& collector_error,
-                                            const std::string& backend, size_t device_count,
-                                            const GpuSamplingSummary& g,
-                                            const std::vector<std::string>& notes) {
+namespace {
+
+// The failed reads as the summary names them: "gpu0: <error>" per device whose utilization or
+// per-process memory read failed; per device that gave no reading at all, "gpu0 lost: <error>"
+// (lost) or "gpu0: <error>" (every read failed in a tick), the lost ones first.
+struct FailureCauses {
+  std::vector<std::string> util;
+  std::vector<std::string> memory;
+  std::vector<std::string> whole;
+};
+
+FailureCauses GroupFailures(const std::vector<telemetry::GpuReadFailure>& failures) {
+  using Kind = telemetry::GpuReadFailure::Kind;
+  using Nvml = telemetry::NvmlCollector;
+  FailureCauses c;
+  std::vector<std::string> unreadable;
+  for (const auto& f : failures) {
+    switch (f.kind) {
+      case Kind::kField:
+        if (f.field == Nvml::FieldName(Nvml::kUtil))
+          c.util.push_back(f.device + ": " + f.error);
+        else if (f.field == Nvml::FieldName(Nvml::kProcMem))
+          c.memory.push_back(f.device + ": " + f.error);
+        break;
+      case Kind::kDeviceLost:
+        c.whole.push_back(f.device + " lost: " + f.error);
+        break;
+      case Kind::kDeviceRead:
+        unreadable.push_back(f.device + ": " + f.error);
+        break;
+    }
+  }
+  c.whole.insert(c.whole.end(), unreadable.begin(), unreadable.end());
+  return c;
+}
+
+// The parts of every list in turn, each once, joined with "; ".
+std::string JoinCauses(std::initializer_list<const std::vector<std::string>*> lists) {
+  std::vector<const std::string*> seen;
+  std::string out;
+  for (const auto* list : lists) {
+    for (const auto& part : *list) {
+      if (std::any_of(seen.begin(), seen.end(), [&](const std::string* p) { return *p == part; }))
+        continue;
+      seen.push_back(&part);
+      out += (out.empty() ? "" : "; ") + part;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+GpuCollectionSummary SummarizeGpuCollection(
+    const std::optional<std::string>& collector_error, const std::string& backend,
+    size_t device_count, const GpuSamplingSummary& g, const std::vector<std::string>& notes,
+    const std::vector<telemetry::GpuReadFailure>& failures) {
   GpuCollectionSummary out;
   if (collector_error) {
     std::string why = "GPU measurements unavailable: " + *collector_error;
@@ -391,28 +446,37 @@ GpuCollectionSummary SummarizeGpuCollection(const std::optional<std::string>& co
   out.utilization_scope = "device";  // "process" below when per-process utilization was used
   const std::string devices = std::to_string(device_count) + " GPU" +
                               (device_count == 1 ? "" : "s");
+  // When reads failed, the reasons name the driver's error rather than "no value came".
+  const FailureCauses failed = GroupFailures(failures);
   if (g.ticks == 0) {
     out.time_reason = out.memory_reason =
         "no GPU reading was taken: the session ended before the first sample";
   } else if (g.failed_ticks == g.ticks) {
+    const std::string causes = JoinCauses({&failed.util, &failed.memory, &failed.whole});
     out.time_reason = out.memory_reason =
         "every GPU reading failed (" + std::to_string(g.ticks) + " attempts on " + devices +
-        "); see the diagnostics";
+        (causes.empty() ? "); see the diagnostics" : "): " + causes);
   } else {
     out.time_available = g.util_readings > 0;
     out.memory_available = g.proc_mem_readings > 0;
-    if (!out.time_available)
-      out.time_reason = "the driver reported no GPU utilization for " + devices +
-                        " (not supported or not available); GPU time cannot be estimated";
-    if (!out.memory_available)
+    if (!out.time_available) {
+      const std::string causes = JoinCauses({&failed.util, &failed.whole});
+      out.time_reason =
+          causes.empty()
+              ? "the driver reported no GPU utilization for " + devices +
+                    " (not supported or not available); GPU time cannot be estimated"
+              : "every GPU utilization read failed (" + causes +
+                    "); GPU time cannot be estimated";
+    }
+    if (!out.memory_available) {
+      const std::string causes = JoinCauses({&failed.memory, &failed.whole});
       out.memory_reason =
-          "the driver reported no per-process device memory (not supported or not available, "
-          "as with WDDM drivers on Windows)" +
+          (causes.empty()
+               ? "the driver reported no per-process device memory (not supported or not "
+                 "available, as with WDDM drivers on Windows)"
+               : "every per-process device memory read failed (" + causes + ")") +
           std::string(out.time_available ? "; GPU time sampling continued" : "");
-    if (g.failed_ticks > 0)
-      out.diagnostics.push_back(std::to_string(g.failed_ticks) + " of " +
-                                std::to_string(g.ticks) +
-                                " GPU readings failed; lines sampled then have no GPU time");
+    }
   }
   if (out.time_available && backend == "neuron") {
     out.diagnostics.push_back(
@@ -468,6 +532,72 @@ GpuCollectionSummary SummarizeGpuCollection(const std::optional<std::string>& co
   }
   for (const auto& n : notes) out.diagnostics.push_back("GPU collector: " + n);
   return out;
+}
+
+void FinishGpuCollection(GpuCollectionSummary& s, size_t device_count,
+                         const GpuSamplingSummary& g,
+                         const std::vector<telemetry::GpuReadFailure>& failures,
+                         bool apple_host) {
+  std::vector<std::string> said;  // failures mid-run: diagnostics that are also warnings
+  if (!s.method && apple_host) s.time_reason = s.memory_reason = kMpsUnavailable;
+  if (s.method) {
+    const FailureCauses failed = GroupFailures(failures);
+    const bool some_available = s.time_available || s.memory_available;
+    // Mid-run failures: some readings came, others failed.
+    if (g.failed_ticks > 0 && g.failed_ticks < g.ticks) {
+      if (some_available) {
+        const std::string why =
+            failed.whole.empty() ? "" : " (" + JoinCauses({&failed.whole}) + ")";
+        said.push_back("GPU readings failed in " + std::to_string(g.failed_ticks) + " of " +
+                       std::to_string(g.ticks) + " samples" + why +
+                       "; lines whose samples all failed have no GPU time or GPU peak memory");
+      } else {
+        s.diagnostics.push_back(std::to_string(g.failed_ticks) + " of " +
+                                std::to_string(g.ticks) +
+                                " GPU readings failed; lines sampled then have no GPU time");
+      }
+    } else if (some_available && !failed.whole.empty()) {
+      // One of several GPUs stopped answering; the others still did.
+      said.push_back("GPU readings failed during the run (" + JoinCauses({&failed.whole}) +
+                     "); lines sampled then have no GPU values from that GPU");
+    }
+    const int64_t n_dev = std::max<int64_t>(1, static_cast<int64_t>(device_count));
+    const std::string unit = n_dev == 1 ? "readings" : "device readings";
+    const int64_t answered = (g.ticks - g.failed_ticks) * n_dev;
+    const int64_t missing_util = answered - g.util_readings;
+    // (Measured GPU time, from CUPTI's kernel records, does not need utilization reads.)
+    const bool sampled_time = s.method->ends_with("-sampled");
+    if (s.time_available && sampled_time && !failed.util.empty() && missing_util > 0)
+      said.push_back("GPU utilization reads failed in " + std::to_string(missing_util) + " of " +
+                     std::to_string(answered) + " " + unit + " (" + JoinCauses({&failed.util}) +
+                     "); lines whose samples all failed have no GPU time");
+    if (s.memory_available && !failed.memory.empty()) {
+      const std::string counted =
+          answered > g.proc_mem_readings
+              ? "in " + std::to_string(answered - g.proc_mem_readings) + " of " +
+                    std::to_string(answered) + " " + unit + " "
+              : "during the run ";
+      said.push_back("GPU memory reads failed " + counted + "(" + JoinCauses({&failed.memory}) +
+                     "); lines whose samples all failed have no GPU peak memory");
+    }
+    s.diagnostics.insert(s.diagnostics.end(), said.begin(), said.end());
+  }
+
+  std::vector<std::string> w;
+  if (!s.time_available && s.time_reason) {
+    // Without a collector the reason is a whole sentence ("GPU measurements unavailable: ...").
+    w.push_back(!s.method && !apple_host ? *s.time_reason
+                                         : "GPU time unavailable: " + *s.time_reason);
+  }
+  if (!s.memory_available && s.memory_reason && s.memory_reason != s.time_reason)
+    w.push_back("GPU peak memory unavailable: " + *s.memory_reason);
+  w.insert(w.end(), said.begin(), said.end());
+  if (s.time_available && s.utilization_scope == "device" && s.method != "neuron-sampled")
+    w.push_back(kDeviceWideGpuWarning);
+  s.warnings.clear();
+  for (auto& text : w)
+    if (std::find(s.warnings.begin(), s.warnings.end(), text) == s.warnings.end())
+      s.warnings.push_back(std::move(text));
 }
 
 // ---- SampleAggregator --------------------------------------------------------------------

@@ -248,17 +248,49 @@ struct GpuCollectionSummary {
   // which can include other processes; empty: no collector, or GPU time measured (CUPTI).
   std::string utilization_scope;
   std::vector<std::string> diagnostics;
+  // What the user must see in result.warnings, each once (FinishGpuCollection): why GPU time
+  // or peak memory is missing, reads that failed mid-run, and that device-wide utilization
+  // can include other processes' work.
+  std::vector<std::string> warnings;
 };
 
 // The share of utilization readings that must be per-process for utilization_scope "process".
 inline constexpr double kProcessScopeShare = 0.9;
 
-// Pure. `collector_error` is MakeGpuCollector's error when no collector could be had;
-// `backend` the collector's name otherwise; `notes` what the collector noted while sampling.
-GpuCollectionSummary SummarizeGpuCollection(const std::optional<std::string>& collector_error,
-                                            const std::string& backend, size_t device_count,
-                                            const GpuSamplingSummary& sampled,
-                                            const std::vector<std::string>& notes);
+// Said once in result.warnings when GPU time comes from device-wide utilization (except for
+// neuron-sampled: its cores are those this process's runtime holds memory on, which a runtime
+// owns). linescope's `scalene` adapter says the same text.
+inline constexpr const char* kDeviceWideGpuWarning =
+    "GPU utilization is device-wide (per-process utilization is not available), so attributed "
+    "GPU time can include other processes' work on the same GPUs";
+
+// The reasons GPU values are unavailable on an Apple host (no NVIDIA driver there; MPS would
+// need PyTorch instrumentation), in place of the collector's error.
+inline constexpr const char* kMpsUnavailable =
+    "Apple MPS metrics are unavailable: per-process MPS timing needs additional PyTorch "
+    "instrumentation";
+
+// A GPU collection is summarized in three pure steps:
+//   SummarizeGpuCollection -> lines::ApplyKernelTracing (kernel_lines.h) -> FinishGpuCollection
+
+// `collector_error` is MakeGpuCollector's error when no collector could be had; `backend` the
+// collector's name otherwise; `notes` what the collector noted while sampling; `failures` the
+// reads that failed (GpuCollector::TakeFailures): a reason for missing GPU time or memory names
+// the driver's error when reads failed, e.g. "every GPU utilization read failed (gpu0: Unknown
+// Error (NVML error 999)); GPU time cannot be estimated".
+GpuCollectionSummary SummarizeGpuCollection(
+    const std::optional<std::string>& collector_error, const std::string& backend,
+    size_t device_count, const GpuSamplingSummary& sampled, const std::vector<std::string>& notes,
+    const std::vector<telemetry::GpuReadFailure>& failures = {});
+
+// The last step, on the summary as kernel tracing left it (GPU time may be measured now):
+// reads that failed mid-run become diagnostics (how many of the readings, and the driver's
+// error), and `warnings` is filled. `apple_host`: the host is macOS, where no collector means
+// kMpsUnavailable is the reason.
+void FinishGpuCollection(GpuCollectionSummary& summary, size_t device_count,
+                         const GpuSamplingSummary& sampled,
+                         const std::vector<telemetry::GpuReadFailure>& failures,
+                         bool apple_host = false);
 
 // One sampled line. Unknown stays nullopt (a sampler never knows hit counts).
 struct SampledLine {

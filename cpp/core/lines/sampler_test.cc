@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "lines/kernel_lines.h"
 #include "telemetry/mock_collector.h"
 
 namespace gpuprof::lines {
@@ -488,10 +490,13 @@ TEST(SummarizeGpuCollectionTest, FailuresAreCountedAndAllFailedMeansUnavailable)
   g.used_devices_known = true;
   g.used_devices = {1};
   auto s = SummarizeGpuCollection(std::nullopt, "nvml", 2, g, {});
+  FinishGpuCollection(s, 2, g, {});
   EXPECT_TRUE(s.time_available && s.memory_available);
   EXPECT_EQ(s.diagnostics.size(), 2u);
-  EXPECT_NE(s.diagnostics[0].find("3 of 10"), std::string::npos);
-  EXPECT_NE(s.diagnostics[1].find("holds memory count (1)"), std::string::npos);
+  EXPECT_NE(s.diagnostics[0].find("holds memory count (1)"), std::string::npos);
+  EXPECT_EQ(s.diagnostics[1],
+            "GPU readings failed in 3 of 10 samples; lines whose samples all failed have no GPU "
+            "time or GPU peak memory");
   g.failed_ticks = 10;
   auto all = SummarizeGpuCollection(std::nullopt, "nvml", 2, g, {});
   EXPECT_FALSE(all.time_available || all.memory_available);
@@ -562,6 +567,243 @@ TEST(SummarizeGpuCollectionTest, WithoutPerProcessUtilizationTheScopeIsDeviceAnd
   auto mock = SummarizeGpuCollection(std::nullopt, "mock", 1, g, {});
   EXPECT_EQ(mock.utilization_scope, "device");
   EXPECT_TRUE(AnyDiagnostic(mock, {"other processes", "not provided by the 'mock' collector"}));
+}
+
+// ---- FinishGpuCollection: read failures and result.warnings -------------------------------
+
+using Failure = telemetry::GpuReadFailure;
+
+Failure FieldFailed(const std::string& device, const std::string& field,
+                    const std::string& error = "Unknown Error (NVML error 999)") {
+  return {Failure::Kind::kField, device.back() - '0', device, field, error};
+}
+Failure DeviceLost(const std::string& device) {
+  return {Failure::Kind::kDeviceLost, device.back() - '0', device, "",
+          "GPU is lost (NVML error 15)"};
+}
+Failure DeviceReadFailed(const std::string& device) {
+  return {Failure::Kind::kDeviceRead, device.back() - '0', device, "", "Timeout (NVML error 10)"};
+}
+
+// The three steps line_sampler.cc takes (kernel tracing inactive unless `cupti`).
+GpuCollectionSummary Summary(const GpuSamplingSummary& g, size_t devices,
+                             const std::vector<Failure>& failures, bool cupti = false,
+                             const std::string& backend = "nvml") {
+  auto s = SummarizeGpuCollection(std::nullopt, backend, devices, g, {}, failures);
+  ApplyKernelTracing(s, cupti, std::nullopt, "/x/libcupti.so", 130000, {}, 0, {});
+  FinishGpuCollection(s, devices, g, failures);
+  return s;
+}
+
+bool Has(const std::vector<std::string>& texts, const std::string& text) {
+  return std::find(texts.begin(), texts.end(), text) != texts.end();
+}
+int CountPrefix(const std::vector<std::string>& texts, const std::string& prefix) {
+  int n = 0;
+  for (const auto& t : texts) n += t.rfind(prefix, 0) == 0;
+  return n;
+}
+
+// Readings of one GPU over 10 ticks, every one answered, this process's own utilization.
+GpuSamplingSummary TenGoodReadings() {
+  GpuSamplingSummary g;
+  g.ticks = 10;
+  g.util_readings = 10;
+  g.proc_util_readings = 10;
+  g.proc_mem_readings = 10;
+  return g;
+}
+
+TEST(FinishGpuCollectionTest, UtilizationReadsFailingMidRunAreCountedWithTheDriversError) {
+  // GIVEN 4 of 10 answered readings without utilization, the collector having recorded why
+  GpuSamplingSummary g = TenGoodReadings();
+  g.util_readings = g.proc_util_readings = 6;
+  auto s = Summary(g, 1, {FieldFailed("gpu0", "util")});
+  // THEN time stays available, and one diagnostic, also a warning, counts and names the error
+  const std::string said =
+      "GPU utilization reads failed in 4 of 10 readings (gpu0: Unknown Error (NVML error 999)); "
+      "lines whose samples all failed have no GPU time";
+  EXPECT_TRUE(s.time_available);
+  EXPECT_FALSE(s.time_reason.has_value());
+  EXPECT_TRUE(Has(s.diagnostics, said));
+  EXPECT_EQ(s.warnings, std::vector<std::string>{said});
+  // AND with two GPUs the unit is device readings
+  g.util_readings = g.proc_util_readings = 15;
+  g.proc_mem_readings = 20;
+  auto two = Summary(g, 2, {FieldFailed("gpu1", "util")});
+  EXPECT_TRUE(Has(two.warnings,
+                  "GPU utilization reads failed in 5 of 20 device readings (gpu1: Unknown Error "
+                  "(NVML error 999)); lines whose samples all failed have no GPU time"));
+}
+
+TEST(FinishGpuCollectionTest, UtilizationFailuresDoNotMatterWhenKernelTimeIsMeasured) {
+  // GIVEN failed utilization reads, and CUPTI measuring GPU time
+  GpuSamplingSummary g = TenGoodReadings();
+  g.util_readings = g.proc_util_readings = 6;
+  auto s = Summary(g, 1, {FieldFailed("gpu0", "util")}, /*cupti=*/true);
+  // THEN no utilization failure is said, and no utilization scope warning either
+  EXPECT_EQ(s.method, "cupti");
+  EXPECT_EQ(CountPrefix(s.diagnostics, "GPU utilization reads failed"), 0);
+  EXPECT_TRUE(s.warnings.empty()) << s.warnings.front();
+}
+
+TEST(FinishGpuCollectionTest, MemoryReadsFailingMidRunAreCountedWithTheDriversError) {
+  GpuSamplingSummary g = TenGoodReadings();
+  g.proc_mem_readings = 7;
+  auto s = Summary(g, 1, {FieldFailed("gpu0", "proc_mem")});
+  const std::string said =
+      "GPU memory reads failed in 3 of 10 readings (gpu0: Unknown Error (NVML error 999)); "
+      "lines whose samples all failed have no GPU peak memory";
+  EXPECT_TRUE(s.memory_available);
+  EXPECT_FALSE(s.memory_reason.has_value());
+  EXPECT_TRUE(Has(s.diagnostics, said));
+  EXPECT_EQ(s.warnings, std::vector<std::string>{said});
+  // AND when every answered reading had memory (the failures were on a field's other reads),
+  // it is "during the run"
+  g.proc_mem_readings = 10;
+  auto all_counted = Summary(g, 1, {FieldFailed("gpu0", "proc_mem")});
+  EXPECT_TRUE(Has(all_counted.warnings,
+                  "GPU memory reads failed during the run (gpu0: Unknown Error (NVML error "
+                  "999)); lines whose samples all failed have no GPU peak memory"));
+}
+
+TEST(FinishGpuCollectionTest, ALostDeviceMidRunReplacesTheCountOfFailedReadings) {
+  // GIVEN the only GPU lost after 6 of 10 ticks
+  GpuSamplingSummary g = TenGoodReadings();
+  g.failed_ticks = 4;
+  g.util_readings = g.proc_util_readings = g.proc_mem_readings = 6;
+  auto s = Summary(g, 1, {DeviceLost("gpu0")});
+  const std::string said =
+      "GPU readings failed in 4 of 10 samples (gpu0 lost: GPU is lost (NVML error 15)); lines "
+      "whose samples all failed have no GPU time or GPU peak memory";
+  // THEN one diagnostic says so with the driver's error, and it is a warning
+  EXPECT_TRUE(Has(s.diagnostics, said));
+  EXPECT_EQ(CountPrefix(s.diagnostics, "4 of 10 GPU readings failed"), 0);
+  EXPECT_EQ(s.warnings, std::vector<std::string>{said});
+  // (answered readings all had values: no utilization or memory failure besides)
+  EXPECT_EQ(CountPrefix(s.diagnostics, "GPU utilization reads failed"), 0);
+}
+
+TEST(FinishGpuCollectionTest, OneOfSeveralDevicesLostIsSaidDuringTheRun) {
+  // GIVEN two GPUs, gpu1 lost while gpu0 kept answering (no tick failed as a whole)
+  GpuSamplingSummary g;
+  g.ticks = 10;
+  g.util_readings = g.proc_util_readings = g.proc_mem_readings = 14;
+  auto s = Summary(g, 2, {DeviceLost("gpu1")});
+  EXPECT_TRUE(Has(s.warnings,
+                  "GPU readings failed during the run (gpu1 lost: GPU is lost (NVML error 15)); "
+                  "lines sampled then have no GPU values from that GPU"));
+}
+
+TEST(FinishGpuCollectionTest, FailedTicksWithNothingAvailableKeepTheirPlainCount) {
+  // GIVEN 3 of 10 ticks failed and the others gave neither utilization nor process memory
+  GpuSamplingSummary g;
+  g.ticks = 10;
+  g.failed_ticks = 3;
+  auto s = Summary(g, 1, {});
+  EXPECT_TRUE(Has(s.diagnostics,
+                  "3 of 10 GPU readings failed; lines sampled then have no GPU time"));
+  EXPECT_EQ(CountPrefix(s.warnings, "GPU readings failed"), 0);
+  EXPECT_EQ(CountPrefix(s.warnings, "3 of 10"), 0);
+}
+
+TEST(FinishGpuCollectionTest, EveryUtilizationAndMemoryReadFailingNamesTheDriversError) {
+  // GIVEN readings that came, but whose utilization and process memory reads all failed
+  GpuSamplingSummary g;
+  g.ticks = 10;
+  auto s = Summary(g, 1, {FieldFailed("gpu0", "util"), FieldFailed("gpu0", "proc_mem")});
+  // THEN both are unavailable, the reasons name NVML's error, not "not supported"
+  EXPECT_FALSE(s.time_available || s.memory_available);
+  EXPECT_EQ(s.time_reason, "every GPU utilization read failed (gpu0: Unknown Error (NVML error "
+                           "999)); GPU time cannot be estimated");
+  EXPECT_EQ(s.memory_reason,
+            "every per-process device memory read failed (gpu0: Unknown Error (NVML error 999))");
+  // AND result.warnings has both, once each, and nothing else
+  EXPECT_EQ(s.warnings, (std::vector<std::string>{"GPU time unavailable: " + *s.time_reason,
+                                                  "GPU peak memory unavailable: " +
+                                                      *s.memory_reason}));
+  // AND with utilization read, only memory failing: "GPU time sampling continued"
+  g.util_readings = 10;
+  auto mem = Summary(g, 1, {FieldFailed("gpu0", "proc_mem")});
+  EXPECT_EQ(mem.memory_reason, "every per-process device memory read failed (gpu0: Unknown "
+                               "Error (NVML error 999)); GPU time sampling continued");
+  // AND without failures the reasons stay "not reported"
+  g.util_readings = 0;
+  auto quiet = Summary(g, 1, {});
+  EXPECT_EQ(quiet.time_reason->rfind("the driver reported no GPU utilization for 1 GPU", 0), 0u);
+  EXPECT_EQ(quiet.memory_reason->rfind("the driver reported no per-process device memory", 0),
+            0u);
+}
+
+TEST(FinishGpuCollectionTest, EveryTickFailingNamesTheCausesOnceInOneReason) {
+  // GIVEN every tick failed: gpu0's reads failed, then it was lost
+  GpuSamplingSummary g;
+  g.ticks = g.failed_ticks = 5;
+  auto s = Summary(g, 1, {FieldFailed("gpu0", "util", "Timeout (NVML error 10)"),
+                          DeviceReadFailed("gpu0"), DeviceLost("gpu0")});
+  // THEN one reason for both, with each cause once (the lost device before the failed read)
+  const std::string reason =
+      "every GPU reading failed (5 attempts on 1 GPU): gpu0: Timeout (NVML error 10); gpu0 "
+      "lost: GPU is lost (NVML error 15)";
+  EXPECT_EQ(s.time_reason, reason);
+  EXPECT_EQ(s.memory_reason, reason);
+  EXPECT_EQ(s.warnings, std::vector<std::string>{"GPU time unavailable: " + reason});
+  // AND without recorded failures the reason points at the diagnostics
+  auto quiet = Summary(g, 1, {});
+  EXPECT_EQ(quiet.time_reason, "every GPU reading failed (5 attempts on 1 GPU); see the "
+                               "diagnostics");
+  // AND when CUPTI measures GPU time, peak memory keeps the reason with its causes
+  auto measured = Summary(g, 1, {DeviceLost("gpu0")}, /*cupti=*/true);
+  EXPECT_FALSE(measured.memory_available);
+  EXPECT_EQ(measured.memory_reason, "every GPU reading failed (5 attempts on 1 GPU): gpu0 lost: "
+                                    "GPU is lost (NVML error 15)");
+  EXPECT_TRUE(Has(measured.warnings, "GPU peak memory unavailable: " + *measured.memory_reason));
+  EXPECT_EQ(CountPrefix(measured.warnings, "GPU time unavailable"), 0);
+}
+
+TEST(FinishGpuCollectionTest, DeviceWideUtilizationIsAWarningOnceExceptForNeuronCores) {
+  // GIVEN GPU time from device-wide utilization
+  GpuSamplingSummary g = TenGoodReadings();
+  g.proc_util_readings = 0;
+  auto s = Summary(g, 1, {});
+  ASSERT_EQ(s.utilization_scope, "device");
+  EXPECT_EQ(s.warnings, std::vector<std::string>{kDeviceWideGpuWarning});
+  // AND finishing again says it still once
+  FinishGpuCollection(s, 1, g, {});
+  EXPECT_EQ(s.warnings, std::vector<std::string>{kDeviceWideGpuWarning});
+  // GIVEN this process's own utilization: no such warning
+  auto own = Summary(TenGoodReadings(), 1, {});
+  ASSERT_EQ(own.utilization_scope, "process");
+  EXPECT_TRUE(own.warnings.empty());
+  // GIVEN NeuronCores (device scope, but the cores this process's runtime holds memory on)
+  auto neuron = Summary(g, 2, {}, false, "neuron");
+  ASSERT_EQ(neuron.method, "neuron-sampled");
+  ASSERT_EQ(neuron.utilization_scope, "device");
+  EXPECT_TRUE(neuron.warnings.empty());
+  // GIVEN time unavailable: nothing to warn about its scope
+  GpuSamplingSummary no_util;
+  no_util.ticks = 4;
+  no_util.proc_mem_readings = 4;
+  auto none = Summary(no_util, 1, {});
+  EXPECT_EQ(CountPrefix(none.warnings, "GPU utilization is device-wide"), 0);
+  EXPECT_EQ(CountPrefix(none.warnings, "GPU time unavailable: the driver reported no GPU "
+                                       "utilization"), 1);
+}
+
+TEST(FinishGpuCollectionTest, WithoutACollectorTheReasonIsTheWarningAndMacOsSaysMps) {
+  const std::optional<std::string> error("NVML not available: cannot load x");
+  auto s = SummarizeGpuCollection(error, "", 0, {}, {});
+  FinishGpuCollection(s, 0, {}, {});
+  EXPECT_EQ(s.warnings, std::vector<std::string>{"GPU measurements unavailable: NVML not "
+                                                 "available: cannot load x"});
+  // GIVEN a Mac: both reasons are MPS's, said once; the diagnostics keep the collector's error
+  auto mac = SummarizeGpuCollection(error, "", 0, {}, {});
+  FinishGpuCollection(mac, 0, {}, {}, /*apple_host=*/true);
+  EXPECT_EQ(mac.time_reason, kMpsUnavailable);
+  EXPECT_EQ(mac.memory_reason, kMpsUnavailable);
+  EXPECT_EQ(mac.warnings,
+            std::vector<std::string>{std::string("GPU time unavailable: ") + kMpsUnavailable});
+  EXPECT_TRUE(AnyDiagnostic(mac, {"NVML not available: cannot load x"}));
 }
 
 }  // namespace

@@ -25,6 +25,22 @@ struct GpuDevice {
   std::optional<int64_t> sm_clock_max_mhz;
 };
 
+// A read that failed while sampling, as data for callers that decide from it (a summary
+// naming the driver's error); the collector's notes say the same in words. Recorded once per
+// device and kind (and field), the first time it happens, in the order it happened.
+struct GpuReadFailure {
+  enum class Kind : uint8_t {
+    kField,       // one field's read failed; the field is left empty while it fails
+    kDeviceRead,  // every read of the device failed in one tick: no row for it that tick
+    kDeviceLost,  // the device is gone: no further rows from it
+  };
+  Kind kind = Kind::kField;
+  int64_t gpu_index = 0;
+  std::string device;  // the collector's label of the device, as in its notes ("gpu0")
+  std::string field;   // kField: the field's name, as in the notes ("util", "proc_mem")
+  std::string error;   // the driver's error, e.g. "Unknown Error (NVML error 999)"
+};
+
 class GpuCollector {
  public:
   virtual ~GpuCollector() = default;
@@ -39,6 +55,9 @@ class GpuCollector {
   // Human-readable notes gathered while sampling (first failure of each field, fields that
   // became unsupported mid-run). Drained by the caller into the diagnostics table.
   virtual std::vector<std::string> TakeNotes() { return {}; }
+  // The read failures recorded since the last call (see GpuReadFailure); thread-safe where
+  // TakeNotes is. Collectors that record none return nothing.
+  virtual std::vector<GpuReadFailure> TakeFailures() { return {}; }
 };
 
 struct GpuCollectorOptions {

@@ -353,9 +353,24 @@ void NvmlCollector::AddNote(std::string note) noexcept {
   }
 }
 
+void NvmlCollector::AddFailure(std::string note, GpuReadFailure failure) noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(notes_mu_);
+    notes_.push_back(std::move(note));
+    failures_.push_back(std::move(failure));
+  } catch (...) {
+    // Out of memory while noting: the note (or the record) is lost, sampling goes on.
+  }
+}
+
 std::vector<std::string> NvmlCollector::TakeNotes() {
   std::lock_guard<std::mutex> lock(notes_mu_);
   return std::exchange(notes_, {});
+}
+
+std::vector<GpuReadFailure> NvmlCollector::TakeFailures() {
+  std::lock_guard<std::mutex> lock(notes_mu_);
+  return std::exchange(failures_, {});
 }
 
 bool NvmlCollector::FieldActive(size_t device_pos, Field field) const {
@@ -368,7 +383,8 @@ bool NvmlCollector::OnFieldError(DeviceState& dev, Field field, nvml::Return r) 
   try {
     if (r == nvml::kErrorGpuIsLost) {
       dev.lost = true;
-      AddNote(dev.label + ": device lost (" + ErrorText(r) + "); no further samples from it");
+      AddFailure(dev.label + ": device lost (" + ErrorText(r) + "); no further samples from it",
+                 {GpuReadFailure::Kind::kDeviceLost, dev.index, dev.label, "", ErrorText(r)});
       return true;
     }
     if (r == nvml::kErrorNotSupported || r == nvml::kErrorFunctionNotFound) {
@@ -381,8 +397,10 @@ bool NvmlCollector::OnFieldError(DeviceState& dev, Field field, nvml::Return r) 
     }
     if (!dev.error_noted[field]) {
       dev.error_noted[field] = true;
-      AddNote(dev.label + ": " + FieldName(field) + " read failed: " + ErrorText(r) +
-              "; left empty while it fails");
+      AddFailure(dev.label + ": " + FieldName(field) + " read failed: " + ErrorText(r) +
+                     "; left empty while it fails",
+                 {GpuReadFailure::Kind::kField, dev.index, dev.label, FieldName(field),
+                  ErrorText(r)});
     }
   } catch (...) {
   }
@@ -657,8 +675,13 @@ bool NvmlCollector::SampleDevice(DeviceState& dev, int64_t now_rel_ns,
   if (failed == attempted) {
     if (!dev.read_failed_noted) {
       dev.read_failed_noted = true;
-      AddNote(dev.label + ": device read failed (" + ErrorText(last_error) +
-              "); no sample this tick");
+      try {
+        AddFailure(dev.label + ": device read failed (" + ErrorText(last_error) +
+                       "); no sample this tick",
+                   {GpuReadFailure::Kind::kDeviceRead, dev.index, dev.label, "",
+                    ErrorText(last_error)});
+      } catch (...) {  // out of memory building the note: it is lost, sampling goes on
+      }
     }
     return false;
   }

@@ -113,6 +113,9 @@ class NvmlCollector final : public GpuCollector {
               std::vector<store::GpuSampleRow>* out) noexcept override;
   // Thread-safe; may be called from any thread while another samples.
   std::vector<std::string> TakeNotes() override;
+  // The failed reads the notes name (a field's read failed, every read of a device failed in
+  // one tick, a device lost), each when its note is added. Thread-safe, like TakeNotes.
+  std::vector<GpuReadFailure> TakeFailures() override;
 
   const std::string& library_path() const { return library_path_; }
   // Whether `field` is still being read for the device at position `device_pos` of devices()
@@ -134,6 +137,8 @@ class NvmlCollector final : public GpuCollector {
                                       const std::vector<int64_t>& pids,
                                       store::GpuSampleRow* row) noexcept;
   void AddNote(std::string note) noexcept;
+  // Adds the note and records the failure it describes.
+  void AddFailure(std::string note, GpuReadFailure failure) noexcept;
   std::string ErrorText(nvml::Return r) const;
 
   int64_t pcie_interval_ns_ = 1'000'000'000;
@@ -146,8 +151,9 @@ class NvmlCollector final : public GpuCollector {
   std::vector<DeviceState> states_;  // parallel to devices_
   bool pid_namespace_nested_ = false;
 
-  std::mutex notes_mu_;
+  std::mutex notes_mu_;  // guards notes_ and failures_
   std::vector<std::string> notes_;
+  std::vector<GpuReadFailure> failures_;
 };
 
 }  // namespace gpuprof::telemetry

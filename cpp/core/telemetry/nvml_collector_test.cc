@@ -785,5 +785,73 @@ TEST_F(NvmlProcessUtilizationTest, GivenTheOption_WhenMakingTheCollector_ThenRow
   EXPECT_EQ(rows[0].proc_util_pct, 30.0);
 }
 
+// The failed reads as data (GpuReadFailure), beside the notes that say them in words.
+TEST_F(NvmlCollectorTest, GivenFailingReads_WhenSampled_ThenTheFailuresAreRecordedAsData) {
+  // GIVEN gpu0 whose utilization read fails from the 2nd tick on, whose power is not supported
+  // and whose every read fails from the 3rd tick on (Timeout), and gpu1 that is lost at the 2nd
+  UseScenario(R"(devices 2
+gpu * util 50
+gpu 0 not_supported power
+gpu 0 fail util after 1
+gpu 0 fail memory after 2 10
+gpu 0 fail temp after 2 10
+gpu 0 fail sm_clock after 2 10
+gpu 0 fail clock_reasons after 2 10
+gpu 0 fail pcie after 2 10
+gpu 1 lost after 1
+)");
+  auto c = OpenFake();
+  ASSERT_NE(c, nullptr);
+  EXPECT_THAT(Tick(*c, 1), SizeIs(2));
+  EXPECT_THAT(c->TakeFailures(), IsEmpty());  // (not supported is not a failure)
+
+  // WHEN sampled three more times
+  auto second = Tick(*c, 2);
+  Tick(*c, 3);
+  Tick(*c, 4);
+
+  // THEN the 2nd tick records gpu0's utilization and gpu1's loss, with NVML's words; the 3rd
+  // gpu0's other fields and then its failing device read; each once, in order, and the same
+  // as the notes say
+  ASSERT_THAT(second, SizeIs(1));
+  EXPECT_FALSE(second[0].util_pct.has_value());
+  auto failures = c->TakeFailures();
+  ASSERT_THAT(failures, SizeIs(8));
+  EXPECT_EQ(failures[0].kind, GpuReadFailure::Kind::kField);
+  EXPECT_EQ(failures[0].gpu_index, 0);
+  EXPECT_EQ(failures[0].device, "gpu0");
+  EXPECT_EQ(failures[0].field, "util");
+  EXPECT_EQ(failures[0].error, "Unknown Error (NVML error 999)");
+  EXPECT_EQ(failures[1].kind, GpuReadFailure::Kind::kDeviceLost);
+  EXPECT_EQ(failures[1].gpu_index, 1);
+  EXPECT_EQ(failures[1].device, "gpu1");
+  EXPECT_EQ(failures[1].field, "");
+  EXPECT_EQ(failures[1].error, "GPU is lost (NVML error 15)");
+  std::vector<std::string> fields;
+  for (size_t i = 2; i < 7; ++i) {
+    EXPECT_EQ(failures[i].kind, GpuReadFailure::Kind::kField);
+    EXPECT_EQ(failures[i].device, "gpu0");
+    EXPECT_EQ(failures[i].error, "Timeout (NVML error 10)");
+    fields.push_back(failures[i].field);
+  }
+  EXPECT_EQ(fields, (std::vector<std::string>{"memory", "temp", "sm_clock", "clock_reasons",
+                                              "pcie"}));
+  EXPECT_EQ(failures[7].kind, GpuReadFailure::Kind::kDeviceRead);
+  EXPECT_EQ(failures[7].gpu_index, 0);
+  EXPECT_EQ(failures[7].device, "gpu0");
+  EXPECT_EQ(failures[7].error, "Timeout (NVML error 10)");
+  auto notes = c->TakeNotes();
+  EXPECT_THAT(notes, ::testing::Contains(
+                         "gpu0: util read failed: Unknown Error (NVML error 999); left empty "
+                         "while it fails"));
+  EXPECT_THAT(notes, ::testing::Contains(
+                         "gpu1: device lost (GPU is lost (NVML error 15)); no further samples "
+                         "from it"));
+  EXPECT_THAT(notes, ::testing::Contains(
+                         "gpu0: device read failed (Timeout (NVML error 10)); no sample this "
+                         "tick"));
+  EXPECT_THAT(c->TakeFailures(), IsEmpty());  // taken once
+}
+
 }  // namespace
 }  // namespace gpuprof::telemetry
