@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -236,6 +237,9 @@ class _NeuronCollector:
         return self._inner.get_stats()
 
     def start_monitor(self) -> None:
+        # Checked first: Scalene's monitor object, failing to spawn it, also fails in __del__.
+        if shutil.which("neuron-monitor") is None:
+            raise FileNotFoundError("neuron-monitor is not on PATH (install aws-neuronx-tools)")
         self._inner.start_monitor()
 
     def stop_monitor(self) -> None:
@@ -436,7 +440,16 @@ class ScaleneBackend:
         self._sc["clear_intern_caches"]()
         S._Scalene__last_signal_time = self._sc["TimeInfo"]()  # the first signal initialises
         if self._accelerator is not None and hasattr(self._accelerator, "start_monitor"):
-            self._accelerator.start_monitor()
+            try:
+                self._accelerator.start_monitor()
+            except Exception as e:  # noqa: BLE001 - GPU unavailable; CPU profiling goes on
+                assert self._gpu is not None
+                self._gpu.unavailable = (f"AWS Neuron: neuron-monitor could not be started "
+                                         f"({e}); GPU measurements are unavailable")
+                self._gpu.kind = self._gpu.method = self._gpu.scope = None
+                self._gpu.devices.clear()
+                self._accelerator = None
+                S._Scalene__accelerator = None
         stats.start_clock()
         self._t0 = time.perf_counter_ns()
         self._running = True

@@ -510,3 +510,28 @@ def test_files_source_column_sorts_by_the_line_count_it_shows(report, tmp_path):
     # THEN the order follows the counts shown
     counts = [[int(t.split()[0]) for t in texts] for texts in (first, second)]
     assert sorted(counts) == [[6, 7, 8], [8, 7, 6]]
+
+
+def test_inline_notebook_report_navigates_inside_its_frame(report, tmp_path):
+    # GIVEN the report as the cell magic shows it (an <iframe srcdoc>) in a notebook-like page
+    from linescope._magic import report_iframe
+
+    session = run_scripted(tmp_path, gpu_scenario(), gpu=True)
+    page_path = tmp_path / "notebook.html"
+    page_path.write_text("<!doctype html><title>notebook</title><h1>notebook page</h1>"
+                         + report_iframe(session.result))
+    report.page.goto(page_path.resolve().as_uri())
+    frame = report.page.frame_locator("iframe")
+    frame.locator("body[data-ready]").wait_for()
+    # WHEN the GPU entry of its sidebar is clicked, then a measured line's location link
+    frame.locator('#sidebar a[data-nav="gpu"]').click()
+    frame.locator('[data-card="gpu-time"]').wait_for()
+    inner = report.page.frames[1]
+    assert inner.url == "about:srcdoc"  # still the report, not the notebook page
+    assert inner.locator("h1").first.inner_text() != "notebook page"
+    frame.locator("table.gpu-lines tbody tr a").first.click()
+    # THEN the source view opens on that line, inside the frame
+    target = frame.locator("table.source tr.target")
+    target.wait_for()
+    assert inner.url == "about:srcdoc"
+    assert target.get_attribute("data-line") in ("4", "5")

@@ -122,6 +122,29 @@ def test_gpu_without_a_device_is_unavailable_with_reasons_and_cpu_continues(ws):
 
 
 @needs_scalene
+def test_a_neuron_device_without_neuron_monitor_leaves_gpu_unavailable_and_cpu_runs(
+        ws, monkeypatch, tmp_path):
+    if _nvml_loadable():
+        pytest.skip("this machine has an NVML library; Scalene would pick NVIDIA first")
+    # GIVEN neuron-ls lists a device but neuron-monitor is not installed
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "neuron-ls").write_text('#!/bin/sh\necho "+--------+ NEURON DEVICE 0 +"\n')
+    (bin_dir / "neuron-ls").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    mod = ws.module("hot.py", HOT)
+    # WHEN profiled with gpu=True
+    with profile(backend="scalene", gpu=True, root=ws.root, display="none") as s:
+        mod.main(200_000)
+    r = s.result
+    # THEN the body ran, GPU values are unavailable with the reason, the CPU profile is there
+    assert r.gpu.method is None and not r.gpu.time_available
+    assert "neuron-monitor" in r.gpu.time_reason
+    assert any("neuron-monitor" in w for w in r.warnings)
+    assert r.line("hot.py", HOT_LINE).wall_time_ns > 0
+
+
+@needs_scalene
 def test_gpuprof_nvml_library_is_not_what_scalene_loads(ws, monkeypatch, tmp_path):
     # GIVEN GPUPROF_NVML_LIBRARY naming a library (the sampler's setting), none on the
     # loader's search path

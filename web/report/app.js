@@ -328,8 +328,8 @@ function markLine(view, line) {
   return row;
 }
 
-function route() {
-  const want = parseHash(location.hash);
+function route(hash = location.hash) {
+  const want = parseHash(hash);
   let key = want.view;
   if (want.view === "source") {
     key = want.file < data.files.length ? `source-${want.file}` : "overview";
@@ -355,7 +355,22 @@ function route() {
   main.focus({ preventScroll: true });
 }
 
+// The report's own "#..." links are followed here, not by the browser: in a notebook the
+// report is an <iframe srcdoc>, whose relative links resolve against the notebook page's URL
+// and would navigate the frame away from the report. Where the document has a URL of its own
+// the hash changes too (history, deep links); in about:srcdoc only the view does.
+document.addEventListener("click", (e) => {
+  const a = e.target instanceof Element ? e.target.closest('a[href^="#"]') : null;
+  if (!a || e.defaultPrevented || e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey ||
+      e.altKey) return;
+  e.preventDefault();
+  const hash = a.getAttribute("href");
+  if (location.protocol === "about:") route(hash);
+  else if (location.hash === hash) route(hash);
+  else location.hash = hash;  // -> hashchange -> route
+});
+
 buildNav();
-window.addEventListener("hashchange", route);
+window.addEventListener("hashchange", () => route(location.hash));
 route();
 document.body.dataset.ready = "true";
