@@ -133,9 +133,10 @@ def test_a_neuron_device_without_neuron_monitor_leaves_gpu_unavailable_and_cpu_r
     (bin_dir / "neuron-ls").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     mod = ws.module("hot.py", HOT)
-    # WHEN profiled with gpu=True
-    with profile(backend="scalene", gpu=True, root=ws.root, display="none") as s:
-        mod.main(200_000)
+    # WHEN profiled with gpu=True (long enough for samples to land on the hot line)
+    with profile(backend="scalene", gpu=True, root=ws.root, display="none",
+                 sample_rate=1000) as s:
+        mod.main(1_000_000)
     r = s.result
     # THEN the body ran, GPU values are unavailable with the reason, the CPU profile is there
     assert r.gpu.method is None and not r.gpu.time_available
