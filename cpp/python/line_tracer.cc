@@ -306,19 +306,31 @@ class LineTracer {
   // size), so that its line array does not have to grow while it runs (cold).
   static int32_t LastLine(PyCodeObject* code) noexcept {
     int32_t hi = code->co_firstlineno;
-    PyObject* it = PyObject_CallMethod(reinterpret_cast<PyObject*>(code), "co_lines", nullptr);
+    VisitCoLines(reinterpret_cast<PyObject*>(code), [&](long, long, long line) {
+      if (line >= 0) hi = std::max(hi, static_cast<int32_t>(line));
+      return true;
+    });
+    return hi;
+  }
+
+  // Calls visit(start, end, line) for each `co_lines()` range (byte offsets; line -1 where
+  // the range has none) until it returns false. Cold; Python errors are cleared.
+  template <class Visit>
+  static void VisitCoLines(PyObject* code, Visit visit) noexcept {
+    PyObject* it = PyObject_CallMethod(code, "co_lines", nullptr);
     PyObject* entry = nullptr;
-    while (it != nullptr && (entry = PyIter_Next(it)) != nullptr) {
-      PyObject* line = PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) == 3
-                           ? PyTuple_GET_ITEM(entry, 2)
-                           : nullptr;
-      if (line != nullptr && PyLong_Check(line))
-        hi = std::max(hi, static_cast<int32_t>(PyLong_AsLong(line)));
+    bool go_on = true;
+    while (go_on && it != nullptr && (entry = PyIter_Next(it)) != nullptr) {
+      if (PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) == 3) {
+        PyObject* l = PyTuple_GET_ITEM(entry, 2);
+        go_on = visit(PyLong_AsLong(PyTuple_GET_ITEM(entry, 0)),
+                      PyLong_AsLong(PyTuple_GET_ITEM(entry, 1)),
+                      PyLong_Check(l) ? PyLong_AsLong(l) : -1L);
+      }
       Py_DECREF(entry);
     }
     Py_XDECREF(it);
     if (PyErr_Occurred()) PyErr_Clear();
-    return hi;
   }
 
 #if PY_VERSION_HEX >= 0x030D0000
@@ -355,30 +367,18 @@ class LineTracer {
   // same-line test (cold: once per code object that jumps backward).
   static std::vector<int32_t> UnitLines(PyObject* code) noexcept {
     std::vector<int32_t> out;
-    PyObject* it = PyObject_CallMethod(code, "co_lines", nullptr);
-    PyObject* entry = nullptr;
-    while (it != nullptr && (entry = PyIter_Next(it)) != nullptr) {
-      if (PyTuple_Check(entry) && PyTuple_GET_SIZE(entry) == 3) {
-        long start = PyLong_AsLong(PyTuple_GET_ITEM(entry, 0));
-        long end = PyLong_AsLong(PyTuple_GET_ITEM(entry, 1));
-        PyObject* l = PyTuple_GET_ITEM(entry, 2);
-        long line = PyLong_Check(l) ? PyLong_AsLong(l) : -1;
-        if (start >= 0 && end > start) {
-          auto hi = static_cast<size_t>(end / 2);
-          try {
-            if (out.size() < hi) out.resize(hi, -1);
-          } catch (...) {
-            Py_DECREF(entry);
-            break;
-          }
-          for (auto u = static_cast<size_t>(start / 2); u < hi; ++u)
-            out[u] = static_cast<int32_t>(line);
-        }
+    VisitCoLines(code, [&](long start, long end, long line) {
+      if (start < 0 || end <= start) return true;
+      auto hi = static_cast<size_t>(end / 2);
+      try {
+        if (out.size() < hi) out.resize(hi, -1);
+      } catch (...) {
+        return false;  // out of memory: the lines read so far
       }
-      Py_DECREF(entry);
-    }
-    Py_XDECREF(it);
-    if (PyErr_Occurred()) PyErr_Clear();
+      for (auto u = static_cast<size_t>(start / 2); u < hi; ++u)
+        out[u] = static_cast<int32_t>(line);
+      return true;
+    });
     return out;
   }
 #endif

@@ -128,7 +128,6 @@ def run_cell_magic(shell: Any, line: str, cell: str) -> Any:
     """Profiles the cell. A usage error is printed (``%%linescope: ...`` and the usage line)
     and nothing runs; an exception in the cell still stops the session and shows the report,
     then propagates. Returns the value of the cell's last expression."""
-    from . import profile
     from .__main__ import new_session
 
     parser = _parser()
@@ -152,7 +151,6 @@ def run_cell_magic(shell: Any, line: str, cell: str) -> Any:
     except MagicUsageError as e:
         print(str(e).rstrip(), file=sys.stderr)
         return None
-    profile._default = session  # profile.result / profile.save() after the cell
     try:
         value = code.run()
     finally:

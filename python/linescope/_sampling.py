@@ -140,7 +140,7 @@ class SamplerBackend:
         if want_gpu:
             g = n.gpu()
             gpu = gpu_collection(g)
-            warnings.extend(gpu_warnings(g))
+            warnings.extend(g["warnings"])  # each once, decided in C++ (FinishGpuCollection)
         if stats["failed_requests"]:
             warnings.append(f"{stats['failed_requests']} samples could not be requested (the "
                             "interpreter's pending-call queue was full)")
@@ -168,12 +168,6 @@ def gpu_collection(g: dict[str, Any]) -> GPUCollection:
                          memory_reason=g["memory_reason"], devices=list(g["devices"]),
                          utilization_scope=g["utilization_scope"],
                          diagnostics=list(g["diagnostics"]))
-
-
-def gpu_warnings(g: dict[str, Any]) -> list[str]:
-    """What the native summary ``g`` says must be in result.warnings: why GPU values are
-    missing, reads that failed mid-run, and device-wide utilization, each once."""
-    return list(g["warnings"])
 
 
 LineSource = tuple[int, Callable[[list[int]], list[tuple[int, str, int]]]]
@@ -221,15 +215,15 @@ class MemorySampler:
                     for f, ln, _s, _w, _c, rss_delta, rss_peak, _g, _m in self._native.lines()}
         rows = self._native.source_lines()
         where = {key: (f, ln) for key, f, ln in self._source[1]([r[0] for r in rows])}
-        out: dict[tuple[str, int], tuple[int | None, int | None]] = {}
+        sums: dict[tuple[str, int], tuple[int, int]] = {}
         for key, delta, peak, _readings in rows:
             loc = where.get(key)
             if loc is None:
                 continue
             # Code objects sharing a line (a lambda on its caller's line) are one line.
-            old_delta, old_peak = out.get(loc, (0, peak))
-            out[loc] = ((old_delta or 0) + delta, max(old_peak or peak, peak))
-        return out
+            old_delta, old_peak = sums.get(loc, (0, peak))
+            sums[loc] = (old_delta + delta, max(old_peak, peak))
+        return dict(sums)
 
 
 register_backend("sampler", SamplerBackend)

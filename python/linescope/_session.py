@@ -277,11 +277,14 @@ class profile(metaclass=_ProfileMeta):
                     include=list(self.include), exclude=list(self.exclude),
                     display=self.display, output=self.output, sample_rate=self.sample_rate)
 
-    def _make_backend(self) -> ProfilerBackend:
-        root = self.root or os.getcwd()
-        opts = BackendOptions(roots=(root,), include=self.include,
+    def _backend_options(self) -> BackendOptions:
+        """What a backend records (linescope's own package excluded) and measures."""
+        return BackendOptions(roots=(self.root or os.getcwd(),), include=self.include,
                               exclude=self.exclude + (_PACKAGE_DIR + "/*",),
                               memory=self.memory, gpu=self.gpu, sample_rate=self.sample_rate)
+
+    def _make_backend(self) -> ProfilerBackend:
+        opts = self._backend_options()
         backend = self._factory(opts)
         caps = getattr(backend, "capabilities", None)
         if caps is None or not all(hasattr(backend, m) for m in ("start", "stop", "result")):
@@ -467,8 +470,8 @@ class profile(metaclass=_ProfileMeta):
 
         self._snapshots = {}
         self._modules = {}
-        keep = _native.LineTracer([self.root or os.getcwd()], list(self.include),
-                                  list(self.exclude) + [_PACKAGE_DIR + "/*"], os.getcwd())
+        o = self._backend_options()
+        keep = _native.LineTracer(list(o.roots), list(o.include), list(o.exclude), os.getcwd())
         for module in list(sys.modules.values()):
             name = getattr(module, "__file__", None)
             if not isinstance(name, str) or not name.endswith(".py"):
