@@ -7,11 +7,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <initializer_list>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "clock/clock.h"
 #include "lines/kernel_lines.h"
 #include "telemetry/mock_collector.h"
 
@@ -63,12 +65,22 @@ TEST(RssReaderTest, ReadsThisProcessesResidentSet) {
 }
 
 // A request function that answers on the measured thread through a flag (as the binding
-// answers through Py_AddPendingCall).
+// answers through Py_AddPendingCall). It records when each request was made and when each was
+// answered, so that rate checks can measure what the sampler controls (how soon it asks again
+// after an answer) rather than how much CPU a loaded machine gave the answering thread.
 struct Pump {
   std::atomic<int> requested{0};
   int answered = 0;
+  std::mutex mu;
+  std::vector<int64_t> request_ns;  // guarded by mu
+  std::vector<int64_t> answer_ns;   // only the answering thread
   static bool Request(void* ctx) noexcept {
-    static_cast<Pump*>(ctx)->requested.fetch_add(1);
+    auto* p = static_cast<Pump*>(ctx);
+    {
+      std::lock_guard<std::mutex> lock(p->mu);
+      p->request_ns.push_back(clock::NowNs());
+    }
+    p->requested.fetch_add(1);
     return true;
   }
   // For `ms` milliseconds, answers each request with `answer()` and runs `between()` after
@@ -79,13 +91,37 @@ struct Pump {
     while (std::chrono::steady_clock::now() < until) {
       if (requested.load() > answered) {
         ++answered;
+        answer_ns.push_back(clock::NowNs());
         answer();
       }
       between();
     }
     return answered;
   }
+  // The median time from an answer to the request after it: the sampler's own pacing. A prompt
+  // answer lets the sampler ask again at its next deadline, at most one interval later; an
+  // answer that comes after that deadline is followed by a request at once.
+  int64_t MedianAnswerToNextRequestNs() {
+    std::lock_guard<std::mutex> lock(mu);
+    std::vector<int64_t> gaps;
+    for (size_t k = 0; k < answer_ns.size() && k + 1 < request_ns.size(); ++k)
+      gaps.push_back(request_ns[k + 1] - answer_ns[k]);
+    if (gaps.empty()) return -1;
+    std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
+    return gaps[gaps.size() / 2];
+  }
 };
+
+// Waits up to 5 s for `done()`: for events a loaded machine may delay but must not prevent.
+template <class Done>
+bool WaitUntil(Done done) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
+}
 
 TEST(LineSamplerTest, IntervalsTileWallTimeAndMeasureCpu) {
   // GIVEN a 1 kHz sampler on this thread
@@ -93,18 +129,23 @@ TEST(LineSamplerTest, IntervalsTileWallTimeAndMeasureCpu) {
   SamplerOptions o;
   o.interval_ns = 1'000'000;
   LineSampler s(o, &Pump::Request, &pump);
+  const int64_t before_start = clock::NowNs();
   ASSERT_TRUE(s.Start().ok());
+  const int64_t after_start = clock::NowNs();
   // WHEN the measured thread answers every request for ~60 ms, half busy, half asleep
-  int64_t wall = 0, cpu = 0;
+  int64_t wall = 0, cpu = 0, before_last = 0, after_last = 0;
   bool busy = true;
   bool cpu_known = true;
   int answered = pump.AnswerFor(
       60,
       [&] {
+        before_last = clock::NowNs();
         auto iv = s.TakeInterval();
+        after_last = clock::NowNs();
         wall += iv.wall_ns;
         cpu_known &= iv.cpu_ns.has_value();
         cpu += iv.cpu_ns.value_or(0);
+        EXPECT_LE(iv.cpu_ns.value_or(0), iv.wall_ns + 1'000'000);  // this thread's CPU only
         EXPECT_FALSE(iv.rss_delta.has_value());  // memory off: unknown, not 0
         EXPECT_FALSE(iv.gpu_busy_ns.has_value());
         busy = !busy;
@@ -119,11 +160,12 @@ TEST(LineSamplerTest, IntervalsTileWallTimeAndMeasureCpu) {
       });
   s.Stop();
   s.Stop();  // idempotent
-  // THEN requests came at about the rate, the intervals add up, CPU <= wall
-  EXPECT_GE(answered, 20);
+  // THEN requests came, the intervals tile the time from start to the last answer exactly (no
+  // gap, no overlap), and CPU <= wall
+  ASSERT_GE(answered, 2);
   EXPECT_TRUE(cpu_known);
-  EXPECT_GE(wall, 40'000'000);
-  EXPECT_LE(wall, 70'000'000);
+  EXPECT_GE(wall, before_last - after_start);
+  EXPECT_LE(wall, after_last - before_start);
   EXPECT_GT(cpu, 0);
   EXPECT_LE(cpu, wall + 2'000'000);
   EXPECT_EQ(s.failed_requests(), 0);
@@ -145,8 +187,9 @@ TEST(LineSamplerTest, OneUnansweredRequestAtATimeAndNoWakeupsWhileItWaits) {
   // the next request follows about an interval later
   auto iv = s.TakeInterval();
   EXPECT_GE(iv.wall_ns, 45'000'000);
+  EXPECT_TRUE(WaitUntil([&] { return pump.requested.load() >= 2; }));
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  EXPECT_EQ(pump.requested.load(), 2);
+  EXPECT_EQ(pump.requested.load(), 2);  // and, unanswered, no third
   s.Stop();
 }
 
@@ -161,12 +204,17 @@ TEST(LineSamplerTest, PromptAnswersKeepTheRateWhileTheGpuIsReadSlower) {
   o.gpu_interval_ns = 10'000'000;
   LineSampler s(o, &Pump::Request, &pump);
   ASSERT_TRUE(s.Start().ok());
+  const int64_t t0 = clock::NowNs();
   int answered = pump.AnswerFor(
-      60, [&] { (void)s.TakeInterval(); },
+      100, [&] { (void)s.TakeInterval(); },
       [] { std::this_thread::sleep_for(std::chrono::microseconds(100)); });
   s.Stop();
-  EXPECT_GE(answered, 30);  // ~1 kHz, not the GPU's 100 Hz
-  EXPECT_LE(s.gpu_summary().ticks, 10);
+  const int64_t elapsed = clock::NowNs() - t0;
+  // THEN after each answer the next request follows within about the 1 ms interval, not the
+  // GPU's 10 ms; and the GPU is read at its own rate, never more
+  ASSERT_GE(answered, 5);
+  EXPECT_LE(pump.MedianAnswerToNextRequestNs(), 3'000'000);
+  EXPECT_LE(s.gpu_summary().ticks, elapsed / 10'000'000 + 2);
 }
 
 TEST(NextRequestDeadlineTest, LateWakeUpsKeepTheGridLongWaitsRestartIt) {
@@ -188,14 +236,18 @@ TEST(LineSamplerTest, PromptAnswersGetAboutTheRateAndNeverMore) {
   o.interval_ns = 1'000'000;
   LineSampler s(o, &Pump::Request, &pump);
   ASSERT_TRUE(s.Start().ok());
+  const int64_t t0 = clock::NowNs();
   int answered = pump.AnswerFor(
       300, [&] { (void)s.TakeInterval(); },
       [] { std::this_thread::sleep_for(std::chrono::microseconds(20)); });
   s.Stop();
-  // THEN requests came at about the rate (loosely: a loaded CI machine delays wake-ups) and
-  // never ran ahead of it
-  EXPECT_GE(answered, 200);
-  EXPECT_LE(pump.requested.load(), 302);
+  const int64_t elapsed = clock::NowNs() - t0;
+  // THEN after each answer the sampler asked again within about an interval (how many answers
+  // fit in 300 ms depends on how much CPU a loaded machine gives this thread, so the count is
+  // not the measure), and it never ran ahead of the rate
+  ASSERT_GE(answered, 10);
+  EXPECT_LE(pump.MedianAnswerToNextRequestNs(), 2'500'000);
+  EXPECT_LE(pump.requested.load(), elapsed / 1'000'000 + 3);
 }
 
 TEST(LineSamplerTest, FailedRequestsAreCountedAndRetried) {
@@ -210,7 +262,7 @@ TEST(LineSamplerTest, FailedRequestsAreCountedAndRetried) {
   o.interval_ns = 500'000;
   LineSampler s(o, &Failing::Request, &calls);
   ASSERT_TRUE(s.Start().ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(WaitUntil([&] { return calls.load() >= 5; }));  // retried, not given up
   s.Stop();
   EXPECT_GE(calls.load(), 5);
   EXPECT_EQ(s.failed_requests(), calls.load());
@@ -330,7 +382,7 @@ TEST(LineSamplerTest, GpuBusyTimeIsUtilizationTimesTime) {
   EXPECT_NEAR(static_cast<double>(*iv.gpu_busy_ns) / iv.wall_ns, 0.5, 0.1);
   ASSERT_TRUE(iv.gpu_mem_peak.has_value());
   EXPECT_EQ(*iv.gpu_mem_peak, int64_t{1} << 30);
-  EXPECT_GT(g.ticks, 10);
+  EXPECT_GE(g.ticks, 5);
   EXPECT_TRUE(g.used_devices_known);
 }
 
@@ -370,7 +422,7 @@ TEST(LineSamplerTest, GpuBusyTimeUsesThisProcesssOwnUtilizationWhenReported) {
   // THEN its GPU busy time is ~30% of its wall time (not 90%), every reading per-process
   ASSERT_TRUE(iv.gpu_busy_ns.has_value());
   EXPECT_NEAR(static_cast<double>(*iv.gpu_busy_ns) / iv.wall_ns, 0.3, 0.08);
-  EXPECT_GT(g.util_readings, 10);
+  EXPECT_GE(g.util_readings, 5);
   EXPECT_EQ(g.proc_util_readings, g.util_readings);
 }
 
@@ -382,7 +434,7 @@ TEST(LineSamplerTest, GpuBusyTimeFallsBackToDeviceUtilizationWithoutPerProcess) 
   // THEN the device-wide 90% is used, and no reading counts as per-process
   ASSERT_TRUE(iv.gpu_busy_ns.has_value());
   EXPECT_NEAR(static_cast<double>(*iv.gpu_busy_ns) / iv.wall_ns, 0.9, 0.1);
-  EXPECT_GT(g.util_readings, 10);
+  EXPECT_GE(g.util_readings, 5);
   EXPECT_EQ(g.proc_util_readings, 0);
 }
 
