@@ -20,6 +20,7 @@ import runpy
 import sys
 import types
 import warnings
+import zipfile
 from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
@@ -128,14 +129,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.module is not None:
         target_args = list(args.target)
     else:
-        script, target_args = args.target[0], list(args.target[1:])
-        if script.startswith("-"):
+        target = list(args.target)
+        if target[0] == "--":  # the end of the options, as `python -- script.py` takes it
+            target = target[1:]
+            if not target:
+                parser.error("give a script to run or -m MODULE")
+        script, target_args = target[0], target[1:]
+        if script.startswith("-") and not os.path.exists(script):
             parser.error(f"unknown option {script}")
-        if not os.path.isfile(script):
-            parser.error(f"can't open file {script!r}: no such file")
+        if not os.path.exists(script):
+            parser.error(f"can't open file {script!r}: no such file or directory")
+        if not (os.path.isfile(script) or os.path.isdir(script)):
+            parser.error(f"can't open file {script!r}: not a regular file or directory")
 
-    # The target script is always recorded, also when it lies outside the root.
-    record = [] if script is None else [os.path.abspath(script)]
+    # The target is always recorded, also when it lies outside the root: the script, or
+    # every file of a directory or zip archive run by its __main__.py.
+    runs_path = script is not None and (os.path.isdir(script) or zipfile.is_zipfile(script))
+    record = ([] if script is None else
+              [os.path.join(os.path.abspath(script), "*")] if runs_path else
+              [os.path.abspath(script)])
     try:
         session = new_session(profile_options(args), record)
     except (ValueError, TypeError) as e:  # an unusable output path (-o or pyproject) too
@@ -146,6 +158,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # runpy replaces argv[0] with the module's file, as python -m does.
         argv0, path0, main_module = str(args.module), os.getcwd(), None
         run = partial(runpy.run_module, args.module, run_name="__main__", alter_sys=True)
+    elif runs_path:
+        # A directory or zip archive runs its __main__.py with itself (absolute) as
+        # sys.path[0], as under python.
+        argv0, path0, main_module = script, os.path.abspath(script), None
+        run = partial(_run_main_of, path0)
     else:
         # python: __file__ absolute, sys.path[0] the directory of the resolved script.
         argv0, path0 = script, os.path.dirname(os.path.realpath(script))
@@ -168,7 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _target_process_state(argv: list[str], path0: str,
                           main_module: types.ModuleType | None) -> Iterator[None]:
     """``sys.argv``, ``sys.path[0]`` and (for a script) ``sys.modules['__main__']`` as python
-    sets them for the target; restored afterwards."""
+    sets them for the target; restored afterwards (``__main__`` also when the target set
+    it)."""
     saved_argv, saved_path, saved_main = sys.argv[:], sys.path[:], sys.modules["__main__"]
     sys.argv = argv
     sys.path[0:1] = [path0]
@@ -195,7 +213,7 @@ def _start(session: "profile") -> None:
     """Starts the session; each warning it raises is printed once as a linescope message."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        session.start()
+        session._start("the linescope command")
     for text in dict.fromkeys(str(w.message) for w in caught):
         print(f"linescope: warning: {text}", file=sys.stderr)
 
@@ -217,12 +235,34 @@ def _run_target(run: Callable[[], object]) -> int:
         run()
     except SystemExit as e:
         return _exit_code(e.code)
+    except ImportError as e:
+        if _target_frames(e.__traceback__) is not None:  # raised by the target's own code
+            failure = e
+        else:
+            # runpy found nothing to run (no such module, a package without __main__, a
+            # directory without __main__.py): one line and status 1, as python says it.
+            print(f"linescope: {e}", file=sys.stderr)
+            return 1
     except BaseException as e:  # the target failed
         failure = e
     else:
         return 0
     # Outside the except clause, so an error in the hook is not chained to the failure.
     return _report_uncaught(failure)
+
+
+def _run_main_of(path: str) -> None:
+    """Runs the ``__main__.py`` of the directory or zip archive at the absolute ``path`` (which
+    is sys.path[0]) as the ``__main__`` module, as python runs such a target."""
+    spec = importlib.machinery.PathFinder.find_spec("__main__", [path])
+    if spec is None or spec.loader is None or not hasattr(spec.loader, "get_code"):
+        raise ImportError(f"can't find '__main__' module in {path!r}")
+    code = spec.loader.get_code("__main__")
+    module = types.ModuleType("__main__")
+    module.__dict__.update(__file__=spec.origin, __cached__=spec.cached, __loader__=spec.loader,
+                           __spec__=spec, __package__="", __builtins__=builtins)
+    sys.modules["__main__"] = module
+    exec(code, module.__dict__)
 
 
 def _run_script(main_module: types.ModuleType) -> None:
@@ -285,7 +325,8 @@ def _target_frames(tb: types.TracebackType | None) -> types.TracebackType | None
 
 # Code filenames, not module __file__: runpy is a frozen module ("<frozen runpy>") on 3.11+.
 _CALLER_FILES = frozenset({_run_target.__code__.co_filename,
-                           runpy.run_module.__code__.co_filename})
+                           runpy.run_module.__code__.co_filename,
+                           importlib.util.find_spec.__code__.co_filename})
 
 
 if __name__ == "__main__":

@@ -145,7 +145,7 @@ def run_cell_magic(shell: Any, line: str, cell: str) -> Any:
                 "awaited code in a plain cell instead: `with linescope.profile(include="
                 "['*/ipykernel_*/*.py']): await ...`")
         try:
-            session.start()
+            session._start("%%linescope")
         except (ValueError, TypeError, RuntimeError) as e:
             raise parser.usage_error(str(e)) from None
     except MagicUsageError as e:

@@ -554,6 +554,17 @@ class ScaleneBackend:
         split: list[list[Any]] = []
         gpu_wall: list[list[Any]] = []
         total_samples = 0
+        # Scalene's per-sample time is an estimate (the sampling interval it drew, or the CPU
+        # time beyond it) whose sum over a run need not equal the run: Scalene 2.x draws the
+        # next random interval before booking a sample and books that draw, and a max of
+        # two independent terms overshoots on average. Scalene itself only reports shares of
+        # its sampled total (percentages beside the elapsed time); so does this adapter, in
+        # nanoseconds: a line's share of the sampled total times the session's elapsed time.
+        elapsed_ns = max(0, self._t1 - self._t0)
+        sampled_s = float(getattr(cpu, "total_cpu_samples", 0.0) or 0.0)
+        scale = elapsed_ns / (sampled_s * 1e9) if sampled_s > 0 else 1.0
+        if self._handler_error:
+            scale = min(scale, 1.0)  # sampling stopped early: the total does not span the run
         keys: set[tuple[Any, Any]] = set()
         for table in (cpu.cpu_samples_python, cpu.cpu_samples_c, cpu.cpu_utilization):
             for f, per_line in table.items():
@@ -568,9 +579,9 @@ class ScaleneBackend:
             if n == 0 and total_s <= 0.0:
                 continue
             total_samples += n
-            python_ns = round(py * util * 1e9)
-            native_ns = round(native * util * 1e9)
-            wall_ns = round(total_s * 1e9)
+            python_ns = round(py * util * scale * 1e9)
+            native_ns = round(native * util * scale * 1e9)
+            wall_ns = round(total_s * scale * 1e9)
             system_ns = max(0, wall_ns - python_ns - native_ns)
             filename = self._path(str(f))
             line_gpu = None
@@ -606,6 +617,10 @@ class ScaleneBackend:
             "sampler": ("SIGALRM wall-clock interval timer" if self._driver == "SIGALRM"
                         else "background thread"),
             "mean_sample_interval_s": self._interval_s,
+            # Scalene's sampled total (s) and the factor that maps shares of it onto the
+            # elapsed time (see result()); GPU time is not scaled (utilization x clock time).
+            "sampled_total_s": sampled_s,
+            "time_scale": scale,
             "attribution": ("each sample goes to the innermost recorded line of each thread's "
                             "stack, so a line's time excludes recorded callees "
                             "(wall_time_ns == self_time_ns) and includes unrecorded ones"),
@@ -619,7 +634,7 @@ class ScaleneBackend:
             metadata["gpu_sampled_wall_ns"] = {"columns": ["filename", "line", "wall"],
                                                "rows": gpu_wall}
         return RawBackendResult(lines=lines, functions=[],
-                                elapsed_ns=max(0, self._t1 - self._t0), warnings=warnings,
+                                elapsed_ns=elapsed_ns, warnings=warnings,
                                 metadata=metadata, gpu=collection)
 
     def _gpu_collection(self) -> GPUCollection:

@@ -7,6 +7,7 @@ import linecache
 import os
 import re
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -16,7 +17,7 @@ from typing import Any, Iterator, Iterable
 from . import _config, _report
 from ._backends import BackendOptions, ProfilerBackend, get_backend_factory, GPU_TRACE_WARNING
 from ._model import (FunctionStats, GPUStats, LineStats, ProfileResult, ProfileRun,
-                     RawBackendResult, Symbol)
+                     RawBackendResult, RawFunction, RawLine, Symbol)
 from ._sampling import MemorySampler  # also registers the "sampler" backend
 from ._text import read_source, source_lines
 
@@ -39,6 +40,37 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _started_by(how: str) -> str:
+    """`how`, with the caller's file:line (the first frame outside this package) unless the
+    package itself is the caller (the command, the cell magic)."""
+    if how.startswith(("the linescope command", "%%linescope")):
+        return how
+    f = sys._getframe(2)
+    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == _PACKAGE_DIR:
+        f = f.f_back
+    return how if f is None else f"{how} at {f.f_code.co_filename}:{f.f_lineno}"
+
+
+def _check_raw_result(backend: str, raw: Any) -> None:
+    """A backend's result() must be a RawBackendResult of RawLines and RawFunctions: a clear
+    TypeError naming the backend otherwise (not an AttributeError from deep inside)."""
+    if not isinstance(raw, RawBackendResult):
+        raise TypeError(f"backend {backend!r}: result() must return a linescope."
+                        f"RawBackendResult, not {type(raw).__name__}")
+    for field, kind in (("lines", RawLine), ("functions", RawFunction)):
+        items = getattr(raw, field)
+        if not isinstance(items, (list, tuple)):
+            raise TypeError(f"backend {backend!r}: RawBackendResult.{field} must be a list, "
+                            f"not {type(items).__name__}")
+        for x in items:
+            if not isinstance(x, kind):
+                raise TypeError(f"backend {backend!r}: RawBackendResult.{field} must hold "
+                                f"linescope.{kind.__name__} items, not {type(x).__name__}")
 
 
 class _Unset:
@@ -94,6 +126,11 @@ def _output_path(out: Any) -> str:
     if os.path.exists(path):
         if not os.access(path, os.W_OK):
             raise ValueError(f"output {path!r} exists and is not writable; choose another path")
+        try:
+            with open(path, "ab"):  # opens as saving will (leaves the content alone)
+                pass
+        except OSError as e:
+            raise ValueError(f"output {path!r} cannot be written: {e.strerror}") from None
         return path
     ancestor = os.path.dirname(path)
     while not os.path.exists(ancestor):  # missing parents are created when saving
@@ -103,6 +140,15 @@ def _output_path(out: Any) -> str:
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise ValueError(f"output {path!r} cannot be written: no write permission in "
                          f"{ancestor!r}")
+    # Permissions do not tell everything (a read-only or special file system, also for root):
+    # a file is created there and removed again.
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".linescope-probe-", dir=ancestor)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise ValueError(f"output {path!r} cannot be written: {e.strerror} in "
+                         f"{ancestor!r}") from None
     return path
 
 
@@ -266,6 +312,7 @@ class profile(metaclass=_ProfileMeta):
         self._state = "new"
         self._forked = False  # True in a forked child of the process that started it
         self._started_at = 0.0
+        self._started_by = ""  # how and where it was started, for the "already running" error
         self._t0_ns = 0
         self._thread: int | None = None
         self._snapshots: dict[str, str] = {}
@@ -326,7 +373,7 @@ class profile(metaclass=_ProfileMeta):
         return backend
 
     # ---- lifecycle -----------------------------------------------------------------------
-    def _start(self) -> "profile":
+    def _start(self, how: str = "") -> "profile":
         global _active
         if self._state == "running":
             raise RuntimeError("this linescope session is already running")
@@ -335,10 +382,12 @@ class profile(metaclass=_ProfileMeta):
                                "to profile again")
         with _active_lock:
             if _active is not None:
-                raise RuntimeError("another linescope session is already running; stop it "
-                                   "(session.stop() or profile.stop()) before starting a new "
-                                   "one — sessions cannot nest or overlap")
+                raise RuntimeError(
+                    f"another linescope session is already running ({_active._started_by}); "
+                    f"{_active._how_to_stop()} before starting a new one — sessions cannot "
+                    "nest or overlap")
             _active = self
+        self._started_by = _started_by(how or "session.start()")
         try:
             self._warnings = []
             self._backend = self._make_backend()
@@ -388,6 +437,7 @@ class profile(metaclass=_ProfileMeta):
                 with _active_lock:
                     _active = None
             raw = self._backend.result()
+            _check_raw_result(self.backend_name, raw)
             self._result = self._build_result(raw)
         finally:
             # A finished session keeps only its result: the backend and the memory sampler
@@ -408,18 +458,37 @@ class profile(metaclass=_ProfileMeta):
     @classmethod
     def _module_start(cls, **options: Any) -> "profile":
         session = cls(**options)
-        session._start()
+        session._start("profile.start()")
         cls._default = session
         return session
 
     @classmethod
     def _module_stop(cls) -> ProfileResult:
-        if cls._default is None:
-            raise RuntimeError("profile.stop() called before profile.start()")
+        if cls._default is None or cls._default._state != "running":
+            running = _active
+            if running is not None and running is not cls._default:
+                raise RuntimeError(
+                    "profile.stop() stops a session started with profile.start(), and none "
+                    f"is running; the running session was started otherwise "
+                    f"({running._started_by}): {running._how_to_stop()}")
+            if cls._default is None:
+                raise RuntimeError("profile.stop() called before profile.start()")
         return cls._default._stop()
 
+    def _how_to_stop(self) -> str:
+        if self._started_by.startswith("profile.start()"):
+            return "stop it with profile.stop()"
+        if self._started_by.startswith("with "):
+            return "let its `with` block end (or call that session's stop())"
+        if self._started_by.startswith("the linescope command"):
+            return ("the command profiles the whole script already: run it without `linescope` "
+                    "to profile a part of it yourself")
+        if self._started_by.startswith("%%linescope"):
+            return "let that cell finish"
+        return "call that session's stop()"
+
     def __enter__(self) -> "profile":
-        return self._start()
+        return self._start("with profile(...)")
 
     def __exit__(self, *exc: Any) -> None:
         if self._state == "running" and not self._forked:
@@ -436,7 +505,10 @@ class profile(metaclass=_ProfileMeta):
     result = property(_get_result, doc="The ProfileResult (after stop()).")
 
     def _save(self, path: str | os.PathLike[str]) -> str:
-        return _report.save(self._get_result(), path)
+        result = self._get_result()
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"save() needs a file path (.html or .json), not {path!r}")
+        return _report.save(result, _output_path(path))
 
     def _show(self) -> None:
         _report.show(self._get_result(), sys.stdout)

@@ -15,8 +15,34 @@ from linescope import (BackendCapabilities, GPUStats, RawBackendResult, RawLine,
 
 def test_second_concurrent_session_is_rejected():
     with profile(display="none"):
-        with pytest.raises(RuntimeError, match="already running"):
+        with pytest.raises(RuntimeError, match="already running") as e:
             profile(display="none").start()
+    # the message says which session runs, where it was started, and how to stop that one
+    assert f"with profile(...) at {__file__}:" in str(e.value)
+    assert "let its `with` block end" in str(e.value)
+
+
+def test_the_already_running_error_says_how_to_stop_the_session_that_runs():
+    # GIVEN a session started explicitly
+    s = profile(display="none")
+    s.start()
+    try:
+        with pytest.raises(RuntimeError, match="already running") as e:
+            profile.start(display="none")
+        assert f"session.start() at {__file__}:" in str(e.value)
+        assert "call that session's stop()" in str(e.value)
+        # WHEN the user tries module-level profile.stop(): it says that it is not that session
+        with pytest.raises(RuntimeError, match="started otherwise") as e:
+            profile.stop()
+        assert "call that session's stop()" in str(e.value)
+        assert s.running
+    finally:
+        s.stop()
+    # AND a session from profile.start() is named as such and stopped by profile.stop()
+    profile.start(display="none")
+    with pytest.raises(RuntimeError, match=r"profile\.start\(\) at .*stop it with profile\.stop\(\)"):
+        profile(display="none").start()
+    profile.stop()
 
 
 def test_stop_before_start_and_result_before_stop():
@@ -219,6 +245,38 @@ def test_an_output_that_cannot_be_written_is_refused_before_start(tmp_path):
         profile(output=tmp_path)
     with pytest.raises(ValueError, match="is not a directory"):
         profile(output=blocker / "sub" / "r.html")
+
+
+def test_save_checks_the_path_like_output(ws, tmp_path):
+    with profile(root=ws.root, display="none") as s:
+        pass
+    with pytest.raises(ValueError, match="is a directory; give a file name"):
+        s.save(tmp_path)
+    with pytest.raises(TypeError, match="save\\(\\) needs a file path"):
+        s.save(None)
+    assert s.save(tmp_path / "new" / "r.json") == str(tmp_path / "new" / "r.json")
+
+
+@pytest.mark.parametrize("result, match", [
+    ({"lines": []}, "result\\(\\) must return a linescope.RawBackendResult, not dict"),
+    (RawBackendResult(lines=[("a.py", 1, 5)]), "lines must hold linescope.RawLine items, not tuple"),
+    (RawBackendResult(lines=[], functions=[1]), "functions must hold linescope.RawFunction"),
+])
+def test_a_backend_result_of_the_wrong_type_is_a_clear_error(result, match):
+    class Wrong:
+        capabilities = BackendCapabilities()
+        def __init__(self, options): pass
+        def start(self): pass
+        def stop(self): pass
+        def result(self): return result
+
+    name = f"wrong-result-{abs(hash(match))}"
+    register_backend(name, Wrong)
+    with pytest.raises(TypeError, match=f"backend '{name}': .*" + match):
+        with profile(backend=name, display="none"):
+            pass
+    with profile(display="none"):  # nothing was left active
+        pass
 
 
 def test_pyproject_values_are_checked_and_errors_name_the_file(tmp_path, monkeypatch):

@@ -102,8 +102,74 @@ def test_module_mode(tmp_path):
     assert {Path(l["filename"]).name for l in data["run"]["lines"]} == {"tool.py"}
 
 
+@pytest.mark.parametrize("kind", ["directory", "zip"])
+def test_a_directory_or_zip_archive_runs_its_main_as_under_python(tmp_path, kind):
+    # GIVEN an application directory (or zip archive) with a __main__.py and a helper module
+    app = tmp_path / "app"
+    write(app / "helper.py", """
+        def twice(x):
+            return 2 * x
+    """)
+    write(app / "__main__.py", """
+        import json, sys
+        import helper
+        json.dump({"argv": sys.argv, "path0": sys.path[0], "value": helper.twice(21)},
+                  open(sys.argv[1], "w"))
+    """)
+    target = "app"
+    if kind == "zip":
+        import zipfile
+        with zipfile.ZipFile(tmp_path / "app.pyz", "w") as z:
+            for f in ("__main__.py", "helper.py"):
+                z.write(app / f, f)
+        target = "app.pyz"
+    # WHEN it runs under linescope and under python
+    p = linescope("-d", "none", "-o", "o.json", target, "profiled.json", cwd=tmp_path)
+    plain = python(target, "plain.json", cwd=tmp_path)
+    # THEN it sees the same argv and sys.path[0], and its files are recorded
+    assert p.returncode == 0 == plain.returncode, p.stderr
+    assert (json.loads((tmp_path / "profiled.json").read_text())
+            == {**json.loads((tmp_path / "plain.json").read_text()), "argv": [target, "profiled.json"]})
+    data = json.loads((tmp_path / "o.json").read_text())
+    assert {Path(l["filename"]).name for l in data["run"]["lines"]} == {"__main__.py", "helper.py"}
+
+
+@pytest.mark.parametrize("target, files, message", [
+    (("-m", "nosuchmod"), {}, "No module named nosuchmod"),
+    (("-m", "pkg"), {"pkg/__init__.py": ""},
+     "No module named pkg.__main__; 'pkg' is a package and cannot be directly executed"),
+    (("appdir",), {"appdir/x.py": ""}, "can't find '__main__' module in '{tmp}/appdir'"),
+])
+def test_nothing_to_run_is_one_line_and_status_1_as_under_python(tmp_path, target, files, message):
+    for name, text in files.items():
+        write(tmp_path / name, text)
+    message = message.format(tmp=tmp_path)
+    p = linescope("-d", "none", *target, cwd=tmp_path)
+    plain = python(*target, cwd=tmp_path)
+    assert p.returncode == 1 == plain.returncode
+    assert p.stderr == f"linescope: {message}\n"  # one line, no runpy traceback
+    assert plain.stderr == f"{sys.executable}: {message}\n"
+
+
+def test_an_import_error_in_the_target_keeps_its_traceback(tmp_path):
+    write(tmp_path / "bad/__init__.py", "raise ImportError('broken package')\n")
+    write(tmp_path / "bad/tool.py", "")
+    p = linescope("-d", "none", "-m", "bad.tool", cwd=tmp_path)
+    assert p.returncode == 1
+    assert "Traceback" in p.stderr and "bad/__init__.py\", line 1" in p.stderr
+    assert "ImportError: broken package" in p.stderr and "runpy" not in p.stderr
+
+
+def test_a_leading_double_dash_ends_the_options_as_under_python(script, tmp_path):
+    p = linescope("-d", "none", "--", "target.py", "--", "x", cwd=tmp_path)
+    plain = python("--", "target.py", "--", "x", cwd=tmp_path)
+    assert p.returncode == 0 == plain.returncode, p.stderr
+    assert json.loads((tmp_path / "seen.json").read_text())["argv"] == ["target.py", "--", "x"]
+
+
 @pytest.mark.parametrize("args, match", [
     ((), "give a script"),
+    (("--",), "give a script"),
     (("missing.py",), "can't open file"),
     (("--backend", "nope", "target.py"), "unknown linescope backend"),
     (("-d", "sometimes", "target.py"), "invalid choice"),
@@ -265,6 +331,10 @@ def _unusable_output(tmp_path: Path, kind: str) -> str:
         return "plain.txt/sub/x.html"
     if kind == "under /etc/passwd":
         return "/etc/passwd/x.html"
+    if kind == "a file system that takes no files":
+        if not os.path.isdir("/proc/self"):
+            pytest.skip("needs Linux's /proc")
+        return "/proc/x.html"  # no file can be created there, by root neither
     if os.geteuid() == 0:
         pytest.skip("root may write into any directory")
     locked = tmp_path / "locked"
@@ -273,7 +343,8 @@ def _unusable_output(tmp_path: Path, kind: str) -> str:
 
 
 @pytest.mark.parametrize("kind", ["existing directory", "under a regular file",
-                                  "under /etc/passwd", "non-writable directory"])
+                                  "under /etc/passwd", "a file system that takes no files",
+                                  "non-writable directory"])
 def test_unusable_output_is_a_usage_error_before_the_target_runs(script, tmp_path, kind):
     out = _unusable_output(tmp_path, kind)
     p = linescope("-d", "none", "-o", out, "target.py", cwd=tmp_path)

@@ -52,6 +52,26 @@ def test_cell_magic_profiles_the_cell_and_shows_the_report_inline(shell):
     assert r.function("helper").calls == 3
 
 
+def test_a_cell_ending_in_an_expression_is_one_module_function(shell):
+    # GIVEN a cell whose last line is an expression (compiled apart, for its Out[] value)
+    res, _ = run(shell, "%%linescope -d none\nx = 0\nfor i in range(3):\n    x += i\nx\n")
+    assert res.success and res.result == 3
+    # THEN the cell's code is one <module> row in the functions, not one per part
+    rows = [(f.filename, f.first_line) for f in profile.result.run.functions
+            if f.qualname == "<module>"]
+    assert len(rows) == 1 and rows[0][0].startswith("<ipython-input-")
+
+
+def test_exclude_applies_to_cells_as_on_the_command_line(shell):
+    # GIVEN a function defined in an earlier cell
+    shell.run_cell("def early_cell_fn():\n    return 1\n")
+    # WHEN a cell runs with -e matching every cell
+    res, _ = run(shell, "%%linescope -d none -e '<ipython-input-*>'\nw = early_cell_fn()\n")
+    # THEN it ran, and neither cell was recorded: the exclude wins over the cells' include
+    assert res.success and shell.user_ns["w"] == 1
+    assert [s for s in profile.result.lines if s.filename.startswith("<ipython-input-")] == []
+
+
 def test_profile_alias_and_options(shell, tmp_path):
     out_file = tmp_path / "cell.json"
     res, out = run(shell, f"%%profile -d none --memory -o {out_file}\nblock = bytearray(1 << 20)\n")

@@ -240,6 +240,38 @@ def test_text_summary_has_gpu_columns_when_gpu_was_measured(tmp_path, capsys):
     assert row7.split()[:4] == ["12.000", "10", "—", "—"]
 
 
+def test_text_summary_keeps_its_columns_when_values_are_unknown(tmp_path, capsys):
+    # GIVEN a backend that knows one function's total but not its own time or calls
+    from linescope import (BackendCapabilities, RawBackendResult, RawFunction, RawLine,
+                           register_backend)
+    here = str(tmp_path / "m.py")
+
+    class Partial:
+        capabilities = BackendCapabilities(function_stats=True)
+        def __init__(self, options): pass
+        def start(self): pass
+        def stop(self): pass
+        def result(self):
+            return RawBackendResult(
+                lines=[RawLine(here, 1, None, hits=1), RawLine(here, 2, 1_000_000, hits=None)],
+                functions=[RawFunction(here, "f", 1, total_time_ns=3_000_000,
+                                       own_time_ns=None, calls=None),
+                           RawFunction(here, "g", 1, total_time_ns=2_000_000,
+                                       own_time_ns=1_000_000, calls=2)])
+
+    register_backend("partial-summary", Partial)
+    with profile(backend="partial-summary", display="end"):
+        pass
+    rows = capsys.readouterr().err.splitlines()
+    # THEN every "—" sits in its column: the name starts where it does in a known row
+    f_row = next(r for r in rows if r.endswith(" f (m.py:1)") or " f (" in r)
+    g_row = next(r for r in rows if " g (" in r)
+    assert f_row.index(" f (") == g_row.index(" g (")
+    assert f_row.split()[:3] == ["3.000", "—", "—"]
+    line_rows = [r for r in rows if "m.py:" in r and "(" not in r]
+    assert len({r.index("m.py:") for r in line_rows}) == 1
+
+
 def test_text_summary_has_no_gpu_columns_without_gpu(tmp_path, capsys):
     session = run_scripted(tmp_path, gpu_scenario(), gpu=False)
     session.show()

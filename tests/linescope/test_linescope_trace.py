@@ -203,6 +203,20 @@ def test_root_include_and_exclude(ws):
     assert names(r_patterns) == {"main.py", "helper.py"}
 
 
+def test_code_under_a_synthetic_name_is_recorded_by_include_and_dropped_by_exclude(ws):
+    # GIVEN code compiled under a synthetic file name (as exec() of a string does)
+    ns: dict = {}
+    exec(compile("def f():\n    return 1\n", "<generated-1>", "exec"), ns)
+    files = lambda r: {s.filename for s in r.lines}
+    # THEN it is not recorded by default, is with an include that names it, and an exclude
+    # that also names it wins over that include (as for files)
+    assert "<generated-1>" not in files(run(ws, ns["f"]))
+    assert "<generated-1>" in files(run(ws, ns["f"], include=["<generated-*>"]))
+    assert "<generated-1>" not in files(run(ws, ns["f"], include=["<generated-*>"],
+                                            exclude=["<generated-1>"]))
+    assert files(run(ws, ns["f"], include=["<generated-*>"], exclude=["*"])) == set()
+
+
 def test_only_the_calling_thread_is_measured(ws):
     mod = ws.module("thr.py", """
         import time

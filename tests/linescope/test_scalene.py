@@ -99,6 +99,23 @@ def test_hot_line_gets_most_of_the_sampled_time(ws):
 
 
 @needs_scalene
+@pytest.mark.parametrize("rate", [None, 1000])
+def test_line_times_add_up_to_no_more_than_the_run(ws, rate):
+    # GIVEN a single-threaded CPU-bound run
+    mod = ws.module("hot.py", HOT)
+    with profile(backend="scalene", root=ws.root, display="none", sample_rate=rate) as s:
+        mod.main(2_000_000)
+    r = s.result
+    # THEN the lines' driver times are shares of the elapsed time (Scalene's own per-sample
+    # estimate overshoots it), and nearly all of it lands in recorded lines
+    total = sum(l.wall_time_ns for l in r.lines)
+    assert total <= r.run.elapsed_ns * 1.001
+    assert total >= 0.8 * r.run.elapsed_ns
+    assert sum(l.cpu_time_ns for l in r.lines) <= total
+    assert r.metadata["time_scale"] > 0 and r.metadata["sampled_total_s"] > 0
+
+
+@needs_scalene
 def test_gpu_without_a_device_is_unavailable_with_reasons_and_cpu_continues(ws):
     if _nvml_loadable():
         pytest.skip("this machine has an NVML library; the no-device path needs none")

@@ -3,6 +3,8 @@
 #include <fnmatch.h>
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 #include <utility>
 
 namespace gpuprof::lines {
@@ -139,9 +141,20 @@ std::vector<LineStats> LineAggregator::Lines() const {
 }
 
 std::vector<FunctionStats> LineAggregator::Functions() const {
+  // Code objects with the same file, first line and qualname are one function to the user
+  // (a notebook cell compiled in parts, a module or definition executed twice): one row.
   std::vector<FunctionStats> out;
+  std::map<std::tuple<int32_t, int32_t, std::string_view>, size_t> row;
   for (const Code& c : codes_) {
     if (c.calls == 0 && c.total_ns == 0) continue;
+    auto [it, fresh] = row.try_emplace({c.file_id, c.first_line, c.qualname}, out.size());
+    if (!fresh) {
+      FunctionStats& f = out[it->second];
+      f.total_time_ns += c.total_ns;
+      f.own_time_ns += c.own_ns;
+      f.calls += c.calls;
+      continue;
+    }
     out.push_back(FunctionStats{c.qualname, c.file_id, c.first_line, c.total_ns, c.own_ns,
                                 c.calls});
   }
@@ -195,8 +208,11 @@ bool PathFilter::Matches(const std::vector<std::string>& patterns, const std::st
 
 bool PathFilter::Recorded(std::string_view path) const {
   if (path.empty() || path.front() == '<') {
-    // Synthetic file names (<string>, <stdin>, <frozen ...>) only by an explicit include.
+    // Synthetic file names (<string>, <stdin>, <frozen ...>, notebook cells) only by an
+    // explicit include, and, as for files, an exclude wins over it.
     std::string p(path);
+    for (const auto& pat : exclude_)
+      if (fnmatch(pat.c_str(), p.c_str(), 0) == 0) return false;
     for (const auto& pat : include_)
       if (fnmatch(pat.c_str(), p.c_str(), 0) == 0) return true;
     return false;

@@ -45,6 +45,29 @@ TEST_F(LineAggregatorTest, RepeatLineStartsTheCurrentLineAgain) {
   EXPECT_EQ(Find(lines, 3)->hits, 1);
 }
 
+TEST_F(LineAggregatorTest, CodeObjectsOfOneFunctionAreOneRow) {
+  // GIVEN two code objects with the same file, first line and qualname (a notebook cell
+  // compiled in two parts), and one that differs only in its first line
+  int32_t a = agg.AddCode(file, "<module>", 1, 3);
+  int32_t b = agg.AddCode(file, "<module>", 1, 5);
+  int32_t c = agg.AddCode(file, "<module>", 7, 8);
+  agg.Enter(a, kF, 0, true, 2);
+  agg.Exit(kF, 10);
+  agg.Enter(b, kG, 10, true, 5);
+  agg.Exit(kG, 13);
+  agg.Enter(c, kH, 20, true, 7);
+  agg.Exit(kH, 21);
+  // THEN the first two are one function with both calls and times
+  auto fns = agg.Functions();
+  ASSERT_EQ(fns.size(), 2u);
+  EXPECT_EQ(fns[0].first_line, 1);
+  EXPECT_EQ(fns[0].calls, 2);
+  EXPECT_EQ(fns[0].total_time_ns, 13);
+  EXPECT_EQ(fns[0].own_time_ns, 13);
+  EXPECT_EQ(fns[1].first_line, 7);
+  EXPECT_EQ(fns[1].calls, 1);
+}
+
 TEST_F(LineAggregatorTest, LineCallsCountFreshCallsStartedFromTheLine) {
   int32_t f = agg.AddCode(file, "f", 1, 4);
   int32_t g = agg.AddCode(file, "g", 10, 11);
@@ -309,6 +332,20 @@ TEST(PathFilterTest, RootIncludeExcludeAndSitePackages) {
   EXPECT_FALSE(pf.Recorded("/usr/lib/python3.11/json/decoder.py"));
   EXPECT_FALSE(pf.Recorded("<string>"));
   EXPECT_TRUE(pf.Recorded("/proj/sub/../a.py"));
+}
+
+TEST(PathFilterTest, SyntheticNamesOnlyByIncludeAndExcludeStillWins) {
+  // GIVEN code compiled under synthetic names (exec of a string, a notebook cell)
+  PathFilter only_include({"/proj"}, {"<cell-*>"}, {}, "/proj");
+  PathFilter both({"/proj"}, {"<cell-*>"}, {"<cell-2*>"}, "/proj");
+  PathFilter everything_excluded({"/proj"}, {"<cell-*>"}, {"*"}, "/proj");
+  // THEN an include records them, and an exclude wins over that include, as for files
+  EXPECT_TRUE(only_include.Recorded("<cell-1>"));
+  EXPECT_FALSE(only_include.Recorded("<stdin>"));
+  EXPECT_TRUE(both.Recorded("<cell-1>"));
+  EXPECT_FALSE(both.Recorded("<cell-2>"));
+  EXPECT_FALSE(everything_excluded.Recorded("<cell-1>"));
+  EXPECT_FALSE(everything_excluded.Recorded("/proj/a.py"));
 }
 
 TEST(PathFilterTest, NormalizePath) {
