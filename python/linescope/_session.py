@@ -45,14 +45,21 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
+def _first_user_frame() -> tuple[Any, int]:
+    """The first frame outside this package above the caller, and how many frames up from the
+    caller it is (1: the caller's caller); (None, n) when there is none."""
+    f, up = sys._getframe(2), 1
+    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == _PACKAGE_DIR:
+        f, up = f.f_back, up + 1
+    return f, up
+
+
 def _started_by(how: str) -> str:
-    """`how`, with the caller's file:line (the first frame outside this package) unless the
+    """`how`, with the user's file:line (the first frame outside this package) unless the
     package itself is the caller (the command, the cell magic)."""
     if how.startswith(("the linescope command", "%%linescope")):
         return how
-    f = sys._getframe(2)
-    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == _PACKAGE_DIR:
-        f = f.f_back
+    f, _ = _first_user_frame()
     return how if f is None else f"{how} at {f.f_code.co_filename}:{f.f_lineno}"
 
 
@@ -71,6 +78,13 @@ def _check_raw_result(backend: str, raw: Any) -> None:
             if not isinstance(x, kind):
                 raise TypeError(f"backend {backend!r}: RawBackendResult.{field} must hold "
                                 f"linescope.{kind.__name__} items, not {type(x).__name__}")
+
+
+def _user_stacklevel() -> int:
+    """The warnings.warn stacklevel, for a warn() in this function's caller, that names the
+    user's line (the `with`, session.start() or profile.start()) however deep the package's
+    own calls are."""
+    return _first_user_frame()[1]
 
 
 class _Unset:
@@ -357,7 +371,7 @@ class profile(metaclass=_ProfileMeta):
                         f"GPU profiling is not supported by the {self.backend_name!r} backend: "
                         "GPU measurements are unavailable and Python line profiling continues.")
                 self._warnings.append(text)
-                warnings.warn(text, RuntimeWarning, stacklevel=4)
+                warnings.warn(text, RuntimeWarning, stacklevel=_user_stacklevel())
                 continue
             option = {"gpu": "gpu=True", "sampled": "sample_rate"}[cap]
             hint = {"gpu": "choose a backend that declares BackendCapabilities.gpu=True "

@@ -127,6 +127,22 @@ register_backend("fake-gpu", FakeGpuBackend, replace=True)
 register_backend("cpu-only", CpuOnlyBackend, replace=True)
 
 
+def test_the_gpu_warning_names_the_users_line_however_the_session_starts():
+    import inspect
+    seen = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with profile(gpu=True, display="none"):
+            seen.append(inspect.currentframe().f_lineno - 1)
+        s = profile(gpu=True, display="none")
+        s.start(); seen.append(inspect.currentframe().f_lineno)  # noqa: E702
+        s.stop()
+        profile.start(gpu=True, display="none"); seen.append(inspect.currentframe().f_lineno)  # noqa: E702
+        profile.stop()
+    gpu = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert [(w.filename, w.lineno) for w in gpu] == [(__file__, n) for n in seen]
+
+
 def test_custom_backend_returns_gpu_stats():
     with profile(backend="fake-gpu", gpu=True, sample_rate=1000, display="none") as s:
         pass

@@ -188,6 +188,19 @@ def test_gpu_without_a_driver_is_unavailable_with_the_reason(ws, work, monkeypat
     assert sum("GPU" in w for w in r.warnings) == 1  # said once
 
 
+def test_the_mock_gpu_collector_is_said_to_be_simulated(ws, work, monkeypatch, tmp_path):
+    # GIVEN gpuprof's mock collector selected (as for gpuprof demos)
+    monkeypatch.setenv("GPUPROF_GPU_BACKEND", "mock")
+    r = run(ws, work.outer, gpu=True, output=tmp_path / "mock.html")
+    # THEN its numbers are not passed off as measurements: the method, the first warning and
+    # the report's label say they are simulated
+    assert r.gpu.method == "mock-sampled"
+    assert r.warnings[0].startswith("GPU values are simulated: GPUPROF_GPU_BACKEND=mock")
+    from linescope_report_util import read_payload
+    label = read_payload(tmp_path / "mock.html")["gpu"]["method_label"]
+    assert label.startswith("simulated by gpuprof's mock GPU collector") and "not measured" in label
+
+
 def test_gpu_time_is_utilization_times_time_and_memory_is_per_process(ws, fake_nvml):
     # GIVEN one GPU at a constant 60% with this process holding 3 GiB on it
     fake_nvml("""

@@ -185,6 +185,8 @@ std::string MethodLabel(const std::optional<std::string>& method, const std::str
   if (*method == "nvml-sampled") return "estimated from sampled GPU utilization (NVML)";
   if (*method == "cupti") return "measured kernel time (CUPTI)";
   if (*method == "neuron-sampled") return "estimated from sampled NeuronCore utilization";
+  if (*method == "mock-sampled")
+    return "simulated by gpuprof's mock GPU collector (GPUPROF_GPU_BACKEND=mock), not measured";
   if (*method == "scalene-nvml") return "Scalene's estimate from sampled GPU utilization (NVML)";
   if (*method == "scalene-neuron-monitor")
     return "Scalene's estimate from sampled NeuronCore utilization (neuron-monitor)";
@@ -490,19 +492,20 @@ json GpuSection(const Result& r) {
       {"scope_note", scope_note},
       {"diagnostics", collected ? json(Strings(g, "diagnostics")) : json::array()},
       {"time",
-       {{"value_ns", J(attributed)},
+       {{"value_ns", time_ok ? J(attributed) : json(nullptr)},  // a card never contradicts
         {"available", time_ok},
         {"notice", notice(time_ok, "time_reason", "no GPU time measurements were recorded")}}},
       {"memory",
-       {{"peak_bytes", J(peak)},
+       {{"peak_bytes", memory_ok ? J(peak) : json(nullptr)},
         {"available", memory_ok},
         {"notice",
          notice(memory_ok, "memory_reason", "no GPU memory measurements were recorded")}}},
       {"driver",
        {{"time_ns", by_lines ? json(driver) : J(r.elapsed_ns)},
         {"basis", by_lines ? "measured-lines" : "elapsed"},
-        {"label", by_lines ? "driver (CPU) time of the " + std::to_string(measured.size()) +
-                                 " GPU-measured line" + (measured.size() == 1 ? "" : "s")
+        {"label", by_lines ? "driver (host) wall time of the " +
+                                 std::to_string(measured.size()) + " GPU-measured line" +
+                                 (measured.size() == 1 ? "" : "s")
                            : std::string("elapsed driver time (no GPU-measured lines)")}}},
       {"lines", measured},
       {"top_time_line", TopIndex(r.lines, [](const Line& s) { return s.gpu_time_ns; })},

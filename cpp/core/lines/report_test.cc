@@ -282,6 +282,24 @@ TEST(ReportPayload, GpuMemoryUnavailableWithoutReasonSaysNoneWereRecorded) {
   EXPECT_TRUE(p["gpu"]["lines"].empty());
 }
 
+TEST(ReportPayload, ACollectionThatSaysUnavailableIsBelievedOverLineValues) {
+  // GIVEN a collection that marks GPU time and memory unavailable (no reason) while its lines
+  // still carry GPU values (a custom backend that contradicts itself)
+  json r = WithGpu(Result());
+  r["gpu"]["time_available"] = false;
+  r["gpu"]["memory_available"] = false;
+  json p = Build(r);
+  // THEN the cards agree with the headline: no value, the notice that none were recorded
+  EXPECT_EQ(p["gpu"]["headline"].get<std::string>().rfind("No GPU values were measured", 0), 0u);
+  EXPECT_TRUE(p["gpu"]["time"]["value_ns"].is_null());
+  EXPECT_EQ(p["gpu"]["time"]["notice"], "no GPU time measurements were recorded");
+  EXPECT_TRUE(p["gpu"]["memory"]["peak_bytes"].is_null());
+  EXPECT_EQ(p["gpu"]["memory"]["notice"], "no GPU memory measurements were recorded");
+  // AND the driver time is the host wall time of the lines that carry GPU values
+  EXPECT_THAT(p["gpu"]["driver"]["label"].get<std::string>(),
+              ::testing::HasSubstr("driver (host) wall time of the"));
+}
+
 TEST(ReportPayload, GpuRequestedFromABackendWithoutGpuHasNoGpuViewOrColumns) {
   // GIVEN gpu=True with the trace backend (capabilities.gpu false: a warning, no result.gpu)
   json r = Result();

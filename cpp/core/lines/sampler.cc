@@ -584,6 +584,7 @@ void FinishGpuCollection(GpuCollectionSummary& s, size_t device_count,
   }
 
   std::vector<std::string> w;
+  if (s.method == "mock-sampled") w.push_back(kMockGpuWarning);
   if (!s.time_available && s.time_reason) {
     // Without a collector the reason is a whole sentence ("GPU measurements unavailable: ...").
     w.push_back(!s.method && !apple_host ? *s.time_reason

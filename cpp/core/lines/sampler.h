@@ -264,6 +264,12 @@ inline constexpr const char* kDeviceWideGpuWarning =
     "GPU utilization is device-wide (per-process utilization is not available), so attributed "
     "GPU time can include other processes' work on the same GPUs";
 
+// Said first in result.warnings when the collector is gpuprof's mock (GPUPROF_GPU_BACKEND=mock):
+// its values are simulated, no device was measured.
+inline constexpr const char* kMockGpuWarning =
+    "GPU values are simulated: GPUPROF_GPU_BACKEND=mock selected gpuprof's mock GPU collector "
+    "(for demos and tests), so no device was measured; unset it to measure a real GPU";
+
 // The reasons GPU values are unavailable on an Apple host (no NVIDIA driver there; MPS would
 // need PyTorch instrumentation), in place of the collector's error.
 inline constexpr const char* kMpsUnavailable =

@@ -842,6 +842,20 @@ TEST(FinishGpuCollectionTest, DeviceWideUtilizationIsAWarningOnceExceptForNeuron
                                        "utilization"), 1);
 }
 
+TEST(FinishGpuCollectionTest, TheMockCollectorSaysItsValuesAreSimulatedFirst) {
+  // GIVEN readings from gpuprof's mock collector (GPUPROF_GPU_BACKEND=mock)
+  GpuSamplingSummary g = TenGoodReadings();
+  g.proc_util_readings = 0;
+  auto s = Summary(g, 1, {}, false, "mock");
+  ASSERT_EQ(s.method, "mock-sampled");
+  // THEN the first warning says that no device was measured, once
+  ASSERT_FALSE(s.warnings.empty());
+  EXPECT_EQ(s.warnings.front(), kMockGpuWarning);
+  EXPECT_EQ(CountPrefix(s.warnings, "GPU values are simulated"), 1);
+  // AND a real collector's summary does not say it
+  EXPECT_EQ(CountPrefix(Summary(g, 1, {}).warnings, "GPU values are simulated"), 0);
+}
+
 TEST(FinishGpuCollectionTest, WithoutACollectorTheReasonIsTheWarningAndMacOsSaysMps) {
   const std::optional<std::string> error("NVML not available: cannot load x");
   auto s = SummarizeGpuCollection(error, "", 0, {}, {});

@@ -148,6 +148,8 @@ struct NvmlCollector::DeviceState {
   unsigned long long util_cursor_us = 0;  // newest driver timestamp taken
   std::optional<double> proc_util;        // the current value for our pids
   int64_t proc_util_told_ns = 0;          // when the driver last told us something about ours
+  int64_t util_started_ns = 0;            // the first per-process read
+  bool proc_util_told = false;            // the driver told us something since then
   bool proc_util_pid_matched = false;     // one of our pids appeared in a sample
   bool proc_util_unknown_noted = false;
   bool proc_util_unmatched_noted = false;
@@ -415,6 +417,7 @@ nvml::Return NvmlCollector::ReadProcessUtilization(DeviceState& dev, int64_t now
     // Only the last hold's samples describe the process now; and nothing is known yet, as if
     // the driver had last spoken a hold ago.
     dev.util_started = true;
+    dev.util_started_ns = now_rel_ns;
     const auto hold_us = static_cast<unsigned long long>(kProcessUtilizationHoldNs / 1000);
     const unsigned long long now_us = RealtimeUs();
     dev.util_cursor_us = now_us > hold_us ? now_us - hold_us : 0;
@@ -470,9 +473,11 @@ nvml::Return NvmlCollector::ReadProcessUtilization(DeviceState& dev, int64_t now
   if (ours) {
     dev.proc_util = sum;
     dev.proc_util_told_ns = now_rel_ns;
+    dev.proc_util_told = true;
     dev.proc_util_pid_matched = true;
   } else if (moved_on) {
     dev.proc_util_told_ns = now_rel_ns;
+    dev.proc_util_told = true;
     if (dev.proc_util_pid_matched || !pid_namespace_nested_) {
       dev.proc_util = 0.0;  // others were sampled in the new period, ours was idle in it
     } else {
@@ -487,15 +492,21 @@ nvml::Return NvmlCollector::ReadProcessUtilization(DeviceState& dev, int64_t now
   } else if (row->util_pct && *row->util_pct == 0.0) {
     dev.proc_util = 0.0;  // the whole device was idle, so was this process
     dev.proc_util_told_ns = now_rel_ns;
+    dev.proc_util_told = true;
   } else if (now_rel_ns - dev.proc_util_told_ns > kProcessUtilizationHoldNs) {
     // A busy (or unreadable) device and no per-process sample for that long: the driver does
-    // not report ours, which is not the same as idle.
+    // not report ours, which is not the same as idle. (Before the driver's first word the
+    // hold counts as spent: nothing is known yet.)
     dev.proc_util.reset();
     if (!dev.proc_util_unknown_noted) {
       dev.proc_util_unknown_noted = true;
-      AddNote(dev.label +
-              ": proc_util unknown: the driver gave no per-process utilization sample for over "
-              "1 s while the device was busy (or its utilization unknown); left empty until it "
+      AddNote(dev.label + ": proc_util unknown: the driver gave no per-process utilization " +
+              (dev.proc_util_told
+                   ? std::string("sample for over 1 s")
+                   : "sample since collection began " +
+                         std::to_string((now_rel_ns - dev.util_started_ns) / 1'000'000) +
+                         " ms earlier") +
+              " while the device was busy (or its utilization unknown); left empty until it "
               "does");
     }
   }

@@ -24,6 +24,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::SizeIs;
 
 constexpr const char* kScenarioEnv = "GPUPROF_FAKE_NVML_SCENARIO";
@@ -677,7 +678,27 @@ TEST_F(NvmlProcessUtilizationTest,
   EXPECT_FALSE(first.at(0).proc_util_pct.has_value());
   EXPECT_FALSE(later.at(0).proc_util_pct.has_value());
   EXPECT_EQ(later.at(0).util_pct, 70.0);
-  EXPECT_THAT(c->TakeNotes(), ElementsAre(HasSubstr("no per-process utilization sample")));
+  // AND the note says how long the driver has been silent (since collection began, 1.5 s
+  // before the read that noticed), and comes once
+  (void)Tick(*c, 1700 * kMs, self_);
+  EXPECT_THAT(c->TakeNotes(),
+              ElementsAre(HasSubstr("no per-process utilization sample since collection began "
+                                    "1500 ms earlier")));
+}
+
+TEST_F(NvmlProcessUtilizationTest, GivenAShortRunWithoutSamples_ThenTheNoteSaysSinceWhen) {
+  // GIVEN a busy device whose driver never reports per-process samples, sampled for 50 ms
+  UseScenario("gpu 0 util 70\ngpu 0 process self 1000\n");
+  auto c = OpenWithProcessUtilization();
+  ASSERT_NE(c, nullptr);
+  (void)Tick(*c, 0, self_);
+  auto row = Tick(*c, 50 * kMs, self_);
+  // THEN unknown, and the note does not claim a silence longer than the run
+  EXPECT_FALSE(row.at(0).proc_util_pct.has_value());
+  auto notes = c->TakeNotes();
+  ASSERT_THAT(notes, SizeIs(1));
+  EXPECT_THAT(notes[0], HasSubstr("since collection began 50 ms earlier"));
+  EXPECT_THAT(notes[0], Not(HasSubstr("over 1 s")));
 }
 
 TEST_F(NvmlProcessUtilizationTest, GivenReadsFailingMidRun_WhenSampled_ThenEmptyAfterWithOneNote) {
