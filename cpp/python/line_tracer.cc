@@ -35,7 +35,7 @@
 
 #include <Python.h>
 #include <frameobject.h>
-#if PY_VERSION_HEX >= 0x030D0000
+#if PY_VERSION_HEX >= 0x030C0000
 #include <opcode.h>  // RESUME, CACHE
 #endif
 #include <nanobind/stl/string.h>
@@ -233,12 +233,14 @@ class LineTracer {
     bool generator_like = false;
     bool keep_start = false;  // 3.13+: PY_START stays enabled (see the header comment)
     int first_resume = -1;    // 3.11: byte offset of the first RESUME 0 (a fresh start)
+    int first_line = -1;      // 3.12+: byte offset of a fresh call's first line event
     std::vector<int32_t> unit_lines;  // 3.12+: line per code unit, built at the first JUMP
   };
 
   // A frame that was running when the session started (3.12+): adopted, not counted as a
-  // call, when its first line event arrives from a point past `lasti` (a fresh call of the
-  // same code starts its first line at or before that point).
+  // call, when its first line event arrives from a point past `lasti` or past the code's
+  // first body instruction (a fresh call's first line event comes at that instruction; the
+  // running frame's may come earlier than `lasti` after a backward jump, at a loop header).
   struct Pending {
     int32_t code;
     int lasti;
@@ -363,6 +365,28 @@ class LineTracer {
 #endif
 
 #if GPUPROF_MONITORING
+  // The byte offset of the first instruction after the code's first RESUME that has a line
+  // (where a fresh call's first LINE event comes), or -1 (cold, once per code object).
+  static int FirstLineOffset(PyCodeObject* code) noexcept {
+    PyObject* bytes = PyCode_GetCode(code);
+    if (bytes == nullptr) {
+      PyErr_Clear();
+      return -1;
+    }
+    const auto* b = reinterpret_cast<const unsigned char*>(PyBytes_AS_STRING(bytes));
+    const Py_ssize_t n = PyBytes_GET_SIZE(bytes);
+    int at = -1;
+    Py_ssize_t i = 0;
+    while (i + 1 < n && b[i] != RESUME) i += 2;
+    for (i += 2; i + 1 < n; i += 2) {
+      if (b[i] == CACHE || PyCode_Addr2Line(code, static_cast<int>(i)) < 0) continue;
+      at = static_cast<int>(i);
+      break;
+    }
+    Py_DECREF(bytes);
+    return at;
+  }
+
   // The line of every code unit (from `co_lines()`; -1 where none), for the JUMP callback's
   // same-line test (cold: once per code object that jumps backward).
   static std::vector<int32_t> UnitLines(PyObject* code) noexcept {
@@ -408,6 +432,9 @@ class LineTracer {
           (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) != 0;
 #if PY_VERSION_HEX >= 0x030D0000
       if (!info.generator_like) info.keep_start = FirstLineSharesResume(code);
+#endif
+#if GPUPROF_MONITORING
+      if (!info.generator_like) info.first_line = FirstLineOffset(code);
 #endif
 #if !GPUPROF_MONITORING
       if (info.generator_like) {
@@ -548,8 +575,10 @@ class LineTracer {
   // Whether a frame of `idx` without a reported start is one that was running at start().
   bool Adopt(int32_t idx, FrameKey key) noexcept {
     int lasti = PyUnstable_InterpreterFrame_GetLasti(reinterpret_cast<_PyInterpreterFrame*>(key));
+    const int first_line = infos_[static_cast<size_t>(idx)].first_line;
+    const bool past_first_line = first_line >= 0 && lasti > first_line;
     for (size_t i = 0; i < pending_.size(); ++i) {
-      if (pending_[i].code == idx && lasti > pending_[i].lasti) {
+      if (pending_[i].code == idx && (past_first_line || lasti > pending_[i].lasti)) {
         pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
         return true;
       }

@@ -331,6 +331,7 @@ class profile(metaclass=_ProfileMeta):
         self._thread: int | None = None
         self._snapshots: dict[str, str] = {}
         self._modules: dict[str, Any] = {}  # path -> the loaded module it was read for
+        self._loaded_by_file: dict[str, Any] | None = None  # at stop: sys.modules by file
 
     # ---- options and capabilities --------------------------------------------------------
     def options(self) -> dict[str, Any]:
@@ -459,6 +460,7 @@ class profile(metaclass=_ProfileMeta):
             # kept as profile.result does not hold them into the next one.
             self._backend = None
             self._memory_sampler = None
+            self._loaded_by_file = None
         type(self)._last = self
         if self.output:
             _report.save(self._result, self.output)
@@ -601,6 +603,18 @@ class profile(metaclass=_ProfileMeta):
             changed = os.stat(name).st_mtime_ns > self._t0_ns
         except OSError:
             return ""
+        if not changed:
+            # The file system's timestamps are coarser than the clock (a few ms): a file
+            # loaded and rewritten right after start() can carry an older mtime. The code of
+            # a module loaded from it tells.
+            if self._loaded_by_file is None:
+                self._loaded_by_file = {}
+                for m in list(sys.modules.values()):
+                    f = getattr(m, "__file__", None)
+                    if isinstance(f, str):
+                        self._loaded_by_file.setdefault(os.path.abspath(f), m)
+            module = self._loaded_by_file.get(name)
+            changed = module is not None and _source_differs(module, name, text)
         if changed:
             warns.append(f"{name} changed while it was being profiled: the report shows the "
                          "file as it is now, which may not match the code that ran")

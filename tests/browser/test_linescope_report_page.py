@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from linescope import GPUStats, profile
-from linescope_report_util import (MiB, Scenario, gpu_scenario, memory_scenario,
-                                   read_payload, run_scripted)
+from linescope_report_util import (TRAIN_SOURCE, MiB, Scenario, gpu_scenario,
+                                   memory_scenario, read_payload, run_scripted)
 
 LINES = "table.lines"
 
@@ -390,8 +390,9 @@ def test_pure_functions_evaluated_in_the_page(report, tmp_path):
         const f = m["lib/format.js"], s = m["lib/sort.js"], l = m["report/links.js"];
         const c = m["lib/chart.js"];
         return {
-            ns: [null, undefined, NaN, 0, 850, 1500, 4.56e6, 999.96e6, 1.234e9, 125e9].map(f.formatNs),
-            bytes: [null, 512, 1536, 12 * 2 ** 20, 3 * 2 ** 30].map(f.formatBytes),
+            ns: [null, undefined, NaN, 0, 850, 1500, 4.56e6, 999.96e6, 1.234e9, 125e9,
+                 99960, 9996, 59999999999, 7200e9, 200000e9].map(f.formatNs),
+            bytes: [null, 512, 1536, 12 * 2 ** 20, 3 * 2 ** 30, 102359].map(f.formatBytes),
             signed: [-1024, 2048, 0, null].map(f.formatSignedBytes),
             count: [1234567, 7, null].map(f.formatCount),
             pct: [0.1234, 0, 0.0001, null].map(f.formatPercent),
@@ -409,8 +410,9 @@ def test_pure_functions_evaluated_in_the_page(report, tmp_path):
         };
     }""")
     assert got["ns"] == ["—", "—", "—", "0 ns", "850 ns", "1.50 µs", "4.56 ms", "1.00 s",
-                         "1.23 s", "2 min 5 s"]
-    assert got["bytes"] == ["—", "512 B", "1.50 KiB", "12.0 MiB", "3.00 GiB"]
+                         "1.23 s", "2 min 5 s", "100 µs", "10.0 µs", "1 min 0 s", "2 h 0 min",
+                         "55 h 33 min"]
+    assert got["bytes"] == ["—", "512 B", "1.50 KiB", "12.0 MiB", "3.00 GiB", "100 KiB"]
     assert got["signed"] == ["\u22121.00 KiB", "+2.00 KiB", "0 B", "—"]
     assert got["count"] == ["1,234,567", "7", "—"]
     assert got["pct"] == ["12.3%", "0.0%", "<0.1%", "—"]
@@ -510,6 +512,57 @@ def test_files_source_column_sorts_by_the_line_count_it_shows(report, tmp_path):
     # THEN the order follows the counts shown
     counts = [[int(t.split()[0]) for t in texts] for texts in (first, second)]
     assert sorted(counts) == [[6, 7, 8], [8, 7, 6]]
+
+
+def test_a_narrow_screen_keeps_cards_notices_and_counts_in_view(report, tmp_path):
+    # GIVEN a GPU report with a memory notice, and a source line far wider than a phone
+    reason = "NVML: per-process memory is not supported (WDDM driver)"
+    source = TRAIN_SOURCE.replace("y = x @ w", "y = x @ w  # " + "wide " * 600)
+    out = tmp_path / "narrow.html"
+    run_scripted(tmp_path, gpu_scenario(memory_reason=reason, memory_available=False),
+                 gpu=True, output=out, source=source)
+    report.page.set_viewport_size({"width": 375, "height": 740})
+    report.open(out)
+    width = 375
+    # THEN the page is no wider than the screen: the overview's cards and the sidebar's
+    # counts are in view, the wide table scrolls inside the content
+    assert report.js("() => document.documentElement.scrollWidth") <= width
+    for box in report.page.locator(".cards .card").all():
+        b = box.bounding_box()
+        assert b["x"] >= 0 and b["x"] + b["width"] <= width + 1, b
+    for count in report.page.locator("#sidebar .count").all():
+        b = count.bounding_box()
+        assert b["x"] + b["width"] <= width + 1, b
+    # AND the GPU memory card's red notice with its reason is in view
+    report.nav("gpu")
+    notice = report.page.locator('[data-card="gpu-memory"] .notice')
+    assert notice.inner_text() == reason
+    b = notice.bounding_box()
+    assert b["x"] >= 0 and b["x"] + b["width"] <= width + 1, b
+    # AND following a sidebar link shows the view (the sidebar sits above it here)
+    report.nav("functions")
+    top = report.page.locator("main h1").bounding_box()["y"]
+    assert 0 <= top < 740, top
+
+
+def test_sort_buttons_show_keyboard_focus(report, traced_report):
+    report.open(traced_report)
+    button = report.page.locator(f"{LINES} th button").first
+    button.focus()
+    report.page.keyboard.press("Shift+Tab")
+    report.page.keyboard.press("Tab")  # focused from the keyboard: :focus-visible applies
+    style = report.js("""() => { const b = document.activeElement;
+        return [b.tagName, b.classList.contains("sort"), getComputedStyle(b).outlineStyle]; }""")
+    assert style[:2] == ["BUTTON", True] and style[2] != "none", style
+
+
+def test_the_source_column_sorts_by_the_text_it_shows(report, traced_report):
+    report.open(traced_report)
+    report.sort(LINES, "source")
+    texts = report.column_texts(LINES, "source")
+    assert texts == sorted(texts)
+    report.sort(LINES, "source")
+    assert report.column_texts(LINES, "source") == sorted(texts, reverse=True)
 
 
 def test_inline_notebook_report_navigates_inside_its_frame(report, tmp_path):

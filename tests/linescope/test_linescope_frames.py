@@ -93,6 +93,28 @@ def test_session_started_inside_a_running_function_adopts_it(ws):
     assert r.line(path, 9).hits == 1
 
 
+def test_a_running_frame_whose_next_line_is_its_loop_header_is_adopted_not_called(ws):
+    # GIVEN a function that starts the session inside a loop body: its next line event is the
+    # loop header, reached by a backward jump (before the point where it was at start)
+    mod = ws.module("loop_adopt.py", """
+        from linescope import profile
+        S = {}
+        def caller(root):
+            for i in range(3):
+                if i == 0:
+                    S["s"] = profile(root=root, display="none")
+                    S["s"].start()
+            S["s"].stop()
+            return S["s"].result
+    """)
+    r = mod.caller(str(ws.root))
+    path = str(ws.root / "loop_adopt.py")
+    # THEN it is adopted (no call) and its lines after start() count
+    assert r.function("caller").calls == 0
+    assert r.line(path, 4).hits == 3  # the header: after iterations 0, 1 and the exit test
+    assert r.line(path, 5).hits == 2
+
+
 def test_deep_recursion_counts_every_call_and_keeps_the_stack_consistent(ws):
     mod = ws.module("deep.py", """
         import sys

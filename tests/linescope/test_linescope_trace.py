@@ -203,6 +203,33 @@ def test_root_include_and_exclude(ws):
     assert names(r_patterns) == {"main.py", "helper.py"}
 
 
+def test_a_generator_expression_or_lambda_on_the_calling_line_is_not_counted_twice(ws):
+    # GIVEN lines that run another code object on the same line (a generator expression, a
+    # lambda, a comprehension - inlined on 3.12+), each sleeping 3 x 10 ms in a recorded helper
+    mod = ws.module("same_line.py", """
+        import time
+        def slow(i):
+            time.sleep(0.01)
+            return i
+        def main():
+            a = sum(slow(i) for i in range(3))
+            b = sorted(range(3), key=lambda i: slow(i))
+            c = [slow(i) for i in range(3)]
+            return a, b, c
+    """)
+    r = run(ws, mod.main)
+    path = str(ws.root / "same_line.py")
+    # THEN each line's time is its own ~30 ms once (not once per frame on the line), no more
+    # than the run, and its self time excludes the recorded helper
+    for n in (6, 7, 8):
+        line = r.line(path, n)
+        assert 0.029e9 <= line.wall_time_ns <= 0.045e9, (n, line)
+        assert line.wall_time_ns <= r.run.elapsed_ns
+        assert 0 <= line.self_time_ns < 0.005e9, (n, line)
+    main = r.function("main")
+    assert sum(r.line(path, n).wall_time_ns for n in (6, 7, 8)) <= main.total_time_ns
+
+
 def test_code_under_a_synthetic_name_is_recorded_by_include_and_dropped_by_exclude(ws):
     # GIVEN code compiled under a synthetic file name (as exec() of a string does)
     ns: dict = {}

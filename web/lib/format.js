@@ -26,21 +26,26 @@ function scaled(v, units, step) {
   return sign + text + " " + units[i];
 }
 
+// Three significant figures, decided on the rounded value (99.96 -> "100", not "100.0").
 function fixed3(x) {
-  if (x >= 100) return x.toFixed(0);
-  if (x >= 10) return x.toFixed(1);
+  if (Number(x.toFixed(1)) >= 100) return x.toFixed(0);
+  if (Number(x.toFixed(2)) >= 10) return x.toFixed(1);
   return x.toFixed(2);
 }
 
-// Nanoseconds -> "850 ns", "12.3 µs", "4.56 ms", "1.23 s"; minutes for long runs ("2 min 5 s").
+// Nanoseconds -> "850 ns", "12.3 µs", "4.56 ms", "1.23 s"; minutes for long runs ("2 min 5 s"),
+// hours for longer ones ("3 h 20 min"). The unit is chosen on the rounded value, so 59.99 s is
+// "1 min 0 s", not "60.0 s".
 export function formatNs(ns) {
   if (isUnknown(ns)) return UNKNOWN;
-  if (Math.abs(ns) >= 60e9) {
+  if (Math.abs(ns) >= 59.995e9) {
     const sign = ns < 0 ? "\u2212" : "";
     const total = Math.round(Math.abs(ns) / 1e9);
-    const min = Math.floor(total / 60);
-    const sec = total % 60;
-    return `${sign}${min} min ${sec} s`;
+    if (total >= 3600) {
+      const minutes = Math.round(total / 60);
+      return `${sign}${Math.floor(minutes / 60)} h ${minutes % 60} min`;
+    }
+    return `${sign}${Math.floor(total / 60)} min ${total % 60} s`;
   }
   return scaled(ns, ["ns", "\u00b5s", "ms", "s"], 1000);
 }

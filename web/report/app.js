@@ -78,7 +78,9 @@ const locationCol = {
 };
 const sourceCol = {
   key: "source", label: "Source", cls: "src",
-  value: (l) => sourceText(l.file, l.line), html: (l) => codeCell(sourceText(l.file, l.line)),
+  // sorted by the text shown: without its indentation
+  value: (l) => { const t = sourceText(l.file, l.line); return isUnknown(t) ? t : t.trim(); },
+  html: (l) => codeCell(sourceText(l.file, l.line)),
 };
 
 // ---- views --------------------------------------------------------------------------------
@@ -328,7 +330,8 @@ function markLine(view, line) {
   return row;
 }
 
-function route(hash = location.hash) {
+// `navigated`: the user followed a link (not the first rendering of the page).
+function route(hash = location.hash, navigated = true) {
   const want = parseHash(hash);
   let key = want.view;
   if (want.view === "source") {
@@ -351,7 +354,9 @@ function route(hash = location.hash) {
   view.dataset.target = line || "";
   const row = markLine(view, line);
   if (row) row.scrollIntoView({ block: "center" });
-  else window.scrollTo(0, 0);
+  // On a narrow screen the sidebar sits above the content: a followed link scrolls to the
+  // view, not back to the sidebar.
+  else window.scrollTo(0, navigated && main.offsetTop > 0 ? main.offsetTop : 0);
   main.focus({ preventScroll: true });
 }
 
@@ -372,5 +377,5 @@ document.addEventListener("click", (e) => {
 
 buildNav();
 window.addEventListener("hashchange", () => route(location.hash));
-route();
+route(location.hash, false);
 document.body.dataset.ready = "true";

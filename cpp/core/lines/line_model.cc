@@ -9,7 +9,10 @@
 
 namespace gpuprof::lines {
 
-LineAggregator::LineAggregator() { stack_.resize(256); }
+LineAggregator::LineAggregator() {
+  stack_.resize(256);
+  shadows_.reserve(16);
+}
 
 int32_t LineAggregator::InternFile(std::string_view path) {
   std::string key(path);
@@ -58,6 +61,29 @@ LineAggregator::Cell* LineAggregator::GrowFor(int32_t code, int32_t line) noexce
     f.cell_count = c.cell_count;
   }
   return &c.cells[static_cast<size_t>(line - c.base_line)];
+}
+
+bool LineAggregator::SaveShadow(int32_t code, int32_t line) noexcept {
+  const Code& c = codes_[static_cast<size_t>(code)];
+  if (codes_[static_cast<size_t>(top_->code)].file_id != c.file_id) return false;
+  const Cell& cell = c.cells[static_cast<size_t>(line - c.base_line)];
+  try {
+    shadows_.push_back(ShadowSave{code, line, cell.wall_ns, cell.child_ns});
+  } catch (...) {
+    return false;  // out of memory: the line's time is counted per frame, as before
+  }
+  return true;
+}
+
+void LineAggregator::Unshadow() noexcept {
+  const ShadowSave save = shadows_.back();
+  shadows_.pop_back();
+  Code& c = codes_[static_cast<size_t>(save.code)];
+  Cell& cell = c.cells[static_cast<size_t>(save.line - c.base_line)];  // the array may have grown
+  const int64_t net = (cell.wall_ns - save.wall0) - (cell.child_ns - save.child0);
+  cell.wall_ns = save.wall0;
+  cell.child_ns = save.child0;
+  if (top_ != nullptr && top_->cell != nullptr) top_->cell->child_ns -= net;
 }
 
 bool LineAggregator::Repair(int32_t code, FrameKey key, int64_t now_ns,

@@ -8,6 +8,12 @@
 //     `self_time_ns` is the same minus the time spent in traced (recorded) callees.
 //   - A suspended generator / coroutine frame accrues no time; the time goes to whatever runs
 //     on the thread meanwhile (usually the line that drives the generator or event loop).
+//   - Another code object running on the line that calls it (a generator expression, a
+//     lambda, a 3.11 comprehension on that same line) is inside that line's time already:
+//     its time on the shared line is not added again (wall time of the line stays the
+//     caller's inclusive time); what it spends there itself, outside recorded callees, is
+//     that line's self time. Its hits still count (each resumption is a hit, as settrace
+//     reports them).
 //   - Recursion: a line's wall time is summed over all activations (like line_profiler), so
 //     a recursive call line counts the inner activations once per level. A function's
 //     `total_time_ns` counts only outermost activations (no double counting); `own_time_ns`
@@ -226,7 +232,22 @@ class LineAggregator {
     int32_t base_line;    // ... its first line
     uint32_t cell_count;  // ... and size
     int32_t code;
-    int32_t fresh;        // 1: this slice began with a fresh call (counted on the caller's line)
+    // kFresh: this slice began with a fresh call (counted on the caller's line); kShadowed:
+    // it has an entry on shadows_ (see ShadowSave).
+    int32_t flags;
+  };
+  static constexpr int32_t kFresh = 1, kShadowed = 2;
+  // A frame of another code object running on its caller's current source line (a
+  // generator expression, lambda or 3.11 comprehension on the line that calls it): the
+  // caller's line time already includes it, so what this activation adds to its own cell
+  // for that line (wall and child time, against the values at entry) is taken out again
+  // when it leaves, and the net (time on the line outside recorded callees) counts as the
+  // caller line's self time. Rare, so kept beside the frame stack (same nesting), not in it.
+  struct ShadowSave {
+    int32_t code;
+    int32_t line;
+    int64_t wall0;
+    int64_t child0;
   };
   // Frames this close to the top are searched when Enter() gets a key that is already open
   // (the innermost one and its caller: missed exit events are a repair path, not a case
@@ -245,14 +266,28 @@ class LineAggregator {
       cell = idx < c.cell_count ? c.cells.data() + idx : GrowFor(code, line);
     }
     if (depth_ == stack_.size() && !GrowStack()) return;
+    int32_t flags = fresh_call ? kFresh : 0;
+    if (top_ != nullptr && top_->cell != nullptr && top_->code != code) {
+      const int32_t caller_line = top_->base_line + static_cast<int32_t>(top_->cell - top_->cells);
+      if (static_cast<uint32_t>(caller_line - c.base_line) < c.cell_count &&
+          SaveShadow(code, caller_line))
+        flags |= kShadowed;
+    }
     top_ = stack_.data() + depth_++;
-    *top_ = Frame{key,         cell,         now_ns, now_ns,           0, c.cells.data(),
-                  c.base_line, c.cell_count, code,   fresh_call ? 1 : 0};
+    *top_ = Frame{key,         cell,         now_ns, now_ns, 0, c.cells.data(),
+                  c.base_line, c.cell_count, code,   flags};
     c.calls += fresh_call ? 1 : 0;
     ++c.active;
     if (publish_ != nullptr && cell != nullptr) Publish();
   }
   bool GrowStack() noexcept;  // cold: a new maximum depth; false (counted) when out of memory
+  // Cold. When the caller of a new frame of `code` is in the same file on `line`: saves the
+  // frame's cell for that line (true), see ShadowSave.
+  [[gnu::noinline, gnu::cold]] bool SaveShadow(int32_t code, int32_t line) noexcept;
+  // Cold, after the leaving frame's Pop: its ShadowSave. Takes back out what the frame added
+  // to that cell, and its net (the time it spent on the line outside recorded callees) out
+  // of the caller line's callee time, where Pop put it.
+  [[gnu::noinline, gnu::cold]] void Unshadow() noexcept;
   void Pop(int64_t now_ns) noexcept {
     Frame* f = top_;
     if (f->cell != nullptr) f->cell->wall_ns += now_ns - f->line_start;
@@ -269,9 +304,11 @@ class LineAggregator {
     top_->child += elapsed;
     if (top_->cell != nullptr) {
       top_->cell->child_ns += elapsed;
-      top_->cell->calls += f->fresh;
+      top_->cell->calls += f->flags & kFresh;
     }
     if (publish_ != nullptr) Publish();
+    if ((f->flags & kShadowed) != 0) [[unlikely]]
+      Unshadow();  // a frame with a caller only (a depth-1 frame has none)
   }
   // The innermost frame's current line (or 0) to the publish target, if any.
   void Publish() noexcept {
@@ -288,6 +325,7 @@ class LineAggregator {
   std::unordered_map<std::string, int32_t> file_ids_;
   std::vector<Code> codes_;
   std::vector<Frame> stack_;  // open frames are stack_[0, depth_); its size is the capacity
+  std::vector<ShadowSave> shadows_;  // one per open frame flagged kShadowed, innermost last
   size_t depth_ = 0;
   Frame* top_ = nullptr;      // &stack_[depth_ - 1], nullptr when empty
   int64_t mismatches_ = 0;

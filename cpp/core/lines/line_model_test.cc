@@ -45,6 +45,52 @@ TEST_F(LineAggregatorTest, RepeatLineStartsTheCurrentLineAgain) {
   EXPECT_EQ(Find(lines, 3)->hits, 1);
 }
 
+TEST_F(LineAggregatorTest, AGeneratorExpressionOnTheCallingLineIsNotCountedTwice) {
+  // GIVEN f on line 2 driving a generator expression defined on that line (its own code
+  // object), which calls a recorded function g (line 10) twice, 10 ns each, and itself spends
+  // 1 ns per resumption on line 2
+  int32_t f = agg.AddCode(file, "f", 1, 3);
+  int32_t gen = agg.AddCode(file, "<genexpr>", 2, 2);
+  int32_t g = agg.AddCode(file, "g", 9, 10);
+  agg.Enter(f, kF, 0, true, 0);
+  ASSERT_TRUE(agg.Line(kF, 2, 0));
+  int64_t t = 5;
+  for (int i = 0; i < 2; ++i) {
+    agg.EnterAtLine(gen, kG, t, i == 0, 2);  // a start, then a resume
+    t += 1;
+    agg.EnterAtLine(g, kH, t, true, 10);
+    t += 10;
+    agg.Exit(kH, t);
+    agg.Exit(kG, t);  // yields
+  }
+  ASSERT_TRUE(agg.Line(kF, 3, 30));
+  agg.Exit(kF, 31);
+  // THEN line 2 has f's inclusive time once (30 ns, not 30 + the generator's 22), and its self
+  // time is what f and the generator spent there outside g (30 - 20)
+  auto lines = agg.Lines();
+  EXPECT_EQ(Find(lines, 2)->wall_time_ns, 30);
+  EXPECT_EQ(Find(lines, 2)->self_time_ns, 10);
+  EXPECT_EQ(Find(lines, 2)->hits, 3);  // f's line event and the generator's two
+  EXPECT_EQ(Find(lines, 10)->wall_time_ns, 20);
+  // AND the function figures are those of three functions
+  auto fns = agg.Functions();
+  EXPECT_EQ(FindFn(fns, "<genexpr>")->own_time_ns, 2);
+  EXPECT_EQ(FindFn(fns, "f")->own_time_ns, 9);
+}
+
+TEST_F(LineAggregatorTest, RecursionOnOneLineStillSumsItsActivations) {
+  // GIVEN f calling itself from line 2 (the same code object: recursion, not a nested one)
+  int32_t f = agg.AddCode(file, "f", 1, 2);
+  constexpr FrameKey kInner = 9;
+  agg.Enter(f, kF, 0, true, 0);
+  ASSERT_TRUE(agg.Line(kF, 2, 0));
+  agg.EnterAtLine(f, kInner, 2, true, 2);
+  agg.Exit(kInner, 8);
+  agg.Exit(kF, 10);
+  // THEN line 2 counts both activations, as documented for recursion
+  EXPECT_EQ(Find(agg.Lines(), 2)->wall_time_ns, 10 + 6);
+}
+
 TEST_F(LineAggregatorTest, CodeObjectsOfOneFunctionAreOneRow) {
   // GIVEN two code objects with the same file, first line and qualname (a notebook cell
   // compiled in two parts), and one that differs only in its first line
@@ -278,7 +324,9 @@ TEST_F(LineAggregatorTest, LinesOutsideRegisteredRangeGrowAndShareMerges) {
   EXPECT_EQ(Find(lines, 3)->hits, 1);
   EXPECT_EQ(Find(lines, 9)->hits, 1);
   EXPECT_EQ(Find(lines, 5)->hits, 2);
-  EXPECT_EQ(Find(lines, 5)->wall_time_ns, 4);  // merged: f 2..5 (incl. the lambda) + lambda 3..4
+  // merged: f 2..5, which includes the lambda's 3..4 on the same line (not added again)
+  EXPECT_EQ(Find(lines, 5)->wall_time_ns, 3);
+  EXPECT_EQ(Find(lines, 5)->self_time_ns, 3);
   EXPECT_EQ(lines.size(), 3u);
 }
 
