@@ -159,6 +159,10 @@ def test_heat_scale_is_present_and_ordered(report, tmp_path):
     gpu_heat = report.page.get_attribute(
         'table.source tr[data-line="4"] .heat[data-kind="gpu"]', "data-heat")
     assert gpu_heat == "9"
+    # and the heat colours are kept when the page is printed
+    adjust = report.js("""() => getComputedStyle(document.querySelector('.heat[data-kind="time"]'))
+                                .printColorAdjust""")
+    assert adjust == "exact"
 
 
 def test_gpu_view_cards_table_and_links(report, tmp_path):
