@@ -113,7 +113,7 @@ class LineTracer {
     if (g_active == this) {
       // Collected while active: detach without raising.
       try {
-        Stop();
+        Stop(0);
       } catch (...) {
       }
     }
@@ -149,9 +149,14 @@ class LineTracer {
     state_ = kRunning;
   }
 
-  void Stop() {
+  // `as_of_ns` (clock::NowNs time, 0: now): when the user asked to stop. The profiler's own
+  // work between that moment and this call (which can take milliseconds the first time its
+  // code runs under the interpreter's instrumentation) is then not part of the run; an
+  // event recorded after it (none is expected) moves the end to that event.
+  void Stop(int64_t as_of_ns) {
     if (state_ != kRunning) throw std::runtime_error("the tracer is not running");
     int64_t now = clock::NowNs();
+    if (as_of_ns > 0 && as_of_ns < now) now = std::max({as_of_ns, agg_.LatestEventNs(), start_ns_});
 #if GPUPROF_MONITORING
     StopMonitoring();
 #else
@@ -855,7 +860,7 @@ void RegisterLineTracer(nb::module_& m) {
                     std::string>(),
            nb::arg("roots"), nb::arg("include"), nb::arg("exclude"), nb::arg("cwd"))
       .def("start", &LineTracer::Start)
-      .def("stop", &LineTracer::Stop)
+      .def("stop", &LineTracer::Stop, nb::arg("as_of_ns") = 0)
       .def("lines", &LineTracer::Lines)
       .def("functions", &LineTracer::Functions)
       .def("recorded", &LineTracer::Recorded, nb::arg("path"))

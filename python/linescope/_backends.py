@@ -105,6 +105,11 @@ class TraceBackend:
     def stop(self) -> None:
         self._tracer.stop()
 
+    def _stop_as_of(self, t_ns: int) -> None:
+        """stop(), with the run ending at `t_ns` (gpuprof._native.monotonic_ns() taken when the
+        session's stop was called): the session's own stop work is not part of the run."""
+        self._tracer.stop(as_of_ns=t_ns)
+
     def _memory_line_source(self) -> tuple[int, Any]:
         """For linescope's memory sampler (memory=True): the tracer publishes the current
         line at every line change, so RSS readings can be charged to the running line."""

@@ -45,6 +45,13 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
+def _now_ns() -> int:
+    """The native core's monotonic clock (the one the tracer stamps its events with)."""
+    from gpuprof import _native  # the shared native core
+
+    return _native.monotonic_ns()
+
+
 def _first_user_frame() -> tuple[Any, int]:
     """The first frame outside this package above the caller, and how many frames up from the
     caller it is (1: the caller's caller); (None, n) when there is none."""
@@ -427,8 +434,10 @@ class profile(metaclass=_ProfileMeta):
         self._state = "running"
         return self
 
-    def _stop(self) -> ProfileResult:
+    def _stop(self, as_of_ns: int | None = None) -> ProfileResult:
         global _active
+        # When the user asked to stop: the run ends here, not after the session's own work.
+        stop_ns = _now_ns() if as_of_ns is None else as_of_ns
         if self._forked:
             raise RuntimeError("this linescope session was started by the parent process "
                                "before os.fork(); the child has no result of its own (the "
@@ -443,7 +452,11 @@ class profile(metaclass=_ProfileMeta):
         try:
             try:
                 try:
-                    self._backend.stop()
+                    stop_as_of = getattr(self._backend, "_stop_as_of", None)
+                    if stop_as_of is not None:
+                        stop_as_of(stop_ns)
+                    else:
+                        self._backend.stop()
                 finally:
                     if self._memory_sampler is not None:
                         self._memory_sampler.stop()
@@ -508,7 +521,7 @@ class profile(metaclass=_ProfileMeta):
 
     def __exit__(self, *exc: Any) -> None:
         if self._state == "running" and not self._forked:
-            self._stop()
+            self._stop(_now_ns())
 
     # ---- results -------------------------------------------------------------------------
     def _get_result(self) -> ProfileResult:

@@ -127,6 +127,13 @@ bool LineAggregator::IsOpen(FrameKey key) const noexcept {
   return false;
 }
 
+int64_t LineAggregator::LatestEventNs() const noexcept {
+  int64_t latest = 0;
+  for (size_t i = 0; i < depth_; ++i)
+    latest = std::max({latest, stack_[i].line_start, stack_[i].enter});
+  return latest;
+}
+
 void LineAggregator::CloseAll(int64_t now_ns) noexcept {
   while (depth_ > 0) Pop(now_ns);
 }

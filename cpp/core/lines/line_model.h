@@ -195,6 +195,9 @@ class LineAggregator {
   // Closes every open frame at `now_ns` (the session stops inside them). Idempotent.
   void CloseAll(int64_t now_ns) noexcept;
 
+  // Cold: the latest time an open frame started its current line or was entered (0 when
+  // none is open).
+  int64_t LatestEventNs() const noexcept;
   size_t depth() const { return depth_; }
   bool IsOpen(FrameKey key) const noexcept;  // cold: scans the stack
   int64_t mismatches() const { return mismatches_; }
