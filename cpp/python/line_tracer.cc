@@ -149,10 +149,9 @@ class LineTracer {
     state_ = kRunning;
   }
 
-  // `as_of_ns` (clock::NowNs time, 0: now): when the user asked to stop. The profiler's own
-  // work between that moment and this call (which can take milliseconds the first time its
-  // code runs under the interpreter's instrumentation) is then not part of the run; an
-  // event recorded after it (none is expected) moves the end to that event.
+  // `as_of_ns` (clock::NowNs time, 0: now): when the user asked to stop. The session's own
+  // work between that moment and this call is then not part of the run; an event recorded
+  // after it (none is expected) moves the end to that event.
   void Stop(int64_t as_of_ns) {
     if (state_ != kRunning) throw std::runtime_error("the tracer is not running");
     int64_t now = clock::NowNs();

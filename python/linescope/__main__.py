@@ -199,13 +199,15 @@ def _target_process_state(argv: list[str], path0: str,
         sys.modules["__main__"] = saved_main
 
 
-def _main_module(filename: str) -> types.ModuleType:
-    """A fresh ``__main__`` module for the script at the absolute path ``filename``, with the
-    attributes python gives it."""
+def _main_module(filename: str, loader: Any = None, **attrs: Any) -> types.ModuleType:
+    """A fresh ``__main__`` module for the code at the absolute path ``filename``, with the
+    attributes python gives it (a script's: its own source loader, no cached file; `attrs`
+    add or replace them)."""
     module = types.ModuleType("__main__")
     module.__dict__.update(
-        __file__=filename, __cached__=None, __builtins__=builtins,
-        __loader__=importlib.machinery.SourceFileLoader("__main__", filename))
+        {"__file__": filename, "__cached__": None, "__builtins__": builtins,
+         "__loader__": loader or importlib.machinery.SourceFileLoader("__main__", filename),
+         **attrs})
     return module
 
 
@@ -258,9 +260,8 @@ def _run_main_of(path: str) -> None:
     if spec is None or spec.loader is None or not hasattr(spec.loader, "get_code"):
         raise ImportError(f"can't find '__main__' module in {path!r}")
     code = spec.loader.get_code("__main__")
-    module = types.ModuleType("__main__")
-    module.__dict__.update(__file__=spec.origin, __cached__=spec.cached, __loader__=spec.loader,
-                           __spec__=spec, __package__="", __builtins__=builtins)
+    module = _main_module(spec.origin, spec.loader, __cached__=spec.cached, __spec__=spec,
+                          __package__="")
     sys.modules["__main__"] = module
     exec(code, module.__dict__)
 

@@ -17,6 +17,11 @@ def _ms(ns: int | None) -> str:
     return f"{'—':>10}" if ns is None else f"{ns / 1e6:10.3f}"
 
 
+def _known_first(ns: int | None) -> tuple[bool, int]:
+    """A descending sort key that puts unknown (None) after every known value."""
+    return ns is not None, ns or 0
+
+
 def _rel(path: str) -> str:
     try:
         rel = os.path.relpath(path)
@@ -45,9 +50,8 @@ def render_text(result: ProfileResult, top: int = 15) -> str:
     for w in result.warnings:
         out.append(f"warning: {w}")
     gpu = result.gpu is not None or any(s.gpu is not None for s in run.lines)
-    # Most expensive first; a line whose time is unknown after every known one.
-    lines = sorted(run.lines, key=lambda s: (s.wall_time_ns is not None, s.wall_time_ns or 0),
-                   reverse=True)[:top]
+    # Most expensive first; what has an unknown time after everything known.
+    lines = sorted(run.lines, key=lambda s: _known_first(s.wall_time_ns), reverse=True)[:top]
     if lines:
         gpu_head = f" {'GPU ms':>10} {'GPU peak':>10}" if gpu else ""
         time_head = "driver ms" if gpu else "time ms"  # GPU time is its own column
@@ -67,8 +71,7 @@ def render_text(result: ProfileResult, top: int = 15) -> str:
                             f"{_bytes(g.peak_memory_bytes if g else None):>10}")
             out.append(f"{_ms(s.wall_time_ns)} {hits:>8}{gpu_cols}  "
                        f"{_rel(s.filename)}:{s.line}  {src}")
-    fns = sorted(run.functions, key=lambda f: (f.total_time_ns is not None, f.total_time_ns or 0),
-                 reverse=True)[:top]
+    fns = sorted(run.functions, key=lambda f: _known_first(f.total_time_ns), reverse=True)[:top]
     if fns:
         out.append(f"{'total ms':>10} {'own ms':>10} {'calls':>7}  function")
         for f in fns:

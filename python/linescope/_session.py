@@ -22,7 +22,7 @@ from ._sampling import MemorySampler  # also registers the "sampler" backend
 from ._text import read_source, source_lines
 
 _DISPLAY = ("none", "end")
-_PACKAGE_DIR = str(Path(__file__).resolve().parent)
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))  # as code filenames name it
 
 _active_lock = threading.Lock()
 _active: "profile | None" = None
@@ -42,8 +42,6 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-
 
 def _now_ns() -> int:
     """The native core's monotonic clock (the one the tracer stamps its events with)."""
@@ -61,10 +59,23 @@ def _first_user_frame() -> tuple[Any, int]:
     return f, up
 
 
+# How a session was started -> how to stop it (for the "already running" error). The command
+# and the cell magic start sessions from inside this package: no user line to name.
+_HOW_TO_STOP = {
+    "profile.start()": "stop it with profile.stop()",
+    "with profile(...)": "let its `with` block end (or call that session's stop())",
+    "session.start()": "call that session's stop()",
+    "the linescope command": ("the command profiles the whole script already: run it without "
+                              "`linescope` to profile a part of it yourself"),
+    "%%linescope": "let that cell finish",
+}
+_INTERNAL_STARTS = ("the linescope command", "%%linescope")
+
+
 def _started_by(how: str) -> str:
     """`how`, with the user's file:line (the first frame outside this package) unless the
     package itself is the caller (the command, the cell magic)."""
-    if how.startswith(("the linescope command", "%%linescope")):
+    if how in _INTERNAL_STARTS:
         return how
     f, _ = _first_user_frame()
     return how if f is None else f"{how} at {f.f_code.co_filename}:{f.f_lineno}"
@@ -333,7 +344,8 @@ class profile(metaclass=_ProfileMeta):
         self._state = "new"
         self._forked = False  # True in a forked child of the process that started it
         self._started_at = 0.0
-        self._started_by = ""  # how and where it was started, for the "already running" error
+        self._how = ""  # how it was started (a _HOW_TO_STOP key), and where:
+        self._started_by = ""  # both, for the "already running" error
         self._t0_ns = 0
         self._thread: int | None = None
         self._snapshots: dict[str, str] = {}
@@ -402,14 +414,16 @@ class profile(metaclass=_ProfileMeta):
         if self._state == "stopped":
             raise RuntimeError("this linescope session already ran; create a new profile() "
                                "to profile again")
+        how = how or "session.start()"
+        started_by = _started_by(how)
         with _active_lock:
             if _active is not None:
                 raise RuntimeError(
                     f"another linescope session is already running ({_active._started_by}); "
-                    f"{_active._how_to_stop()} before starting a new one — sessions cannot "
+                    f"{_HOW_TO_STOP[_active._how]} before starting a new one — sessions cannot "
                     "nest or overlap")
+            self._how, self._started_by = how, started_by
             _active = self
-        self._started_by = _started_by(how or "session.start()")
         try:
             self._warnings = []
             self._backend = self._make_backend()
@@ -434,10 +448,10 @@ class profile(metaclass=_ProfileMeta):
         self._state = "running"
         return self
 
-    def _stop(self, as_of_ns: int | None = None) -> ProfileResult:
+    def _stop(self) -> ProfileResult:
         global _active
         # When the user asked to stop: the run ends here, not after the session's own work.
-        stop_ns = _now_ns() if as_of_ns is None else as_of_ns
+        stop_ns = _now_ns()
         if self._forked:
             raise RuntimeError("this linescope session was started by the parent process "
                                "before os.fork(); the child has no result of its own (the "
@@ -493,35 +507,22 @@ class profile(metaclass=_ProfileMeta):
 
     @classmethod
     def _module_stop(cls) -> ProfileResult:
-        if cls._default is None or cls._default._state != "running":
-            running = _active
-            if running is not None and running is not cls._default:
-                raise RuntimeError(
-                    "profile.stop() stops a session started with profile.start(), and none "
-                    f"is running; the running session was started otherwise "
-                    f"({running._started_by}): {running._how_to_stop()}")
-            if cls._default is None:
-                raise RuntimeError("profile.stop() called before profile.start()")
+        running = _active
+        if running is not None and running is not cls._default:
+            raise RuntimeError(
+                "profile.stop() stops a session started with profile.start(), and none "
+                f"is running; the running session was started otherwise "
+                f"({running._started_by}): {_HOW_TO_STOP[running._how]}")
+        if cls._default is None:
+            raise RuntimeError("profile.stop() called before profile.start()")
         return cls._default._stop()
-
-    def _how_to_stop(self) -> str:
-        if self._started_by.startswith("profile.start()"):
-            return "stop it with profile.stop()"
-        if self._started_by.startswith("with "):
-            return "let its `with` block end (or call that session's stop())"
-        if self._started_by.startswith("the linescope command"):
-            return ("the command profiles the whole script already: run it without `linescope` "
-                    "to profile a part of it yourself")
-        if self._started_by.startswith("%%linescope"):
-            return "let that cell finish"
-        return "call that session's stop()"
 
     def __enter__(self) -> "profile":
         return self._start("with profile(...)")
 
     def __exit__(self, *exc: Any) -> None:
         if self._state == "running" and not self._forked:
-            self._stop(_now_ns())
+            self._stop()
 
     # ---- results -------------------------------------------------------------------------
     def _get_result(self) -> ProfileResult:
