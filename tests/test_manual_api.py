@@ -7,7 +7,10 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 import gpuprof
+from gpuprof_testutil import run_cli
 
 
 def test_manual_steps_phases_and_wrapped_loader(db):
@@ -81,3 +84,98 @@ def test_auto_without_torch_warns_and_still_records(tmp_path):
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "WARN True" in proc.stdout
+
+
+def _epoch_loop(db_path, epochs=3, batches=4):
+    loader = list(range(batches))
+    with gpuprof.profile("epochs", db=db_path, auto=False, gpu="none", host=False,
+                         summary=False) as prof:
+        for _epoch in range(epochs):
+            for i, _ in enumerate(prof.wrap_dataloader(loader)):
+                with prof.step(i) as s:
+                    with s.phase("forward"):
+                        time.sleep(0.001)
+                    with s.phase("backward"):
+                        time.sleep(0.001)
+                    with s.phase("optimizer"):
+                        pass
+    return prof
+
+
+def test_epoch_loop_stores_every_step_in_run_order(db):
+    # GIVEN the README loop inside an epoch loop: enumerate() restarts at 0 every epoch
+    prof = _epoch_loop(db.path, epochs=3, batches=4)
+    # THEN all 12 prof.step() blocks are stored, numbered in run order, tiling the timeline
+    rows = db.rows("SELECT step, start_ns, end_ns FROM steps ORDER BY step")
+    assert [r[0] for r in rows] == list(range(12))
+    assert all(rows[k][1] == rows[k - 1][2] for k in range(1, 12)), rows
+    assert prof.stats()["steps"] == 12
+    # AND each phase ran once per stored step (no step absorbed another epoch's)
+    calls = db.rows("SELECT step, calls FROM phases WHERE name='forward' ORDER BY step")
+    assert calls == [(k, 1) for k in range(12)]
+    # AND each epoch restart is noted with the offset back to the user's index
+    notes = [r[0] for r in db.rows(
+        "SELECT message FROM diagnostics WHERE source='steps' AND level='info' ORDER BY ts_ns")]
+    assert len(notes) == 2, notes
+    assert "prof.step(0) is stored as step 4" in notes[0] and "index + 4" in notes[0]
+    assert "prof.step(0) is stored as step 8" in notes[1] and "index + 8" in notes[1]
+    # AND the summary and `gpuprof insights` count 12 steps
+    proc = run_cli("insights", str(db.path), str(prof.run_id), check=True)
+    assert "(12 steps" in proc.stdout, proc.stdout
+
+
+def test_repeated_and_decreasing_indices_are_kept_as_separate_steps(db):
+    # GIVEN step(5), step(2), step(2)
+    with gpuprof.profile("idx", db=db.path, auto=False, gpu="none", host=False,
+                         summary=False) as prof:
+        for i in (5, 2, 2):
+            with prof.step(i):
+                time.sleep(0.001)
+    # THEN three steps: 5 (the user's index), then the next free numbers
+    assert [r[0] for r in db.rows("SELECT step FROM steps ORDER BY step")] == [5, 6, 7]
+
+
+def test_negative_step_index_is_rejected(db):
+    with gpuprof.profile("neg", db=db.path, auto=False, gpu="none", host=False,
+                         summary=False) as prof:
+        with pytest.raises(ValueError, match="index must be >= 0"):
+            prof.step(-1)
+
+
+def test_manual_call_counters_count_the_named_phases(db):
+    # GIVEN manual steps with forward/backward/optimizer phases (twice forward in step 1)
+    with gpuprof.profile("calls", db=db.path, auto=False, gpu="none", host=False,
+                         summary=False) as prof:
+        for i in range(2):
+            with prof.step(i) as s:
+                for _ in range(i + 1):
+                    with s.phase("forward"):
+                        pass
+                with s.phase("backward"):
+                    pass
+                with s.phase("optimizer"):
+                    pass
+        with prof.step(2) as s:
+            with s.phase("rollout"):
+                pass
+    # THEN the counters are the phases that ran (measured), 0 where none ran
+    rows = db.rows("SELECT step, forward_calls, backward_calls, optimizer_calls FROM steps "
+                   "ORDER BY step")
+    assert rows == [(0, 1, 1, 1), (1, 2, 1, 1), (2, 0, 0, 0)]
+
+
+def test_phase_outside_its_step_warns_and_is_recorded_as_a_diagnostic(db):
+    # GIVEN a phase entered after its step closed
+    with gpuprof.profile("late", db=db.path, auto=False, gpu="none", host=False,
+                         summary=False) as prof:
+        with prof.step(0) as s:
+            time.sleep(0.001)
+        # WHEN it runs THEN a GpuprofWarning names it and the loop continues
+        with pytest.warns(gpuprof.GpuprofWarning, match=r"s.phase\('late'\)"):
+            with s.phase("late"):
+                time.sleep(0.001)
+    # AND a stored diagnostic says it; no phase row was invented for it
+    msgs = [r[0] for r in db.rows("SELECT message FROM diagnostics WHERE level='warning' "
+                                  "AND source='steps'")]
+    assert any("s.phase('late')" in m and "not recorded" in m for m in msgs), msgs
+    assert db.rows("SELECT * FROM phases WHERE name='late'") == []

@@ -252,10 +252,52 @@ def test_profiler_failure_never_breaks_the_loop(tmp_path):
     ({"mock_gpus": 0}, "mock_gpus must be an int"),
     ({"flops_per_step": -5}, "flops_per_step must be > 0"),
     ({"gpu": "mock", "mock_scenario": "tmp=90"}, "mock_scenario: unknown mock scenario key 'tmp'"),
+    ({"host_hz": 1e9}, "host_hz must be <= 100"),
+    ({"host_hz": float("inf")}, "host_hz must be a finite number"),
+    ({"sample_hz": float("inf")}, "sample_hz must be a finite number"),
+    ({"flops_per_step": float("inf")}, "flops_per_step must be a finite number"),
+    ({"flops_per_step": float("nan")}, "flops_per_step must be a finite number"),
+    ({"group": ""}, "group must be a non-empty string"),
 ])
 def test_invalid_options_name_the_problem(db, kwargs, message):
     with pytest.raises((ValueError, TypeError), match=message):
         gpuprof.profile("bad", db=db.path, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"group": 7}, "group must be a string, got int 7"),
+    ({"auto": "no"}, "auto must be a bool, got str 'no'"),
+    ({"summary": "no"}, "summary must be a bool"),
+    ({"host": 1}, "host must be a bool, got int 1"),
+    ({"cuda_events": None}, "cuda_events must be a bool"),
+    ({"db": 123}, "db must be a file path"),
+    ({"db": b"x.db"}, "db must be a file path"),
+])
+def test_options_of_the_wrong_type_raise_typeerror_naming_them(tmp_path, kwargs, message):
+    # GIVEN an option of the wrong type (a job id read as an int, "no" for False, ...)
+    # WHEN profile() is called THEN it raises at once, naming the option
+    with pytest.raises(TypeError, match="gpuprof.profile: " + message):
+        gpuprof.profile("bad", **{"db": str(tmp_path / "x.db"), **kwargs})
+
+
+def test_a_bad_gpu_backend_from_the_environment_names_the_variable(db, monkeypatch):
+    monkeypatch.setenv("GPUPROF_GPU_BACKEND", "cuda")
+    with pytest.raises(ValueError, match=r"\$GPUPROF_GPU_BACKEND must be one of .*got 'cuda'"):
+        gpuprof.profile("env", db=db.path)
+
+
+def test_config_json_is_strict_json_and_group_is_stored(db):
+    import json
+
+    def no_constants(name):
+        raise AssertionError(f"config_json holds {name}")
+
+    with gpuprof.profile("cfg", db=db.path, gpu="none", host_hz=100, flops_per_step=1e300,
+                         group="job-7", summary=False):
+        pass
+    cfg, group = db.one("SELECT config_json, group_id FROM runs")
+    assert json.loads(cfg, parse_constant=no_constants)["host_hz"] == 100
+    assert group == "job-7"
 
 
 def test_empty_run_name_is_rejected():

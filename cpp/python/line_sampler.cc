@@ -17,6 +17,7 @@
 //
 // Lifetime: at most one session samples at a time (g_active, GIL-protected).
 #include "line_sampler.h"
+#include "py_paths.h"
 #include "py_text.h"
 
 #include "frame_peek.h"
@@ -65,7 +66,8 @@ class SamplerSession {
                  bool attribute, bool memory, std::string gpu_backend, std::string nvml_library,
                  int mock_gpus, std::string mock_scenario, int64_t gpu_interval_ns, bool cupti,
                  std::string cupti_library)
-      : filter_(std::move(roots), std::move(include), std::move(exclude), cwd),
+      : filter_(std::move(roots), std::move(include), std::move(exclude), cwd,
+                InterpreterLibraryDirs()),
         cwd_(std::move(cwd)),
         attribute_(attribute),
         memory_(memory),
@@ -188,7 +190,9 @@ class SamplerSession {
   std::vector<LineRow> Lines() const {
     std::vector<LineRow> out;
     std::unordered_map<int64_t, bool> seen;
+    bool cpu_measured = false;  // the sampler read the thread's CPU clock
     for (const auto& l : agg_.Lines()) {
+      cpu_measured = cpu_measured || l.cpu_ns.has_value();
       std::optional<int64_t> gpu_ns = l.gpu_busy_ns;
       if (kernels_done_) {  // measured: a line without kernels has 0 kernel time
         const int64_t key = lines::KernelLineMap::Key(l.file_id, l.line);
@@ -200,15 +204,16 @@ class SamplerSession {
                        l.wall_ns, l.cpu_ns, l.rss_delta, l.rss_peak, gpu_ns, l.gpu_mem_peak);
     }
     // Lines that launched kernels but were never the line of a sample (shorter than the
-    // interval): their GPU time is measured, their driver time got no sample.
+    // interval): their GPU time is measured; their driver and CPU times are the sampler's
+    // estimate from zero samples (0, as for any line, below the interval), not unknown.
     if (kernels_done_) {
       for (const auto& [key, k] : kmap_->lines()) {
         if (seen.count(key)) continue;
         auto file = static_cast<size_t>(key >> 32);
         if (file >= agg_.files().size()) continue;
         out.emplace_back(agg_.files()[file], static_cast<int32_t>(key & 0xffffffff), 0, 0,
-                         std::nullopt, std::nullopt, std::nullopt, k.kernel_busy_ns,
-                         std::nullopt);
+                         cpu_measured ? std::optional<int64_t>(0) : std::nullopt, std::nullopt,
+                         std::nullopt, k.kernel_busy_ns, std::nullopt);
       }
     }
     return out;
@@ -322,31 +327,73 @@ class SamplerSession {
     uint64_t stamp = 0;     // last sample that counted it in a total
   };
 
-  // Any launching thread (CUPTI callback), GIL not held. The main thread, blocked in the
-  // launching C call, reads its own frames: the innermost frame whose code a sample already
-  // classified as recorded names the line exactly. Other threads (autograd, NCCL), or code no
-  // sample has seen yet, get the open sampling interval instead.
+  // Any launching thread (CUPTI callback). The main thread, blocked in the launching C call,
+  // reads its own frames and tags the innermost recorded line exactly; a code object no
+  // sample has classified yet is classified here (with the GIL held, as a sample would;
+  // without it, by its file name's text when CPython keeps that as compact ASCII, which
+  // needs no Python call). A stack without a recorded frame tags nothing: the kernel is
+  // unattributed, not charged to whatever line the next sample finds. Only when a frame
+  // cannot be classified (or the frame layout is unknown) does the launch get the open
+  // sampling interval, as launches from other threads (autograd, NCCL) always do.
   static uint64_t KernelTag(void* ctx) noexcept {
     auto* self = static_cast<SamplerSession*>(ctx);
-    if (pthread_equal(pthread_self(), self->main_thread_)) {
-      struct Find {
-        SamplerSession* self;
-        uint64_t tag = telemetry::kNoTag;
-      } find{self};
-      PeekOwnFrames(
-          self->main_tstate_,
-          [](void* c, PyCodeObject* code, int offset) noexcept {
-            auto* f = static_cast<Find*>(c);
-            auto it = f->self->codes_.find(code);  // no insertion off the GIL
-            if (it == f->self->codes_.end() || it->second.function < 0) return false;
-            const auto& fn = f->self->agg_.functions()[static_cast<size_t>(it->second.function)];
-            f->tag = lines::KernelLineMap::LineTag(fn.file_id, PyCode_Addr2Line(code, offset));
+    if (!pthread_equal(pthread_self(), self->main_thread_)) return self->kmap_->CurrentInterval();
+    struct Find {
+      SamplerSession* self;
+      bool gil;
+      uint64_t tag = telemetry::kNoTag;
+      bool unknown = false;
+      int frames = 0;
+    } find{self, PyGILState_Check() != 0};
+    const bool walked = PeekOwnFrames(
+        self->main_tstate_,
+        [](void* c, PyCodeObject* code, int offset) noexcept {
+          auto* f = static_cast<Find*>(c);
+          ++f->frames;
+          const int32_t file = f->self->TagFile(code, f->gil);
+          if (file == kUnclassified) {
+            f->unknown = true;
             return true;
-          },
-          &find, kMaxStackWalk);
-      if (find.tag != telemetry::kNoTag) return find.tag;
+          }
+          if (file < 0) return false;  // not recorded: the caller may be
+          f->tag = lines::KernelLineMap::LineTag(file, PyCode_Addr2Line(code, offset));
+          return true;
+        },
+        &find, kMaxStackWalk);
+    if (find.tag != telemetry::kNoTag) return find.tag;
+    if (!walked || find.unknown || find.frames >= kMaxStackWalk)
+      return self->kmap_->CurrentInterval();
+    return telemetry::kNoTag;
+  }
+
+  static constexpr int32_t kNotRecorded = -1, kUnclassified = -2;
+  // The file id of `code` when it is recorded, kNotRecorded, or kUnclassified. Main thread
+  // only (codes_, decided_ and the aggregator are main-thread state); `gil`: whether this
+  // thread holds the GIL.
+  int32_t TagFile(PyCodeObject* code, bool gil) noexcept {
+    auto it = codes_.find(code);
+    const CodeEntry* e = it != codes_.end() ? &it->second : (gil ? Lookup(code) : nullptr);
+    if (e != nullptr)
+      return e->function < 0 ? kNotRecorded
+                             : agg_.functions()[static_cast<size_t>(e->function)].file_id;
+    if (gil) return kUnclassified;  // Lookup failed (out of memory)
+    PyObject* name = code->co_filename;
+    if (name == nullptr || !PyUnicode_Check(name) || !PyUnicode_IS_COMPACT_ASCII(name))
+      return kUnclassified;
+    try {
+      std::string filename(static_cast<const char*>(PyUnicode_DATA(name)),
+                           static_cast<size_t>(PyUnicode_GET_LENGTH(name)));
+      auto d = decided_.find(filename);
+      const bool recorded =
+          d != decided_.end() ? d->second
+                              : decided_.emplace(filename, filter_.Recorded(filename)).first->second;
+      if (!recorded) return kNotRecorded;
+      return agg_.InternFile(filename.empty() || filename.front() == '<'
+                                 ? filename
+                                 : lines::NormalizePath(filename, cwd_));
+    } catch (...) {
+      return kUnclassified;
     }
-    return self->kmap_->CurrentInterval();
   }
 
   // Sampler thread.

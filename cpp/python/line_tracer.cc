@@ -31,6 +31,7 @@
 // tagged with a session generation so a later session with other filters decides afresh,
 // and in a small direct-mapped cache by address (entries hold strong references).
 #include "line_tracer.h"
+#include "py_paths.h"
 #include "py_text.h"
 
 #include <Python.h>
@@ -106,7 +107,9 @@ class LineTracer {
  public:
   LineTracer(std::vector<std::string> roots, std::vector<std::string> include,
              std::vector<std::string> exclude, std::string cwd)
-      : filter_(std::move(roots), std::move(include), std::move(exclude), cwd), cwd_(cwd) {}
+      : filter_(std::move(roots), std::move(include), std::move(exclude), cwd,
+                InterpreterLibraryDirs()),
+        cwd_(cwd) {}
   LineTracer(const LineTracer&) = delete;
   LineTracer& operator=(const LineTracer&) = delete;
   ~LineTracer() {
@@ -264,9 +267,12 @@ class LineTracer {
   // Hot: a direct-mapped cache hit is a hash and a compare. A miss costs one co_extra read
   // (and on first sight of a code object in this session, its registration). Entries hold
   // strong references, so a cached address cannot be reused by another code object.
-  const CodeEntry& Lookup(PyObject* code) noexcept {
+  static size_t CacheSlot(PyObject* code) noexcept {
     auto a = reinterpret_cast<uintptr_t>(code);
-    CodeEntry& e = code_cache_[((a >> 4) ^ (a >> 12)) & (kCodeCacheSize - 1)];
+    return ((a >> 4) ^ (a >> 12)) & (kCodeCacheSize - 1);
+  }
+  const CodeEntry& Lookup(PyObject* code) noexcept {
+    CodeEntry& e = code_cache_[CacheSlot(code)];
     if (e.code == code) return e;
     return Fill(e, code);
   }
@@ -547,33 +553,61 @@ class LineTracer {
     if (v == -1 && PyErr_Occurred()) PyErr_Clear();
     return static_cast<int32_t>(v);
   }
+  static bool SmallInt(PyObject* v) noexcept {
+    return PyUnstable_Long_IsCompact(reinterpret_cast<PyLongObject*>(v));
+  }
   static int32_t LineNumber(PyObject* line) noexcept {
     auto* l = reinterpret_cast<PyLongObject*>(line);
     if (PyUnstable_Long_IsCompact(l)) return static_cast<int32_t>(PyUnstable_Long_CompactValue(l));
     return BigLineNumber(line);
   }
 
+  // The hot callbacks' answer. None is immortal on 3.12+ (its reference count never
+  // changes), so the new reference needs no increment.
+  static PyObject* NoneRef() noexcept { return Py_None; }
+
   // Hot: a new line. The innermost recorded frame is the common case. Not inlined into the
-  // callback, so that the call-free fast path needs no callee-saved registers.
+  // callback, and every call on its way is a tail call or followed by nothing live, so that
+  // the fast path needs no callee-saved registers.
   [[gnu::noinline]] PyObject* LineEvent(PyObject* code, PyObject* line_obj,
                                         int64_t now) noexcept {
     if (!OwnerThread()) return OtherThread(code, true);
+    if (!SmallInt(line_obj)) [[unlikely]]
+      return LineEventSlow(code, line_obj, now);
     FrameKey key = CurrentFrame();
-    int32_t line = LineNumber(line_obj);
-    if (agg_.Line(key, line, now)) return Py_NewRef(Py_None);
+    auto line = static_cast<int32_t>(
+        PyUnstable_Long_CompactValue(reinterpret_cast<PyLongObject*>(line_obj)));
+    if (agg_.Line(key, line, now)) return NoneRef();
+    return NewFrameLine(code, key, line, now);
+  }
+  [[gnu::noinline, gnu::cold]] PyObject* LineEventSlow(PyObject* code, PyObject* line_obj,
+                                                       int64_t now) noexcept {
+    FrameKey key = CurrentFrame();
+    int32_t line = BigLineNumber(line_obj);
+    if (agg_.Line(key, line, now)) return NoneRef();
     return NewFrameLine(code, key, line, now);
   }
 
   // A line from a frame that is not the innermost open one: unrecorded code, or a call
   // whose PY_START is disabled, or a frame that was running when the session started.
+  // Hot for the first line of a fresh call of a cached, recorded plain function; the rest
+  // is NewFrameLineSlow.
   [[gnu::noinline]] PyObject* NewFrameLine(PyObject* code, FrameKey key, int32_t line,
                                            int64_t now) noexcept {
+    const CodeEntry& e = code_cache_[CacheSlot(code)];
+    if (e.code == code && e.idx >= 0 && !e.generator_like && line > 0 && pending_.empty() &&
+        agg_.TryEnterFreshAtLine(e.idx, key, now, line))
+      return NoneRef();
+    return NewFrameLineSlow(code, key, line, now);
+  }
+  [[gnu::noinline]] PyObject* NewFrameLineSlow(PyObject* code, FrameKey key, int32_t line,
+                                               int64_t now) noexcept {
     const CodeEntry& e = Lookup(code);
     if (e.idx == kExcluded) return Disable();
-    if (e.idx < 0 || line <= 0) return Py_NewRef(Py_None);
+    if (e.idx < 0 || line <= 0) return NoneRef();
     bool fresh = !e.generator_like && (pending_.empty() || !Adopt(e.idx, key));
     agg_.EnterAtLine(e.idx, key, now, fresh, line);
-    return Py_NewRef(Py_None);
+    return NoneRef();
   }
 
   // Whether a frame of `idx` without a reported start is one that was running at start().
@@ -660,7 +694,7 @@ class LineTracer {
                                          bool can_disable) noexcept {
     if (!OwnerThread()) return OtherThread(code, can_disable);
     FrameKey key = CurrentFrame();
-    if (agg_.ExitTop(key, now)) return Py_NewRef(Py_None);
+    if (agg_.ExitTop(key, now)) return NoneRef();
     return LeaveOther(code, key, now, can_disable);
   }
   [[gnu::noinline, gnu::cold]] PyObject* LeaveOther(PyObject* code, FrameKey key, int64_t now,
@@ -695,8 +729,10 @@ class LineTracer {
     CollectRunningFrames();
     tool_id_ = -1;
     int free_id = -1;
-    // The profiler's id first; the debugger (0) and coverage (1) ids last.
-    for (int id : {2, 3, 4, 1, 0, 5}) {
+    // The unassigned ids first: cProfile (3.12+) needs the profiler's id 2 and refuses to
+    // start when it is taken, so a program that uses cProfile keeps working; the debugger
+    // (0) and coverage (1) ids last.
+    for (int id : {3, 4, 2, 5, 1, 0}) {
       if (monitoring_.attr("get_tool")(id).is_none()) {
         free_id = id;
         break;

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import json
+import math
 import os
 import platform
+import signal
 import socket
 import sys
 import threading
@@ -18,6 +21,8 @@ T = TypeVar("T")
 
 _GPU_BACKENDS = ("auto", "nvml", "neuron", "mock", "none")
 _DTYPES = ("bf16", "fp16", "tf32", "fp32", "fp8")
+_MAX_SAMPLE_HZ = 10000.0  # GPU sampler: a tick costs ~0.5 µs (docs/telemetry.md)
+_MAX_HOST_HZ = 100.0      # host sampler: a /proc tick costs ~0.13-0.8 ms (docs/telemetry.md)
 
 _active_lock = threading.Lock()
 _active: Optional["Profile"] = None
@@ -31,51 +36,90 @@ def _warn(message: str) -> None:
     warnings.warn(message, GpuprofWarning, stacklevel=3)
 
 
-def _check_positive(name: str, value: Any, allow_zero: bool = False) -> float:
+def _check_positive(name: str, value: Any, allow_zero: bool = False,
+                    maximum: Optional[float] = None) -> float:
+    """A finite number > 0 (>= 0 with allow_zero), at most ``maximum``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"gpuprof.profile: {name} must be a number, got {type(value).__name__}")
-    if value < 0 or (value == 0 and not allow_zero) or value != value:
+    if not math.isfinite(value):
+        raise ValueError(f"gpuprof.profile: {name} must be a finite number, got {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"gpuprof.profile: {name} must be {bound}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"gpuprof.profile: {name} must be <= {maximum:g}, got {value!r}")
     return float(value)
 
 
-class Step:
-    """One manual step: ``with prof.step(i) as s: with s.phase("forward"): ...``."""
+def _check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"gpuprof.profile: {name} must be a bool, got "
+                        f"{type(value).__name__} {value!r}")
+    return value
 
-    __slots__ = ("_prof", "index")
+
+def _json_value(v: Any) -> Any:
+    """config_json is strict JSON: a non-finite float (never a validated option) is null."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _json_value(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_json_value(x) for x in v]
+    return v
+
+
+class Step:
+    """One manual step: ``with prof.step(i) as s: with s.phase("forward"): ...``.
+
+    ``index`` is the index given to ``prof.step()``. Every step block is stored as a step;
+    the stored number is ``index`` when it is above the last stored step, else the next free
+    number (see README "Manual API")."""
+
+    __slots__ = ("_prof", "index", "_open")
 
     def __init__(self, prof: "Profile", index: int) -> None:
         self._prof = prof
         self.index = index
+        self._open = False
 
     def __enter__(self) -> "Step":
+        self._open = True
         self._prof._emit_kind("STEP_BEGIN", 0, self.index)
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self._open = False
         self._prof._emit_kind("STEP_END", 0, self.index)
 
     def phase(self, name: str) -> "_Phase":
         """Times a named phase of this step (forward, backward, optimizer or any name)."""
         if not isinstance(name, str) or not name:
             raise ValueError("Step.phase: name must be a non-empty string")
-        return _Phase(self._prof, self._prof._phase_id(name))
+        return _Phase(self, name, self._prof._phase_id(name))
 
 
 class _Phase:
-    __slots__ = ("_prof", "_id")
+    __slots__ = ("_step", "_name", "_id", "_live")
 
-    def __init__(self, prof: "Profile", phase_id: int) -> None:
-        self._prof = prof
+    def __init__(self, step: Step, name: str, phase_id: int) -> None:
+        self._step = step
+        self._name = name
         self._id = phase_id
+        self._live = False
 
     def __enter__(self) -> "_Phase":
-        self._prof._phase_edge(self._id, True)
+        if not self._step._open:  # no step to attribute it to: say so, record nothing
+            self._step._prof._stray_phase(self._name, self._step.index)
+            return self
+        self._live = True
+        self._step._prof._phase_edge(self._id, True)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._prof._phase_edge(self._id, False)
+        if self._live:
+            self._live = False
+            self._step._prof._phase_edge(self._id, False)
 
 
 class _WrappedLoader(Iterable[T]):
@@ -123,6 +167,10 @@ class Profile:
         self._timer: Any = None
         self._flop_counter: Optional[StepFlopCounter] = None
         self._state = "new"
+        self._final_stats: dict[str, int] = {}
+        self._stray_phases = 0
+        self._prev_sigterm: Any = None
+        self._pid = os.getpid()  # a forked child (dataloader worker) must not end the run
         self.summary: Optional[str] = None
         self.run_id: Optional[int] = None
 
@@ -142,8 +190,8 @@ class Profile:
 
     def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
                  tb: Optional[TracebackType]) -> None:
-        if exc_type is None:
-            self.stop()
+        if exc_type is None or (isinstance(exc, SystemExit) and exc.code in (0, None)):
+            self.stop()  # sys.exit(0) / sys.exit() is a normal completion
         else:
             self.stop(error=f"{exc_type.__name__}: {exc}" if str(exc) else exc_type.__name__)
         # Never swallow the user's exception.
@@ -153,6 +201,7 @@ class Profile:
         if self._state != "new":
             raise RuntimeError("gpuprof: this profile was already started; create a new one")
         self._state = "running"
+        self._pid = os.getpid()
         with _active_lock:
             if _active is not None:
                 _warn(f"gpuprof: a profile ({_active.run_name!r}) is already active in this "
@@ -190,7 +239,31 @@ class Profile:
                       "manual API (auto=False, prof.step(i))")
             else:
                 self._install_torch(torch)
+        self._install_sigterm()
         return self
+
+    def _install_sigterm(self) -> None:
+        """With the default SIGTERM action (terminate), a SIGTERM first ends the run (status
+        failed, error "terminated by SIGTERM"), then terminates the process as before. A
+        handler the program installed itself is left alone: it decides what SIGTERM does."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, _on_sigterm)
+                self._prev_sigterm = signal.SIG_DFL
+        except (ValueError, OSError) as e:  # embedded interpreters, restricted environments
+            self._session.add_diagnostic("info", "signals", f"SIGTERM handler not installed: {e}")
+
+    def _restore_sigterm(self) -> None:
+        prev, self._prev_sigterm = self._prev_sigterm, None
+        if prev is None:
+            return
+        try:
+            if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+                signal.signal(signal.SIGTERM, prev)
+        except (ValueError, OSError):  # stop() on another thread: leave the handler; it is inert
+            pass
 
     def _install_torch(self, torch: Any) -> None:
         from ._torch_patch import TorchPatches
@@ -243,6 +316,7 @@ class Profile:
         if self._state != "running":
             return self.summary
         self._state = "stopped"
+        self._restore_sigterm()
         try:
             if self._session is None:
                 return None
@@ -257,7 +331,15 @@ class Profile:
                     problems.append(f"resolving CUDA events failed: {e!r}")
             for p in problems:
                 self._session.add_diagnostic("warning", "auto", p)
+            if self._stray_phases > 1:
+                self._session.add_diagnostic(
+                    "warning", "steps", f"{self._stray_phases} s.phase() blocks ran outside "
+                    "their step and were not recorded")
             summary, err = self._session.stop("failed" if error else "ok", error)
+            try:
+                self._final_stats = dict(self._session.stats())
+            except Exception:
+                pass
             self.summary = summary or None
             if err:
                 _warn(f"gpuprof: problems while finishing run {self.run_id}: {err}")
@@ -305,7 +387,9 @@ class Profile:
 
     def stats(self) -> dict[str, int]:
         """Counters of the recorder (hook calls, dropped events, telemetry ticks, steps)."""
-        return dict(self._session.stats()) if self._session is not None else {}
+        if self._session is None:
+            return dict(self._final_stats)
+        return dict(self._session.stats())
 
     # ---- manual API ------------------------------------------------------------------------
     def step(self, index: Optional[int] = None) -> Step:
@@ -314,6 +398,8 @@ class Profile:
             index = getattr(self, "_next_step", 0)
         if isinstance(index, bool) or not isinstance(index, int):
             raise TypeError(f"Profile.step: index must be an int, got {type(index).__name__}")
+        if index < 0:
+            raise ValueError(f"Profile.step: index must be >= 0, got {index}")
         self._next_step = index + 1
         return Step(self, index)
 
@@ -335,6 +421,23 @@ class Profile:
             self._phase_ids[name] = pid
         return pid
 
+    def _stray_phase(self, name: str, index: int) -> None:
+        """A phase entered while its step is not open (after ``with prof.step()`` closed, or
+        before it was entered): nothing to attribute it to. Warns and records it once."""
+        if self._session is None or self._state != "running":
+            return
+        self._stray_phases += 1
+        if self._stray_phases > 1:
+            return
+        message = (f"s.phase({name!r}) of prof.step({index}) was entered outside that step's "
+                   "`with` block; the phase is not recorded (open phases inside "
+                   "`with prof.step(i) as s:`)")
+        try:
+            self._session.add_diagnostic("warning", "steps", message)
+        except Exception:
+            pass
+        warnings.warn(f"gpuprof: {message}", GpuprofWarning, stacklevel=3)
+
     def _phase_edge(self, phase_id: int, begin: bool) -> None:
         s = self._session
         if s is None or self._state != "running":
@@ -343,6 +446,45 @@ class Profile:
         s.emit_at(ts, self._kinds["PHASE_BEGIN" if begin else "PHASE_END"], phase_id, 0)
         if self._timer is not None:
             self._timer.edge(phase_id, begin, ts)
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """SIGTERM with the default action: end the active run, then terminate as SIG_DFL does
+    (same signal, same exit status)."""
+    prof = _active
+    if prof is not None and prof._pid == os.getpid():
+        prof.stop(error="terminated by SIGTERM")
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.raise_signal(signal.SIGTERM)
+
+
+def _sigterm_after_fork() -> None:
+    """A forked child (a DataLoader worker) keeps the default SIGTERM action: it is not the
+    process that owns the run."""
+    try:
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except (ValueError, OSError):
+        pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_sigterm_after_fork)
+
+
+@atexit.register
+def _finish_at_exit() -> None:
+    """A run started with Profile.start() and never stopped ends with the interpreter: ok, or
+    failed when an uncaught exception ended the program."""
+    prof = _active
+    if prof is None or prof._state != "running" or prof._pid != os.getpid():
+        return
+    exc = getattr(sys, "last_value", None)
+    if exc is not None and not isinstance(exc, SystemExit):
+        prof.stop(error=f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+    else:
+        prof.stop()
+    prof._session = None  # release the native session before the interpreter tears down
 
 
 def _environment(torch: Any) -> dict[str, Any]:
@@ -411,7 +553,8 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
     run_name: groups runs for regression comparison. db: SQLite file (created if missing).
     auto: patch torch (nn.Module.__call__, Tensor.backward, optimizer steps) inside the block;
     False = manual API only (prof.step / s.phase / prof.wrap_dataloader).
-    sample_hz: GPU telemetry rate. host_hz: /proc sampling rate (0 disables it).
+    sample_hz: GPU telemetry rate, at most 10000 Hz. host_hz: /proc sampling rate, at most
+    100 Hz (0 disables it). auto, host, cuda_events and summary are bools; group a string.
     gpu: "auto" (NVML when present, else AWS Neuron when neuron-monitor and /dev/neuron0 are),
     "nvml", "neuron" (NeuronCores via neuron-monitor; $GPUPROF_NEURON_MONITOR), "mock" (fake
     GPUs, see mock_gpus / mock_scenario) or "none"; default $GPUPROF_GPU_BACKEND or "auto".
@@ -425,15 +568,28 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
     """
     if not isinstance(run_name, str) or not run_name.strip():
         raise ValueError("gpuprof.profile: run_name must be a non-empty string")
+    auto = _check_bool("auto", auto)
+    host = _check_bool("host", host)
+    cuda_events = _check_bool("cuda_events", cuda_events)
+    summary = _check_bool("summary", summary)
+    if group is not None:
+        if not isinstance(group, str):
+            raise TypeError(f"gpuprof.profile: group must be a string, got "
+                            f"{type(group).__name__} {group!r}")
+        if not group.strip():
+            raise ValueError("gpuprof.profile: group must be a non-empty string or None")
     if gpu is None:
-        gpu = os.environ.get("GPUPROF_GPU_BACKEND", "auto")
+        env_gpu = os.environ.get("GPUPROF_GPU_BACKEND")
+        if env_gpu is not None and env_gpu not in _GPU_BACKENDS:
+            raise ValueError(f"gpuprof.profile: $GPUPROF_GPU_BACKEND must be one of "
+                             f"{', '.join(_GPU_BACKENDS)} (it sets the default of gpu=); got "
+                             f"{env_gpu!r}")
+        gpu = env_gpu or "auto"
     if gpu not in _GPU_BACKENDS:
         raise ValueError(f"gpuprof.profile: gpu must be one of {', '.join(_GPU_BACKENDS)}; "
                          f"got {gpu!r}")
-    sample_hz = _check_positive("sample_hz", sample_hz)
-    if sample_hz > 10000:
-        raise ValueError(f"gpuprof.profile: sample_hz must be <= 10000, got {sample_hz!r}")
-    host_hz = _check_positive("host_hz", host_hz, allow_zero=True)
+    sample_hz = _check_positive("sample_hz", sample_hz, maximum=_MAX_SAMPLE_HZ)
+    host_hz = _check_positive("host_hz", host_hz, allow_zero=True, maximum=_MAX_HOST_HZ)
     if isinstance(mock_gpus, bool) or not isinstance(mock_gpus, int) or not 1 <= mock_gpus <= 64:
         raise ValueError(f"gpuprof.profile: mock_gpus must be an int in 1..64, got {mock_gpus!r}")
     if not isinstance(mock_scenario, str):
@@ -457,7 +613,12 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
     if dtype is not None and dtype not in _DTYPES:
         raise ValueError(f"gpuprof.profile: dtype must be one of {', '.join(_DTYPES)}; "
                          f"got {dtype!r}")
+    if not isinstance(db, (str, os.PathLike)):
+        raise TypeError(f"gpuprof.profile: db must be a file path (str or os.PathLike), got "
+                        f"{type(db).__name__} {db!r}")
     db_path = os.fspath(db)
+    if not isinstance(db_path, str):
+        raise TypeError(f"gpuprof.profile: db must be a str path, got {type(db_path).__name__}")
     if not db_path:
         raise ValueError("gpuprof.profile: db must be a file path")
     options: dict[str, Any] = {
@@ -465,7 +626,7 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
         "db_path": db_path,
         "sample_hz": sample_hz,
         "host_hz": host_hz,
-        "host": bool(host) and host_hz > 0,
+        "host": host and host_hz > 0,
         "gpu_backend": gpu,
         "mock_gpus": mock_gpus,
         "mock_scenario": mock_scenario,
@@ -484,5 +645,5 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
         if arch_flops is not None:
             config.update(flops_per_token=arch_flops["model"],
                           hardware_flops_per_step=arch_flops["hardware_per_step"])
-    options["config_json"] = json.dumps(config, sort_keys=True)
+    options["config_json"] = json.dumps(_json_value(config), sort_keys=True, allow_nan=False)
     return Profile(run_name, options, auto=auto, print_summary=summary, cuda_events=cuda_events)

@@ -114,26 +114,61 @@ def _parser() -> argparse.ArgumentParser:
         usage="linescope [options] (script.py | -m module) [args...]",
         description="Profile the source lines of a Python script or module.")
     add_profile_options(p)
+    # For --help only: _split_argv takes the target apart before the options are parsed.
     p.add_argument("-m", dest="module", default=None, metavar="MODULE",
-                   help="run a library module as a script (like python -m)")
+                   help="run a library module as a script (like python -m); what follows "
+                        "goes to the module")
     p.add_argument("target", nargs=argparse.REMAINDER, help="script.py [args...]")
     return p
 
 
+def _split_argv(parser: argparse.ArgumentParser,
+                argv: Sequence[str]) -> tuple[list[str], str | None, list[str]]:
+    """``argv`` split as python splits its own command line: linescope's options, the module of
+    ``-m MODULE`` (or ``-mMODULE``; None for a script), and the target's words (the script
+    first, after a leading ``--`` if any). Nothing after the script or the module is
+    linescope's, however much it looks like one of its options."""
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":  # the end of the options, as `python -- script.py` takes it
+            return list(argv[:i]), None, list(argv[i + 1:])
+        if word.startswith("-m"):
+            if word != "-m":
+                return list(argv[:i]), word[2:], list(argv[i + 1:])
+            if i + 1 == len(argv):
+                parser.error("argument -m: expected one argument")
+            return list(argv[:i]), argv[i + 1], list(argv[i + 2:])
+        if word == "-" or not word.startswith("-"):
+            return list(argv[:i]), None, list(argv[i:])
+        i += 2 if _takes_value(parser, word) else 1
+    return list(argv), None, []
+
+
+def _takes_value(parser: argparse.ArgumentParser, word: str) -> bool:
+    """Whether the option ``word`` takes the next word as its value, as argparse reads it
+    (a unique prefix of a long option included); False when the value is attached
+    (``--output=x``, ``-ox``) or argparse will refuse ``word`` anyway."""
+    table = parser._option_string_actions  # option string -> action
+    if word in table:
+        actions = {table[word]}
+    elif word.startswith("--") and "=" not in word:
+        actions = {a for s, a in table.items() if s.startswith(word)}
+    else:
+        actions = set()
+    return len(actions) == 1 and next(iter(actions)).nargs != 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
-    if args.module is None and not args.target:
-        parser.error("give a script to run or -m MODULE")
+    own, module, target = _split_argv(parser, sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(own)
     script: str | None = None
-    if args.module is not None:
-        target_args = list(args.target)
+    if module is not None:
+        target_args = target
     else:
-        target = list(args.target)
-        if target[0] == "--":  # the end of the options, as `python -- script.py` takes it
-            target = target[1:]
-            if not target:
-                parser.error("give a script to run or -m MODULE")
+        if not target:
+            parser.error("give a script to run or -m MODULE")
         script, target_args = target[0], target[1:]
         if script.startswith("-") and not os.path.exists(script):
             parser.error(f"unknown option {script}")
@@ -156,8 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     run: Callable[[], object]
     if script is None:
         # runpy replaces argv[0] with the module's file, as python -m does.
-        argv0, path0, main_module = str(args.module), os.getcwd(), None
-        run = partial(runpy.run_module, args.module, run_name="__main__", alter_sys=True)
+        assert module is not None
+        argv0, path0, main_module = module, os.getcwd(), None
+        run = partial(runpy.run_module, module, run_name="__main__", alter_sys=True)
     elif runs_path:
         # A directory or zip archive runs its __main__.py with itself (absolute) as
         # sys.path[0], as under python.
@@ -263,6 +299,9 @@ def _run_main_of(path: str) -> None:
     module = _main_module(spec.origin, spec.loader, __cached__=spec.cached, __spec__=spec,
                           __package__="")
     sys.modules["__main__"] = module
+    # The source of a file inside a zip archive comes from its loader: registered so that the
+    # report's snapshot (and tracebacks) can read it.
+    linecache.lazycache(spec.origin, module.__dict__)
     exec(code, module.__dict__)
 
 

@@ -95,6 +95,7 @@ class TraceBackend:
         self._tracer = _native.LineTracer(list(options.roots), list(options.include),
                                           list(options.exclude), os.getcwd())
         self._mode = _native.LineTracer.mode
+        self._roots = options.roots
 
     def start(self) -> None:
         try:
@@ -123,9 +124,15 @@ class TraceBackend:
         functions = [RawFunction(filename=f, qualname=q, first_line=first, total_time_ns=tot,
                                  own_time_ns=own, calls=calls)
                      for f, q, first, tot, own, calls in t.functions()]
+        warnings = list(t.warnings)
+        if not lines:
+            warnings.append(
+                "nothing was recorded: no code under the root (" + ", ".join(self._roots) +
+                ") or matching an include pattern ran during the session; point root= "
+                "(-r) or include= (-i) at the code to profile")
         return RawBackendResult(
             lines=lines, functions=functions, elapsed_ns=t.elapsed_ns,
-            warnings=list(t.warnings),
+            warnings=warnings,
             metadata={"tracer": self._mode, "tool_id": t.tool_id,
                       "stack_repairs": t.mismatches,
                       # 3.11's trace function is per thread: other threads' events never

@@ -4,8 +4,9 @@ its alias ``%%profile``) profiles the cell and shows the report inline.
 The options are the CLI's (``linescope --help``) without the target: ``--backend``,
 ``--gpu/--no-gpu``, ``--memory/--no-memory``, ``-i/-e PATTERN``, ``-r ROOT``, ``-o OUT``,
 ``-d none|end``, ``--sample-rate RATE``. Code of this and earlier cells is recorded, besides
-the root. The cell runs as a plain cell would: top-level ``await`` works, and the value of a
-last expression is the magic's result (shown as ``Out[n]``).
+the root. The cell runs as a plain cell would: top-level ``await`` works, the value of a
+last expression is the magic's result (shown as ``Out[n]``), a syntax error is reported before
+anything runs, and tracebacks and warnings name the cell's lines, not linescope's.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import html
 import inspect
 import shlex
 import sys
+import warnings
 from types import CodeType
-from typing import Any
+from typing import Any, Callable
 
 # Where IPython and ipykernel put cell code: the terminal's "<ipython-input-N-hash>", the
 # kernel's "/tmp/ipykernel_<pid>/<hash>.py".
@@ -46,18 +48,15 @@ def _parser() -> _Parser:
     return p
 
 
-def _options(parser: _Parser, line: str) -> tuple[dict[str, Any], str]:
-    """The profile() options of the magic's line (the cell patterns not yet added) and the
-    display mode."""
+def _options(parser: _Parser, line: str) -> dict[str, Any]:
+    """The profile() options of the magic's line (the cell patterns not yet added)."""
     from .__main__ import profile_options
 
     try:
         argv = shlex.split(line)
     except ValueError as e:
         raise parser.usage_error(str(e)) from None
-    opts = profile_options(parser.parse_args(argv))
-    display = opts.pop("display", "end")
-    return opts, display
+    return profile_options(parser.parse_args(argv))
 
 
 class _Cell:
@@ -68,16 +67,15 @@ class _Cell:
     def __init__(self, shell: Any, cell: str) -> None:
         self._shell = shell
         source = shell.transform_cell(cell)
-        filename = shell.compile.cache(source, shell.execution_count)
-        tree = shell.transform_ast(shell.compile.ast_parse(source, filename))
+        self.filename: str = shell.compile.cache(source, shell.execution_count)
+        tree = shell.transform_ast(shell.compile.ast_parse(source, self.filename))
         last: ast.Expression | None = None
         if tree.body and isinstance(tree.body[-1], ast.Expr) and not _ends_quiet(source):
             last = ast.Expression(tree.body.pop().value)
-        flags = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0) if shell.autoawait else 0
-        with shell.compile.extra_flags(flags):
-            self._body: CodeType = shell.compile(tree, filename, "exec")
+        with shell.compile.extra_flags(_await_flag(shell)):
+            self._body: CodeType = shell.compile(tree, self.filename, "exec")
             self._last: CodeType | None = (None if last is None
-                                           else shell.compile(last, filename, "eval"))
+                                           else shell.compile(last, self.filename, "eval"))
 
     @property
     def awaits(self) -> bool:
@@ -86,14 +84,39 @@ class _Cell:
 
     def run(self) -> Any:
         """Runs the cell in the user namespace; the value of its last expression, or None."""
+        __tracebackhide__ = True  # IPython leaves this frame out of the cell's tracebacks
         self._eval(self._body)
         return None if self._last is None else self._eval(self._last)
 
     def _eval(self, code: CodeType) -> Any:
+        __tracebackhide__ = True
         value = eval(code, self._shell.user_global_ns, self._shell.user_ns)
         if code.co_flags & inspect.CO_COROUTINE:  # top-level await: the shell's loop runs it
             value = (getattr(self._shell, "trio_runner", None) or self._shell.loop_runner)(value)
         return value
+
+    def warn(self, caught: list[warnings.WarningMessage]) -> None:
+        """Issues each warning in ``caught`` again, as raised at the cell's line 1 (under the
+        filters in effect: ``-W error`` raises it here)."""
+        __tracebackhide__ = True
+        module = self._shell.user_global_ns.get("__name__", "__main__")  # as the cell's own
+        for w in caught:  # (the cell's text is in linecache: no module_globals to look it up)
+            warnings.warn_explicit(w.message, w.category, self.filename, 1, module=module)
+
+
+def _await_flag(shell: Any) -> int:
+    """The compile flag of top-level await, when autoawait is on (as for a plain cell)."""
+    return getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0) if shell.autoawait else 0
+
+
+def _is_valid(shell: Any, cell: str) -> bool:
+    """Whether ``cell`` compiles as a plain cell would (without side effects on the shell)."""
+    try:
+        compile(shell.transform_cell(cell), "<cell>", "exec",
+                shell.compile.flags | _await_flag(shell), dont_inherit=True)
+    except SyntaxError:
+        return False
+    return True
 
 
 def _ends_quiet(source: str) -> bool:
@@ -129,15 +152,20 @@ def run_cell_magic(shell: Any, line: str, cell: str) -> Any:
     and nothing runs; an exception in the cell still stops the session and shows the report,
     then propagates. Returns the value of the cell's last expression."""
     from .__main__ import new_session
+    from ._session import _finish_failed_beside
 
+    __tracebackhide__ = True
     parser = _parser()
     try:
-        options, display = _options(parser, line)
         try:
-            session = new_session({**options, "display": "none"}, CELL_PATTERNS)
+            session = new_session(_options(parser, line), CELL_PATTERNS)
         except (ValueError, TypeError) as e:  # an unusable output path too
             raise parser.usage_error(str(e)) from None
-        code = _Cell(shell, cell)  # a SyntaxError propagates, as in a plain cell
+        # -d, else [tool.linescope]'s display; the magic shows the report itself (inline).
+        display, session.display = session.display, "none"
+        # A SyntaxError propagates (in a %%linescope cell, IPython has reported it already,
+        # as for a plain cell: see _plain_when_invalid).
+        code = _Cell(shell, cell)
         if code.awaits and _loop_running():
             raise parser.usage_error(
                 "top-level await cannot run here: an event loop is already running in this "
@@ -145,18 +173,31 @@ def run_cell_magic(shell: Any, line: str, cell: str) -> Any:
                 "awaited code in a plain cell instead: `with linescope.profile(include="
                 "['*/ipykernel_*/*.py']): await ...`")
         try:
-            session._start("%%linescope")
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                session._start("%%linescope")
         except (ValueError, TypeError, RuntimeError) as e:
             raise parser.usage_error(str(e)) from None
     except MagicUsageError as e:
         print(str(e).rstrip(), file=sys.stderr)
         return None
     try:
+        code.warn(caught)  # the session's warnings name the cell, not IPython's caller
         value = code.run()
-    finally:
-        result = session.stop()
-        if display == "end":
+    except BaseException as exc:
+        # The cell's exception propagates; a session that cannot finish (a report that
+        # cannot be written) does not replace it.
+        try:
+            result = session.stop()
+        except Exception as failure:  # noqa: BLE001
+            _finish_failed_beside(session, exc, failure)
+            result = session._result
+        if display == "end" and result is not None:
             _show(result)
+        raise
+    result = session.stop()
+    if display == "end":
+        _show(result)
     return value
 
 
@@ -168,10 +209,42 @@ def _show(result: Any) -> None:
     display(HTML(report_iframe(result)))
 
 
+def _plain_when_invalid(shell: Any,
+                        magic: Callable[..., Any]) -> Callable[[list[str]], list[str]]:
+    """An input transformer (run before IPython's cell-magic one): a cell of ``magic`` whose body
+    does not compile becomes that body, so that IPython reports the syntax error as for a plain
+    cell, before anything runs (``error_before_exec``), and no session starts."""
+
+    def transform(lines: list[str]) -> list[str]:
+        if not lines or not lines[0].startswith("%%"):
+            return lines
+        name = lines[0][2:].rstrip().partition(" ")[0]
+        try:
+            if shell.find_cell_magic(name) is not magic or _is_valid(shell, "".join(lines[1:])):
+                return lines
+        except Exception:  # anything else: the magic reports it as it runs
+            return lines
+        body, cleanup = lines[1:], shell.input_transformers_cleanup
+        # The transformers the cell's lines went through before this one.
+        for earlier in cleanup[:cleanup.index(transform)] if transform in cleanup else []:
+            body = earlier(body)
+        return body
+
+    # Left out of check_complete (a console's "is the input complete?"), where a %%-cell ends
+    # at a blank line whatever its body holds.
+    transform.has_side_effects = True  # type: ignore[attr-defined]
+    transform.linescope = True  # type: ignore[attr-defined]  # found again by %reload_ext
+    return transform
+
+
 def load_ipython_extension(ipython: Any) -> None:
     def linescope_magic(line: str, cell: str) -> Any:
+        __tracebackhide__ = True
         return run_cell_magic(ipython, line, cell)
 
     linescope_magic.__doc__ = __doc__
     ipython.register_magic_function(linescope_magic, "cell", "linescope")
     ipython.register_magic_function(linescope_magic, "cell", "profile")
+    cleanup = ipython.input_transformers_cleanup
+    cleanup[:] = [t for t in cleanup if not getattr(t, "linescope", False)]  # %reload_ext
+    cleanup.append(_plain_when_invalid(ipython, linescope_magic))

@@ -13,6 +13,12 @@ Scalene's sampling core only:
   and its GPU attribution apply unchanged.
 * Scalene's NVIDIA (pynvml) and AWS Neuron collectors for ``gpu=True`` (NVIDIA with three
   methods replaced, see ``_nvidia_collector_class``).
+* The equivalent of Scalene's ``Thread.join`` / lock shims, for the session's lifetime only and
+  on the main thread only (``_WaitShims``): a main thread waiting for other threads wakes every
+  few milliseconds, so that the handler runs and the other threads are sampled.
+
+A session that is never stopped ends its sampling at interpreter exit (atexit), before the
+interpreter resets signal handlers and a pending SIGALRM would terminate the process.
 
 The statistics are read in memory after stop(). Scalene's JSON writer reads the same
 accumulators but reports percentages, drops files under 1 % of the time and has no per-line GPU
@@ -22,7 +28,9 @@ attributes; a Scalene release that renames them fails at start() with a message 
 
 from __future__ import annotations
 
+import atexit
 import builtins
+import functools
 import os
 import shutil
 import signal
@@ -68,7 +76,7 @@ def _load_scalene() -> dict[str, Any]:
         from scalene.scalene_arguments import ScaleneArguments
         from scalene.scalene_cpu_profiler import ScaleneCPUProfiler
         from scalene.scalene_utility import clear_intern_caches
-        from scalene.time_info import TimeInfo
+        from scalene.time_info import TimeInfo, get_times
         import scalene
     except ImportError as e:
         raise RuntimeError(f"the 'scalene' backend needs the scalene package, which could not "
@@ -88,7 +96,7 @@ def _load_scalene() -> dict[str, Any]:
     except Exception:  # noqa: BLE001 - metadata is informational
         scalene_version = "unknown"
     return dict(Scalene=scalene_profiler.Scalene, ScaleneArguments=ScaleneArguments,
-                ScaleneCPUProfiler=ScaleneCPUProfiler, TimeInfo=TimeInfo,
+                ScaleneCPUProfiler=ScaleneCPUProfiler, TimeInfo=TimeInfo, get_times=get_times,
                 clear_intern_caches=clear_intern_caches, version=scalene_version,
                 package_dir=os.path.dirname(os.path.abspath(scalene.__file__)))
 
@@ -258,8 +266,6 @@ def _open_gpu(state: _GpuState) -> Any:
     if sys.platform == "darwin":
         state.unavailable = APPLE_REASON
         return None
-    if os.environ.get("GPUPROF_NVML_LIBRARY"):
-        state.diagnostics.append(NVML_LIBRARY_NOTE)
     reasons = []
     try:
         import pynvml
@@ -269,6 +275,7 @@ def _open_gpu(state: _GpuState) -> Any:
     else:
         collector = _nvidia_collector_class(ScaleneNVIDIAGPU, pynvml, state)()
         if collector.has_gpu():
+            _note_nvml_library(pynvml, state)
             handles = collector._handles()
             for h in handles:
                 try:
@@ -294,9 +301,9 @@ def _open_gpu(state: _GpuState) -> Any:
             if sys.platform == "win32":
                 _check_wddm(pynvml, handles, state)
             return collector
-        hint = ("; GPUPROF_NVML_LIBRARY does not apply to Scalene's pynvml, which searches "
-                "LD_LIBRARY_PATH" if os.environ.get("GPUPROF_NVML_LIBRARY") else "")
-        reasons.append(f"NVIDIA: {_nvml_reason(pynvml)}{hint}")
+        reason = _nvml_reason(pynvml)
+        hint = _note_nvml_library(pynvml, state)
+        reasons.append(f"NVIDIA: {reason}{'; ' + hint if hint else ''}")
     try:
         from scalene.scalene_neuron import ScaleneNeuron
         neuron = ScaleneNeuron()
@@ -321,11 +328,72 @@ def _open_gpu(state: _GpuState) -> Any:
     return None
 
 
+def _nvml_library_file(pynvml: Any) -> tuple[bool, str | None]:
+    """Whether pynvml has loaded an NVML library, and which file (None: not known)."""
+    lib = getattr(pynvml, "nvmlLib", None)
+    if lib is None:
+        return False, None
+    if sys.platform == "win32":
+        return True, getattr(lib, "_name", None)  # pynvml loads nvml.dll by full path
+    try:
+        import ctypes
+
+        class LinkMap(ctypes.Structure):  # the head of glibc's struct link_map
+            _fields_ = [("l_addr", ctypes.c_void_p), ("l_name", ctypes.c_char_p)]
+
+        dlinfo = ctypes.CDLL(None).dlinfo
+        dlinfo.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
+        dlinfo.restype = ctypes.c_int
+        link_map = ctypes.POINTER(LinkMap)()
+        rtld_di_linkmap = 2
+        if dlinfo(lib._handle, rtld_di_linkmap, ctypes.byref(link_map)) == 0 and link_map:
+            name = link_map.contents.l_name
+            if name:
+                return True, os.path.abspath(os.fsdecode(name))
+    except Exception:  # noqa: BLE001 - no dlinfo (not glibc): the file stays unknown
+        pass
+    return True, None
+
+
+def _note_nvml_library(pynvml: Any, state: _GpuState) -> str:
+    """With GPUPROF_NVML_LIBRARY set: a diagnostic saying that the scalene backend does not use
+    it and which library pynvml loaded instead; returns the hint for a "no GPU" reason when the
+    setting could explain it (pynvml loaded no library, or another file than the one named),
+    else ""."""
+    wanted = os.environ.get("GPUPROF_NVML_LIBRARY")
+    if not wanted:
+        return ""
+    loaded, path = _nvml_library_file(pynvml)
+    if not loaded:
+        state.diagnostics.append(NVML_LIBRARY_NOTE)
+        return ("GPUPROF_NVML_LIBRARY does not apply to Scalene's pynvml, which searches "
+                "LD_LIBRARY_PATH")
+    if path is None:
+        state.diagnostics.append(NVML_LIBRARY_NOTE)
+        return ""
+    try:
+        same = os.path.samefile(wanted, path)
+    except OSError:
+        same = False
+    if same:
+        state.diagnostics.append(
+            f"{NVML_LIBRARY_NOTE}; that search found the same file ({path})")
+        return ""
+    state.diagnostics.append(
+        f"GPUPROF_NVML_LIBRARY ({wanted}) is not used by the scalene backend: Scalene's pynvml "
+        f"loaded {path} from the dynamic loader's search path (LD_LIBRARY_PATH)")
+    return (f"GPUPROF_NVML_LIBRARY does not apply to Scalene's pynvml, which loaded {path} "
+            "from the loader's search path (LD_LIBRARY_PATH)")
+
+
 def _nvml_reason(pynvml: Any) -> str:
     """Why Scalene's NVIDIA collector found no usable GPU, asked of NVML directly."""
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as e:
+        loaded, path = _nvml_library_file(pynvml)
+        if loaded and path:
+            return f"NVML ({path}) could not be initialised ({e})"
         return f"NVML could not be initialised ({e})"
     except Exception as e:  # noqa: BLE001 - e.g. a library without the init entry point
         return f"NVML could not be initialised ({type(e).__name__}: {e})"
@@ -356,6 +424,145 @@ def _check_wddm(pynvml: Any, handles: list[Any], state: _GpuState) -> None:
                 "the NVIDIA driver runs in WDDM mode, where NVML does not expose per-process "
                 "device memory; GPU time sampling continues")
             return
+
+
+# ---- blocking waits on the main thread -------------------------------------------------------
+
+class _PollingWaiter:
+    """The lock a ``threading.Condition.wait`` on the main thread waits on, during a session:
+    a blocking acquire waits in slices (see ``_WaitShims``). The waiter stays in the
+    condition's waiter list for the whole wait, so a notify() is never missed."""
+
+    __slots__ = ("_lock", "_shims")
+
+    def __init__(self, lock: Any, shims: "_WaitShims") -> None:
+        self._lock = lock
+        self._shims = shims
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if not blocking or (timeout < 0 and timeout != -1) or not self._shims.here():
+            return self._lock.acquire(blocking, timeout)
+        return self._shims.wait(lambda step: self._lock.acquire(True, step),
+                                None if timeout == -1 else timeout)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+    def _at_fork_reinit(self) -> None:
+        self._lock._at_fork_reinit()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._lock.release()
+
+
+class _WaitShims:
+    """Makes the main thread's blocking waits wake up every ``slice_s`` while a session runs.
+
+    Python runs the SIGALRM handler only on the main thread, between bytecodes. A main thread
+    blocked on a lock sleeps in a futex wait, which the kernel resumes after the C-level
+    handler (the handler is installed with SA_RESTART, as Scalene does, so that native code is
+    not handed EINTR), so it would take no sample until the wait ends and the other threads'
+    lines would get none. (time.sleep and select / poll waits return EINTR even so, and Python
+    runs the handler there.) Scalene's launcher installs shims for this for good
+    (``scalene/replacement_thread_join.py``, ``replacement_lock.py``); an in-process session
+    installs the equivalent for its lifetime, on the main thread only:
+
+    * ``threading.Thread.join`` (also ``ThreadPoolExecutor.shutdown``, the ``with`` block's
+      end) joins in slices;
+    * the waiter lock of ``threading.Condition.wait`` (``threading._allocate_lock`` called from
+      it): ``queue.Queue.get``, ``Event.wait``, ``Future.result``, ``concurrent.futures.wait``,
+      ``Semaphore`` and ``Barrier`` waits.
+
+    During a join or a condition wait Scalene's "sleeping" flag is set for the main thread, as
+    Scalene's shims do, so such samples go to the other threads' lines, not to the waiting
+    line; not when the main thread has no recorded frame (Scalene then takes the first
+    recorded thread for the main one, and would drop its samples as sleeping).
+
+    ``uninstall()`` puts back every original that is still the installed shim (one that
+    someone replaced meanwhile stays theirs; ours then passes straight through)."""
+
+    def __init__(self, scalene: Any, slice_s: float,
+                 recorded: Callable[[str, str], bool]) -> None:
+        self._S = scalene
+        self._slice = slice_s
+        self._recorded = recorded
+        self._main = threading.main_thread().ident
+        self._pid = os.getpid()
+        self._active = False
+        self._installed: list[tuple[Any, str, Any, Any]] = []
+
+    def here(self) -> bool:
+        """True on the main thread of the process that started the session, while it runs."""
+        return (self._active and threading.get_ident() == self._main
+                and os.getpid() == self._pid)
+
+    def wait(self, attempt: Callable[[float], bool], timeout: float | None) -> bool:
+        """Calls attempt(step) with steps of at most the slice until it returns True (True) or
+        `timeout` seconds have passed (False); None waits without end."""
+        deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+        tid = threading.get_ident()
+        f: Any = sys._getframe(1)
+        while f is not None and not self._recorded(f.f_code.co_filename, f.f_code.co_name):
+            f = f.f_back
+        sleeping = f is not None
+        while True:
+            step = (self._slice if deadline is None
+                    else min(self._slice, max(deadline - time.monotonic(), 0.0)))
+            if sleeping:
+                self._S.set_thread_sleeping(tid)
+            try:
+                if attempt(step):
+                    return True
+            finally:
+                if sleeping:
+                    self._S.reset_thread_sleeping(tid)
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+
+    def install(self) -> None:
+        shims = self
+        orig_join = threading.Thread.join
+        orig_allocate = threading._allocate_lock  # type: ignore[attr-defined]
+        wait_code = threading.Condition.wait.__code__
+
+        @functools.wraps(orig_join)
+        def join(thread: threading.Thread, timeout: float | None = None) -> None:
+            if not shims.here():
+                return orig_join(thread, timeout)
+
+            def attempt(step: float) -> bool:
+                orig_join(thread, step)  # raises as join() does (not started, current thread)
+                return not thread.is_alive()
+
+            shims.wait(attempt, timeout)
+            return None
+
+        @functools.wraps(orig_allocate)
+        def allocate_lock() -> Any:
+            lock = orig_allocate()
+            if shims.here() and sys._getframe(1).f_code is wait_code:
+                return _PollingWaiter(lock, shims)
+            return lock
+
+        self._installed = [(threading.Thread, "join", orig_join, join),
+                           (threading, "_allocate_lock", orig_allocate, allocate_lock)]
+        for owner, name, _orig, shim in self._installed:
+            setattr(owner, name, shim)
+        self._active = True
+
+    def uninstall(self) -> None:
+        self._active = False
+        for owner, name, orig, shim in self._installed:
+            if getattr(owner, name, None) is shim:
+                setattr(owner, name, orig)
+        self._installed = []
+        self._S._Scalene__is_thread_sleeping.pop(self._main, None)
 
 
 # ---- the backend ---------------------------------------------------------------------------
@@ -392,6 +599,15 @@ class ScaleneBackend:
         self._stop_event = threading.Event()
         self._handler_error: str | None = None
         self._t0 = self._t1 = 0
+        self._started = self._stopped = False
+        self._pid = os.getpid()
+        self._shims: _WaitShims | None = None
+        # Stretches in which the handler ran late while other threads ran recorded code: the
+        # main thread ran no Python code (a wait the shims do not cover, a long native call).
+        self._stall_min_s = max(0.2, 20 * self._interval_s)
+        self._last_alarm = 0.0
+        self._others_recorded = False  # the latest sample found other threads in recorded code
+        self._stalls: list[tuple[float, str]] = []  # (seconds, main thread's line after it)
 
     # Scalene asks this for every frame it walks; cached per file name.
     def _should_trace(self, filename: str, func: str) -> bool:
@@ -438,7 +654,6 @@ class ScaleneBackend:
         stats = S._Scalene__stats
         stats.clear_all()
         self._sc["clear_intern_caches"]()
-        S._Scalene__last_signal_time = self._sc["TimeInfo"]()  # the first signal initialises
         if self._accelerator is not None and hasattr(self._accelerator, "start_monitor"):
             try:
                 self._accelerator.start_monitor()
@@ -451,10 +666,28 @@ class ScaleneBackend:
                 self._accelerator = None
                 S._Scalene__accelerator = None
         stats.start_clock()
+        # The times the first sample measures from (as Scalene does on Windows): the first
+        # signal records a sample instead of only initialising them.
+        begin = self._sc["TimeInfo"]()
+        begin.sys, begin.user = self._sc["get_times"]()
+        begin.virtual = time.process_time()
+        begin.wallclock = time.perf_counter()
+        S._Scalene__last_signal_time = begin
         self._t0 = time.perf_counter_ns()
         self._running = True
+        self._started = True
+        self._pid = os.getpid()
+        # A session that is never stopped (the program ends, an exception escapes first) still
+        # disarms its timer before the interpreter finalises, where a SIGALRM would find the
+        # default action (terminate) and end the process with "Alarm clock".
+        atexit.register(self._stop_at_exit)
         handler = S.cpu_signal_handler
         if self._driver == "SIGALRM":
+            self._shims = _WaitShims(S, max(0.001, min(sys.getswitchinterval(),
+                                                        self._interval_s)),
+                                     self._should_trace)
+            self._shims.install()
+            self._last_alarm = time.perf_counter()
             self._prev_handler = signal.signal(signal.SIGALRM, self._make_signal_handler(handler))
             signal.siginterrupt(signal.SIGALRM, False)
             signal.setitimer(signal.ITIMER_REAL, S._sample_cpu_interval())
@@ -478,10 +711,16 @@ class ScaleneBackend:
         except AttributeError:
             cpus = os.cpu_count() or 1
         backend = self
+        main = threading.main_thread().ident
 
         class LinescopeCpuProfiler(self._sc["ScaleneCPUProfiler"]):  # type: ignore[misc]
             """Scalene's CPU sample processing, plus a note of the GPU reads' outcome for each
-            main-thread line a sample is charged to."""
+            main-thread line a sample is charged to, and of whether a sample found threads
+            other than the main one in recorded code (for the late-sample warning)."""
+
+            def process_cpu_sample(self, new_frames: Any, *a: Any, **k: Any) -> None:
+                backend._others_recorded = any(tid != main for _f, tid, _o in new_frames)
+                super().process_cpu_sample(new_frames, *a, **k)
 
             def _update_main_thread_stats(self, fname: Any, lineno: Any, *a: Any,
                                           **k: Any) -> None:
@@ -496,12 +735,29 @@ class ScaleneBackend:
         def on_alarm(signum: Any, frame: Any) -> None:
             if not self._running:
                 return  # a signal already pending at stop(): do not re-arm the timer
+            now = time.perf_counter()
+            gap, self._last_alarm = now - self._last_alarm, now
+            others_before = self._others_recorded
             try:
                 handler(signum, frame)
             except Exception as e:  # noqa: BLE001 - never raise into the profiled program
                 self._handler_error = f"{type(e).__name__}: {e}"
                 self._running = False
+            if gap > self._stall_min_s and (others_before or self._others_recorded):
+                self._note_stall(gap, frame)
         return on_alarm
+
+    def _note_stall(self, seconds: float, frame: Any) -> None:
+        """Records a sample that came late while other threads ran recorded code (at the
+        sample before it or at this one), with the main thread's line where it came."""
+        where = frame
+        while where is not None and not self._should_trace(where.f_code.co_filename,
+                                                           where.f_code.co_name):
+            where = where.f_back
+        where = where or frame
+        at = (f"{self._path(where.f_code.co_filename)}:{where.f_lineno}" if where is not None
+              else "an unknown line")
+        self._stalls.append((seconds, at))
 
     def _thread_loop(self, handler: Callable[[Any, Any], None], cpu_signal: Any) -> None:
         while self._running and not self._stop_event.wait(self._interval_s):
@@ -511,13 +767,31 @@ class ScaleneBackend:
                 self._handler_error = f"{type(e).__name__}: {e}"
                 return
 
+    def _stop_at_exit(self) -> None:
+        """atexit: a session still running when the interpreter exits. Only the sampling ends
+        (timer, handler, shims, GPU collector), as for the other backends no result or report
+        is made; in a forked child (which has no timer and does not own the GPU monitor)
+        nothing is done."""
+        if self._started and not self._stopped and os.getpid() == self._pid:
+            self._stop(at_exit=True)
+
     def stop(self) -> None:
+        self._stop(at_exit=False)
+
+    def _stop(self, at_exit: bool) -> None:
+        if self._stopped:
+            return  # stopped at interpreter exit, before a stop() in an earlier atexit hook
+        self._stopped = True
         S = self._sc["Scalene"]
         self._running = False
+        if not at_exit:
+            atexit.unregister(self._stop_at_exit)
         if self._driver == "SIGALRM":
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self._prev_handler)
             signal.setitimer(signal.ITIMER_REAL, 0)
+            if self._shims is not None:
+                self._shims.uninstall()
         else:
             self._stop_event.set()
             if self._thread is not None:
@@ -605,6 +879,18 @@ class ScaleneBackend:
         if self._handler_error:
             warnings.append(f"Scalene's sampling handler failed and sampling stopped early "
                             f"({self._handler_error}); the lines show the samples taken before")
+        if self._stalls:
+            longest, at = max(self._stalls)
+            warnings.append(
+                f"the main thread ran no Python code for {sum(t for t, _ in self._stalls):.2f} s "
+                f"in {len(self._stalls)} stretch(es) (the longest {longest:.2f} s, until {at}) "
+                "while other threads ran recorded code: the scalene backend samples only when "
+                "the main thread runs Python code (Python runs its SIGALRM handler there), so "
+                "the other threads' work in that time has no samples of its own. During the "
+                "session linescope makes the main thread's Thread.join() and Condition waits "
+                "(queue.Queue.get(), Event.wait(), Future.result(), ThreadPoolExecutor) wake "
+                "up every few ms; other blocking calls (Lock.acquire(), RLock, "
+                "SimpleQueue.get(), subprocess and Process waits, long native calls) do not")
         if total_samples == 0:
             warnings.append("Scalene took no samples in recorded code (the session was shorter "
                             "than the sampling interval, or no recorded code ran)")

@@ -81,9 +81,10 @@ def _started_by(how: str) -> str:
     return how if f is None else f"{how} at {f.f_code.co_filename}:{f.f_lineno}"
 
 
-def _check_raw_result(backend: str, raw: Any) -> None:
+def _check_raw_result(backend: str, raw: Any, values: bool = True) -> None:
     """A backend's result() must be a RawBackendResult of RawLines and RawFunctions: a clear
-    TypeError naming the backend otherwise (not an AttributeError from deep inside)."""
+    TypeError naming the backend otherwise (not an AttributeError from deep inside). With
+    `values` (a backend that is not linescope's own) each line's values are checked too."""
     if not isinstance(raw, RawBackendResult):
         raise TypeError(f"backend {backend!r}: result() must return a linescope."
                         f"RawBackendResult, not {type(raw).__name__}")
@@ -96,6 +97,62 @@ def _check_raw_result(backend: str, raw: Any) -> None:
             if not isinstance(x, kind):
                 raise TypeError(f"backend {backend!r}: RawBackendResult.{field} must hold "
                                 f"linescope.{kind.__name__} items, not {type(x).__name__}")
+            if values and kind is RawLine:
+                _check_raw_line(backend, x)
+
+
+# RawLine fields holding measured amounts: (name, may be None, may be negative).
+_RAW_LINE_AMOUNTS = (("wall_time_ns", True, False), ("hits", True, False),
+                     ("memory", True, True), ("samples", True, False),
+                     ("self_time_ns", True, False), ("memory_peak", True, False),
+                     ("cpu_time_ns", True, False), ("calls", True, False))
+
+
+def _check_raw_line(backend: str, x: RawLine) -> None:
+    """A custom backend's line: known amounts are ints (unknown: None), durations, counts and
+    peaks are not negative, GPU values come as GPUStats. Clear errors naming the line."""
+    where = f"backend {backend!r}: RawLine {x.filename!r}:{x.line!r}"
+
+    def amount(name: str, value: Any, nullable: bool, signed: bool) -> None:
+        if value is None and nullable:
+            return
+        if isinstance(value, bool) or not isinstance(value, int):
+            kind = "an int or None" if nullable else "an int"
+            raise TypeError(f"{where}: {name} must be {kind}, not {type(value).__name__}")
+        if value < 0 and not signed:
+            raise ValueError(f"{where}: {name} must not be negative, got {value}")
+
+    if not isinstance(x.filename, str) or not x.filename:
+        raise TypeError(f"backend {backend!r}: RawLine.filename must be a non-empty str, "
+                        f"not {x.filename!r}")
+    if isinstance(x.line, bool) or not isinstance(x.line, int) or x.line < 1:
+        raise ValueError(f"{where}: line must be a line number (an int >= 1)")
+    for name, nullable, signed in _RAW_LINE_AMOUNTS:
+        amount(name, getattr(x, name), nullable, signed)
+    if x.gpu is not None:
+        if not isinstance(x.gpu, GPUStats):
+            raise TypeError(f"{where}: gpu must be a linescope.GPUStats or None, "
+                            f"not {type(x.gpu).__name__}")
+        amount("gpu.time_ns", x.gpu.time_ns, True, False)
+        amount("gpu.peak_memory_bytes", x.gpu.peak_memory_bytes, True, False)
+
+
+def _finish_failed_beside(session: Any, exc: BaseException, failure: Exception) -> None:
+    """The session could not finish (e.g. its report could not be written) while the
+    profiled code was raising: that exception stays the one the user sees; the failure
+    becomes a RuntimeWarning and a note on it."""
+    kept = "; the result is in session.result" if session._result is not None else ""
+    text = (f"linescope could not finish the session while the profiled code raised "
+            f"{type(exc).__name__}: {type(failure).__name__}: {failure}{kept}")
+    with contextlib.suppress(Exception):
+        exc.add_note(text)
+    warnings.warn(text, RuntimeWarning, stacklevel=3)
+
+
+def _own_backend(factory: Any) -> bool:
+    """Whether a backend factory is one of linescope's own (trace, sampler, scalene,
+    tachyon), whose results need no value checks."""
+    return (getattr(factory, "__module__", "") or "").startswith(__package__ + ".")
 
 
 def _user_stacklevel() -> int:
@@ -479,7 +536,8 @@ class profile(metaclass=_ProfileMeta):
                 with _active_lock:
                     _active = None
             raw = self._backend.result()
-            _check_raw_result(self.backend_name, raw)
+            _check_raw_result(self.backend_name, raw,
+                              values=not _own_backend(self._factory))
             self._result = self._build_result(raw)
         finally:
             # A finished session keeps only its result: the backend and the memory sampler
@@ -520,9 +578,16 @@ class profile(metaclass=_ProfileMeta):
     def __enter__(self) -> "profile":
         return self._start("with profile(...)")
 
-    def __exit__(self, *exc: Any) -> None:
-        if self._state == "running" and not self._forked:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self._state != "running" or self._forked:
+            return
+        if exc is None:
             self._stop()
+            return
+        try:
+            self._stop()
+        except Exception as failure:  # noqa: BLE001 - the block's exception must stay
+            _finish_failed_beside(self, exc, failure)
 
     # ---- results -------------------------------------------------------------------------
     def _get_result(self) -> ProfileResult:
@@ -599,6 +664,17 @@ class profile(metaclass=_ProfileMeta):
             return "".join(entry[2])
         return None
 
+    def _module_loaded_from(self, name: str) -> Any:
+        """The loaded module whose file is `name` (None if none), from a map of sys.modules
+        built once at stop()."""
+        if self._loaded_by_file is None:
+            self._loaded_by_file = {}
+            for m in list(sys.modules.values()):
+                f = getattr(m, "__file__", None)
+                if isinstance(f, str):
+                    self._loaded_by_file.setdefault(os.path.abspath(f), m)
+        return self._loaded_by_file.get(name)
+
     def _source_of(self, name: str, warns: list[str]) -> str:
         text = self._registered_source(name)
         if text is not None:
@@ -611,7 +687,15 @@ class profile(metaclass=_ProfileMeta):
                              "the code that ran")
             return self._snapshots[name]
         if not os.path.isfile(name):
-            return "".join(linecache.getlines(name))  # e.g. <string> sources linecache knows
+            # <string> sources linecache knows; a module inside a zip archive through its
+            # loader (module globals with __loader__)
+            lines = linecache.getlines(name)
+            if not lines:
+                module = self._module_loaded_from(name)
+                if module is not None:
+                    with contextlib.suppress(Exception):
+                        lines = linecache.getlines(name, module.__dict__)
+            return "".join(lines)
         try:
             text = read_source(name)
             changed = os.stat(name).st_mtime_ns > self._t0_ns
@@ -621,13 +705,7 @@ class profile(metaclass=_ProfileMeta):
             # The file system's timestamps are coarser than the clock (a few ms): a file
             # loaded and rewritten right after start() can carry an older mtime. The code of
             # a module loaded from it tells.
-            if self._loaded_by_file is None:
-                self._loaded_by_file = {}
-                for m in list(sys.modules.values()):
-                    f = getattr(m, "__file__", None)
-                    if isinstance(f, str):
-                        self._loaded_by_file.setdefault(os.path.abspath(f), m)
-            module = self._loaded_by_file.get(name)
+            module = self._module_loaded_from(name)
             changed = module is not None and _source_differs(module, name, text)
         if changed:
             warns.append(f"{name} changed while it was being profiled: the report shows the "

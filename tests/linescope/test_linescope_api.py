@@ -4,6 +4,7 @@ result files and [tool.linescope] defaults."""
 from __future__ import annotations
 
 import json
+import re
 import warnings
 
 import pytest
@@ -295,6 +296,36 @@ def test_a_backend_result_of_the_wrong_type_is_a_clear_error(result, match):
         pass
 
 
+@pytest.mark.parametrize("line, error, match", [
+    (RawLine("a.py", 1, 5, gpu={"time_ns": 5, "peak_memory_bytes": 6}), TypeError,
+     "'a.py':1: gpu must be a linescope.GPUStats or None, not dict"),
+    (RawLine("a.py", 1, 5, gpu=GPUStats(-5_000_000, None)), ValueError,
+     "'a.py':1: gpu.time_ns must not be negative, got -5000000"),
+    (RawLine("a.py", 2, 5, gpu=GPUStats(None, -10)), ValueError,
+     "'a.py':2: gpu.peak_memory_bytes must not be negative"),
+    (RawLine("a.py", 1, "fast"), TypeError, "wall_time_ns must be an int or None, not str"),
+    (RawLine("a.py", 1, 5, hits=-1), ValueError, "hits must not be negative"),
+    (RawLine("a.py", 0, 5), ValueError, "line must be a line number"),
+])
+def test_a_custom_backend_s_line_values_are_checked(line, error, match):
+    # GIVEN a custom backend returning a malformed value (and a signed memory change, which
+    # is allowed)
+    class Odd:
+        capabilities = BackendCapabilities(gpu=True)
+        def __init__(self, options): pass
+        def start(self): pass
+        def stop(self): pass
+        def result(self):
+            return RawBackendResult(lines=[RawLine("ok.py", 1, 1, memory=-4096), line])
+
+    name = f"odd-values-{abs(hash(match))}"
+    register_backend(name, Odd)
+    # THEN stop() says which backend, line and field
+    with pytest.raises(error, match=f"backend '{name}': RawLine .*" + re.escape(match)):
+        with profile(backend=name, display="none", gpu=True):
+            pass
+
+
 def test_pyproject_values_are_checked_and_errors_name_the_file(tmp_path, monkeypatch):
     (tmp_path / "pyproject.toml").write_text('[tool.linescope]\nmemory = "yes"\n')
     monkeypatch.chdir(tmp_path)
@@ -419,3 +450,32 @@ def test_snapshots_decode_like_python_and_keep_python_line_numbers(ws):
     assert "return 'café'" in r.sources[str(ws.root / "latin.py")]
     assert r.sources[str(ws.root / "bom.py")].startswith("def g():")
     assert not [w for w in r.warnings if "changed" in w], r.warnings
+
+
+def test_a_report_that_cannot_be_written_does_not_replace_the_block_s_exception(ws, tmp_path):
+    # GIVEN an output whose directory is replaced by a file while the block runs, and a
+    # block that raises
+    out = tmp_path / "out"
+    out.mkdir()
+    session = profile(root=ws.root, display="none", output=out / "r.json")
+    # WHEN
+    with pytest.warns(RuntimeWarning, match="could not finish the session while the "
+                                            "profiled code raised KeyError"):
+        with pytest.raises(KeyError, match="the user's error") as caught:
+            with session:
+                out.rmdir()
+                out.write_text("now a file")
+                raise KeyError("the user's error")
+    # THEN the user's exception propagates, carrying a note on why no report was written,
+    # and the result is still there
+    assert any("NotADirectoryError" in n or "FileExistsError" in n or "Errno" in n
+               for n in getattr(caught.value, "__notes__", []))
+    assert session.result is not None
+    # AND without an exception in the block the failure is raised as before
+    out2 = tmp_path / "out2"
+    out2.mkdir()
+    ok = profile(root=ws.root, display="none", output=out2 / "r.json")
+    with pytest.raises(OSError):
+        with ok:
+            out2.rmdir()
+            out2.write_text("now a file")

@@ -102,6 +102,36 @@ def test_module_mode(tmp_path):
     assert {Path(l["filename"]).name for l in data["run"]["lines"]} == {"tool.py"}
 
 
+@pytest.mark.parametrize("target, words", [
+    (("-m", "tool"), ("-o", "results.csv", "-v")),
+    (("-m", "tool"), ("--verbose",)),
+    (("-m", "tool"), ("--out", "x")),  # not an abbreviation of linescope's --output
+    (("-m", "tool"), ("-h", "--", "y")),
+    (("-mtool",), ("-d", "end", "-o", "results.csv")),  # attached, as python takes it
+    (("tool/__main__.py",), ("-o", "results.csv", "--help")),  # as for a script
+], ids=["-o", "--verbose", "--out", "-h --", "-mtool", "script"])
+def test_everything_after_the_target_goes_to_the_target_as_under_python(tmp_path, target, words):
+    # GIVEN a module that records the argv it sees, and a file of the module's own
+    write(tmp_path / "tool" / "__main__.py", """
+        import json, sys
+        json.dump(sys.argv, open("seen.json", "w"))
+    """)
+    (tmp_path / "results.csv").write_text("the module's\n")
+    # WHEN it runs with options of its own under python, and under linescope (whose own
+    # options come before the target)
+    plain = python(*target, *words, cwd=tmp_path)
+    expected = json.loads((tmp_path / "seen.json").read_text())
+    p = linescope("-d", "none", "-o", "o.json", *target, *words, cwd=tmp_path)
+    # THEN it sees the argv python gives it (argv[0] included), its words untouched
+    assert p.returncode == 0 == plain.returncode, p.stderr
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    assert seen == expected and seen[1:] == list(words)
+    # AND linescope took none of them: its output went to o.json, results.csv is untouched
+    assert p.stdout == "" and (tmp_path / "results.csv").read_text() == "the module's\n"
+    data = json.loads((tmp_path / "o.json").read_text())
+    assert {Path(l["filename"]).name for l in data["run"]["lines"]} == {"__main__.py"}
+
+
 @pytest.mark.parametrize("kind", ["directory", "zip"])
 def test_a_directory_or_zip_archive_runs_its_main_as_under_python(tmp_path, kind):
     # GIVEN an application directory (or zip archive) with a __main__.py and a helper module
@@ -132,6 +162,10 @@ def test_a_directory_or_zip_archive_runs_its_main_as_under_python(tmp_path, kind
             == {**json.loads((tmp_path / "plain.json").read_text()), "argv": [target, "profiled.json"]})
     data = json.loads((tmp_path / "o.json").read_text())
     assert {Path(l["filename"]).name for l in data["run"]["lines"]} == {"__main__.py", "helper.py"}
+    # AND the report carries their source (from the archive's loader for a zip)
+    sources = {Path(name).name: text for name, text in data["sources"].items()}
+    assert "helper.twice(21)" in sources["__main__.py"]
+    assert "return 2 * x" in sources["helper.py"]
 
 
 @pytest.mark.parametrize("target, files, message", [
@@ -170,6 +204,9 @@ def test_a_leading_double_dash_ends_the_options_as_under_python(script, tmp_path
 @pytest.mark.parametrize("args, match", [
     ((), "give a script"),
     (("--",), "give a script"),
+    (("-m",), "argument -m: expected one argument"),
+    (("-d", "none", "-m"), "argument -m: expected one argument"),
+    (("--verbose", "target.py"), "unrecognized arguments: --verbose"),
     (("missing.py",), "can't open file"),
     (("--backend", "nope", "target.py"), "unknown linescope backend"),
     (("-d", "sometimes", "target.py"), "invalid choice"),

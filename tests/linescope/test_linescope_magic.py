@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 
 import pytest
 
@@ -13,6 +14,7 @@ IPython = pytest.importorskip("IPython", reason="IPython is not installed (make 
 from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 from IPython.utils.capture import capture_output  # noqa: E402
 
+import linescope  # noqa: E402
 from linescope import profile  # noqa: E402
 
 
@@ -120,11 +122,57 @@ def test_an_exception_in_the_cell_still_shows_the_report_and_propagates(shell):
         pass
 
 
-def test_gpu_with_trace_in_a_cell_warns_and_continues(shell):
-    with pytest.warns(RuntimeWarning, match="not supported by the 'trace' backend"):
+def test_gpu_with_trace_in_a_cell_warns_at_the_cell_and_continues(shell):
+    with pytest.warns(RuntimeWarning, match="not supported by the 'trace' backend") as caught:
         res, out = run(shell, "%%linescope --gpu -d none\ny = 2\n")
     assert res.success and shell.user_ns["y"] == 2
-    assert len(profile.result.warnings) == 1
+    # THEN the warning names the cell's first line (not IPython's code), once
+    gpu = [w for w in caught if "GPU profiling" in str(w.message)]
+    assert [(w.filename[:15], w.lineno) for w in gpu] == [("<ipython-input-", 1)]
+    # AND its text is the result's one warning
+    assert profile.result.warnings == [str(gpu[0].message)]
+
+
+def _text(out) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", out.stdout)  # without the colours
+
+
+@pytest.mark.parametrize("body", [
+    "ran = True\nx = (1,\n",
+    "    ran = True\n    x = (1,\n",  # an indented body: dedented first, as a plain cell
+    "ran = True\nreturn 5\n",  # parses, but does not compile
+], ids=["parse", "indented", "compile"])
+def test_a_syntax_error_is_reported_as_in_a_plain_cell(shell, body):
+    # GIVEN the result of an earlier profiled cell
+    run(shell, "%%linescope -d none\nbefore = 1\n")
+    earlier = profile.result
+    shell.user_ns.pop("ran", None)
+    # WHEN a profiled cell does not compile, and then the same code as a plain cell
+    res, out = run(shell, "%%linescope\n" + body)
+    ran = shell.user_ns.pop("ran", None)
+    plain, plain_out = run(shell, body)
+    # THEN no session started, and the cell ran as far as the plain one: not at all, or (for
+    # code that parses) IPython's statements before the one that does not compile
+    assert profile.result is earlier
+    assert ran == shell.user_ns.pop("ran", None) == (True if "return" in body else None)
+    # AND IPython reported the error as for the plain cell: before running it, with the same
+    # message and no traceback
+    err = res.error_before_exec
+    assert isinstance(err, SyntaxError) and res.error_in_exec is None
+    assert (repr(err), err.lineno) == (repr(plain.error_before_exec), 2)  # file, line, text
+    assert _text(out) == _text(plain_out) and "Traceback" not in _text(out)
+    assert not [o for o in out.outputs if "text/html" in o.data]
+
+
+def test_a_traceback_from_the_cell_leaves_out_linescope_frames(shell):
+    # WHEN a profiled cell raises in a function of its own
+    res, out = run(shell, "%%linescope -d none\ndef fails():\n    raise ValueError('boom')\n"
+                          "fails()\n")
+    # THEN the traceback goes from the magic's line to the cell's frames, without linescope's
+    assert isinstance(res.error_in_exec, ValueError)
+    text = _text(out)
+    assert os.path.dirname(linescope.__file__) not in text, text
+    assert "----> 3 fails()" in text and "----> 2     raise ValueError('boom')" in text
 
 
 def _cell_lines(result, marker: str) -> dict[int, int]:
@@ -169,6 +217,31 @@ def test_value_of_the_last_expression_is_the_result_as_in_a_plain_cell(shell):
     # a failing cell has no value
     res, out = run(shell, "%%linescope -d none\nx = 6\n1 / 0\n")
     assert isinstance(res.error_in_exec, ZeroDivisionError) and res.result is None
+
+
+def test_display_comes_from_pyproject_unless_the_line_sets_it(shell, tmp_path):
+    # GIVEN [tool.linescope] in the current directory turns the report off
+    (tmp_path / "pyproject.toml").write_text('[tool.linescope]\ndisplay = "none"\n')
+    # WHEN a cell runs without -d
+    res, out = run(shell, "%%linescope\nquiet = 1\n")
+    # THEN nothing is shown, as the command line shows nothing
+    assert res.success and shell.user_ns["quiet"] == 1
+    assert not [o for o in out.outputs if "text/html" in o.data] and out.stderr == ""
+    # AND -d end in the magic's line shows the report anyway
+    res, out = run(shell, "%%linescope -d end\nshown = 1\n")
+    assert res.success and len([o for o in out.outputs if "text/html" in o.data]) == 1
+
+
+def test_an_invalid_display_in_pyproject_is_a_usage_error(shell, tmp_path):
+    # GIVEN [tool.linescope] with a display value that does not exist
+    (tmp_path / "pyproject.toml").write_text('[tool.linescope]\ndisplay = "sometimes"\n')
+    shell.user_ns.pop("ran", None)
+    # WHEN a cell runs without -d
+    res, out = run(shell, "%%linescope\nran = True\n")
+    # THEN it is a usage error naming the file, as on the command line, and nothing ran
+    assert out.stderr.startswith("%%linescope: display must be one of 'none', 'end', not "
+                                 "'sometimes' (set by [tool.linescope] in "), out.stderr
+    assert "ran" not in shell.user_ns
 
 
 def test_options_override_pyproject(shell, tmp_path):

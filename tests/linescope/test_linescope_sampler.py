@@ -286,7 +286,25 @@ def test_other_processes_gpus_do_not_count(ws, fake_nvml):
     wall = sum(s.wall_time_ns for s in here)
     # THEN only GPU 1's 50% counts (not 100% over both)
     assert busy == pytest.approx(0.5 * wall, rel=0.2)
-    assert any("holds memory count (1)" in d for d in r.gpu.diagnostics)
+    assert any("holds memory count (gpu1)" in d for d in r.gpu.diagnostics)
+
+
+def test_a_process_without_gpu_memory_is_told_why_its_gpu_time_is_zero(ws, fake_nvml):
+    # GIVEN a busy GPU on which only another process holds memory
+    fake_nvml("""
+        devices 1
+        gpu * util 60
+        gpu 0 process 4242 5000000000
+    """)
+    r = run(ws, spin_for, 0.2, gpu=True, include=[__file__])
+    here = [s for s in r.lines if s.filename == __file__ and s.gpu]
+    # THEN no GPU time is charged, and the warnings say why (not that other processes' work
+    # may be included)
+    assert here and all(s.gpu.time_ns == 0 for s in here)
+    said = [w for w in r.warnings if "held no memory on any GPU" in w]
+    assert len(said) == 1 and "GPU time 0" in said[0]
+    assert not any("can include other processes' work" in w for w in r.warnings)
+    assert any("held no memory on any GPU" in d for d in r.gpu.diagnostics)
 
 
 def test_no_per_process_memory_keeps_time_and_says_why(ws, fake_nvml):
@@ -512,6 +530,53 @@ def test_cupti_measures_kernel_time_per_launching_line(ws, fake_cupti):
     assert r.metadata["kernel_count"] == 4
     # AND driver time stays a separate quantity
     assert r.line(path, 17).wall_time_ns >= 25 * MS
+
+
+@pytest.mark.parametrize("gil", ["held", "released"])
+def test_cupti_charges_a_launch_to_its_line_before_any_sample_saw_the_code(ws, fake_cupti, gil):
+    # GIVEN launches on the first line of a profiled function and in the first call of
+    # another (code no sample has seen yet), with the GIL held during the launch (as a PyDLL
+    # call, or torch) or released (a CDLL call), and a launch from code that is not recorded
+    # with no recorded frame on the stack
+    import ctypes
+    lib = fake_cupti if gil == "held" else ctypes.CDLL(str(FAKE_CUPTI))
+    lib.fake_cupti_launch.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint32]
+    kern = ws.module("first.py", """
+        import time
+
+        def spin(s):
+            end = time.perf_counter() + s
+            while time.perf_counter() < end:
+                pass
+
+        def fresh(lib):
+            lib.fake_cupti_launch(b"k1", 11_000_000, 0)
+            return 1
+
+        def step(lib):
+            lib.fake_cupti_launch(b"k0", 40_000_000, 0)
+            spin(0.03)
+            fresh(lib)
+            spin(0.03)
+    """)
+    with profile(root=ws.root, display="none", backend="sampler", gpu=True) as session:
+        lib.fake_cupti_launch(b"outside", 20_000_000, 0)  # this test's own (unrecorded) line
+        kern.step(lib)
+    r = session.result
+    path = str(ws.root / "first.py")
+    # THEN each kernel is on the line that launched it, and the unrecorded launch on none
+    assert r.line(path, 13).gpu.time_ns == 40_000_000
+    assert r.line(path, 9).gpu.time_ns == 11_000_000
+    assert r.line(path, 5).gpu.time_ns == 0  # spin's loop, which the next samples land on
+    assert sum(s.gpu.time_ns for s in r.lines if s.gpu and s.gpu.time_ns) == 51_000_000
+    assert r.metadata["unattributed_kernel_ns"] == 20_000_000
+    assert any("could not be charged to a recorded line" in d for d in r.gpu.diagnostics)
+    # AND a launching line no sample landed on has the sampler's zero-sample estimates of
+    # driver and CPU time, like any other line without samples (not a mix of 0 and unknown)
+    launch = r.line(path, 9)
+    cpu_read = any(s.cpu_time_ns is not None for s in r.lines if s.samples)
+    if launch.samples == 0:
+        assert launch.wall_time_ns == 0 and launch.cpu_time_ns == (0 if cpu_read else None)
 
 
 def test_without_cupti_gpu_time_stays_estimated_and_says_why(ws, fake_nvml, monkeypatch, tmp_path):

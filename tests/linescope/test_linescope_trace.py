@@ -203,6 +203,50 @@ def test_root_include_and_exclude(ws):
     assert names(r_patterns) == {"main.py", "helper.py"}
 
 
+def test_the_standard_library_is_a_dependency_even_when_the_root_holds_it(ws):
+    # GIVEN a root that contains the interpreter's standard library (pyenv, conda or uv
+    # Pythons under the user's home, profiled from the home directory)
+    import os
+    import sysconfig
+    stdlib = os.path.realpath(sysconfig.get_paths()["stdlib"])
+    mod = ws.module("enc.py", """
+        import json
+        def main():
+            return json.dumps({"k": list(range(2000))}, indent=1)
+    """)
+    user = str(ws.root) + "/*"
+    # WHEN the user's code calls into it
+    r = run(ws, mod.main, root=os.path.dirname(stdlib), include=[user])
+    r_included = run(ws, mod.main, root=os.path.dirname(stdlib), include=[user, "*/json/*"])
+    # THEN no standard-library line is recorded and the calling line gets the time; an include
+    # still records it
+    files = {s.filename for s in r.lines}
+    assert files == {str(ws.root / "enc.py")}
+    assert r.line(str(ws.root / "enc.py"), 3).hits == 1
+    assert any("/json/" in s.filename for s in r_included.lines)
+
+
+def test_a_root_given_through_a_symbolic_link_records_the_files_under_it(ws, tmp_path):
+    # GIVEN a link to the project directory, and modules imported by their real path
+    link = tmp_path / "link_to_proj"
+    link.symlink_to(ws.root, target_is_directory=True)
+    mod = ws.module("real.py", """
+        def f():
+            return 1
+    """)
+    # WHEN the root is the link (and, the other way round, the real directory with code
+    # loaded through the link)
+    by_link = run(ws, mod.f, root=str(link))
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("ls_via_link", link / "real.py")
+    via = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(via)
+    by_real = run(ws, via.f, root=str(ws.root))
+    # THEN the line is recorded both times, under the path the code was loaded by
+    assert by_link.line(str(ws.root / "real.py"), 2).hits == 1
+    assert by_real.line(str(link / "real.py"), 2).hits == 1
+
+
 def test_a_generator_expression_or_lambda_on_the_calling_line_is_not_counted_twice(ws):
     # GIVEN lines that run another code object on the same line (a generator expression, a
     # lambda, a comprehension - inlined on 3.12+), each sleeping 3 x 10 ms in a recorded
@@ -518,3 +562,43 @@ def test_the_line_that_stops_the_session_is_not_recorded(ws):
     assert r.line(path, 4).hits == 1 and r.line(path, 3) is None
     r = mod.explicit(str(ws.root))
     assert r.line(path, 9).hits == 1 and r.line(path, 10) is None
+
+
+def test_cprofile_still_works_inside_a_trace_session(ws):
+    # GIVEN a program that runs cProfile itself (on 3.12+ cProfile needs sys.monitoring's
+    # profiler tool id)
+    mod = ws.module("selfprof.py", """
+        import cProfile
+        import pstats
+        def work():
+            return sum(i * i for i in range(2000))
+        def main():
+            prof = cProfile.Profile()
+            prof.enable()
+            work()
+            prof.disable()
+            return pstats.Stats(prof).total_calls
+    """)
+    # WHEN the program runs under a trace session
+    out = []
+    r = run(ws, lambda: out.append(mod.main()))
+    # THEN cProfile ran and counted calls, and linescope recorded the program's lines too
+    assert out and out[0] > 0
+    path = str(ws.root / "selfprof.py")
+    assert r.line(path, 8).hits == 1 and r.function("work").calls == 1
+
+
+def test_a_session_that_recorded_nothing_says_why(ws, tmp_path):
+    # GIVEN code outside the root
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    mod = ws.module("outside.py", """
+        def f():
+            return 1
+    """)
+    # WHEN the root names another directory
+    r = run(ws, mod.f, root=str(elsewhere))
+    # THEN nothing is recorded and a warning names the root and what to change
+    assert r.lines == []
+    said = [w for w in r.warnings if w.startswith("nothing was recorded")]
+    assert len(said) == 1 and str(elsewhere) in said[0] and "include=" in said[0]

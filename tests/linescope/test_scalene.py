@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -260,6 +261,152 @@ def test_the_session_leaves_the_process_as_it_found_it(ws, monkeypatch):
         signal.signal(signal.SIGALRM, old)
 
 
+# ---- a session that is never stopped ---------------------------------------------------------
+
+NEVER_STOPPED = """
+import sys
+from linescope import profile
+
+def work():
+    return sum(i * i % 7 for i in range(300_000))
+
+profile.start(backend="scalene", display="none", sample_rate=1000)
+work()
+if sys.argv[1:] == ["raise"]:
+    raise ValueError("boom before stop")
+"""
+
+
+@needs_scalene
+@pytest.mark.parametrize("how, status", [("end", 0), ("raise", 1)])
+def test_a_session_that_is_never_stopped_does_not_kill_the_process_at_exit(tmp_path, how,
+                                                                           status):
+    # GIVEN a program that starts a scalene session and ends (or raises) before stop()
+    (tmp_path / "prog.py").write_text(NEVER_STOPPED.lstrip("\n"))
+    # WHEN it runs to its end
+    p = subprocess.run([sys.executable, "prog.py", how], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=120)
+    # THEN it exits as the same program without profiling does: 0, or 1 with the traceback
+    # (not killed by the still-armed timer's SIGALRM: "Alarm clock", -14 / 142)
+    assert p.returncode == status, (p.returncode, p.stderr)
+    if how == "raise":
+        assert "Traceback (most recent call last)" in p.stderr
+        assert "ValueError: boom before stop" in p.stderr
+    else:
+        assert p.stderr == ""
+
+
+# ---- worker threads while the main thread waits ------------------------------------------------
+
+WORKER = """
+import time
+
+def busy(seconds):
+    end = time.perf_counter() + seconds
+    n = 0
+    while time.perf_counter() < end:
+        n += 1
+    return n
+"""
+BUSY_LINES = (6, 7)  # the loop: `while ...` and `n += 1`
+
+
+def _wait_for_worker(how: str, busy, seconds: float) -> None:
+    import concurrent.futures
+    import queue
+
+    if how == "join":
+        th = threading.Thread(target=busy, args=(seconds,))
+        th.start()
+        th.join()
+    elif how == "executor":
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as ex:
+            ex.submit(busy, seconds / 2).result()
+            ex.submit(busy, seconds / 2)  # waited for when the `with` block ends
+    elif how == "queue":
+        q: queue.Queue = queue.Queue()
+        threading.Thread(target=lambda: q.put(busy(seconds))).start()
+        q.get()
+    elif how == "event":
+        done = threading.Event()
+        threading.Thread(target=lambda: (busy(seconds), done.set())).start()
+        done.wait()
+    elif how == "sleep":
+        th = threading.Thread(target=busy, args=(seconds,))
+        th.start()
+        while th.is_alive():
+            time.sleep(0.1)
+
+
+@needs_scalene
+@pytest.mark.parametrize("how", ["join", "executor", "queue", "event", "sleep"])
+def test_a_worker_is_sampled_while_the_main_thread_waits_for_it(ws, how):
+    # GIVEN a CPU-bound worker thread and a main thread that blocks until it is done
+    mod = ws.module("worker.py", WORKER)
+    # WHEN the main thread waits for it (join, executor, queue, event, sleep loop)
+    with profile(backend="scalene", root=ws.root, display="none", sample_rate=200) as s:
+        _wait_for_worker(how, mod.busy, 0.6)
+    r = s.result
+    # THEN the worker's busy loop is sampled all along and holds most of the time
+    path = str(ws.root / "worker.py")
+    loop = [r.line(path, n) for n in BUSY_LINES]
+    samples = sum(l.samples for l in loop if l is not None)
+    loop_ns = sum(l.wall_time_ns for l in loop if l is not None)
+    assert samples >= 20, r.lines
+    assert loop_ns >= 0.6 * r.run.elapsed_ns, (loop_ns, r.run.elapsed_ns, r.lines)
+    assert not any("ran no Python code" in w for w in r.warnings), r.warnings
+
+
+@needs_scalene
+def test_a_wait_that_is_not_interruptible_is_a_warning(ws):
+    # GIVEN a main thread blocked in a plain Lock.acquire() while a worker runs recorded code
+    # (and goes on after releasing it)
+    mod = ws.module("worker.py", WORKER)
+    lock = threading.Lock()
+    lock.acquire()
+
+    def work():
+        mod.busy(0.6)
+        lock.release()
+        mod.busy(0.1)
+
+    with profile(backend="scalene", root=ws.root, display="none", sample_rate=200) as s:
+        threading.Thread(target=work).start()
+        lock.acquire()
+    # THEN result.warnings says that the main thread took no samples then, and why
+    said = [w for w in s.result.warnings if "ran no Python code" in w]
+    assert len(said) == 1, s.result.warnings
+    assert "Lock.acquire()" in said[0] and "Thread.join()" in said[0]
+
+
+@needs_scalene
+def test_waits_behave_as_without_a_session_and_are_restored_after_it(ws):
+    import _thread
+    import queue
+
+    join, allocate = threading.Thread.join, threading._allocate_lock
+    with profile(backend="scalene", root=ws.root, display="none", sample_rate=200):
+        # timeouts still time out, results and notifications still arrive
+        th = threading.Thread(target=time.sleep, args=(0.3,))
+        th.start()
+        t0 = time.monotonic()
+        th.join(0.05)
+        assert th.is_alive() and 0.04 <= time.monotonic() - t0 < 0.25
+        th.join()
+        assert not th.is_alive()
+        q: queue.Queue = queue.Queue()
+        with pytest.raises(queue.Empty):
+            q.get(timeout=0.05)
+        threading.Timer(0.05, q.put, args=("x",)).start()
+        assert q.get(timeout=5) == "x"
+        assert threading.Event().wait(0.02) is False
+        with pytest.raises(RuntimeError, match="cannot join current thread"):
+            threading.current_thread().join()
+    # THEN the originals are back after stop()
+    assert threading.Thread.join is join and threading._allocate_lock is allocate
+    assert allocate is _thread.allocate_lock
+
+
 # ---- the fake NVML library through the CLI ---------------------------------------------------
 
 SCRIPT = """
@@ -441,3 +588,46 @@ def test_every_gpu_read_failing_leaves_both_unavailable(tmp_path):
     body = line(data, LAST_PHASE)
     assert body["wall_time_ns"] > 0  # CPU profiling continued
     assert body["gpu"] == {"time_ns": None, "peak_memory_bytes": None}
+
+
+NVML_PROBE = """
+import json
+from linescope import profile
+with profile(backend="scalene", gpu=True, display="none") as s:
+    sum(range(100_000))
+print(json.dumps({"reason": s.result.gpu.time_reason, "diagnostics": s.result.gpu.diagnostics}))
+"""
+
+
+@needs_scalene
+@pytest.mark.parametrize("setting", ["same file", "another file"])
+def test_nvml_init_failing_blames_gpuprof_nvml_library_only_when_it_could_matter(tmp_path,
+                                                                                setting):
+    # GIVEN pynvml finds the fake NVML on LD_LIBRARY_PATH, whose nvmlInit fails, and
+    # GPUPROF_NVML_LIBRARY names that same file (or another one)
+    lib = FAKE_NVML_DIR / "libnvidia-ml.so.1"
+    assert lib.exists(), "build the fake NVML (make setup)"
+    (tmp_path / "scenario.txt").write_text("init_error 9\n")
+    named = lib if setting == "same file" else tmp_path / "elsewhere" / "libnvidia-ml.so.1"
+    env = dict(os.environ, GPUPROF_FAKE_NVML_SCENARIO=str(tmp_path / "scenario.txt"),
+               GPUPROF_NVML_LIBRARY=str(named),
+               LD_LIBRARY_PATH=os.pathsep.join(
+                   [str(FAKE_NVML_DIR), *filter(None, [os.environ.get("LD_LIBRARY_PATH")])]))
+    p = subprocess.run([sys.executable, "-c", NVML_PROBE], capture_output=True, text=True,
+                       cwd=tmp_path, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    # THEN the reason is NVML's init error from the library pynvml loaded ...
+    assert f"NVML ({lib}) could not be initialised (Driver Not Loaded)" in got["reason"]
+    assert "Library Not Found" not in got["reason"]
+    note = [d for d in got["diagnostics"] if d.startswith("GPUPROF_NVML_LIBRARY")]
+    assert len(note) == 1
+    if setting == "same file":
+        # ... and does not blame GPUPROF_NVML_LIBRARY, which names the file that was loaded
+        assert "GPUPROF_NVML_LIBRARY" not in got["reason"]
+        assert f"same file ({lib})" in note[0]
+    else:
+        # ... and says that pynvml loaded another file than GPUPROF_NVML_LIBRARY names
+        assert (f"GPUPROF_NVML_LIBRARY does not apply to Scalene's pynvml, which loaded {lib}"
+                in got["reason"])
+        assert str(named) in note[0] and f"loaded {lib}" in note[0]

@@ -106,7 +106,7 @@ function overviewView() {
     card("executed-lines", "Executed lines", formatCount(o.executed_lines))));
   const columns = [
     numCol("time", "Time", (l) => l.time_ns, formatNs,
-           { html: (l) => heatBadge(formatNs(l.time_ns), l.heat, "time"),
+           { html: (l) => (isUnknown(l.time_ns) ? UNKNOWN : heatBadge(formatNs(l.time_ns), l.heat, "time")),
              title: "wall time, including everything called from the line" }),
   ];
   if (cols.self) columns.push(numCol("self", "Own time", (l) => l.self_ns, formatNs));
@@ -263,7 +263,7 @@ function sourceView(fileIndex) {
     { key: "line", label: "Line", numeric: true, firstDir: "asc", value: (r) => r.line, cls: "ln",
       html: (r) => `<a href="${lineHref(fileIndex, r.line)}" aria-label="line ${r.line}">${r.line}</a>` },
     c("time", "Time", (s) => s.time_ns, formatNs,
-      { html: (r) => (r.s ? heatBadge(formatNs(r.s.time_ns), r.s.heat, "time") : "") }),
+      { html: (r) => (!r.s ? "" : isUnknown(r.s.time_ns) ? UNKNOWN : heatBadge(formatNs(r.s.time_ns), r.s.heat, "time")) }),
   ];
   if (cols.self) columns.push(c("self", "Own time", (s) => s.self_ns, formatNs));
   columns.push(c("hits", "Hits", (s) => s.hits, formatCount),
@@ -278,7 +278,8 @@ function sourceView(fileIndex) {
         { html: (r) => (!r.s ? "" : isUnknown(r.s.gpu_time_ns) ? UNKNOWN : heatBadge(formatNs(r.s.gpu_time_ns), r.s.gpu_heat, "gpu")) }),
       c("gpu_memory", "GPU peak memory", (s) => s.gpu_peak_bytes, formatBytes));
   }
-  columns.push({ key: "source", label: "Source", cls: "src", value: (r) => r.text,
+  columns.push({ key: "source", label: "Source", cls: "src",
+                 value: (r) => (r.text === null ? null : r.text.trim()),
                  html: (r) => (r.text === null ? UNKNOWN : `<code>${escapeHtml(r.text)}</code>`) });
   const t = sortableTable({
     columns, rows, sort: { key: "line", dir: "asc" }, label: `Source of ${f.display}`,

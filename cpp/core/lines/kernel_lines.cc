@@ -100,18 +100,25 @@ void ApplyKernelTracing(GpuCollectionSummary& summary, bool active,
   std::string version = cupti_version ? " " + std::to_string(cupti_version) : "";
   summary.diagnostics.push_back(
       "GPU time is measured kernel time (CUPTI" + version + ", " + library +
-      "): each kernel's device time is charged to the line that was running when it was "
-      "launched, at the sampler's resolution; overlapping kernels of one sample count once");
+      "): each kernel's device time is charged to the recorded line that launched it "
+      "(exactly, for launches from the profiled thread; launches from other threads go to "
+      "the line running at the next sample); overlapping kernels of one sample count once");
   if (unattributed.kernel_count > 0)
     summary.diagnostics.push_back(
-        std::to_string(unattributed.kernel_count) + " kernels (" +
+        std::to_string(unattributed.kernel_count) +
+        (unattributed.kernel_count == 1 ? " kernel (" : " kernels (") +
         std::to_string(unattributed.kernel_ns / 1000) +
         " us) could not be charged to a recorded line (launched outside recorded code, "
         "before the first sample or still running at the end)");
   if (late_records > 0)
     summary.diagnostics.push_back(std::to_string(late_records) +
                                   " kernel records arrived too late to be matched to a line");
-  for (const auto& n : notes) summary.diagnostics.push_back("CUPTI: " + n);
+  // The tracer's notes report records it lost (dropped for lack of buffer space, or too late
+  // to match): GPU time is missing from the totals or from its lines, which the user must see.
+  for (const auto& n : notes) {
+    summary.diagnostics.push_back("CUPTI: " + n);
+    summary.losses.push_back("CUPTI: " + n);
+  }
 }
 
 }  // namespace gpuprof::lines

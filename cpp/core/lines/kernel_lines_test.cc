@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <thread>
 
 #include "lines/sampler.h"
@@ -114,6 +116,9 @@ TEST(ApplyKernelTracingTest, ActiveTracerMakesGpuTimeMeasured) {
   }
   EXPECT_TRUE(measured && unattr && note);
   EXPECT_FALSE(estimated);
+  // AND the lost records are a warning too, once
+  FinishGpuCollection(s, 1, g, {});
+  EXPECT_EQ(std::count(s.warnings.begin(), s.warnings.end(), "CUPTI: dropped 3"), 1);
 }
 
 TEST(ApplyKernelTracingTest, ActiveTracerAlsoReplacesThePerProcessEstimate) {

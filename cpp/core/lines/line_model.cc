@@ -2,6 +2,9 @@
 
 #include <fnmatch.h>
 
+#include <climits>
+#include <cstdlib>
+
 #include <algorithm>
 #include <map>
 #include <tuple>
@@ -61,6 +64,14 @@ LineAggregator::Cell* LineAggregator::GrowFor(int32_t code, int32_t line) noexce
     f.cell_count = c.cell_count;
   }
   return &c.cells[static_cast<size_t>(line - c.base_line)];
+}
+
+void LineAggregator::LineOutsideRange(int32_t line) noexcept {
+  Frame* f = top_;
+  Cell* cell = GrowFor(f->code, line);
+  f->cell = cell;
+  if (cell != nullptr) ++cell->hits;
+  if (publish_ != nullptr) publish_->store(LineKey(f->code, line), std::memory_order_relaxed);
 }
 
 bool LineAggregator::SaveShadow(int32_t code, int32_t line) noexcept {
@@ -219,10 +230,37 @@ std::string NormalizePath(std::string_view path, std::string_view cwd) {
   return out.empty() ? "/" : out;
 }
 
+std::string ResolvedPath(const std::string& abs) {
+  char buf[PATH_MAX];
+  if (abs.empty() || ::realpath(abs.c_str(), buf) == nullptr) return {};
+  std::string real(buf);
+  return real == abs ? std::string() : real;
+}
+
+namespace {
+bool Under(const std::string& abs, const std::string& dir) {
+  return dir == "/" || abs == dir || abs.compare(0, dir.size() + 1, dir + "/") == 0;
+}
+}  // namespace
+
 PathFilter::PathFilter(std::vector<std::string> roots, std::vector<std::string> include,
-                       std::vector<std::string> exclude, std::string cwd)
+                       std::vector<std::string> exclude, std::string cwd,
+                       std::vector<std::string> library_dirs)
     : include_(std::move(include)), exclude_(std::move(exclude)), cwd_(std::move(cwd)) {
-  for (const auto& r : roots) roots_.push_back(NormalizePath(r, cwd_));
+  for (const auto& r : roots) {
+    roots_.push_back(NormalizePath(r, cwd_));
+    std::string real = ResolvedPath(roots_.back());
+    if (!real.empty()) roots_.push_back(std::move(real));
+  }
+  // A library directory that holds a root is the user's project (profiling the stdlib's own
+  // sources): it stays recorded.
+  for (const auto& d : library_dirs) {
+    if (d.empty()) continue;
+    std::string dir = NormalizePath(d, cwd_);
+    bool holds_root = std::any_of(roots_.begin(), roots_.end(),
+                                  [&](const std::string& r) { return Under(r, dir); });
+    if (!holds_root && dir != "/") library_dirs_.push_back(std::move(dir));
+  }
 }
 
 bool PathFilter::Matches(const std::vector<std::string>& patterns, const std::string& abs) const {
@@ -239,6 +277,21 @@ bool PathFilter::Matches(const std::vector<std::string>& patterns, const std::st
   return false;
 }
 
+bool PathFilter::Library(const std::string& abs) const {
+  if (abs.find("/site-packages/") != std::string::npos ||
+      abs.find("/dist-packages/") != std::string::npos)
+    return true;
+  for (const auto& d : library_dirs_)
+    if (Under(abs, d)) return true;
+  return false;
+}
+
+bool PathFilter::UnderRoot(const std::string& abs) const {
+  for (const auto& r : roots_)
+    if (Under(abs, r)) return true;
+  return false;
+}
+
 bool PathFilter::Recorded(std::string_view path) const {
   if (path.empty() || path.front() == '<') {
     // Synthetic file names (<string>, <stdin>, <frozen ...>, notebook cells) only by an
@@ -250,17 +303,13 @@ bool PathFilter::Recorded(std::string_view path) const {
       if (fnmatch(pat.c_str(), p.c_str(), 0) == 0) return true;
     return false;
   }
-  std::string abs = NormalizePath(path, cwd_);
-  if (Matches(exclude_, abs)) return false;
-  if (Matches(include_, abs)) return true;
-  if (abs.find("/site-packages/") != std::string::npos ||
-      abs.find("/dist-packages/") != std::string::npos) {
-    return false;
-  }
-  for (const auto& r : roots_) {
-    if (r == "/" || abs == r || abs.compare(0, r.size() + 1, r + "/") == 0) return true;
-  }
-  return false;
+  const std::string abs = NormalizePath(path, cwd_);
+  const std::string real = ResolvedPath(abs);  // empty: no other form
+  auto either = [&](auto&& test) { return test(abs) || (!real.empty() && test(real)); };
+  if (either([&](const std::string& p) { return Matches(exclude_, p); })) return false;
+  if (either([&](const std::string& p) { return Matches(include_, p); })) return true;
+  if (either([&](const std::string& p) { return Library(p); })) return false;
+  return either([&](const std::string& p) { return UnderRoot(p); });
 }
 
 }  // namespace gpuprof::lines

@@ -149,10 +149,41 @@ class LineAggregator {
     if (f->cell != nullptr) f->cell->wall_ns += now_ns - f->line_start;
     f->line_start = now_ns;
     auto idx = static_cast<uint32_t>(line - f->base_line);
-    Cell* cell = idx < f->cell_count ? f->cells + idx : GrowFor(f->code, line);
+    if (idx >= f->cell_count) [[unlikely]] {
+      LineOutsideRange(line);  // nothing is live after the call: the hot path saves no registers
+      return true;
+    }
+    Cell* cell = f->cells + idx;
     f->cell = cell;
-    if (cell != nullptr) ++cell->hits;
+    ++cell->hits;
     if (publish_ != nullptr) publish_->store(LineKey(f->code, line), std::memory_order_relaxed);
+    return true;
+  }
+
+  // Hot: EnterAtLine() of a fresh call in its common case, in one step. Returns false,
+  // changing nothing, when the general path is needed: `key` is open near the top (a
+  // repair), the stack is full, `line` lies outside the code's line array, or the caller's
+  // current line lies inside it (a shadowing frame, see ShadowSave).
+  bool TryEnterFreshAtLine(int32_t code, FrameKey key, int64_t now_ns, int32_t line) noexcept {
+    Code& c = codes_[static_cast<size_t>(code)];
+    auto idx = static_cast<uint32_t>(line - c.base_line);
+    if (idx >= c.cell_count || depth_ == stack_.size()) return false;
+    Frame* t = top_;
+    if (t != nullptr) {
+      if (t->key == key || (depth_ > 1 && t[-1].key == key)) return false;
+      if (t->cell != nullptr && t->code != code &&
+          static_cast<uint32_t>(t->base_line + static_cast<int32_t>(t->cell - t->cells) -
+                                c.base_line) < c.cell_count)
+        return false;
+    }
+    Cell* cell = c.cells.data() + idx;
+    top_ = stack_.data() + depth_++;
+    *top_ = Frame{key, cell, now_ns, now_ns, 0, c.cells.data(), c.base_line, c.cell_count, code,
+                  kFresh};
+    ++c.calls;
+    ++c.active;
+    ++cell->hits;
+    if (publish_ != nullptr) publish_->store(LineKey(code, line), std::memory_order_relaxed);
     return true;
   }
 
@@ -258,6 +289,8 @@ class LineAggregator {
   static constexpr size_t kRepairWindow = 2;
 
   [[gnu::cold]] Cell* GrowFor(int32_t code, int32_t line) noexcept;  // a line outside the range
+  // Cold, from Line(): the innermost frame's new line lies outside its code's line array.
+  [[gnu::noinline, gnu::cold]] void LineOutsideRange(int32_t line) noexcept;
   // Cold: `key` is open near the top (missed exit events). Closes the frames above it;
   // true when that frame goes on (no push), false when it was closed too (push a new one).
   bool Repair(int32_t code, FrameKey key, int64_t now_ns, bool fresh_call) noexcept;
@@ -335,25 +368,38 @@ class LineAggregator {
   std::atomic<uint64_t>* publish_ = nullptr;
 };
 
-// Decides which source files are recorded. Pure; cold path (the tracer caches per code).
+// Decides which source files are recorded. Cold path (the tracers cache per file).
 //   recorded(path) = (under a root OR matches an include pattern)
 //                    AND NOT matches an exclude pattern
-//                    AND NOT (inside site-packages / dist-packages, unless an include matched)
+//                    AND NOT (a library file, unless an include matched): inside
+//                    site-packages / dist-packages, or under one of `library_dirs` (the
+//                    interpreter's standard library) that holds no root
 // Patterns are fnmatch globs where `*` also matches '/', tried against the absolute path and
 // against the path relative to each root. Relative `path`s are taken relative to `cwd`.
+// Symbolic links: a root and a file are also taken by their resolved path (realpath(3), the
+// only filesystem access), so a root reached through a link records the files under it
+// whichever way they were imported; an exclude that matches either form wins.
 class PathFilter {
  public:
   PathFilter(std::vector<std::string> roots, std::vector<std::string> include,
-             std::vector<std::string> exclude, std::string cwd);
+             std::vector<std::string> exclude, std::string cwd,
+             std::vector<std::string> library_dirs = {});
   bool Recorded(std::string_view path) const;
 
  private:
   bool Matches(const std::vector<std::string>& patterns, const std::string& abs) const;
+  bool Library(const std::string& abs) const;
+  bool UnderRoot(const std::string& abs) const;
   std::vector<std::string> roots_;
   std::vector<std::string> include_;
   std::vector<std::string> exclude_;
+  std::vector<std::string> library_dirs_;
   std::string cwd_;
 };
+
+// The resolved form of an absolute path (realpath(3)); empty when it cannot be resolved
+// (missing file) or equals `abs`.
+std::string ResolvedPath(const std::string& abs);
 
 // Lexically normalises an absolute path ("a/./b/../c" -> "a/c"); no filesystem access.
 std::string NormalizePath(std::string_view path, std::string_view cwd);

@@ -1,6 +1,12 @@
 #include "lines/line_model.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 
 namespace gpuprof::lines {
 namespace {
@@ -368,6 +374,71 @@ TEST_F(LineAggregatorTest, ExitOfDeeperFrameClosesFramesAboveAndUnknownExitIsIgn
   EXPECT_EQ(FindFn(fns, "h"), nullptr);
 }
 
+// The tracer's fast path for a fresh call's first line: TryEnterFreshAtLine, and
+// EnterAtLine when it declines, must record exactly what EnterAtLine alone records.
+TEST(LineAggregatorFastPathTest, TryEnterFreshAtLineMatchesEnterAtLine) {
+  LineAggregator fast, plain;
+  struct Codes {
+    int32_t f, gen, g, rec;
+  };
+  auto add = [](LineAggregator& a) {
+    int32_t file = a.InternFile("/p/a.py");
+    return Codes{a.AddCode(file, "f", 1, 4), a.AddCode(file, "<genexpr>", 2, 2),
+                 a.AddCode(file, "g", 9, 10), a.AddCode(file, "rec", 20, 22)};
+  };
+  Codes cf = add(fast), cp = add(plain);
+  int declined = 0;
+  auto enter = [&](int32_t Codes::*code, FrameKey key, int64_t t, int32_t line) {
+    if (!fast.TryEnterFreshAtLine(cf.*code, key, t, line)) {
+      ++declined;
+      fast.EnterAtLine(cf.*code, key, t, true, line);
+    }
+    plain.EnterAtLine(cp.*code, key, t, true, line);
+  };
+  auto both = [&](auto&& op) {
+    op(fast);
+    op(plain);
+  };
+  // a plain call; a frame on its caller's line (declined: shadowing); a line outside the
+  // code's range (declined); a key still open at the top (declined: repair); deep recursion
+  // past the initial stack capacity (declined once per growth)
+  enter(&Codes::f, 1, 0, 2);
+  enter(&Codes::g, 2, 1, 10);
+  both([](LineAggregator& a) { a.Exit(2, 5); });
+  enter(&Codes::gen, 3, 6, 2);
+  both([](LineAggregator& a) { a.Exit(3, 8); });
+  enter(&Codes::g, 4, 9, 30);
+  both([](LineAggregator& a) { a.Exit(4, 11); });
+  both([](LineAggregator& a) { a.Line(1, 3, 12); });
+  enter(&Codes::g, 5, 13, 10);
+  enter(&Codes::g, 5, 14, 9);  // the exit of key 5 was missed
+  both([](LineAggregator& a) { a.Exit(5, 15); });
+  int64_t t = 20;
+  for (FrameKey k = 100; k < 400; ++k) enter(&Codes::rec, k, t++, 21);
+  for (FrameKey k = 399; k >= 100; --k) both([&](LineAggregator& a) { a.Exit(k, t); }), ++t;
+  both([&](LineAggregator& a) { a.Exit(1, t); });
+  EXPECT_GE(declined, 4);
+  auto lf = fast.Lines(), lp = plain.Lines();
+  ASSERT_EQ(lf.size(), lp.size());
+  for (size_t i = 0; i < lf.size(); ++i) {
+    EXPECT_EQ(lf[i].line, lp[i].line);
+    EXPECT_EQ(lf[i].hits, lp[i].hits) << lf[i].line;
+    EXPECT_EQ(lf[i].wall_time_ns, lp[i].wall_time_ns) << lf[i].line;
+    EXPECT_EQ(lf[i].self_time_ns, lp[i].self_time_ns) << lf[i].line;
+    EXPECT_EQ(lf[i].calls, lp[i].calls) << lf[i].line;
+  }
+  auto ff = fast.Functions(), fp = plain.Functions();
+  ASSERT_EQ(ff.size(), fp.size());
+  for (size_t i = 0; i < ff.size(); ++i) {
+    EXPECT_EQ(ff[i].qualname, fp[i].qualname);
+    EXPECT_EQ(ff[i].calls, fp[i].calls) << ff[i].qualname;
+    EXPECT_EQ(ff[i].total_time_ns, fp[i].total_time_ns) << ff[i].qualname;
+    EXPECT_EQ(ff[i].own_time_ns, fp[i].own_time_ns) << ff[i].qualname;
+  }
+  EXPECT_EQ(fast.mismatches(), plain.mismatches());
+  EXPECT_EQ(FindFn(ff, "rec")->calls, 300);
+}
+
 TEST(PathFilterTest, RootIncludeExcludeAndSitePackages) {
   PathFilter pf({"/proj"}, {"*/vendor/*.py"}, {"tests/*", "*_gen.py"}, "/proj");
   EXPECT_TRUE(pf.Recorded("/proj/a.py"));
@@ -394,6 +465,53 @@ TEST(PathFilterTest, SyntheticNamesOnlyByIncludeAndExcludeStillWins) {
   EXPECT_FALSE(both.Recorded("<cell-2>"));
   EXPECT_FALSE(everything_excluded.Recorded("<cell-1>"));
   EXPECT_FALSE(everything_excluded.Recorded("/proj/a.py"));
+}
+
+TEST(PathFilterTest, StandardLibraryIsLibraryCodeUnlessIncludedOrHoldingTheRoot) {
+  // GIVEN an interpreter installed under the user's home, the project root being the home
+  const std::vector<std::string> stdlib = {"/home/u/.pyenv/versions/3.11/lib/python3.11"};
+  PathFilter home({"/home/u"}, {}, {}, "/home/u", stdlib);
+  PathFilter with_include({"/home/u"}, {"*/json/*"}, {}, "/home/u", stdlib);
+  PathFilter inside({"/home/u/.pyenv/versions/3.11/lib/python3.11/json"}, {}, {}, "/", stdlib);
+  // THEN its standard library is not the user's code (like site-packages) ...
+  EXPECT_TRUE(home.Recorded("/home/u/train.py"));
+  EXPECT_FALSE(home.Recorded("/home/u/.pyenv/versions/3.11/lib/python3.11/json/encoder.py"));
+  EXPECT_TRUE(home.Recorded("/home/u/.pyenv/versions/3.11/lib/python3.11x/mine.py"));
+  // ... unless an include names it, or the root itself lies in it
+  EXPECT_TRUE(
+      with_include.Recorded("/home/u/.pyenv/versions/3.11/lib/python3.11/json/encoder.py"));
+  EXPECT_TRUE(inside.Recorded("/home/u/.pyenv/versions/3.11/lib/python3.11/json/encoder.py"));
+  EXPECT_FALSE(inside.Recorded("/home/u/.pyenv/versions/3.11/lib/python3.11/os.py"));
+}
+
+TEST(PathFilterTest, RootAndFilesAreAlsoTakenByTheirResolvedPath) {
+  // GIVEN a project directory and a symbolic link to it
+  char tmpl[] = "/tmp/pathfilter_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string base = ResolvedPath(tmpl).empty() ? tmpl : ResolvedPath(tmpl);
+  const std::string real = base + "/real", link = base + "/link";
+  ASSERT_EQ(mkdir(real.c_str(), 0700), 0);
+  ASSERT_EQ(symlink(real.c_str(), link.c_str()), 0);
+  { std::ofstream(real + "/mod.py") << "x = 1\n"; }
+  { std::ofstream(real + "/skip.py") << "x = 1\n"; }
+  // WHEN the root is given through the link, or the files are named through it
+  PathFilter by_link({link}, {}, {}, "/");
+  PathFilter by_real({real}, {}, {"*/link/skip.py"}, "/");
+  // THEN the files under the directory are recorded whichever way either is named, and an
+  // exclude that matches one form wins
+  EXPECT_TRUE(by_link.Recorded(real + "/mod.py"));
+  EXPECT_TRUE(by_link.Recorded(link + "/mod.py"));
+  EXPECT_TRUE(by_real.Recorded(link + "/mod.py"));
+  EXPECT_FALSE(by_real.Recorded(link + "/skip.py"));
+  EXPECT_FALSE(by_link.Recorded(base + "/other.py"));
+  EXPECT_EQ(ResolvedPath(real + "/mod.py"), "");  // already resolved
+  EXPECT_EQ(ResolvedPath(link + "/mod.py"), real + "/mod.py");
+  EXPECT_EQ(ResolvedPath(base + "/missing.py"), "");
+  std::remove((real + "/mod.py").c_str());
+  std::remove((real + "/skip.py").c_str());
+  std::remove(link.c_str());
+  rmdir(real.c_str());
+  rmdir(base.c_str());
 }
 
 TEST(PathFilterTest, NormalizePath) {

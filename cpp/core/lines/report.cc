@@ -104,7 +104,8 @@ OptInt Max(OptInt a, OptInt b) {
 struct Line {
   int file = 0;
   int64_t line = 0;
-  int64_t time_ns = 0;  // inclusive wall time (driver time)
+  int64_t time_ns = 0;     // inclusive wall time (driver time); 0 when unknown
+  bool time_known = true;  // the backend reported a wall time (not None)
   OptInt self_ns, hits, calls, cpu_ns, samples, mem_bytes, mem_peak_bytes;
   OptInt gpu_time_ns, gpu_peak_bytes;
   bool gpu_present = false;  // the backend returned a GPUStats for the line
@@ -286,7 +287,9 @@ Result Read(const json& doc) {
     Line s;
     s.file = index[*Str(l, "filename")];
     s.line = Int(l, "line").value_or(0);
-    s.time_ns = Int(l, "wall_time_ns").value_or(0);
+    const OptInt wall = Int(l, "wall_time_ns");
+    s.time_ns = wall.value_or(0);
+    s.time_known = wall.has_value();
     s.self_ns = Int(l, "self_time_ns");
     s.hits = Int(l, "hits");
     s.calls = Int(l, "calls");
@@ -305,6 +308,7 @@ Result Read(const json& doc) {
     if (fresh) continue;
     Line& m = it->second;  // the same line reported twice: additive fields add, peaks max
     m.time_ns += s.time_ns;
+    m.time_known = m.time_known && s.time_known;
     m.self_ns = Add(m.self_ns, s.self_ns);
     m.hits = Add(m.hits, s.hits);
     m.calls = Add(m.calls, s.calls);
@@ -336,10 +340,10 @@ Result Read(const json& doc) {
 json LineJson(const Line& s, int64_t max_time, int64_t max_gpu_time, bool gpu_columns) {
   json j = {{"file", s.file},
             {"line", s.line},
-            {"time_ns", s.time_ns},
+            {"time_ns", s.time_known ? json(s.time_ns) : json(nullptr)},
             {"self_ns", J(s.self_ns)},
             {"hits", J(s.hits)},
-            {"avg_ns", s.hits && *s.hits > 0
+            {"avg_ns", s.time_known && s.hits && *s.hits > 0
                            ? json(static_cast<double>(s.time_ns) / static_cast<double>(*s.hits))
                            : json(nullptr)},
             {"calls", J(s.calls)},
@@ -412,6 +416,17 @@ json MemorySection(const Result& r) {
   };
 }
 
+// The Driver time card's label: which lines its sum covers (unknown wall times are left out,
+// and said to be).
+std::string DriverLabel(size_t lines, size_t unknown) {
+  auto n = [](size_t k) { return std::to_string(k) + " GPU-measured line" + (k == 1 ? "" : "s"); };
+  if (unknown == 0) return "driver (host) wall time of the " + n(lines);
+  if (unknown == lines)
+    return "driver (host) wall time unknown: the backend reported none for the " + n(lines);
+  return "driver (host) wall time of " + std::to_string(lines - unknown) + " of the " + n(lines) +
+         " (" + std::to_string(unknown) + " without a reported wall time)";
+}
+
 // Only for a backend that declares GPU collection (see HasGpuView).
 json GpuSection(const Result& r) {
   // null: the backend returned per-line values only (RawLine.gpu), no collection summary.
@@ -420,6 +435,7 @@ json GpuSection(const Result& r) {
   const auto method = collected ? Str(g, "method") : std::nullopt;
   OptInt attributed, peak;
   int64_t driver = 0;
+  size_t driver_unknown = 0;  // GPU-measured lines without a wall time
   json measured = json::array();
   for (size_t i = 0; i < r.lines.size(); ++i) {
     const Line& s = r.lines[i];
@@ -428,6 +444,7 @@ json GpuSection(const Result& r) {
     attributed = Add(attributed, s.gpu_time_ns);
     peak = Max(peak, s.gpu_peak_bytes);
     driver += s.time_ns;
+    driver_unknown += s.time_known ? 0 : 1;
   }
   // As the collection says; without one, a quantity is available where a line has a value.
   const bool time_flag = !collected || Bool(g, "time_available");
@@ -501,11 +518,11 @@ json GpuSection(const Result& r) {
         {"notice",
          notice(memory_ok, "memory_reason", "no GPU memory measurements were recorded")}}},
       {"driver",
-       {{"time_ns", by_lines ? json(driver) : J(r.elapsed_ns)},
+       {{"time_ns", !by_lines ? J(r.elapsed_ns)
+                    : driver_unknown == measured.size() ? json(nullptr)
+                                                        : json(driver)},
         {"basis", by_lines ? "measured-lines" : "elapsed"},
-        {"label", by_lines ? "driver (host) wall time of the " +
-                                 std::to_string(measured.size()) + " GPU-measured line" +
-                                 (measured.size() == 1 ? "" : "s")
+        {"label", by_lines ? DriverLabel(measured.size(), driver_unknown)
                            : std::string("elapsed driver time (no GPU-measured lines)")}}},
       {"lines", measured},
       {"top_time_line", TopIndex(r.lines, [](const Line& s) { return s.gpu_time_ns; })},

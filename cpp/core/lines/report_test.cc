@@ -228,6 +228,26 @@ json WithGpu(json r) {
   return r;
 }
 
+TEST(ReportPayload, UnknownWallTimesAreNotSummedAsZero) {
+  // GIVEN GPU-measured lines of which one has no wall time (a custom backend's None)
+  json r = WithGpu(Result());
+  r["run"]["lines"][0]["wall_time_ns"] = nullptr;
+  json p = Build(r);
+  // THEN the line's time is unknown, and the Driver time card sums the known one and says so
+  const json& line0 = p["lines"][0];
+  EXPECT_TRUE(line0["time_ns"].is_null());
+  EXPECT_TRUE(line0["avg_ns"].is_null());
+  EXPECT_EQ(p["gpu"]["driver"]["time_ns"], 5'000'000);
+  EXPECT_EQ(p["gpu"]["driver"]["label"],
+            "driver (host) wall time of 1 of the 2 GPU-measured lines (1 without a reported "
+            "wall time)");
+  // AND with no wall time at all the card has no value
+  r["run"]["lines"][1]["wall_time_ns"] = nullptr;
+  json q = Build(r);
+  EXPECT_TRUE(q["gpu"]["driver"]["time_ns"].is_null());
+  EXPECT_THAT(q["gpu"]["driver"]["label"].get<std::string>(), HasSubstr("unknown"));
+}
+
 TEST(ReportPayload, GpuSectionSumsMeasuredLines) {
   json p = Build(WithGpu(Result()));
   const json& g = p["gpu"];

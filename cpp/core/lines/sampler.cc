@@ -520,10 +520,12 @@ GpuCollectionSummary SummarizeGpuCollection(
           "work of other processes on the same GPU can be included (per-process utilization " +
           why + ")";
       if (g.used_devices_known) {
-        scope += "; only GPUs where this process holds memory count (";
+        scope += "; only the GPUs where this process holds memory count (";
         for (size_t i = 0; i < g.used_devices.size(); ++i)
-          scope += (i ? ", " : "") + std::to_string(g.used_devices[i]);
+          scope += (i ? ", gpu" : "gpu") + std::to_string(g.used_devices[i]);
         scope += ")";
+      } else if (g.proc_mem_readings > 0) {
+        scope += "; " + std::string(kNoDeviceMemoryGpuWarning);
       } else if (!out.memory_available) {
         scope += "; without per-process memory every GPU (" + devices + ") counts";
       }
@@ -593,8 +595,10 @@ void FinishGpuCollection(GpuCollectionSummary& s, size_t device_count,
   if (!s.memory_available && s.memory_reason && s.memory_reason != s.time_reason)
     w.push_back("GPU peak memory unavailable: " + *s.memory_reason);
   w.insert(w.end(), said.begin(), said.end());
+  w.insert(w.end(), s.losses.begin(), s.losses.end());
   if (s.time_available && s.utilization_scope == "device" && s.method != "neuron-sampled")
-    w.push_back(kDeviceWideGpuWarning);
+    w.push_back(g.proc_mem_readings > 0 && !g.used_devices_known ? kNoDeviceMemoryGpuWarning
+                                                                 : kDeviceWideGpuWarning);
   s.warnings.clear();
   for (auto& text : w)
     if (std::find(s.warnings.begin(), s.warnings.end(), text) == s.warnings.end())

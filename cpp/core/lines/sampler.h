@@ -248,6 +248,9 @@ struct GpuCollectionSummary {
   // which can include other processes; empty: no collector, or GPU time measured (CUPTI).
   std::string utilization_scope;
   std::vector<std::string> diagnostics;
+  // Diagnostics that report measurements lost mid-run by an earlier step (kernel records
+  // CUPTI dropped): FinishGpuCollection makes them warnings too.
+  std::vector<std::string> losses;
   // What the user must see in result.warnings, each once (FinishGpuCollection): why GPU time
   // or peak memory is missing, reads that failed mid-run, and that device-wide utilization
   // can include other processes' work.
@@ -263,6 +266,13 @@ inline constexpr double kProcessScopeShare = 0.9;
 inline constexpr const char* kDeviceWideGpuWarning =
     "GPU utilization is device-wide (per-process utilization is not available), so attributed "
     "GPU time can include other processes' work on the same GPUs";
+
+// Said instead when the utilization is device-wide but the driver reports per-process memory
+// and this process held none on any GPU: no GPU's utilization was charged to its lines.
+inline constexpr const char* kNoDeviceMemoryGpuWarning =
+    "this process held no memory on any GPU during the run, so no GPU's utilization was "
+    "charged to its lines (GPU time 0): work that other processes ran on the GPUs is not "
+    "counted";
 
 // Said first in result.warnings when the collector is gpuprof's mock (GPUPROF_GPU_BACKEND=mock):
 // its values are simulated, no device was measured.
@@ -291,7 +301,7 @@ GpuCollectionSummary SummarizeGpuCollection(
 
 // The last step, on the summary as kernel tracing left it (GPU time may be measured now):
 // reads that failed mid-run become diagnostics (how many of the readings, and the driver's
-// error), and `warnings` is filled. `apple_host`: the host is macOS, where no collector means
+// error), and `warnings` is filled (with those failures and `losses` among them). `apple_host`: the host is macOS, where no collector means
 // kMpsUnavailable is the reason.
 void FinishGpuCollection(GpuCollectionSummary& summary, size_t device_count,
                          const GpuSamplingSummary& sampled,

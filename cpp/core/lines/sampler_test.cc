@@ -545,7 +545,7 @@ TEST(SummarizeGpuCollectionTest, FailuresAreCountedAndAllFailedMeansUnavailable)
   FinishGpuCollection(s, 2, g, {});
   EXPECT_TRUE(s.time_available && s.memory_available);
   EXPECT_EQ(s.diagnostics.size(), 2u);
-  EXPECT_NE(s.diagnostics[0].find("holds memory count (1)"), std::string::npos);
+  EXPECT_NE(s.diagnostics[0].find("holds memory count (gpu1)"), std::string::npos);
   EXPECT_EQ(s.diagnostics[1],
             "GPU readings failed in 3 of 10 samples; lines whose samples all failed have no GPU "
             "time or GPU peak memory");
@@ -814,15 +814,26 @@ TEST(FinishGpuCollectionTest, EveryTickFailingNamesTheCausesOnceInOneReason) {
 }
 
 TEST(FinishGpuCollectionTest, DeviceWideUtilizationIsAWarningOnceExceptForNeuronCores) {
-  // GIVEN GPU time from device-wide utilization
+  // GIVEN GPU time from device-wide utilization of the GPU this process holds memory on
   GpuSamplingSummary g = TenGoodReadings();
   g.proc_util_readings = 0;
+  g.used_devices_known = true;
+  g.used_devices = {0};
   auto s = Summary(g, 1, {});
   ASSERT_EQ(s.utilization_scope, "device");
   EXPECT_EQ(s.warnings, std::vector<std::string>{kDeviceWideGpuWarning});
   // AND finishing again says it still once
   FinishGpuCollection(s, 1, g, {});
   EXPECT_EQ(s.warnings, std::vector<std::string>{kDeviceWideGpuWarning});
+  // GIVEN per-process memory readings showing no memory of this process on any GPU: no GPU
+  // counted, and that is what the warning (and the diagnostic) say instead
+  GpuSamplingSummary idle = g;
+  idle.used_devices_known = false;
+  idle.used_devices.clear();
+  auto no_memory = Summary(idle, 1, {});
+  EXPECT_EQ(no_memory.warnings, std::vector<std::string>{kNoDeviceMemoryGpuWarning});
+  EXPECT_EQ(CountPrefix(no_memory.diagnostics, "GPU time is estimated from sampled"), 1);
+  EXPECT_NE(no_memory.diagnostics.back().find(kNoDeviceMemoryGpuWarning), std::string::npos);
   // GIVEN this process's own utilization: no such warning
   auto own = Summary(TenGoodReadings(), 1, {});
   ASSERT_EQ(own.utilization_scope, "process");

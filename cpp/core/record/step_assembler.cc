@@ -1,10 +1,12 @@
 #include "record/step_assembler.h"
 
 #include <algorithm>
+#include <string>
 
 namespace gpuprof::record {
 namespace {
 constexpr size_t kRecentSteps = 1024;  // closed steps kept for GPU times that resolve late
+constexpr int64_t kMaxIndexNotes = 100;  // diagnostics about remapped step(i) indices per run
 }  // namespace
 
 StepAssembler::StepAssembler(const PhaseNames* names, int64_t anchor_mono_ns, Sink sink)
@@ -36,7 +38,28 @@ void StepAssembler::OpenAuto(int64_t ts) {
 void StepAssembler::OpenManual(int64_t index, int64_t ts) {
   OpenStep s;
   s.manual = true;
-  s.index = index;
+  // Every prof.step() is a step: an index that does not advance takes the next free number.
+  s.index = (!last_step_ || index > *last_step_) ? index : *last_step_ + 1;
+  const int64_t offset = s.index - index;
+  if (offset != manual_offset_) {
+    manual_offset_ = offset;
+    if (index_notes_ < kMaxIndexNotes) {
+      std::string msg = "prof.step(" + std::to_string(index) + ") is stored as step " +
+                        std::to_string(s.index);
+      if (offset == 0) {
+        msg += ": indices advance again; from here on the stored step is the index";
+      } else {
+        msg += " (step numbers increase in run order; an index at or below the last stored "
+               "step takes the next free number): from here on stored step = index + " +
+               std::to_string(offset) + " until the next such note";
+      }
+      sink_(store::DiagnosticRow{ts - anchor_, "info", "steps", std::move(msg)});
+    } else if (index_notes_ == kMaxIndexNotes) {
+      sink_(store::DiagnosticRow{ts - anchor_, "info", "steps",
+                                 "more prof.step() indices were renumbered; not noted further"});
+    }
+    ++index_notes_;
+  }
   OpenCommon(&s, ts);
   open_ = std::move(s);
 }
@@ -72,9 +95,9 @@ void StepAssembler::Close(int64_t end_ns) {
     row.wait_ns = s.gap_wait_ns;
     row.wait_source = "gap";
   }
-  row.forward_calls = s.forward_calls;
-  row.backward_calls = s.backward_calls;
-  row.optimizer_calls = s.optimizer_calls;
+  row.forward_calls = std::max(s.forward_calls, s.named_phase_calls[PhaseNames::kForward]);
+  row.backward_calls = std::max(s.backward_calls, s.named_phase_calls[PhaseNames::kBackward]);
+  row.optimizer_calls = std::max(s.optimizer_calls, s.named_phase_calls[PhaseNames::kOptimizer]);
   sink_(std::move(row));
   for (const PhaseAcc& p : s.phases) {
     store::PhaseRow pr;
@@ -89,6 +112,7 @@ void StepAssembler::Close(int64_t end_ns) {
   if (recent_.size() > kRecentSteps) recent_.pop_front();
   ++steps_emitted_;
   next_index_ = s.index + 1;
+  last_step_ = s.index;
   prev_end_ = std::max(end_ns, s.start_ns);
   open_.reset();
   pending_close_ = false;
@@ -194,6 +218,7 @@ void StepAssembler::OnEvent(const Event& e) {
       }
       const int64_t begin = it->second;
       phase_stack_.erase(std::next(it).base());
+      if (open_ && e.arg <= PhaseNames::kOptimizer) open_->named_phase_calls[e.arg] += 1;
       AddPhase(e.arg, ts - begin);
       break;
     }

@@ -3,9 +3,16 @@
 // Auto mode (patched torch): a step ends at the end of the last optimizer step before the
 // next forward/backward/dataloader wait, so gradient accumulation (several forward+backward
 // per optimizer.step) and several optimizers stepping in one iteration each make ONE step.
-// Manual mode: prof.step(i) brackets the step. In both modes steps tile the timeline: step k
-// starts where step k-1 ended, so its duration includes the dataloader wait before its first
-// forward. Step 0 starts at the first activity (or the first explicit wait) and has no gap wait.
+// Manual mode: prof.step(i) brackets the step, and every bracket is a step. Step numbers
+// increase in run order: step(i) is stored as step i when i is above the last stored step,
+// otherwise (an epoch loop restarting enumerate() at 0, a repeated index) as the next free
+// number; each change of the offset (stored step - i) is noted as an info diagnostic
+// (source "steps"), so the user's indices stay recoverable. A manual step's forward_calls /
+// backward_calls / optimizer_calls count its s.phase("forward"/"backward"/"optimizer") blocks
+// (or the hooked calls with auto=True, whichever is larger). In both modes steps tile the
+// timeline: step k starts where step k-1 ended, so its duration includes the dataloader wait
+// before its first forward. Step 0 starts at the first activity (or the first explicit wait)
+// and has no gap wait.
 //
 // Runs on the recorder thread only. Not thread-safe.
 #pragma once
@@ -57,6 +64,8 @@ class StepAssembler {
     int64_t explicit_wait_ns = 0;
     bool has_explicit_wait = false;
     int64_t forward_calls = 0, backward_calls = 0, optimizer_calls = 0;
+    // Manual s.phase() blocks named forward / backward / optimizer (PhaseNames ids 0..2).
+    int64_t named_phase_calls[3] = {0, 0, 0};
     std::vector<PhaseAcc> phases;
   };
   struct ClosedSpan {
@@ -80,6 +89,9 @@ class StepAssembler {
   std::optional<OpenStep> open_;
   std::optional<int64_t> prev_end_;
   int64_t next_index_ = 0;
+  std::optional<int64_t> last_step_;  // number of the last emitted step
+  int64_t manual_offset_ = 0;         // stored step - user's index of the last manual step
+  int64_t index_notes_ = 0;           // diagnostics written about remapped indices
   bool pending_close_ = false;
   int64_t last_opt_end_ = 0;
   std::optional<int64_t> fwd_begin_, bwd_begin_, opt_begin_, wait_begin_;

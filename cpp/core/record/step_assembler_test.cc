@@ -15,6 +15,7 @@ struct Collected {
   std::vector<store::StepRow> steps;
   std::map<std::pair<int64_t, std::string>, store::PhaseRow> phases;
   std::vector<store::PhaseGpuRow> late_gpu;
+  std::vector<store::DiagnosticRow> diagnostics;
 };
 
 class StepAssemblerTest : public ::testing::Test {
@@ -24,6 +25,7 @@ class StepAssemblerTest : public ::testing::Test {
           if (auto* s = std::get_if<store::StepRow>(&row)) out_.steps.push_back(*s);
           if (auto* p = std::get_if<store::PhaseRow>(&row)) out_.phases[{p->step, p->name}] = *p;
           if (auto* g = std::get_if<store::PhaseGpuRow>(&row)) out_.late_gpu.push_back(*g);
+          if (auto* d = std::get_if<store::DiagnosticRow>(&row)) out_.diagnostics.push_back(*d);
         }) {}
 
   // Feeds an event at kAnchor + t_ms.
@@ -158,6 +160,78 @@ TEST_F(StepAssemblerTest, ManualStepsWithWrappedDataloaderUseExplicitWait) {
   EXPECT_EQ(out_.steps[1].wait_ns, 3 * kMs);
   EXPECT_EQ(PhaseWall(101, "rollout"), 4 * kMs);
   EXPECT_EQ(PhaseWall(101, "forward"), 2 * kMs);
+}
+
+TEST_F(StepAssemblerTest, ManualIndicesThatRestartEachEpochAreAllStoredInRunOrder) {
+  // GIVEN the README loop inside an epoch loop: step(i) with i = 0, 1, 2 three times
+  double t = 0;
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    for (int i = 0; i < 3; ++i) {
+      At(t, EventKind::kStepBegin, 0, i);
+      At(t + 1, EventKind::kStepEnd, 0, i);
+      t += 2;
+    }
+  }
+  asm_.Finish(kAnchor + 100 * kMs);
+  // THEN all nine steps are stored, numbered in run order, and tile the timeline
+  ASSERT_EQ(out_.steps.size(), 9u);
+  for (int k = 0; k < 9; ++k) EXPECT_EQ(out_.steps[k].step, k);
+  EXPECT_EQ(asm_.steps_emitted(), 9);
+  EXPECT_EQ(out_.steps[3].start_ns, out_.steps[2].end_ns);
+  // AND each restart is noted once with the offset that maps stored steps back to i
+  ASSERT_EQ(out_.diagnostics.size(), 2u);
+  EXPECT_EQ(out_.diagnostics[0].level, "info");
+  EXPECT_EQ(out_.diagnostics[0].source, "steps");
+  EXPECT_NE(out_.diagnostics[0].message.find("prof.step(0) is stored as step 3"),
+            std::string::npos) << out_.diagnostics[0].message;
+  EXPECT_NE(out_.diagnostics[0].message.find("stored step = index + 3"), std::string::npos);
+  EXPECT_NE(out_.diagnostics[1].message.find("stored step = index + 6"), std::string::npos);
+}
+
+TEST_F(StepAssemblerTest, RepeatedOrDecreasingManualIndicesTakeTheNextFreeNumber) {
+  // GIVEN step(5), step(2), step(2), then step(10) (ahead of the stored steps again)
+  double t = 0;
+  for (int64_t i : {5, 2, 2, 10}) {
+    At(t, EventKind::kStepBegin, 0, i);
+    At(t + 1, EventKind::kStepEnd, 0, i);
+    t += 2;
+  }
+  asm_.Finish(kAnchor + 100 * kMs);
+  // THEN four steps: the user's index while it advances, else the next free number
+  ASSERT_EQ(out_.steps.size(), 4u);
+  EXPECT_EQ(out_.steps[0].step, 5);
+  EXPECT_EQ(out_.steps[1].step, 6);
+  EXPECT_EQ(out_.steps[2].step, 7);
+  EXPECT_EQ(out_.steps[3].step, 10);
+  // AND the offset changes are noted: +4 at step 6, +5 at step 7, back to the index at 10
+  ASSERT_EQ(out_.diagnostics.size(), 3u);
+  EXPECT_NE(out_.diagnostics[0].message.find("index + 4"), std::string::npos);
+  EXPECT_NE(out_.diagnostics[1].message.find("index + 5"), std::string::npos);
+  EXPECT_NE(out_.diagnostics[2].message.find("prof.step(10) is stored as step 10"),
+            std::string::npos);
+}
+
+TEST_F(StepAssemblerTest, ManualStepCountsItsNamedForwardBackwardOptimizerPhases) {
+  // GIVEN a manual step with two forward phases, one backward, one optimizer, one custom
+  const uint32_t custom = names_.Intern("rollout");
+  At(0, EventKind::kStepBegin, 0, 0);
+  for (uint32_t id : {PhaseNames::kForward, PhaseNames::kForward, PhaseNames::kBackward,
+                      PhaseNames::kOptimizer, custom}) {
+    At(1, EventKind::kPhaseBegin, id);
+    At(2, EventKind::kPhaseEnd, id);
+  }
+  At(3, EventKind::kStepEnd, 0, 0);
+  // AND a manual step without such phases
+  At(4, EventKind::kStepBegin, 0, 1);
+  At(5, EventKind::kStepEnd, 0, 1);
+  asm_.Finish(kAnchor + 100 * kMs);
+  // THEN the call counters are those counts (measured), and 0 where none ran
+  ASSERT_EQ(out_.steps.size(), 2u);
+  EXPECT_EQ(out_.steps[0].forward_calls, 2);
+  EXPECT_EQ(out_.steps[0].backward_calls, 1);
+  EXPECT_EQ(out_.steps[0].optimizer_calls, 1);
+  EXPECT_EQ(out_.steps[1].forward_calls, 0);
+  EXPECT_TRUE(out_.diagnostics.empty());
 }
 
 TEST_F(StepAssemblerTest, ManualStepLeftOpenClosesAtFinish) {
