@@ -81,6 +81,40 @@ def test_nested_submodules_are_not_counted_as_forward_calls(db):
     assert stats["forward_calls"] == 4
 
 
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_activation_checkpointing_recompute_is_backward_not_forward(db, reentrant):
+    # GIVEN blocks run under torch.utils.checkpoint: their forwards are recomputed inside
+    # backward (on the calling thread, on CPU)
+    from torch.utils.checkpoint import checkpoint
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = nn.ModuleList([mlp(64, 2) for _ in range(4)])
+
+        def forward(self, x):
+            for b in self.blocks:
+                x = checkpoint(b, x, use_reentrant=reentrant)
+            return x
+
+    model = Net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with gpuprof.profile("ckpt", db=db.path, gpu="none", summary=False):
+        for _ in range(6):
+            model(torch.randn(16, 64, requires_grad=True)).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+    # THEN each step has one forward call (the recomputes are backward's work), and the
+    # phases never add up to more than the step
+    rows = steps_of(db)
+    assert len(rows) == 6 and all(r[2:] == (1, 1, 1) for r in rows)
+    assert phase_calls(db, "forward") == [1] * 6
+    over = db.rows("SELECT s.step FROM steps s JOIN phases p ON p.run_id=s.run_id AND "
+                   "p.step=s.step WHERE s.run_id=1 GROUP BY s.step "
+                   "HAVING SUM(p.wall_ns) > MAX(s.end_ns - s.start_ns)")
+    assert over == []
+
+
 def test_gradient_accumulation_is_one_step(db):
     # GIVEN 4 micro-batches per optimizer step, 20 micro-batches
     model = mlp()

@@ -73,6 +73,10 @@ PyObject* CallHookVectorcall(PyObject* self, PyObject* const* args, size_t nargs
     return PyObject_Vectorcall(h->original, args, nargsf, kwnames);
   }
   const int k = h->kind;
+  // A module called while a backward runs on this thread is the backward's own work
+  // (activation checkpointing recomputes forwards there; CPU autograd runs on the calling
+  // thread): it opens no forward phase and counts no forward call.
+  if (k == 0 && st->depth[1] > 0) return PyObject_Vectorcall(h->original, args, nargsf, kwnames);
   const bool outermost = st->depth[k]++ == 0;
   if (outermost) {
     const int64_t ts = clock::NowNs();
