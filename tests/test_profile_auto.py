@@ -155,6 +155,27 @@ def test_several_optimizers_in_one_iteration_are_one_step(db):
     assert all(r[4] == 2 for r in rows)
 
 
+def test_optimizers_that_each_follow_their_own_backward_make_one_step_each(db):
+    # GIVEN a GAN loop whose discriminator and generator each run forward, backward and
+    # their optimizer step in turn
+    g, d = mlp(), mlp()
+    og = torch.optim.SGD(g.parameters(), lr=0.01)
+    od = torch.optim.SGD(d.parameters(), lr=0.01)
+    with gpuprof.profile("gan-alternating", db=db.path, gpu="none", summary=False):
+        for x in batches(4):
+            d(g(x).detach()).mean().backward()
+            od.step()
+            od.zero_grad()
+            d(g(x)).mean().backward()
+            og.step()
+            og.zero_grad()
+    # THEN (as documented) each optimizer step ends a step: two per iteration, each with its
+    # own forward calls (g, then d), backward and optimizer call
+    rows = steps_of(db)
+    assert len(rows) == 8
+    assert all(r[2:] == (2, 1, 1) for r in rows)
+
+
 def test_grad_scaler_step_counts_once(db):
     # GIVEN a mixed-precision style loop using GradScaler (CPU device)
     model = mlp()
