@@ -355,6 +355,18 @@ def test_config_json_is_strict_json_and_group_is_stored(db):
     assert group == "job-7"
 
 
+@pytest.mark.parametrize("group, stored", [("explicit-job", "explicit-job"),
+                                           (None, "elastic-42")])
+def test_an_explicit_group_wins_over_torchelastic_run_id(db, monkeypatch, group, stored):
+    # GIVEN a torchrun environment
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "elastic-42")
+    # WHEN a run names its group (or not)
+    with gpuprof.profile("grp", db=db.path, gpu="none", group=group, summary=False):
+        pass
+    # THEN the explicit group is stored, else the environment's
+    assert db.one("SELECT group_id FROM runs") == stored
+
+
 def test_empty_run_name_is_rejected():
     with pytest.raises(ValueError, match="run_name"):
         gpuprof.profile("  ")

@@ -223,7 +223,10 @@ class Profile:
             except ImportError:
                 torch = None
         opts = dict(self._options)
-        opts.update(_environment(torch))
+        env = _environment(torch)
+        if opts.get("group_id") is not None:
+            env.pop("group_id", None)  # an explicit group= wins over $TORCHELASTIC_RUN_ID
+        opts.update(env)
         try:
             self._session = _native.Session(opts)
         except Exception as e:  # a profiler failure never breaks the training
