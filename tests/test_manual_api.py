@@ -179,3 +179,14 @@ def test_phase_outside_its_step_warns_and_is_recorded_as_a_diagnostic(db):
                                   "AND source='steps'")]
     assert any("s.phase('late')" in m and "not recorded" in m for m in msgs), msgs
     assert db.rows("SELECT * FROM phases WHERE name='late'") == []
+
+
+def test_a_step_index_too_large_to_store_is_a_clear_error(db):
+    with gpuprof.profile("big", db=db.path, gpu="none", auto=False, summary=False) as prof:
+        with pytest.raises(ValueError, match=r"index must be at most 2\*\*62"):
+            prof.step(2**63)
+        with prof.step(2**62):
+            pass
+        with prof.step():  # the next one still works
+            pass
+    assert [r[0] for r in db.rows("SELECT step FROM steps ORDER BY step")] == [2**62, 2**62 + 1]

@@ -367,6 +367,14 @@ def test_an_explicit_group_wins_over_torchelastic_run_id(db, monkeypatch, group,
     assert db.one("SELECT group_id FROM runs") == stored
 
 
+def test_numpy_bools_are_bools(db):
+    np = pytest.importorskip("numpy")
+    with gpuprof.profile("npbool", db=db.path, gpu="none", auto=np.bool_(False),
+                         summary=np.bool_(False)) as prof:
+        pass
+    assert prof.run_id is not None and db.one("SELECT status FROM runs") == "ok"
+
+
 def test_empty_run_name_is_rejected():
     with pytest.raises(ValueError, match="run_name"):
         gpuprof.profile("  ")

@@ -52,10 +52,17 @@ def _check_positive(name: str, value: Any, allow_zero: bool = False,
 
 
 def _check_bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"gpuprof.profile: {name} must be a bool, got "
-                        f"{type(value).__name__} {value!r}")
-    return value
+    if isinstance(value, bool):
+        return value
+    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool"):
+        return bool(value)  # numpy's bool (a flag read through numpy)
+    raise TypeError(f"gpuprof.profile: {name} must be a bool, got "
+                    f"{type(value).__name__} {value!r}")
+
+
+# Step numbers are stored as signed 64-bit integers and may be moved past the index (a
+# repeated index takes the next free number): 2**62 leaves room for that.
+_MAX_STEP_INDEX = 2**62
 
 
 def _json_value(v: Any) -> Any:
@@ -399,8 +406,10 @@ class Profile:
         """Brackets one training step: ``with prof.step(i) as s:``."""
         if index is None:
             index = getattr(self, "_next_step", 0)
-        if isinstance(index, bool) or not isinstance(index, int):
+        elif isinstance(index, bool) or not isinstance(index, int):
             raise TypeError(f"Profile.step: index must be an int, got {type(index).__name__}")
+        elif index > _MAX_STEP_INDEX:
+            raise ValueError(f"Profile.step: index must be at most 2**62, got {index}")
         if index < 0:
             raise ValueError(f"Profile.step: index must be >= 0, got {index}")
         self._next_step = index + 1

@@ -73,6 +73,14 @@ def get_backend_factory(name: str) -> BackendFactory:
     return factory
 
 
+def nothing_recorded(roots: tuple[str, ...], what: str) -> str:
+    """The warning of a session whose result has no line: `what` says what did not happen
+    ("ran" for a tracer, "was sampled" for a sampler)."""
+    return ("nothing was recorded: no line of code under the root (" + ", ".join(roots) +
+            ") or matching an include pattern " + what + " during the session; if the code "
+            "to profile lies elsewhere, point root= (-r) or include= (-i) at it")
+
+
 GPU_TRACE_WARNING = (
     "GPU profiling is not supported by the 'trace' backend: GPU measurements are unavailable "
     "and Python line profiling continues. Use a backend that declares "
@@ -126,10 +134,7 @@ class TraceBackend:
                      for f, q, first, tot, own, calls in t.functions()]
         warnings = list(t.warnings)
         if not lines:
-            warnings.append(
-                "nothing was recorded: no code under the root (" + ", ".join(self._roots) +
-                ") or matching an include pattern ran during the session; point root= "
-                "(-r) or include= (-i) at the code to profile")
+            warnings.append(nothing_recorded(self._roots, "ran"))
         return RawBackendResult(
             lines=lines, functions=functions, elapsed_ns=t.elapsed_ns,
             warnings=warnings,

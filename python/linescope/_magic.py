@@ -190,7 +190,13 @@ def run_cell_magic(shell: Any, line: str, cell: str) -> Any:
         try:
             result = session.stop()
         except Exception as failure:  # noqa: BLE001
-            _finish_failed_beside(session, exc, failure)
+            with warnings.catch_warnings(record=True) as said:
+                warnings.simplefilter("always")
+                _finish_failed_beside(session, exc, failure, "linescope.profile.result")
+            try:
+                code.warn(said)  # at the cell, as the session's other warnings
+            except Warning:  # a filter that makes it an error must not replace `exc`
+                pass
             result = session._result
         if display == "end" and result is not None:
             _show(result)

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from ._backends import BackendOptions, register_backend
+from ._backends import BackendOptions, nothing_recorded, register_backend
 from ._model import (BackendCapabilities, GPUCollection, GPUStats, MemoryProfile,
                      RawBackendResult, RawFunction, RawLine)
 
@@ -141,6 +141,9 @@ class SamplerBackend:
             g = n.gpu()
             gpu = gpu_collection(g)
             warnings.extend(g["warnings"])  # each once, decided in C++ (FinishGpuCollection)
+        if not lines:
+            warnings.append(nothing_recorded(self._options.roots, "was sampled") +
+                            " (or the session was shorter than the sampling interval)")
         if stats["failed_requests"]:
             warnings.append(f"{stats['failed_requests']} samples could not be requested (the "
                             "interpreter's pending-call queue was full)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import linecache
+import numbers
 import os
 import re
 import sys
@@ -109,23 +110,24 @@ _RAW_LINE_AMOUNTS = (("wall_time_ns", True, False), ("hits", True, False),
 
 
 def _check_raw_line(backend: str, x: RawLine) -> None:
-    """A custom backend's line: known amounts are ints (unknown: None), durations, counts and
-    peaks are not negative, GPU values come as GPUStats. Clear errors naming the line."""
+    """A custom backend's line: known amounts are integers (int, numpy integers; unknown:
+    None), durations, counts and peaks are not negative, GPU values come as GPUStats. Clear
+    errors naming the line."""
     where = f"backend {backend!r}: RawLine {x.filename!r}:{x.line!r}"
 
     def amount(name: str, value: Any, nullable: bool, signed: bool) -> None:
         if value is None and nullable:
             return
-        if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             kind = "an int or None" if nullable else "an int"
             raise TypeError(f"{where}: {name} must be {kind}, not {type(value).__name__}")
         if value < 0 and not signed:
             raise ValueError(f"{where}: {name} must not be negative, got {value}")
 
-    if not isinstance(x.filename, str) or not x.filename:
-        raise TypeError(f"backend {backend!r}: RawLine.filename must be a non-empty str, "
-                        f"not {x.filename!r}")
-    if isinstance(x.line, bool) or not isinstance(x.line, int) or x.line < 1:
+    if not isinstance(x.filename, (str, os.PathLike)) or not os.fspath(x.filename):
+        raise TypeError(f"backend {backend!r}: RawLine.filename must be a non-empty path "
+                        f"(str or os.PathLike), not {x.filename!r}")
+    if isinstance(x.line, bool) or not isinstance(x.line, numbers.Integral) or x.line < 1:
         raise ValueError(f"{where}: line must be a line number (an int >= 1)")
     for name, nullable, signed in _RAW_LINE_AMOUNTS:
         amount(name, getattr(x, name), nullable, signed)
@@ -137,16 +139,21 @@ def _check_raw_line(backend: str, x: RawLine) -> None:
         amount("gpu.peak_memory_bytes", x.gpu.peak_memory_bytes, True, False)
 
 
-def _finish_failed_beside(session: Any, exc: BaseException, failure: Exception) -> None:
+def _finish_failed_beside(session: Any, exc: BaseException, failure: Exception,
+                          result_name: str = "session.result") -> None:
     """The session could not finish (e.g. its report could not be written) while the
     profiled code was raising: that exception stays the one the user sees; the failure
     becomes a RuntimeWarning and a note on it."""
-    kept = "; the result is in session.result" if session._result is not None else ""
+    kept = f"; the result is in {result_name}" if session._result is not None else ""
     text = (f"linescope could not finish the session while the profiled code raised "
             f"{type(exc).__name__}: {type(failure).__name__}: {failure}{kept}")
     with contextlib.suppress(Exception):
         exc.add_note(text)
     warnings.warn(text, RuntimeWarning, stacklevel=3)
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def _own_backend(factory: Any) -> bool:
@@ -720,16 +727,21 @@ class profile(metaclass=_ProfileMeta):
             line_memory = self._memory_sampler.per_line()
         lines = []
         for r in raw.lines:
-            net, peak = line_memory.get((r.filename, r.line), (r.memory, r.memory_peak))
+            # A custom backend's values may be numpy integers and its names os.PathLike: the
+            # result holds plain ints and strs.
+            name, line = os.fspath(r.filename), int(r.line)
+            net, peak = line_memory.get((name, line), (r.memory, r.memory_peak))
             if not self.memory:
                 net = peak = None
+            gpu = r.gpu if self.gpu and isinstance(r.gpu, GPUStats) else None
+            if gpu is not None:
+                gpu = GPUStats(_int(gpu.time_ns), _int(gpu.peak_memory_bytes))
             lines.append(LineStats(
-                filename=r.filename, line=r.line, wall_time_ns=r.wall_time_ns, hits=r.hits,
-                self_time_ns=r.self_time_ns, memory_bytes=net,
-                gpu=(r.gpu if self.gpu and isinstance(r.gpu, GPUStats) else None),
-                memory_peak_bytes=peak, cpu_time_ns=r.cpu_time_ns, samples=r.samples,
-                calls=r.calls))
-        functions = [FunctionStats(qualname=f.qualname, filename=f.filename,
+                filename=name, line=line, wall_time_ns=_int(r.wall_time_ns), hits=_int(r.hits),
+                self_time_ns=_int(r.self_time_ns), memory_bytes=_int(net), gpu=gpu,
+                memory_peak_bytes=_int(peak), cpu_time_ns=_int(r.cpu_time_ns),
+                samples=_int(r.samples), calls=_int(r.calls)))
+        functions = [FunctionStats(qualname=f.qualname, filename=os.fspath(f.filename),
                                    first_line=f.first_line, total_time_ns=f.total_time_ns,
                                    own_time_ns=f.own_time_ns, calls=f.calls)
                      for f in raw.functions]

@@ -326,6 +326,37 @@ def test_a_custom_backend_s_line_values_are_checked(line, error, match):
             pass
 
 
+def test_a_custom_backend_may_use_numpy_integers_paths_and_unknowns(tmp_path):
+    # GIVEN a custom backend whose values are numpy integers, with a pathlib filename, an
+    # unknown wall time and hit count, and a negative memory change
+    np = pytest.importorskip("numpy")
+    src = tmp_path / "calc.py"
+    src.write_text("a = 1\nb = 2\n")
+
+    class Numpyish:
+        capabilities = BackendCapabilities(gpu=True, memory=True)
+        def __init__(self, options): pass
+        def start(self): pass
+        def stop(self): pass
+        def result(self):
+            return RawBackendResult(lines=[
+                RawLine(src, np.int64(1), np.int64(5_000), hits=np.int32(3),
+                        memory=np.int64(-4096), gpu=GPUStats(np.int64(7), np.int64(8))),
+                RawLine(str(src), 2, None, hits=None)])
+
+    register_backend("numpyish", Numpyish, replace=True)
+    # WHEN profiled
+    with profile(backend="numpyish", display="none", gpu=True, memory=True) as s:
+        pass
+    # THEN the values are taken as they are
+    r = s.result
+    first = r.line(str(src), 1)
+    assert (first.wall_time_ns, first.hits, first.memory_bytes) == (5_000, 3, -4096)
+    assert (first.gpu.time_ns, first.gpu.peak_memory_bytes) == (7, 8)
+    assert r.line(str(src), 2).wall_time_ns is None
+    s.save(tmp_path / "r.html")  # and the report renders them
+
+
 def test_pyproject_values_are_checked_and_errors_name_the_file(tmp_path, monkeypatch):
     (tmp_path / "pyproject.toml").write_text('[tool.linescope]\nmemory = "yes"\n')
     monkeypatch.chdir(tmp_path)

@@ -280,3 +280,22 @@ def test_relative_output_is_resolved_when_the_cell_starts(shell, tmp_path):
     assert res.success
     assert json.loads((tmp_path / "cell.json").read_text())["run"]["lines"]
     assert not (tmp_path / "elsewhere" / "cell.json").exists()
+
+
+def test_a_report_that_cannot_be_written_does_not_replace_the_cell_s_exception(shell, tmp_path):
+    # GIVEN a cell whose -o directory is replaced by a file while it runs, and which raises
+    out = tmp_path / "out"
+    out.mkdir()
+    shell.user_ns["out_dir"] = out
+    cell = (f"%%linescope -d none -o {out}/r.json\n"
+            "out_dir.rmdir(); out_dir.write_text('a file now')\n"
+            "raise KeyError('the cell error')\n")
+    # WHEN it runs
+    with pytest.warns(RuntimeWarning, match="could not finish the session") as caught:
+        res, _ = run(shell, cell)
+    # THEN the cell fails with its own exception, and the warning names the cell and the
+    # result that is kept
+    assert isinstance(res.error_in_exec, KeyError)
+    said = [w for w in caught if "could not finish" in str(w.message)]
+    assert said and said[0].filename.startswith("<ipython-input-")
+    assert "linescope.profile.result" in str(said[0].message)

@@ -639,3 +639,12 @@ def test_sample_now_takes_one_sample_on_the_starting_thread_only(ws):
     samples = {(f.rsplit("/", 1)[-1], ln): n for f, ln, n, *_ in s.lines()}
     assert samples.get(("now.py", 3), 0) >= 50
     assert s.stats()["samples"] >= 50
+
+
+def test_a_sampler_session_that_recorded_nothing_says_why(ws, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    r = run(ws, spin_for, 0.05, root=str(elsewhere))
+    assert r.lines == []
+    said = [w for w in r.warnings if w.startswith("nothing was recorded")]
+    assert len(said) == 1 and str(elsewhere) in said[0] and "was sampled" in said[0]

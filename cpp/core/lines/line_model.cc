@@ -256,10 +256,13 @@ PathFilter::PathFilter(std::vector<std::string> roots, std::vector<std::string> 
   // sources): it stays recorded.
   for (const auto& d : library_dirs) {
     if (d.empty()) continue;
-    std::string dir = NormalizePath(d, cwd_);
-    bool holds_root = std::any_of(roots_.begin(), roots_.end(),
-                                  [&](const std::string& r) { return Under(r, dir); });
-    if (!holds_root && dir != "/") library_dirs_.push_back(std::move(dir));
+    const std::string dir = NormalizePath(d, cwd_);
+    for (std::string form : {dir, ResolvedPath(dir)}) {
+      if (form.empty() || form == "/") continue;
+      bool holds_root = std::any_of(roots_.begin(), roots_.end(),
+                                    [&](const std::string& r) { return Under(r, form); });
+      if (!holds_root) library_dirs_.push_back(std::move(form));
+    }
   }
 }
 
@@ -308,8 +311,10 @@ bool PathFilter::Recorded(std::string_view path) const {
   auto either = [&](auto&& test) { return test(abs) || (!real.empty() && test(real)); };
   if (either([&](const std::string& p) { return Matches(exclude_, p); })) return false;
   if (either([&](const std::string& p) { return Matches(include_, p); })) return true;
-  if (either([&](const std::string& p) { return Library(p); })) return false;
-  return either([&](const std::string& p) { return UnderRoot(p); });
+  // The user's code by one of its names: under a root and not library code there (a package
+  // linked from site-packages into the project is the project's; a library linked into the
+  // project is not library code by the name it has there).
+  return either([&](const std::string& p) { return UnderRoot(p) && !Library(p); });
 }
 
 }  // namespace gpuprof::lines

@@ -376,9 +376,11 @@ class LineAggregator {
 //                    interpreter's standard library) that holds no root
 // Patterns are fnmatch globs where `*` also matches '/', tried against the absolute path and
 // against the path relative to each root. Relative `path`s are taken relative to `cwd`.
-// Symbolic links: a root and a file are also taken by their resolved path (realpath(3), the
-// only filesystem access), so a root reached through a link records the files under it
-// whichever way they were imported; an exclude that matches either form wins.
+// Symbolic links: a root, a library directory and a file are also taken by their resolved
+// path (realpath(3), the only filesystem access): a file is recorded when either of its
+// names lies under a root and is not library code by that name (a root reached through a
+// link records the files under it whichever way they were imported; a package linked from
+// site-packages into the project is recorded); an exclude that matches either form wins.
 class PathFilter {
  public:
   PathFilter(std::vector<std::string> roots, std::vector<std::string> include,

@@ -507,6 +507,19 @@ TEST(PathFilterTest, RootAndFilesAreAlsoTakenByTheirResolvedPath) {
   EXPECT_EQ(ResolvedPath(real + "/mod.py"), "");  // already resolved
   EXPECT_EQ(ResolvedPath(link + "/mod.py"), real + "/mod.py");
   EXPECT_EQ(ResolvedPath(base + "/missing.py"), "");
+  // AND a package linked from site-packages into the project (an editable install by link)
+  // is the project's code, while site-packages itself is not
+  const std::string site = base + "/venv/lib/python3.11/site-packages";
+  ASSERT_EQ(std::system(("mkdir -p " + site).c_str()), 0);
+  ASSERT_EQ(symlink(real.c_str(), (site + "/proj").c_str()), 0);
+  { std::ofstream(site + "/other.py") << "x = 1\n"; }
+  EXPECT_TRUE(by_real.Recorded(site + "/proj/mod.py"));
+  PathFilter venv_in_root({base}, {}, {}, "/");
+  EXPECT_FALSE(venv_in_root.Recorded(site + "/other.py"));
+  EXPECT_TRUE(venv_in_root.Recorded(real + "/mod.py"));
+  std::remove((site + "/other.py").c_str());
+  std::remove((site + "/proj").c_str());
+  ASSERT_EQ(std::system(("rm -r " + base + "/venv").c_str()), 0);
   std::remove((real + "/mod.py").c_str());
   std::remove((real + "/skip.py").c_str());
   std::remove(link.c_str());
