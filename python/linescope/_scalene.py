@@ -496,6 +496,7 @@ class _WaitShims:
         self._pid = os.getpid()
         self._active = False
         self._installed: list[tuple[Any, str, Any, Any]] = []
+        self.started = 0  # threads started (Thread.start) during the session
 
     def here(self) -> bool:
         """True on the main thread of the process that started the session, while it runs."""
@@ -550,8 +551,16 @@ class _WaitShims:
                 return _PollingWaiter(lock, shims)
             return lock
 
+        orig_start = threading.Thread.start
+
+        @functools.wraps(orig_start)
+        def start(thread: threading.Thread) -> None:
+            shims.started += 1  # (for the late-sample warning: a thread may have run)
+            return orig_start(thread)
+
         self._installed = [(threading.Thread, "join", orig_join, join),
-                           (threading, "_allocate_lock", orig_allocate, allocate_lock)]
+                           (threading, "_allocate_lock", orig_allocate, allocate_lock),
+                           (threading.Thread, "start", orig_start, start)]
         for owner, name, _orig, shim in self._installed:
             setattr(owner, name, shim)
         self._active = True
@@ -607,6 +616,7 @@ class ScaleneBackend:
         self._stall_min_s = max(0.2, 20 * self._interval_s)
         self._last_alarm = 0.0
         self._others_recorded = False  # the latest sample found other threads in recorded code
+        self._started_seen = 0  # the shims' count of started threads at the latest sample
         self._stalls: list[tuple[float, str]] = []  # (seconds, main thread's line after it)
 
     # Scalene asks this for every frame it walks; cached per file name.
@@ -737,7 +747,11 @@ class ScaleneBackend:
                 return  # a signal already pending at stop(): do not re-arm the timer
             now = time.perf_counter()
             gap, self._last_alarm = now - self._last_alarm, now
-            others_before = self._others_recorded
+            # Other threads in recorded code at the previous sample, or a thread started since
+            # (it may have run and finished while no sample could be taken).
+            started = self._shims.started if self._shims is not None else 0
+            others_before = self._others_recorded or started != self._started_seen
+            self._started_seen = started
             try:
                 handler(signum, frame)
             except Exception as e:  # noqa: BLE001 - never raise into the profiled program

@@ -358,9 +358,10 @@ def test_a_worker_is_sampled_while_the_main_thread_waits_for_it(ws, how):
 
 
 @needs_scalene
-def test_a_wait_that_is_not_interruptible_is_a_warning(ws):
-    # GIVEN a main thread blocked in a plain Lock.acquire() while a worker runs recorded code
-    # (and goes on after releasing it)
+@pytest.mark.parametrize("after", [0.1, 0.0])
+def test_a_wait_that_is_not_interruptible_is_a_warning(ws, after):
+    # GIVEN a main thread blocked in a plain Lock.acquire() from the session's start while a
+    # worker runs recorded code (and goes on after releasing it, or ends right away)
     mod = ws.module("worker.py", WORKER)
     lock = threading.Lock()
     lock.acquire()
@@ -368,7 +369,8 @@ def test_a_wait_that_is_not_interruptible_is_a_warning(ws):
     def work():
         mod.busy(0.6)
         lock.release()
-        mod.busy(0.1)
+        if after:
+            mod.busy(after)
 
     with profile(backend="scalene", root=ws.root, display="none", sample_rate=200) as s:
         threading.Thread(target=work).start()
@@ -384,7 +386,7 @@ def test_waits_behave_as_without_a_session_and_are_restored_after_it(ws):
     import _thread
     import queue
 
-    join, allocate = threading.Thread.join, threading._allocate_lock
+    join, allocate, start = threading.Thread.join, threading._allocate_lock, threading.Thread.start
     with profile(backend="scalene", root=ws.root, display="none", sample_rate=200):
         # timeouts still time out, results and notifications still arrive
         th = threading.Thread(target=time.sleep, args=(0.3,))
@@ -404,6 +406,7 @@ def test_waits_behave_as_without_a_session_and_are_restored_after_it(ws):
             threading.current_thread().join()
     # THEN the originals are back after stop()
     assert threading.Thread.join is join and threading._allocate_lock is allocate
+    assert threading.Thread.start is start
     assert allocate is _thread.allocate_lock
 
 
