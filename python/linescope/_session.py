@@ -140,7 +140,7 @@ def _check_raw_line(backend: str, x: RawLine) -> None:
 
 
 def _finish_failed_beside(session: Any, exc: BaseException, failure: Exception,
-                          result_name: str = "session.result") -> None:
+                          result_name: str = "the session's .result") -> None:
     """The session could not finish (e.g. its report could not be written) while the
     profiled code was raising: that exception stays the one the user sees; the failure
     becomes a RuntimeWarning and a note on it."""
