@@ -36,6 +36,7 @@ import shutil
 import signal
 import sys
 import threading
+import weakref
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -497,6 +498,13 @@ class _WaitShims:
         self._active = False
         self._installed: list[tuple[Any, str, Any, Any]] = []
         self.started = 0  # threads started (Thread.start) during the session
+        self._threads: list[weakref.ref[threading.Thread]] = []  # those, while alive
+
+    def any_alive(self) -> bool:
+        """Whether a thread started during the session is still running (dead ones are
+        forgotten)."""
+        self._threads = [r for r in self._threads if (t := r()) is not None and t.is_alive()]
+        return bool(self._threads)
 
     def here(self) -> bool:
         """True on the main thread of the process that started the session, while it runs."""
@@ -555,7 +563,10 @@ class _WaitShims:
 
         @functools.wraps(orig_start)
         def start(thread: threading.Thread) -> None:
-            shims.started += 1  # (for the late-sample warning: a thread may have run)
+            # (for the late-sample warning: a thread started in the session may run while no
+            # sample can be taken)
+            shims.started += 1
+            shims._threads.append(weakref.ref(thread))
             return orig_start(thread)
 
         self._installed = [(threading.Thread, "join", orig_join, join),
@@ -617,6 +628,7 @@ class ScaleneBackend:
         self._last_alarm = 0.0
         self._others_recorded = False  # the latest sample found other threads in recorded code
         self._started_seen = 0  # the shims' count of started threads at the latest sample
+        self._started_alive = False  # a thread started in the session ran at the latest one
         self._stalls: list[tuple[float, str]] = []  # (seconds, main thread's line after it)
 
     # Scalene asks this for every frame it walks; cached per file name.
@@ -747,11 +759,16 @@ class ScaleneBackend:
                 return  # a signal already pending at stop(): do not re-arm the timer
             now = time.perf_counter()
             gap, self._last_alarm = now - self._last_alarm, now
-            # Other threads in recorded code at the previous sample, or a thread started since
-            # (it may have run and finished while no sample could be taken).
-            started = self._shims.started if self._shims is not None else 0
-            others_before = self._others_recorded or started != self._started_seen
+            # Other threads in recorded code at the previous sample, or a thread of the
+            # session's running then or started since (it may have run, and ended, while no
+            # sample could be taken). Threads from before the session (an IDE's, a pool's
+            # idle ones) do not count.
+            shims = self._shims
+            started = shims.started if shims is not None else 0
+            others_before = (self._others_recorded or started != self._started_seen or
+                             self._started_alive)
             self._started_seen = started
+            self._started_alive = shims is not None and shims.any_alive()
             try:
                 handler(signum, frame)
             except Exception as e:  # noqa: BLE001 - never raise into the profiled program
