@@ -381,19 +381,24 @@ class SamplerSession {
     if (name == nullptr || !PyUnicode_Check(name) || !PyUnicode_IS_COMPACT_ASCII(name))
       return kUnclassified;
     try {
-      std::string filename(static_cast<const char*>(PyUnicode_DATA(name)),
-                           static_cast<size_t>(PyUnicode_GET_LENGTH(name)));
-      auto d = decided_.find(filename);
-      const bool recorded =
-          d != decided_.end() ? d->second
-                              : decided_.emplace(filename, filter_.Recorded(filename)).first->second;
-      if (!recorded) return kNotRecorded;
-      return agg_.InternFile(filename.empty() || filename.front() == '<'
-                                 ? filename
-                                 : lines::NormalizePath(filename, cwd_));
+      return RecordedFileId(std::string(static_cast<const char*>(PyUnicode_DATA(name)),
+                                        static_cast<size_t>(PyUnicode_GET_LENGTH(name))));
     } catch (...) {
       return kUnclassified;
     }
+  }
+
+  // The aggregator's file id of `filename` when the filter records it (decided once per
+  // file name), else kNotRecorded. Main thread only; may throw (out of memory).
+  int32_t RecordedFileId(const std::string& filename) {
+    auto d = decided_.find(filename);
+    const bool recorded =
+        d != decided_.end() ? d->second
+                            : decided_.emplace(filename, filter_.Recorded(filename)).first->second;
+    if (!recorded) return kNotRecorded;
+    return agg_.InternFile(filename.empty() || filename.front() == '<'
+                               ? filename
+                               : lines::NormalizePath(filename, cwd_));
   }
 
   // Sampler thread.
@@ -418,22 +423,9 @@ class SamplerSession {
     if (it != codes_.end()) return &it->second;
     try {
       CodeEntry e;
-      std::string filename = Utf8OrEmpty(code->co_filename);
-      auto d = decided_.find(filename);
-      bool recorded;
-      if (d != decided_.end()) {
-        recorded = d->second;
-      } else {
-        recorded = filter_.Recorded(filename);
-        decided_.emplace(filename, recorded);
-      }
-      if (recorded) {
-        std::string path = filename.empty() || filename.front() == '<'
-                               ? filename
-                               : lines::NormalizePath(filename, cwd_);
-        e.function = agg_.AddFunction(agg_.InternFile(path), Utf8OrEmpty(code->co_qualname),
-                                      code->co_firstlineno);
-      }
+      const int32_t file = RecordedFileId(Utf8OrEmpty(code->co_filename));
+      if (file >= 0)
+        e.function = agg_.AddFunction(file, Utf8OrEmpty(code->co_qualname), code->co_firstlineno);
       Py_INCREF(code);  // keeps the key alive (no address reuse) until the session goes
       return &codes_.emplace(code, e).first->second;
     } catch (...) {

@@ -65,6 +65,11 @@ def _check_bool(name: str, value: Any) -> bool:
 _MAX_STEP_INDEX = 2**62
 
 
+def _error_text(exc: BaseException) -> str:
+    """runs.error for the exception that ended a run: "Type: message" (or "Type")."""
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
 def _json_value(v: Any) -> Any:
     """config_json is strict JSON: a non-finite float (never a validated option) is null."""
     if isinstance(v, float) and not math.isfinite(v):
@@ -200,7 +205,7 @@ class Profile:
         if exc_type is None or (isinstance(exc, SystemExit) and exc.code in (0, None)):
             self.stop()  # sys.exit(0) / sys.exit() is a normal completion
         else:
-            self.stop(error=f"{exc_type.__name__}: {exc}" if str(exc) else exc_type.__name__)
+            self.stop(error=_error_text(exc))
         # Never swallow the user's exception.
 
     def start(self) -> "Profile":
@@ -493,7 +498,7 @@ def _finish_at_exit() -> None:
         return
     exc = getattr(sys, "last_value", None)
     if exc is not None and not isinstance(exc, SystemExit):
-        prof.stop(error=f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+        prof.stop(error=_error_text(exc))
     else:
         prof.stop()
     prof._session = None  # release the native session before the interpreter tears down

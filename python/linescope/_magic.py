@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import ast
 import asyncio
+import contextlib
 import html
 import inspect
 import shlex
@@ -99,9 +100,15 @@ class _Cell:
         """Issues each warning in ``caught`` again, as raised at the cell's line 1 (under the
         filters in effect: ``-W error`` raises it here)."""
         __tracebackhide__ = True
+        for w in caught:
+            self.issue(w.message, w.category)
+
+    def issue(self, message: Warning | str, category: type[Warning]) -> None:
+        """Issues one warning as raised at the cell's line 1."""
+        __tracebackhide__ = True
         module = self._shell.user_global_ns.get("__name__", "__main__")  # as the cell's own
-        for w in caught:  # (the cell's text is in linecache: no module_globals to look it up)
-            warnings.warn_explicit(w.message, w.category, self.filename, 1, module=module)
+        # (the cell's text is in linecache: no module_globals to look it up)
+        warnings.warn_explicit(message, category, self.filename, 1, module=module)
 
 
 def _await_flag(shell: Any) -> int:
@@ -190,13 +197,9 @@ def run_cell_magic(shell: Any, line: str, cell: str) -> Any:
         try:
             result = session.stop()
         except Exception as failure:  # noqa: BLE001
-            with warnings.catch_warnings(record=True) as said:
-                warnings.simplefilter("always")
-                _finish_failed_beside(session, exc, failure, "linescope.profile.result")
-            try:
-                code.warn(said)  # at the cell, as the session's other warnings
-            except Warning:  # a filter that makes it an error must not replace `exc`
-                pass
+            text = _finish_failed_beside(session, exc, failure, "linescope.profile.result")
+            with contextlib.suppress(Warning):  # a filter making it an error: `exc` stays
+                code.issue(text, RuntimeWarning)  # at the cell, as the other warnings
             result = session._result
         if display == "end" and result is not None:
             _show(result)

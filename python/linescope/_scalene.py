@@ -497,14 +497,19 @@ class _WaitShims:
         self._pid = os.getpid()
         self._active = False
         self._installed: list[tuple[Any, str, Any, Any]] = []
-        self.started = 0  # threads started (Thread.start) during the session
-        self._threads: list[weakref.ref[threading.Thread]] = []  # those, while alive
+        # Threads started (Thread.start) during the session, since the previous
+        # threads_may_have_run(), and whether one of them was running at that call.
+        self._threads: list[weakref.ref[threading.Thread]] = []
+        self._started_since = self._alive_then = False
 
-    def any_alive(self) -> bool:
-        """Whether a thread started during the session is still running (dead ones are
-        forgotten)."""
+    def threads_may_have_run(self) -> bool:
+        """Whether a thread started during the session may have run since the previous call
+        (for the late-sample warning): one was running then, or one has been started since.
+        Threads from before the session (an IDE's, a pool's idle ones) do not count."""
+        ran = self._alive_then or self._started_since
         self._threads = [r for r in self._threads if (t := r()) is not None and t.is_alive()]
-        return bool(self._threads)
+        self._started_since, self._alive_then = False, bool(self._threads)
+        return ran
 
     def here(self) -> bool:
         """True on the main thread of the process that started the session, while it runs."""
@@ -563,10 +568,8 @@ class _WaitShims:
 
         @functools.wraps(orig_start)
         def start(thread: threading.Thread) -> None:
-            # (for the late-sample warning: a thread started in the session may run while no
-            # sample can be taken)
-            shims.started += 1
-            shims._threads.append(weakref.ref(thread))
+            shims._threads.append(weakref.ref(thread))  # see threads_may_have_run()
+            shims._started_since = True
             return orig_start(thread)
 
         self._installed = [(threading.Thread, "join", orig_join, join),
@@ -622,13 +625,11 @@ class ScaleneBackend:
         self._started = self._stopped = False
         self._pid = os.getpid()
         self._shims: _WaitShims | None = None
-        # Stretches in which the handler ran late while other threads ran recorded code: the
+        # Stretches in which the handler ran late while other threads ran: the
         # main thread ran no Python code (a wait the shims do not cover, a long native call).
         self._stall_min_s = max(0.2, 20 * self._interval_s)
         self._last_alarm = 0.0
         self._others_recorded = False  # the latest sample found other threads in recorded code
-        self._started_seen = 0  # the shims' count of started threads at the latest sample
-        self._started_alive = False  # a thread started in the session ran at the latest one
         self._stalls: list[tuple[float, str]] = []  # (seconds, main thread's line after it)
 
     # Scalene asks this for every frame it walks; cached per file name.
@@ -760,15 +761,9 @@ class ScaleneBackend:
             now = time.perf_counter()
             gap, self._last_alarm = now - self._last_alarm, now
             # Other threads in recorded code at the previous sample, or a thread of the
-            # session's running then or started since (it may have run, and ended, while no
-            # sample could be taken). Threads from before the session (an IDE's, a pool's
-            # idle ones) do not count.
-            shims = self._shims
-            started = shims.started if shims is not None else 0
-            others_before = (self._others_recorded or started != self._started_seen or
-                             self._started_alive)
-            self._started_seen = started
-            self._started_alive = shims is not None and shims.any_alive()
+            # session's that may have run since (and ended while no sample could be taken).
+            ran = self._shims is not None and self._shims.threads_may_have_run()
+            others_before = self._others_recorded or ran
             try:
                 handler(signum, frame)
             except Exception as e:  # noqa: BLE001 - never raise into the profiled program
@@ -779,8 +774,8 @@ class ScaleneBackend:
         return on_alarm
 
     def _note_stall(self, seconds: float, frame: Any) -> None:
-        """Records a sample that came late while other threads ran recorded code (at the
-        sample before it or at this one), with the main thread's line where it came."""
+        """Records a sample that came late while other threads ran (see on_alarm), with the
+        main thread's line where it came."""
         where = frame
         while where is not None and not self._should_trace(where.f_code.co_filename,
                                                            where.f_code.co_name):
@@ -915,7 +910,7 @@ class ScaleneBackend:
             warnings.append(
                 f"the main thread ran no Python code for {sum(t for t, _ in self._stalls):.2f} s "
                 f"in {len(self._stalls)} stretch(es) (the longest {longest:.2f} s, until {at}) "
-                "while other threads ran recorded code: the scalene backend samples only when "
+                "while other threads ran: the scalene backend samples only when "
                 "the main thread runs Python code (Python runs its SIGALRM handler there), so "
                 "the other threads' work in that time has no samples of its own. During the "
                 "session linescope makes the main thread's Thread.join() and Condition waits "

@@ -140,16 +140,16 @@ def _check_raw_line(backend: str, x: RawLine) -> None:
 
 
 def _finish_failed_beside(session: Any, exc: BaseException, failure: Exception,
-                          result_name: str = "the session's .result") -> None:
+                          result_name: str = "the session's .result") -> str:
     """The session could not finish (e.g. its report could not be written) while the
-    profiled code was raising: that exception stays the one the user sees; the failure
-    becomes a RuntimeWarning and a note on it."""
+    profiled code was raising: that exception stays the one the user sees. Adds a note on
+    it saying why, and returns that text for the caller's RuntimeWarning."""
     kept = f"; the result is in {result_name}" if session._result is not None else ""
     text = (f"linescope could not finish the session while the profiled code raised "
             f"{type(exc).__name__}: {type(failure).__name__}: {failure}{kept}")
     with contextlib.suppress(Exception):
         exc.add_note(text)
-    warnings.warn(text, RuntimeWarning, stacklevel=3)
+    return text
 
 
 def _int(value: Any) -> int | None:
@@ -594,7 +594,8 @@ class profile(metaclass=_ProfileMeta):
         try:
             self._stop()
         except Exception as failure:  # noqa: BLE001 - the block's exception must stay
-            _finish_failed_beside(self, exc, failure)
+            warnings.warn(_finish_failed_beside(self, exc, failure), RuntimeWarning,
+                          stacklevel=_user_stacklevel())
 
     # ---- results -------------------------------------------------------------------------
     def _get_result(self) -> ProfileResult:

@@ -494,7 +494,7 @@ def test_a_report_that_cannot_be_written_does_not_replace_the_block_s_exception(
     session = profile(root=ws.root, display="none", output=out / "r.json")
     # WHEN
     with pytest.warns(RuntimeWarning, match="could not finish the session while the "
-                                            "profiled code raised KeyError"):
+                                            "profiled code raised KeyError") as said:
         with pytest.raises(KeyError, match="the user's error") as caught:
             with session:
                 out.rmdir()
@@ -505,6 +505,8 @@ def test_a_report_that_cannot_be_written_does_not_replace_the_block_s_exception(
     assert any("NotADirectoryError" in n or "FileExistsError" in n or "Errno" in n
                for n in getattr(caught.value, "__notes__", []))
     assert session.result is not None
+    # AND the warning names the user's `with` line
+    assert [w.filename for w in said if "could not finish" in str(w.message)] == [__file__]
     # AND without an exception in the block the failure is raised as before
     out2 = tmp_path / "out2"
     out2.mkdir()

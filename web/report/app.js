@@ -33,8 +33,10 @@ function codeCell(text) {
   return isUnknown(text) ? UNKNOWN : `<code>${escapeHtml(text.trim())}</code>`;
 }
 
-function heatBadge(text, level, kind) {
-  return `<span class="heat heat-${level}" data-heat="${level}" data-kind="${kind}">${escapeHtml(text)}</span>`;
+// A time on its heat level's background; unknown -> "—" (no badge).
+function heatCell(ns, level, kind) {
+  if (isUnknown(ns)) return UNKNOWN;
+  return `<span class="heat heat-${level}" data-heat="${level}" data-kind="${kind}">${escapeHtml(formatNs(ns))}</span>`;
 }
 
 // A numeric column: sort key = the value, cell = its formatted text (unknown -> "—").
@@ -106,7 +108,7 @@ function overviewView() {
     card("executed-lines", "Executed lines", formatCount(o.executed_lines))));
   const columns = [
     numCol("time", "Time", (l) => l.time_ns, formatNs,
-           { html: (l) => (isUnknown(l.time_ns) ? UNKNOWN : heatBadge(formatNs(l.time_ns), l.heat, "time")),
+           { html: (l) => heatCell(l.time_ns, l.heat, "time"),
              title: "wall time, including everything called from the line" }),
   ];
   if (cols.self) columns.push(numCol("self", "Own time", (l) => l.self_ns, formatNs));
@@ -220,7 +222,7 @@ function gpuView() {
   }
   const columns = [
     numCol("gpu_time", "GPU time", (l) => l.gpu_time_ns ?? null, formatNs,
-           { html: (l) => (isUnknown(l.gpu_time_ns) ? UNKNOWN : heatBadge(formatNs(l.gpu_time_ns), l.gpu_heat, "gpu")) }),
+           { html: (l) => heatCell(l.gpu_time_ns, l.gpu_heat, "gpu") }),
     numCol("gpu_memory", "GPU peak memory", (l) => l.gpu_peak_bytes ?? null, formatBytes),
     numCol("driver", "Driver time", (l) => l.time_ns, formatNs, { title: "wall time of the line" }),
     locationCol, sourceCol,
@@ -263,7 +265,7 @@ function sourceView(fileIndex) {
     { key: "line", label: "Line", numeric: true, firstDir: "asc", value: (r) => r.line, cls: "ln",
       html: (r) => `<a href="${lineHref(fileIndex, r.line)}" aria-label="line ${r.line}">${r.line}</a>` },
     c("time", "Time", (s) => s.time_ns, formatNs,
-      { html: (r) => (!r.s ? "" : isUnknown(r.s.time_ns) ? UNKNOWN : heatBadge(formatNs(r.s.time_ns), r.s.heat, "time")) }),
+      { html: (r) => (r.s ? heatCell(r.s.time_ns, r.s.heat, "time") : "") }),
   ];
   if (cols.self) columns.push(c("self", "Own time", (s) => s.self_ns, formatNs));
   columns.push(c("hits", "Hits", (s) => s.hits, formatCount),
@@ -275,7 +277,7 @@ function sourceView(fileIndex) {
   if (cols.gpu) {
     columns.push(
       c("gpu_time", "GPU time", (s) => s.gpu_time_ns, formatNs,
-        { html: (r) => (!r.s ? "" : isUnknown(r.s.gpu_time_ns) ? UNKNOWN : heatBadge(formatNs(r.s.gpu_time_ns), r.s.gpu_heat, "gpu")) }),
+        { html: (r) => (r.s ? heatCell(r.s.gpu_time_ns, r.s.gpu_heat, "gpu") : "") }),
       c("gpu_memory", "GPU peak memory", (s) => s.gpu_peak_bytes, formatBytes));
   }
   columns.push({ key: "source", label: "Source", cls: "src",

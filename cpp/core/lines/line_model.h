@@ -168,20 +168,10 @@ class LineAggregator {
     Code& c = codes_[static_cast<size_t>(code)];
     auto idx = static_cast<uint32_t>(line - c.base_line);
     if (idx >= c.cell_count || depth_ == stack_.size()) return false;
-    Frame* t = top_;
-    if (t != nullptr) {
-      if (t->key == key || (depth_ > 1 && t[-1].key == key)) return false;
-      if (t->cell != nullptr && t->code != code &&
-          static_cast<uint32_t>(t->base_line + static_cast<int32_t>(t->cell - t->cells) -
-                                c.base_line) < c.cell_count)
-        return false;
-    }
+    if (top_ != nullptr && (top_->key == key || (depth_ > 1 && top_[-1].key == key))) return false;
+    if (SharedCallerLine(code, c) > 0) return false;
     Cell* cell = c.cells.data() + idx;
-    top_ = stack_.data() + depth_++;
-    *top_ = Frame{key, cell, now_ns, now_ns, 0, c.cells.data(), c.base_line, c.cell_count, code,
-                  kFresh};
-    ++c.calls;
-    ++c.active;
+    PushFrame(c, code, key, cell, now_ns, kFresh);
     ++cell->hits;
     if (publish_ != nullptr) publish_->store(LineKey(code, line), std::memory_order_relaxed);
     return true;
@@ -303,18 +293,27 @@ class LineAggregator {
     }
     if (depth_ == stack_.size() && !GrowStack()) return;
     int32_t flags = fresh_call ? kFresh : 0;
-    if (top_ != nullptr && top_->cell != nullptr && top_->code != code) {
-      const int32_t caller_line = top_->base_line + static_cast<int32_t>(top_->cell - top_->cells);
-      if (static_cast<uint32_t>(caller_line - c.base_line) < c.cell_count &&
-          SaveShadow(code, caller_line))
-        flags |= kShadowed;
-    }
+    if (const int32_t shared = SharedCallerLine(code, c); shared > 0 && SaveShadow(code, shared))
+      flags |= kShadowed;
+    PushFrame(c, code, key, cell, now_ns, flags);
+    if (publish_ != nullptr && cell != nullptr) Publish();
+  }
+  // The new innermost frame (the stack has room for it).
+  void PushFrame(Code& c, int32_t code, FrameKey key, Cell* cell, int64_t now_ns,
+                 int32_t flags) noexcept {
     top_ = stack_.data() + depth_++;
     *top_ = Frame{key,         cell,         now_ns, now_ns, 0, c.cells.data(),
                   c.base_line, c.cell_count, code,   flags};
-    c.calls += fresh_call ? 1 : 0;
+    c.calls += flags & kFresh;
     ++c.active;
-    if (publish_ != nullptr && cell != nullptr) Publish();
+  }
+  // The caller's current line when a new frame of `code` (`c`) would run on it — another
+  // code object whose line range holds that line (see ShadowSave) — else 0.
+  int32_t SharedCallerLine(int32_t code, const Code& c) const noexcept {
+    const Frame* t = top_;
+    if (t == nullptr || t->cell == nullptr || t->code == code) return 0;
+    const int32_t line = t->base_line + static_cast<int32_t>(t->cell - t->cells);
+    return static_cast<uint32_t>(line - c.base_line) < c.cell_count ? line : 0;
   }
   bool GrowStack() noexcept;  // cold: a new maximum depth; false (counted) when out of memory
   // Cold. When the caller of a new frame of `code` is in the same file on `line`: saves the

@@ -524,7 +524,7 @@ GpuCollectionSummary SummarizeGpuCollection(
         for (size_t i = 0; i < g.used_devices.size(); ++i)
           scope += (i ? ", gpu" : "gpu") + std::to_string(g.used_devices[i]);
         scope += ")";
-      } else if (g.proc_mem_readings > 0) {
+      } else if (HeldNoGpuMemory(g)) {
         scope += "; " + std::string(kNoDeviceMemoryGpuWarning);
       } else if (!out.memory_available) {
         scope += "; without per-process memory every GPU (" + devices + ") counts";
@@ -597,8 +597,7 @@ void FinishGpuCollection(GpuCollectionSummary& s, size_t device_count,
   w.insert(w.end(), said.begin(), said.end());
   w.insert(w.end(), s.losses.begin(), s.losses.end());
   if (s.time_available && s.utilization_scope == "device" && s.method != "neuron-sampled")
-    w.push_back(g.proc_mem_readings > 0 && !g.used_devices_known ? kNoDeviceMemoryGpuWarning
-                                                                 : kDeviceWideGpuWarning);
+    w.push_back(HeldNoGpuMemory(g) ? kNoDeviceMemoryGpuWarning : kDeviceWideGpuWarning);
   s.warnings.clear();
   for (auto& text : w)
     if (std::find(s.warnings.begin(), s.warnings.end(), text) == s.warnings.end())

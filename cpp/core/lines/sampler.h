@@ -115,6 +115,12 @@ struct GpuSamplingSummary {
   std::vector<int64_t> used_devices;  // NVML indexes where this process held memory
 };
 
+// The driver reported this process's device memory, and it was none on every GPU: with
+// device-wide utilization no GPU counts for this process (see LineSampler::SampleGpu).
+inline bool HeldNoGpuMemory(const GpuSamplingSummary& g) {
+  return g.proc_mem_readings > 0 && !g.used_devices_known;
+}
+
 // Host memory charged to one published line (see LineSampler::SetLineSource).
 struct SourceLineMemory {
   uint64_t key = 0;       // the published line key
@@ -268,7 +274,8 @@ inline constexpr const char* kDeviceWideGpuWarning =
     "GPU time can include other processes' work on the same GPUs";
 
 // Said instead when the utilization is device-wide but the driver reports per-process memory
-// and this process held none on any GPU: no GPU's utilization was charged to its lines.
+// and this process held none on any GPU (HeldNoGpuMemory): no GPU's utilization was charged
+// to its lines.
 inline constexpr const char* kNoDeviceMemoryGpuWarning =
     "this process held no memory on any GPU during the run, so no GPU's utilization was "
     "charged to its lines (GPU time 0): work that other processes ran on the GPUs is not "
@@ -301,8 +308,8 @@ GpuCollectionSummary SummarizeGpuCollection(
 
 // The last step, on the summary as kernel tracing left it (GPU time may be measured now):
 // reads that failed mid-run become diagnostics (how many of the readings, and the driver's
-// error), and `warnings` is filled (with those failures and `losses` among them). `apple_host`: the host is macOS, where no collector means
-// kMpsUnavailable is the reason.
+// error), and `warnings` is filled (with those failures and `losses` among them).
+// `apple_host`: the host is macOS, where no collector means kMpsUnavailable is the reason.
 void FinishGpuCollection(GpuCollectionSummary& summary, size_t device_count,
                          const GpuSamplingSummary& sampled,
                          const std::vector<telemetry::GpuReadFailure>& failures,
