@@ -7,7 +7,7 @@ PY313 := .venv313/bin/python
 .PHONY: help setup demo test test-cpp test-py bench bench-lines rules-table format clean
 
 help: ## Show this help
-	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-12s %s\n", $$1, $$2}'
 
 setup: ## Install everything (apt packages, .venv, torch CPU, gpuprof from source)
 	@bash scripts/setup.sh

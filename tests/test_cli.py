@@ -76,3 +76,25 @@ def test_rules_markdown_lists_the_registry():
     for rule in ("dataloader_stall", "compilation_warmup", "first_step_outlier",
                  "high_step_variance", "kernel_launch_overhead", "low_mfu"):
         assert rule in proc.stdout
+
+
+def test_lone_latest_is_the_latest_run_of_the_default_db(tmp_path):
+    # GIVEN two runs in ./gpuprof.db
+    record_run(tmp_path / "gpuprof.db", "first", 3)
+    record_run(tmp_path / "gpuprof.db", "second", 4)
+    # WHEN `gpuprof insights latest` runs there
+    proc = run_cli("insights", "latest", cwd=tmp_path, check=True)
+    # THEN it is the same report as for the latest run named in full
+    assert "second" in proc.stdout and "4 steps" in proc.stdout
+    assert proc.stdout == run_cli("insights", "gpuprof.db", "2", cwd=tmp_path, check=True).stdout
+
+
+def test_usage_errors_exit_2_data_errors_1(tmp_path):
+    record_run(tmp_path / "h.db")
+    for args in (["bogus"], ["rules", "--bogus"], ["insights", "h.db", "1", "extra"],
+                 ["insights", "h.db", "seven"]):
+        proc = run_cli(*args, cwd=tmp_path)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert proc.stderr and not proc.stdout
+    assert run_cli("insights", "h.db", "999", cwd=tmp_path).returncode == 1
+    assert run_cli("insights", "--help", cwd=tmp_path).returncode == 0

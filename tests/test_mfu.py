@@ -309,6 +309,100 @@ def test_a_step_skipped_by_grad_scaler_does_not_double_the_count(db, spy):
     assert spy.enters == 2
 
 
+class Gan:
+    """A GAN-style iteration: D's forward/backward/step, then G's, each with its own Adam."""
+
+    def __init__(self) -> None:
+        gen = torch.Generator().manual_seed(1)
+        self.D, self.G = nn.Linear(WIDTH, 1), nn.Linear(8, WIDTH)
+        self.oD = torch.optim.Adam(self.D.parameters())
+        self.oG = torch.optim.Adam(self.G.parameters())
+        self.z = torch.randn(BATCH, 8, generator=gen)
+        self.real = torch.randn(BATCH, WIDTH, generator=gen)
+
+    def d_half(self) -> None:
+        loss = self.D(self.G(self.z).detach()).mean() - self.D(self.real).mean()
+        loss.backward()
+        self.oD.step()
+        self.oD.zero_grad()
+
+    def g_half(self) -> None:
+        (-self.D(self.G(self.z)).mean()).backward()
+        self.oG.step()
+        self.oG.zero_grad()
+
+    def counted(self, *halves) -> int:
+        with REAL_FLOP_COUNTER(display=False) as counter:
+            for half in halves:
+                half()
+        return counter.get_total_flops()
+
+
+def test_prof_step_grouping_counts_the_whole_step_of_a_two_optimizer_loop(db, spy):
+    # GIVEN a GAN loop (two optimizers, a forward between their steps) grouped with prof.step()
+    gan = Gan()
+    whole, d_only = gan.counted(gan.d_half, gan.g_half), gan.counted(gan.d_half)
+    assert whole > d_only > 0  # the halves differ, so a half-step count would show
+    counting_at: list[int] = []
+    hooks_before = global_hooks()
+    # WHEN it runs in auto mode with neither arch= nor flops_per_step=
+    with gpuprof.profile("gan", db=db.path, gpu="none", summary=False) as prof:
+        for i in range(8):
+            with prof.step(i):
+                if isinstance(_get_current_dispatch_mode(), flop_counter_mod._FlopCounterMode):
+                    counting_at.append(i)
+                gan.d_half()
+                gan.g_half()
+    # THEN the counted window is one whole prof.step() block (step 2, a warmup step), once
+    assert counting_at == [2] and spy.enters == 1
+    assert db.one("SELECT COUNT(*) FROM steps WHERE run_id=1") == 8
+    # AND the FLOPs per step are those of the whole step, both optimizers' halves
+    assert run_row(db, "flops_per_step", "flops_method") == (whole, "counted")
+    (level, message), = flops_diagnostics(db)
+    assert level == "info" and "prof.step(2)" in message
+    assert global_hooks() == hooks_before and _get_current_dispatch_mode() is None
+
+
+def test_prof_step_block_without_flops_or_that_raised_is_retried_on_the_next(db, spy):
+    # GIVEN a prof.step() loop whose block 2 runs no matmul and whose block 3 raises (caught
+    # by the loop outside the block)
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    expected = reference_flops(model, fixed_batch())
+    x = fixed_batch()
+    with gpuprof.profile("retry", db=db.path, gpu="none", summary=False) as prof:
+        for i in range(8):
+            try:
+                with prof.step(i):
+                    if i == 2:
+                        continue
+                    loss_of(model, x).backward()
+                    if i == 3:
+                        raise ValueError("bad batch")
+                    opt.step()
+                    opt.zero_grad()
+            except ValueError:
+                opt.zero_grad()
+    # THEN both were discarded and block 4 was counted: one forward + backward
+    assert run_row(db, "flops_per_step", "flops_method") == (expected, "counted")
+    assert spy.enters == 3
+    assert "prof.step(4)" in flops_diagnostics(db)[0][1]
+
+
+def test_short_prof_step_run_leaves_flops_unknown_with_the_reason(db):
+    # GIVEN 2 prof.step() blocks: the counted block (the 3rd) never comes
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with gpuprof.profile("short-steps", db=db.path, gpu="none", summary=False) as prof:
+        for i in range(2):
+            with prof.step(i):
+                train(model, [opt], 2)
+    # THEN FLOPs are unknown and the reason counts prof.step() blocks, not optimizer steps
+    assert run_row(db, "flops_per_step", "flops_method") == (None, None)
+    (level, message), = flops_diagnostics(db)
+    assert level == "info" and "2 prof.step() blocks" in message
+
+
 def test_hooks_are_released_after_the_count_not_at_exit_only(db):
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

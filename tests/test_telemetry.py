@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -138,3 +139,17 @@ def test_host_telemetry_sees_dataloader_workers(db):
     roles = dict(pids)
     assert roles.get("main") == 1
     assert roles.get("child", 0) >= 2
+
+
+@pytest.mark.parametrize("kwargs, reason", [
+    (dict(host=False), "host telemetry disabled (host=False)"),
+    (dict(host_hz=0), "host telemetry disabled (host_hz=0)"),
+    (dict(host=False, host_hz=0), "host telemetry disabled (host=False)"),
+])
+def test_disabled_host_telemetry_names_the_option_that_turned_it_off(db, kwargs, reason):
+    # GIVEN host telemetry turned off by host=False or by a host rate of 0
+    idle_run(db, seconds=0.3, gpu="none", **kwargs)
+    # THEN no host samples are stored and the reason names the option the user passed
+    assert db.one("SELECT COUNT(*) FROM host_samples") == 0
+    assert db.one("SELECT available, reason FROM telemetry_status WHERE source='host'") == (
+        0, reason)

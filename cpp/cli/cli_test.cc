@@ -118,8 +118,27 @@ TEST_F(CliTest, HelpForEveryCommand) {
 
 TEST_F(CliTest, NoCommandPrintsUsageAndFails) {
   const Result r = Run("");
-  EXPECT_NE(r.code, 0);
+  EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("insights"));
+}
+
+TEST_F(CliTest, MalformedCommandLinesAreUsageErrorsWithStatus2) {
+  // GIVEN a DB with a run, so that only the command line can be wrong
+  WriteRuns(Path("h.db"), {StallRun("a", 4).Build()});
+  for (const char* args : {"bogus", "rules --bogus", "insights h.db 1 extra", "insights --json=x",
+                           "version extra", "insights --gpu-rate"}) {
+    // WHEN the CLI parses it  THEN it exits 2 with CLI11's message on stderr and no output
+    const Result r = Run(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
+    EXPECT_EQ(r.out, "") << args;
+    EXPECT_FALSE(r.err.empty()) << args;
+  }
+  EXPECT_THAT(Run("insights h.db 1 extra").err, HasSubstr("extra"));
+  // AND help stays 0, a data error (no such run) stays 1
+  EXPECT_EQ(Run("insights --help").code, 0);
+  EXPECT_EQ(Run("insights h.db 9").code, 1);
+  // AND the exit statuses are in the help
+  EXPECT_THAT(Run("--help").out, HasSubstr("2 usage error"));
 }
 
 TEST_F(CliTest, Version) {
@@ -174,7 +193,7 @@ TEST_F(CliTest, UnknownRunListsTheAvailableIds) {
   // A lone integer is a run id in ./gpuprof.db.
   EXPECT_THAT(Run("insights 999").err, HasSubstr("no such file: gpuprof.db"));
   const Result bad = Run("insights u.db seven");
-  EXPECT_EQ(bad.code, 1);
+  EXPECT_EQ(bad.code, 2);  // a malformed RUN is a usage error
   EXPECT_THAT(bad.err, HasSubstr("RUN must be a run id"));
 }
 
@@ -191,9 +210,31 @@ TEST_F(CliTest, InsightsDefaultsToTheLatestRunInGpuprofDb) {
   EXPECT_EQ(r.out, analysis::FormatFullReport(*report));
   EXPECT_EQ(Run("insights 2").out, r.out);
   EXPECT_EQ(Run("insights gpuprof.db latest").out, r.out);
+  // A lone 'latest' is the latest run of ./gpuprof.db, as a lone integer is a run of it.
+  const Result latest = Run("insights latest");
+  EXPECT_EQ(latest.code, 0) << latest.err;
+  EXPECT_EQ(latest.out, r.out);
+  EXPECT_EQ(Run("insights latest --json").out, Run("insights gpuprof.db 2 --json").out);
   EXPECT_THAT(Run("insights 1").out, HasSubstr("gpuprof · first · run 1  (3 steps"));
   EXPECT_THAT(r.out, HasSubstr("[HIGH]  " + analysis::FormatPercent(0.5) +
                                " of step time waiting on the loader (inter-step gap)"));
+}
+
+TEST_F(CliTest, AFileNamedLatestOrAnIntegerIsReadAsTheDb) {
+  // GIVEN ./gpuprof.db with two runs, and DB files named "latest" and "7" with one run each
+  WriteRuns(Path("gpuprof.db"), {StallRun("default-1", 3).Build(),
+                                 StallRun("default-2", 4).Build()});
+  WriteRuns(Path("latest"), {StallRun("in-latest", 5).Build()});
+  WriteRuns(Path("7"), {StallRun("in-seven", 6).Build()});
+  // WHEN the shorthand names an existing file  THEN that file is the DB (its latest run)
+  const Result latest = Run("insights latest");
+  EXPECT_EQ(latest.code, 0) << latest.err;
+  EXPECT_THAT(latest.out, HasSubstr("gpuprof · in-latest · run 1  (5 steps"));
+  const Result seven = Run("insights 7");
+  EXPECT_EQ(seven.code, 0) << seven.err;
+  EXPECT_THAT(seven.out, HasSubstr("gpuprof · in-seven · run 1  (6 steps"));
+  // AND naming the DB explicitly still reads ./gpuprof.db
+  EXPECT_THAT(Run("insights gpuprof.db latest").out, HasSubstr("gpuprof · default-2 · run 2"));
 }
 
 TEST_F(CliTest, InsightsForAGivenRunAndJson) {
@@ -226,7 +267,7 @@ TEST_F(CliTest, GpuRateOptionAndEnvironment) {
   EXPECT_THAT(Run("insights", "GPUPROF_GPU_RATE=3").out,
               HasSubstr("Estimated cost: $3.00 (30 min · 2× GPU @ $3.00/h)"));
   const Result bad = Run("insights --gpu-rate cheap");
-  EXPECT_EQ(bad.code, 1);
+  EXPECT_EQ(bad.code, 2);
   EXPECT_THAT(bad.err, HasSubstr("--gpu-rate 'cheap'"));
 }
 
@@ -282,7 +323,7 @@ TEST_F(CliTest, UnknownGroupIsAClearError) {
   EXPECT_EQ(Run("insights plain.db --group job").err,
             "gpuprof: no runs with group_id 'job' in plain.db (no run in it has a group_id)\n");
   const Result with_run = Run("insights g.db 1 --group job");
-  EXPECT_EQ(with_run.code, 1);
+  EXPECT_EQ(with_run.code, 2);
   EXPECT_THAT(with_run.err, HasSubstr("--group analyzes every run of the group; leave out RUN"));
 }
 

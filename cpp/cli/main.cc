@@ -6,8 +6,10 @@
 //                                                            cost reference tables
 //   gpuprof version
 //
-// Exit status: 0 on success, 1 on an error the user can fix (the message on stderr says
-// how), CLI11's codes for malformed command lines.
+// Exit status: 0 on success (also --help), 1 when the data cannot be read or does not hold
+// what was asked for (no such DB file, not a gpuprof DB, no such run or group), 2 on a usage
+// error (unknown subcommand or option, an extra argument, a malformed value, no subcommand).
+// The message on stderr says which and how to fix it.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -29,12 +31,15 @@
 namespace gpuprof::cli {
 namespace {
 
-constexpr int kUserError = 1;
+constexpr int kDataError = 1;
+constexpr int kUsageError = 2;
 
-int Fail(const std::string& message) {
+int Fail(const std::string& message, int code = kDataError) {
   std::cerr << "gpuprof: " << message << "\n";
-  return kUserError;
+  return code;
 }
+
+int UsageError(const std::string& message) { return Fail(message, kUsageError); }
 
 // "1–3, 5, 7–9" for ascending ids.
 std::string IdRanges(const std::vector<int64_t>& ids) {
@@ -68,8 +73,10 @@ struct InsightsArgs {
 
 int RunInsights(InsightsArgs args) {
   std::error_code ec;
-  // `gpuprof insights 42` means run 42 of ./gpuprof.db unless a file named "42" exists.
-  if (args.run.empty() && ParseRunId(args.db) && !std::filesystem::exists(args.db, ec)) {
+  // `gpuprof insights 42` means run 42 of ./gpuprof.db unless a file named "42" exists; so
+  // does `gpuprof insights latest` (the latest run) unless a file named "latest" exists.
+  if (args.run.empty() && (ParseRunId(args.db) || args.db == "latest") &&
+      !std::filesystem::exists(args.db, ec)) {
     args.run = args.db;
     args.db = "gpuprof.db";
   }
@@ -85,8 +92,8 @@ int RunInsights(InsightsArgs args) {
   if (!args.gpu_rate.empty()) {
     options.gpu_rate_usd_per_hour = analysis::ParseRate(args.gpu_rate);
     if (!options.gpu_rate_usd_per_hour) {
-      return Fail("--gpu-rate '" + args.gpu_rate +
-                  "' is not a non-negative number of USD per GPU-hour");
+      return UsageError("--gpu-rate '" + args.gpu_rate +
+                        "' is not a non-negative number of USD per GPU-hour");
     }
   }
   auto store = store::SqliteStore::Open(args.db, store::SqliteStore::Mode::kReadOnly);
@@ -98,8 +105,8 @@ int RunInsights(InsightsArgs args) {
   }
   if (args.group) {
     if (!args.run.empty()) {
-      return Fail("--group analyzes every run of the group; leave out RUN (got '" + args.run +
-                  "')");
+      return UsageError("--group analyzes every run of the group; leave out RUN (got '" +
+                        args.run + "')");
     }
     auto group = analysis::AnalyzeStoredGroup(**store, *args.group, options);
     if (!group) return Fail(group.error());
@@ -117,7 +124,8 @@ int RunInsights(InsightsArgs args) {
   if (!args.run.empty() && args.run != "latest") {
     const std::optional<int64_t> parsed = ParseRunId(args.run);
     if (!parsed) {
-      return Fail("RUN must be a run id (an integer) or 'latest', got '" + args.run + "'");
+      return UsageError("RUN must be a run id (an integer) or 'latest', got '" + args.run +
+                        "'");
     }
     run_id = *parsed;
     if (std::find(ids.begin(), ids.end(), run_id) == ids.end()) {
@@ -145,8 +153,8 @@ int Main(int argc, char** argv) {
   insights->add_option("db", insights_args.db,
                        "gpuprof SQLite file written by gpuprof.profile() (default: ./gpuprof.db)");
   insights->add_option("run", insights_args.run,
-                       "Run id (default: the latest run). A lone integer is a run id in "
-                       "./gpuprof.db unless a file of that name exists");
+                       "Run id or 'latest' (the default). A lone integer or 'latest' is a run "
+                       "of ./gpuprof.db unless a file of that name exists");
   insights->add_flag("--json", insights_args.json,
                      "Print a JSON document (run, steps, mfu, telemetry, insights, "
                      "not_evaluated; with --group: ranks, insights, not_evaluated) instead of "
@@ -169,7 +177,15 @@ int Main(int argc, char** argv) {
 
   CLI::App* version = app.add_subcommand("version", "Print the gpuprof version.");
 
-  CLI11_PARSE(app, argc, argv);
+  app.footer("Exit status: 0 ok, 1 data error (no such DB, run or group), 2 usage error.");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help (and CLI11's other "success" exits) print and exit 0; every malformed command
+    // line is a usage error, whatever CLI11's internal code for it.
+    const int code = app.exit(e);
+    return code == 0 ? 0 : kUsageError;
+  }
 
   if (insights->parsed()) return RunInsights(insights_args);
   if (rules->parsed()) {
@@ -188,7 +204,7 @@ int Main(int argc, char** argv) {
     return 0;
   }
   std::cerr << app.help();
-  return kUserError;
+  return kUsageError;
 }
 
 }  // namespace

@@ -45,4 +45,20 @@ bool PeekOwnFrames(PyThreadState* tstate, FrameVisitor visit, void* ctx, int max
 #endif
 }
 
+const void* InterpreterFrameOf(PyFrameObject* frame) noexcept {
+#if GPUPROF_FRAME_PEEK
+  return frame != nullptr ? frame->f_frame : nullptr;
+#else
+  (void)frame;
+  return nullptr;
+#endif
+}
+
+#if PY_VERSION_HEX < 0x030C0000
+void EnableLineEvents(PyFrameObject* frame) noexcept { frame->f_trace_lines = 1; }
+void SetLocalTraceIfUnset(PyFrameObject* frame, PyObject* obj) noexcept {
+  if (frame->f_trace == nullptr) frame->f_trace = Py_NewRef(obj);
+}
+#endif
+
 }  // namespace gpuprof::python

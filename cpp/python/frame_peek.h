@@ -20,4 +20,16 @@ namespace gpuprof::python {
 using FrameVisitor = bool (*)(void* ctx, PyCodeObject* code, int byte_offset) noexcept;
 bool PeekOwnFrames(PyThreadState* tstate, FrameVisitor visit, void* ctx, int max_depth) noexcept;
 
+// The interpreter frame behind a frame object: what the thread state's current frame points at
+// while that frame runs (the line tracer's frame key on 3.12+), or nullptr where this Python's
+// layout is not known here.
+const void* InterpreterFrameOf(PyFrameObject* frame) noexcept;
+
+#if PY_VERSION_HEX < 0x030C0000
+// 3.11, for a C trace function: `frame.f_trace_lines = True`, and `frame.f_trace = obj` (a new
+// reference) when the frame has no local trace function yet. Both are plain field writes.
+void EnableLineEvents(PyFrameObject* frame) noexcept;
+void SetLocalTraceIfUnset(PyFrameObject* frame, PyObject* obj) noexcept;
+#endif
+
 }  // namespace gpuprof::python

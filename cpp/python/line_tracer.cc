@@ -31,6 +31,7 @@
 // tagged with a session generation so a later session with other filters decides afresh,
 // and in a small direct-mapped cache by address (entries hold strong references).
 #include "line_tracer.h"
+#include "frame_peek.h"
 #include "py_paths.h"
 #include "py_text.h"
 
@@ -49,6 +50,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -103,6 +105,36 @@ class LineTracer;
 LineTracer* g_active = nullptr;  // at most one tracing session per process (GIL-protected)
 uint32_t g_generation = 0;
 
+// The OS thread that started the running session, as its thread pointer (see ThisThread), 0
+// when none runs, kOwnerGone once that thread ended before stop(). Written by start / stop
+// (GIL held) and by the exiting owner thread's thread-local destructor (no GIL), which runs
+// before that thread's thread pointer can be reused by a new thread: a later thread is never
+// taken for the owner, and the owner's freed thread state is never read.
+constexpr uintptr_t kOwnerGone = 1;
+std::atomic<uintptr_t> g_owner_thread{0};
+
+// A thread pointer (unique per live OS thread) is one register read.
+uintptr_t ThisThread() noexcept {
+#if (defined(__x86_64__) || defined(__aarch64__)) && defined(__has_builtin)
+#if __has_builtin(__builtin_thread_pointer)
+#define GPUPROF_THREAD_POINTER 1
+  return reinterpret_cast<uintptr_t>(__builtin_thread_pointer());
+#endif
+#endif
+#ifndef GPUPROF_THREAD_POINTER
+  return static_cast<uintptr_t>(pthread_self());
+#endif
+}
+
+struct OwnerExitWatch {
+  bool armed = false;
+  ~OwnerExitWatch() {
+    uintptr_t me = ThisThread();
+    if (armed) g_owner_thread.compare_exchange_strong(me, kOwnerGone);
+  }
+};
+thread_local OwnerExitWatch t_owner_exit_watch;
+
 class LineTracer {
  public:
   LineTracer(std::vector<std::string> roots, std::vector<std::string> include,
@@ -124,7 +156,10 @@ class LineTracer {
 
   static const char* Mode() { return GPUPROF_MONITORING ? "sys.monitoring" : "settrace"; }
 
-  void Start() {
+  // `adopt_running`: whether the recorded frames running now are measured from now on (see
+  // AdoptRunningFrames); a launcher whose own frames are recorded (a notebook cell running
+  // the cell magic) passes false.
+  void Start(bool adopt_running) {
     if (g_active != nullptr)
       throw std::runtime_error("another linescope trace session is already active");
     if (state_ != kIdle) throw std::runtime_error("this tracer was already started");
@@ -132,21 +167,35 @@ class LineTracer {
     generation_ = ++g_generation;
     owner_ = PyThreadState_Get();
     start_ns_ = clock::NowNs();
+    t_owner_exit_watch.armed = true;
+    g_owner_thread.store(ThisThread(), std::memory_order_relaxed);
 #if GPUPROF_MONITORING
     try {
+      if (adopt_running) AdoptRunningFrames(start_ns_);
       StartMonitoring();
     } catch (...) {
       if (tool_id_ >= 0) StopMonitoring();  // release a half-claimed tool id
       warnings_.clear();
       tool_id_ = -1;
+      g_owner_thread.store(0, std::memory_order_relaxed);
       throw;
     }
 #else
+    PyObject* trace_obj = TraceObject();
+    if (trace_obj == nullptr) {
+      g_owner_thread.store(0, std::memory_order_relaxed);
+      throw nb::python_error();
+    }
     prev_func_ = owner_->c_tracefunc;
     prev_obj_ = owner_->c_traceobj;
+    if (prev_obj_ == trace_obj) {
+      prev_func_ = nullptr;  // a stale restore of an earlier session's tracer (sys.settrace)
+      prev_obj_ = nullptr;
+    }
     Py_XINCREF(prev_obj_);
+    if (adopt_running) AdoptRunningFrames(start_ns_);
     g_active = this;
-    PyEval_SetTrace(&LineTracer::TraceFunc, nullptr);
+    PyEval_SetTrace(&LineTracer::TraceFunc, trace_obj);
 #endif
     g_active = this;
     state_ = kRunning;
@@ -159,10 +208,23 @@ class LineTracer {
     if (state_ != kRunning) throw std::runtime_error("the tracer is not running");
     int64_t now = clock::NowNs();
     if (as_of_ns > 0 && as_of_ns < now) now = std::max({as_of_ns, agg_.LatestEventNs(), start_ns_});
+    const bool owner_gone =
+        g_owner_thread.exchange(0, std::memory_order_relaxed) == kOwnerGone;
+    if (owner_gone) {
+      // Its frames were closed by their own exit events; what is still open ends with the
+      // thread's last event, not at this later stop().
+      now = std::max(agg_.LatestEventNs(), start_ns_);
+      warnings_.push_back(
+          "the measured thread (the one that called start()) ended before stop(); its lines "
+          "up to then are recorded, and no other thread was measured after it");
+    }
 #if GPUPROF_MONITORING
     StopMonitoring();
 #else
-    if (owner_->c_tracefunc == &LineTracer::TraceFunc) {
+    if (owner_gone) {
+      // Its thread state is gone, and with it the trace function installed on it.
+    } else if (owner_->c_tracefunc == &LineTracer::TraceFunc ||
+               owner_->c_traceobj == TraceObject()) {
       if (_PyEval_SetTrace(owner_, prev_func_, prev_obj_) < 0) {
         PyErr_Clear();
         warnings_.push_back("could not restore the previous trace function");
@@ -174,6 +236,12 @@ class LineTracer {
     }
     Py_CLEAR(prev_obj_);
 #endif
+    if (!undecodable_.empty()) {
+      warnings_.push_back(
+          std::to_string(undecodable_.size()) + " file(s) under the root ran but were not "
+          "recorded because their names are not valid UTF-8 (e.g. " + undecodable_example_ +
+          "); linescope records files by UTF-8 path: rename them to profile their lines");
+    }
     // The innermost recorded frame is on the line that stops the session (the `with` line
     // on exit, `session.stop()`): that is the profiler's own work, not the user's.
     agg_.DiscardCurrentLine();
@@ -240,17 +308,7 @@ class LineTracer {
     bool generator_like = false;
     bool keep_start = false;  // 3.13+: PY_START stays enabled (see the header comment)
     int first_resume = -1;    // 3.11: byte offset of the first RESUME 0 (a fresh start)
-    int first_line = -1;      // 3.12+: byte offset of a fresh call's first line event
     std::vector<int32_t> unit_lines;  // 3.12+: line per code unit, built at the first JUMP
-  };
-
-  // A frame that was running when the session started (3.12+): adopted, not counted as a
-  // call, when its first line event arrives from a point past `lasti` or past the code's
-  // first body instruction (a fresh call's first line event comes at that instruction; the
-  // running frame's may come earlier than `lasti` after a backward jump, at a loop header).
-  struct Pending {
-    int32_t code;
-    int lasti;
   };
 
   using FrameKey = lines::FrameKey;
@@ -375,28 +433,6 @@ class LineTracer {
 #endif
 
 #if GPUPROF_MONITORING
-  // The byte offset of the first instruction after the code's first RESUME that has a line
-  // (where a fresh call's first LINE event comes), or -1 (cold, once per code object).
-  static int FirstLineOffset(PyCodeObject* code) noexcept {
-    PyObject* bytes = PyCode_GetCode(code);
-    if (bytes == nullptr) {
-      PyErr_Clear();
-      return -1;
-    }
-    const auto* b = reinterpret_cast<const unsigned char*>(PyBytes_AS_STRING(bytes));
-    const Py_ssize_t n = PyBytes_GET_SIZE(bytes);
-    int at = -1;
-    Py_ssize_t i = 0;
-    while (i + 1 < n && b[i] != RESUME) i += 2;
-    for (i += 2; i + 1 < n; i += 2) {
-      if (b[i] == CACHE || PyCode_Addr2Line(code, static_cast<int>(i)) < 0) continue;
-      at = static_cast<int>(i);
-      break;
-    }
-    Py_DECREF(bytes);
-    return at;
-  }
-
   // The line of every code unit (from `co_lines()`; -1 where none), for the JUMP callback's
   // same-line test (cold: once per code object that jumps backward).
   static std::vector<int32_t> UnitLines(PyObject* code) noexcept {
@@ -417,10 +453,34 @@ class LineTracer {
   }
 #endif
 
+  // Cold: a code object whose file name is not UTF-8 (a surrogate-escaped name from a
+  // non-UTF-8 file system path) is not recorded; one that the filter would have recorded (its
+  // raw bytes under the root) is counted, for a warning at stop().
+  void NoteUndecodable(PyObject* name) noexcept {
+    if (name == nullptr || !PyUnicode_Check(name) || PyUnicode_GET_LENGTH(name) == 0) return;
+    PyObject* raw = PyUnicode_EncodeFSDefault(name);
+    if (raw == nullptr) {
+      PyErr_Clear();
+      return;
+    }
+    try {
+      std::string path(PyBytes_AS_STRING(raw), static_cast<size_t>(PyBytes_GET_SIZE(raw)));
+      if (filter_.Recorded(path) && undecodable_.insert(path).second && undecodable_.size() == 1) {
+        PyObject* shown = PyObject_ASCII(name);
+        if (shown != nullptr) undecodable_example_ = Utf8OrEmpty(shown);
+        Py_XDECREF(shown);
+        PyErr_Clear();
+      }
+    } catch (...) {
+    }
+    Py_DECREF(raw);
+  }
+
   int32_t Register(PyObject* code_obj) noexcept {
     try {
       auto* code = reinterpret_cast<PyCodeObject*>(code_obj);
       std::string filename = Utf8OrEmpty(code->co_filename);
+      if (filename.empty()) NoteUndecodable(code->co_filename);
       auto cached = decided_.find(filename);
       bool recorded;
       if (cached != decided_.end()) {
@@ -442,9 +502,6 @@ class LineTracer {
           (code->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) != 0;
 #if PY_VERSION_HEX >= 0x030D0000
       if (!info.generator_like) info.keep_start = FirstLineSharesResume(code);
-#endif
-#if GPUPROF_MONITORING
-      if (!info.generator_like) info.first_line = FirstLineOffset(code);
 #endif
 #if !GPUPROF_MONITORING
       if (info.generator_like) {
@@ -470,6 +527,45 @@ class LineTracer {
     } catch (...) {
       return kFailed;
     }
+  }
+
+  // The recorded frames running at start() (the caller of start() and the frames below it)
+  // are open from `now` on, not counted as calls: each outer one on its current line (the
+  // line waiting for the call that leads to start(); its time so far is before the session,
+  // so it gets no hit), the innermost one without a line (its current line is the one
+  // starting the session: its next line event names the first line measured).
+  void AdoptRunningFrames(int64_t now) {
+    struct Running {
+      int32_t code;
+      FrameKey key;
+      int32_t line;
+    };
+    std::vector<Running> running;  // innermost first
+    PyFrameObject* f = PyEval_GetFrame();  // borrowed
+    Py_XINCREF(f);
+    while (f != nullptr) {
+      PyCodeObject* code = PyFrame_GetCode(f);
+      const int32_t idx = Lookup(reinterpret_cast<PyObject*>(code)).idx;
+      Py_DECREF(code);
+      if (idx >= 0) {
+#if GPUPROF_MONITORING
+        auto key = reinterpret_cast<FrameKey>(InterpreterFrameOf(f));
+#else
+        auto key = reinterpret_cast<FrameKey>(f);
+        // An earlier session with other filters may have turned its line events off.
+        if (prev_func_ == nullptr) {
+          EnableLineEvents(f);
+          SetLocalTraceIfUnset(f, TraceObject());
+        }
+#endif
+        if (key != 0) running.push_back({idx, key, running.empty() ? 0 : PyFrame_GetLineNumber(f)});
+      }
+      PyFrameObject* back = PyFrame_GetBack(f);
+      Py_DECREF(f);
+      f = back;
+    }
+    for (auto it = running.rbegin(); it != running.rend(); ++it)
+      agg_.Enter(it->code, it->key, now, /*fresh_call=*/false, it->line);
   }
 
 #if GPUPROF_MONITORING
@@ -516,21 +612,11 @@ class LineTracer {
 
   PyObject* Disable() { return Py_NewRef(disable_.ptr()); }
 
-  // sys.monitoring events are process-wide: only the owner thread's are recorded. The
-  // thread pointer (unique per live OS thread) is one register read; the owner's Python
-  // thread state is then known without a thread-local lookup.
-  static uintptr_t ThisThread() noexcept {
-#if (defined(__x86_64__) || defined(__aarch64__)) && defined(__has_builtin)
-#if __has_builtin(__builtin_thread_pointer)
-#define GPUPROF_THREAD_POINTER 1
-    return reinterpret_cast<uintptr_t>(__builtin_thread_pointer());
-#endif
-#endif
-#ifndef GPUPROF_THREAD_POINTER
-    return static_cast<uintptr_t>(pthread_self());
-#endif
+  // sys.monitoring events are process-wide: only the owner thread's are recorded (see
+  // g_owner_thread); the owner's Python thread state is then known without a lookup.
+  static bool OwnerThread() noexcept {
+    return ThisThread() == g_owner_thread.load(std::memory_order_relaxed);
   }
-  bool OwnerThread() const noexcept { return ThisThread() == owner_thread_; }
 
   // The key of the frame that raised the event: the owner's current interpreter frame.
   FrameKey CurrentFrame() const noexcept {
@@ -595,7 +681,7 @@ class LineTracer {
   [[gnu::noinline]] PyObject* NewFrameLine(PyObject* code, FrameKey key, int32_t line,
                                            int64_t now) noexcept {
     const CodeEntry& e = code_cache_[CacheSlot(code)];
-    if (e.code == code && e.idx >= 0 && !e.generator_like && line > 0 && pending_.empty() &&
+    if (e.code == code && e.idx >= 0 && !e.generator_like && line > 0 &&
         agg_.TryEnterFreshAtLine(e.idx, key, now, line))
       return NoneRef();
     return NewFrameLineSlow(code, key, line, now);
@@ -605,23 +691,10 @@ class LineTracer {
     const CodeEntry& e = Lookup(code);
     if (e.idx == kExcluded) return Disable();
     if (e.idx < 0 || line <= 0) return NoneRef();
-    bool fresh = !e.generator_like && (pending_.empty() || !Adopt(e.idx, key));
-    agg_.EnterAtLine(e.idx, key, now, fresh, line);
+    // Frames running at start() are open already (AdoptRunningFrames): this is a fresh call
+    // unless it is a generator or coroutine resuming.
+    agg_.EnterAtLine(e.idx, key, now, /*fresh_call=*/!e.generator_like, line);
     return NoneRef();
-  }
-
-  // Whether a frame of `idx` without a reported start is one that was running at start().
-  bool Adopt(int32_t idx, FrameKey key) noexcept {
-    int lasti = PyUnstable_InterpreterFrame_GetLasti(reinterpret_cast<_PyInterpreterFrame*>(key));
-    const int first_line = infos_[static_cast<size_t>(idx)].first_line;
-    const bool past_first_line = first_line >= 0 && lasti > first_line;
-    for (size_t i = 0; i < pending_.size(); ++i) {
-      if (pending_[i].code == idx && (past_first_line || lasti > pending_[i].lasti)) {
-        pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
-        return true;
-      }
-    }
-    return false;
   }
 
   // JUMP: a backward jump to the jump's own line starts that line again (a hit). Other
@@ -705,28 +778,10 @@ class LineTracer {
     return Py_NewRef(Py_None);
   }
 
-  // Frames running at start() in recorded code are adopted at their first line event.
-  void CollectRunningFrames() {
-    pending_.clear();
-    PyFrameObject* f = PyEval_GetFrame();  // borrowed
-    Py_XINCREF(f);
-    while (f != nullptr) {
-      PyCodeObject* code = PyFrame_GetCode(f);
-      const CodeEntry& e = Lookup(reinterpret_cast<PyObject*>(code));
-      if (e.idx >= 0 && !e.generator_like) pending_.push_back(Pending{e.idx, PyFrame_GetLasti(f)});
-      Py_DECREF(code);
-      PyFrameObject* back = PyFrame_GetBack(f);
-      Py_DECREF(f);
-      f = back;
-    }
-  }
-
   void StartMonitoring() {
     nb::module_ sys = nb::module_::import_("sys");
     monitoring_ = sys.attr("monitoring");
     disable_ = monitoring_.attr("DISABLE");
-    owner_thread_ = ThisThread();
-    CollectRunningFrames();
     tool_id_ = -1;
     int free_id = -1;
     // The unassigned ids first: cProfile (3.12+) needs the profiler's id 2 and refuses to
@@ -795,6 +850,45 @@ class LineTracer {
       PyErr_Clear();
     }
   }
+  // What sys.gettrace() returns during a session: a callable, so that code that saves and
+  // restores the trace function (doctest, pdb, coverage-like tools:
+  // `saved = sys.gettrace(); ...; sys.settrace(saved)`) puts the session back instead of
+  // ending it. Restored that way it is called as a Python trace function (through CPython's
+  // trampoline): it re-installs the C trace function and handles that event. Recorded frames
+  // carry it as their local trace function (f_trace, when no chained tracer owns it), so the
+  // first line event after such a restore already reaches it. After the session it does
+  // nothing and removes itself.
+  static PyObject* TraceObject() noexcept {
+    static PyMethodDef def = {"linescope_trace", reinterpret_cast<PyCFunction>(
+                                                     reinterpret_cast<void (*)()>(&TraceCall)),
+                              METH_FASTCALL, nullptr};
+    static PyObject* obj = PyCFunction_New(&def, nullptr);  // process lifetime
+    return obj;
+  }
+  static PyObject* TraceCall(PyObject*, PyObject* const* args, Py_ssize_t n) {
+    if (n != 3 || !PyFrame_Check(args[0]) || !PyUnicode_Check(args[1])) {
+      PyErr_SetString(PyExc_TypeError, "linescope_trace(frame, event, arg)");
+      return nullptr;
+    }
+    PyThreadState* tstate = PyThreadState_Get();
+    LineTracer* self = g_active;
+    if (self == nullptr || self->owner_ != tstate) {
+      if (tstate->c_traceobj == TraceObject()) PyEval_SetTrace(nullptr, nullptr);
+      Py_RETURN_NONE;
+    }
+    int what = -1;
+    if (PyUnicode_CompareWithASCIIString(args[1], "call") == 0) what = PyTrace_CALL;
+    else if (PyUnicode_CompareWithASCIIString(args[1], "line") == 0) what = PyTrace_LINE;
+    else if (PyUnicode_CompareWithASCIIString(args[1], "return") == 0) what = PyTrace_RETURN;
+    else if (PyUnicode_CompareWithASCIIString(args[1], "exception") == 0) what = PyTrace_EXCEPTION;
+    else if (PyUnicode_CompareWithASCIIString(args[1], "opcode") == 0) what = PyTrace_OPCODE;
+    PyEval_SetTrace(&LineTracer::TraceFunc, TraceObject());
+    if (what >= 0 &&
+        TraceFunc(TraceObject(), reinterpret_cast<PyFrameObject*>(args[0]), what, args[2]) != 0)
+      return nullptr;
+    Py_RETURN_NONE;
+  }
+
   static int TraceFunc(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
     LineTracer* self = g_active;
     if (self == nullptr) return 0;
@@ -826,7 +920,9 @@ class LineTracer {
           return 0;
         }
         if (idx < 0) return 0;
-        agg_.EnterAtLine(idx, key, now, /*fresh_call=*/false, line);  // adopted: began before us
+        // Frames running at start() are open already: a recorded frame that is not open is
+        // one whose exit was missed and that runs on (repaired as a continuation).
+        agg_.EnterAtLine(idx, key, now, /*fresh_call=*/false, line);
         return 0;
       }
       case PyTrace_CALL: {
@@ -844,6 +940,12 @@ class LineTracer {
         if (info.generator_like) {
           fresh = PyFrame_GetLasti(frame) == info.first_resume;
           if (!fresh) line = PyFrame_GetLineNumber(frame);
+        }
+        if (prev_func_ == nullptr) {
+          // A generator suspended under an earlier session with other filters may have its
+          // line events off; f_trace: see TraceObject.
+          if (!fresh) EnableLineEvents(frame);
+          SetLocalTraceIfUnset(frame, TraceObject());
         }
         agg_.Enter(idx, key, now, fresh, line);
         return 0;
@@ -869,6 +971,8 @@ class LineTracer {
   lines::LineAggregator agg_;
   std::vector<CodeInfo> infos_;
   std::unordered_map<std::string, bool> decided_;
+  std::set<std::string> undecodable_;  // raw names of recorded-looking files not UTF-8
+  std::string undecodable_example_;
   std::vector<std::string> warnings_;
   State state_ = kIdle;
   uint32_t generation_ = 0;
@@ -880,8 +984,6 @@ class LineTracer {
   std::atomic<uint64_t> current_line_{0};
   CodeEntry code_cache_[kCodeCacheSize];
 #if GPUPROF_MONITORING
-  uintptr_t owner_thread_ = 0;
-  std::vector<Pending> pending_;
   nb::object monitoring_;
   nb::object disable_;
 #endif
@@ -894,7 +996,7 @@ void RegisterLineTracer(nb::module_& m) {
       .def(nb::init<std::vector<std::string>, std::vector<std::string>, std::vector<std::string>,
                     std::string>(),
            nb::arg("roots"), nb::arg("include"), nb::arg("exclude"), nb::arg("cwd"))
-      .def("start", &LineTracer::Start)
+      .def("start", &LineTracer::Start, nb::arg("adopt_running") = true)
       .def("stop", &LineTracer::Stop, nb::arg("as_of_ns") = 0)
       .def("lines", &LineTracer::Lines)
       .def("functions", &LineTracer::Functions)

@@ -128,18 +128,31 @@ def _count_globally_only(counter: Any) -> None:
 
 class StepFlopCounter:
     """Counts the FLOPs of ONE training step with ``torch.utils.flop_counter.FlopCounterMode``
-    (profile(auto=True) with neither ``arch=`` nor ``flops_per_step=``).
+    (profile(auto=True) with neither ``arch=`` nor ``flops_per_step=``). The counted step is
+    the one the step assembler stores (record/step_assembler.h), so that MFU divides the
+    FLOPs of a step by the time of the same kind of step.
 
-    The window runs from the end of the ``COUNT_AFTER``-th ``optimizer.step()`` (torch's global
+    Optimizer mode (no ``prof.step()``; a stored step ends at an optimizer step): the window
+    runs from the end of the ``COUNT_AFTER``-th ``optimizer.step()`` (torch's global
     optimizer-step post hook) to the start of the next one (pre hook): the forward and
     backward passes, every micro-batch of a gradient-accumulation step included, of step
-    index 2 in a loop with one optimizer. Step 2 is the last warmup step (runs of 6 steps or
-    more leave steps 0-2 out of the steady state), so the counting overhead — every op goes
-    through a Python dispatch mode — does not reach the steady-state step time MFU divides
-    by. A window that counts nothing (it fell between two optimizers of one iteration) or
-    that spans two steps (a GradScaler skipped the optimizer step of the first: the window
-    saw two outermost optimizer calls, from ``optimizer_calls``, the native hook counter) is
-    discarded and opened again at the next post hook, at most ``MAX_WINDOWS`` times.
+    index 2 in a loop with one optimizer. A window that counts nothing (it fell between two
+    optimizers of one iteration) or that spans two steps (a GradScaler skipped the optimizer
+    step of the first: the window saw two outermost optimizer calls, from
+    ``optimizer_calls``, the native hook counter) is discarded and opened again at the next
+    post hook, at most ``MAX_WINDOWS`` times.
+
+    Step mode (the loop groups its iterations with ``prof.step()``; each block is a stored
+    step, whatever optimizers run in it, e.g. a GAN's D and G steps): from the first
+    ``step_begin()`` on, the optimizer hooks are dropped (with any window or count they
+    made) and the window is the ``COUNT_AFTER + 1``-th ``prof.step()`` block, from
+    ``step_begin()`` to ``step_end()``. A block that counts nothing, or that raised, is
+    discarded and the next block is counted instead, at most ``MAX_WINDOWS`` times.
+
+    Either way the counted step is stored step 2 in a plain loop, the last warmup step (runs
+    of 6 steps or more leave steps 0-2 out of the steady state), so the counting overhead —
+    every op goes through a Python dispatch mode — does not reach the steady-state step time
+    MFU divides by.
 
     After the count the post hook is removed at once; the pre hook cannot remove itself (torch
     iterates the hook dict while calling it), so it stays as a one-attribute no-op until
@@ -161,8 +174,13 @@ class StepFlopCounter:
         self._posts = 0
         self._windows = 0
         self._done = False
+        self._step_mode = False  # prof.step() blocks are the steps (see the class comment)
+        self._step_blocks = 0     # prof.step() blocks begun (step mode)
+        self._raised = False      # a counted prof.step() block ended by an exception
         self.flops: Optional[int] = None
         self.counted_after: Optional[int] = None  # optimizer steps before the counted window
+        self.counted_window: Optional[str] = None  # the counted step, in words
+        self._window_text = ""
         self.problem: Optional[str] = None  # why no count, for the diagnostic
         self.failed = False  # the problem is a failure (warning), not just a short run
 
@@ -174,7 +192,7 @@ class StepFlopCounter:
 
     # torch treats a hook's non-None return value as replacement arguments: these return None.
     def _post(self, *_: Any) -> None:
-        if self._done or threading.get_ident() != self._owner:
+        if self._done or self._step_mode or threading.get_ident() != self._owner:
             return
         self._posts += 1
         if self._counter is None and self._posts >= self.COUNT_AFTER:
@@ -191,7 +209,8 @@ class StepFlopCounter:
                            inside="post")
 
     def _pre(self, *_: Any) -> None:
-        if self._done or self._counter is None or threading.get_ident() != self._owner:
+        if (self._done or self._step_mode or self._counter is None
+                or threading.get_ident() != self._owner):
             return
         counter = self._close(inside="pre")
         if counter is None:
@@ -209,12 +228,78 @@ class StepFlopCounter:
         if total > 0 and calls == 1:
             self.flops = total
             self.counted_after = self._posts
+            self.counted_window = f"the step after optimizer step {self._posts}"
             self._stop_hooks(inside="pre")
         elif self._windows >= self.MAX_WINDOWS:
             self._fail(f"automatic FLOP count found no clean one-step window in "
                        f"{self._windows} tries (none with FLOPs FlopCounterMode counts — matmul, "
                        "convolution, attention — and exactly one optimizer step); pass arch= or "
                        "flops_per_step= to profile()", inside="pre", failure=False)
+
+    def step_begin(self, index: int) -> None:
+        """A ``prof.step(index)`` block was entered (any thread; only the owner's count)."""
+        if threading.get_ident() != self._owner:
+            return
+        if not self._step_mode:
+            self._step_mode = True
+            # From here on a stored step is a prof.step() block, not an optimizer step:
+            # whatever the optimizer hooks opened or counted does not describe it.
+            self._remove_hooks(inside=None)
+            if self._counter is not None and self._close(inside=None) is None:
+                return  # a failure, recorded by _close
+            if not self.failed:  # a count or a give-up of optimizer mode no longer applies
+                self.flops = self.counted_after = self.counted_window = None
+                self.problem = None
+                self._done = False
+                self._windows = 0
+        if self._done:
+            return
+        self._step_blocks += 1
+        if self._counter is not None:  # entered again without exit: that block never ended
+            if self._close(inside=None) is None:
+                return
+        if self._step_blocks > self.COUNT_AFTER:
+            self._open(index)
+
+    def step_end(self, ok: bool) -> None:
+        """The open ``prof.step()`` block was left (``ok``: without an exception)."""
+        if (not self._step_mode or self._done or self._counter is None
+                or threading.get_ident() != self._owner):
+            return
+        counter = self._close(inside=None)
+        if counter is None:
+            return
+        try:
+            total = int(counter.get_total_flops())
+        except Exception as e:
+            self._fail(f"automatic FLOP count failed: reading the count raised {e!r}",
+                       inside=None)
+            return
+        if ok and total > 0:
+            self.flops = total
+            self.counted_window = self._window_text
+            self._done = True
+            return
+        self._raised = self._raised or not ok
+        if self._windows >= self.MAX_WINDOWS:
+            self._fail(f"automatic FLOP count found no prof.step() block with FLOPs "
+                       f"FlopCounterMode counts (matmul, convolution, attention) that ended "
+                       f"without an exception in {self._windows} tries; pass arch= or "
+                       "flops_per_step= to profile()", inside=None, failure=False)
+
+    def _open(self, index: int) -> None:
+        try:
+            from torch.utils.flop_counter import FlopCounterMode
+            counter = FlopCounterMode(display=False)
+            _count_globally_only(counter)
+            counter.__enter__()
+            self._counter = counter
+            self._windows += 1
+            self._window_text = (f"prof.step({index}), step block {self._step_blocks} of the "
+                                 "run")
+        except Exception as e:
+            self._fail(f"automatic FLOP count failed: starting FlopCounterMode raised {e!r}",
+                       inside=None)
 
     def _close(self, inside: Optional[str]) -> Any:
         """Exits the open FlopCounterMode; returns it, or None after a failure. ``inside``
@@ -249,6 +334,9 @@ class StepFlopCounter:
         """Stops counting and removes the hooks, except the one torch is iterating now
         (``inside``: "pre" or "post"; removing it would break torch's loop over the hooks)."""
         self._done = True
+        self._remove_hooks(inside)
+
+    def _remove_hooks(self, inside: Optional[str]) -> None:
         for name in ("pre", "post"):
             if name == inside:
                 continue
@@ -271,9 +359,20 @@ class StepFlopCounter:
         elif self._counter is not None:
             if self._close(inside=None) is not None and self.problem is None:
                 self.problem = ("automatic FLOP count incomplete: the run ended inside the "
-                                "counted step (no optimizer.step() after it)")
+                                "counted step " + ("(its prof.step() block was not left)"
+                                                   if self._step_mode else
+                                                   "(no optimizer.step() after it)"))
         self._stop_hooks(inside=None)
         if self.flops is None and self.problem is None:
-            self.problem = (f"automatic FLOP count: the run ended after {self._posts} "
-                            f"optimizer step{'s' if self._posts != 1 else ''}; the count "
-                            f"takes the step after the first {self.COUNT_AFTER}")
+            if self._step_mode and self._raised:
+                self.problem = ("automatic FLOP count incomplete: the counted prof.step() "
+                                "block raised, and no later block was counted")
+            elif self._step_mode:
+                n = self._step_blocks
+                self.problem = (f"automatic FLOP count: the run ended after {n} prof.step() "
+                                f"block{'s' if n != 1 else ''}; the count takes the block "
+                                f"after the first {self.COUNT_AFTER}")
+            else:
+                self.problem = (f"automatic FLOP count: the run ended after {self._posts} "
+                                f"optimizer step{'s' if self._posts != 1 else ''}; the count "
+                                f"takes the step after the first {self.COUNT_AFTER}")

@@ -98,10 +98,12 @@ class Step:
     def __enter__(self) -> "Step":
         self._open = True
         self._prof._emit_kind("STEP_BEGIN", 0, self.index)
+        self._prof._flop_step(True, self.index)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self._open = False
+        self._prof._flop_step(False, self.index, ok=exc[0] is None if exc else True)
         self._prof._emit_kind("STEP_END", 0, self.index)
 
     def phase(self, name: str) -> "_Phase":
@@ -382,8 +384,8 @@ class Profile:
                 self._session.update_run(flops_per_step=float(counter.flops),
                                          flops_method="counted")
                 self._session.add_diagnostic(
-                    "info", "flops", f"FLOPs per step counted with FlopCounterMode over the "
-                    f"step after optimizer step {counter.counted_after}: {counter.flops:.4g}")
+                    "info", "flops", f"FLOPs per step counted with FlopCounterMode over "
+                    f"{counter.counted_window}: {counter.flops:.4g}")
             elif counter.problem is not None:
                 self._session.add_diagnostic("warning" if counter.failed else "info", "flops",
                                              counter.problem)
@@ -430,6 +432,20 @@ class Profile:
         s = self._session
         if s is not None and self._state == "running":
             s.emit(self._kinds[kind], arg, value)
+
+    def _flop_step(self, begin: bool, index: int, ok: bool = True) -> None:
+        """Tells the automatic FLOP count about a prof.step() edge: with prof.step() the
+        counted window is one step block (StepFlopCounter, step mode)."""
+        counter = self._flop_counter
+        if counter is None or self._state != "running":
+            return
+        try:
+            if begin:
+                counter.step_begin(index)
+            else:
+                counter.step_end(ok)
+        except Exception as e:  # pragma: no cover - the counter catches its own failures
+            _warn(f"gpuprof: automatic FLOP count failed at a step edge: {e!r}")
 
     def _phase_id(self, name: str) -> int:
         pid = self._phase_ids.get(name)
@@ -575,11 +591,13 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
     gpu: "auto" (NVML when present, else AWS Neuron when neuron-monitor and /dev/neuron0 are),
     "nvml", "neuron" (NeuronCores via neuron-monitor; $GPUPROF_NEURON_MONITOR), "mock" (fake
     GPUs, see mock_gpus / mock_scenario) or "none"; default $GPUPROF_GPU_BACKEND or "auto".
-    MFU needs the FLOPs per optimizer step (one of three ways) and ``dtype`` (bf16, fp16, tf32,
-    fp32, fp8): arch=TransformerArch(...) with tokens_per_step= (tokens this process trains on
-    per optimizer step: batch × seq_len × accumulated micro-batches) computes them from the
+    MFU needs the FLOPs per step (one of three ways) and ``dtype`` (bf16, fp16, tf32, fp32,
+    fp8): arch=TransformerArch(...) with tokens_per_step= (tokens this process trains on per
+    optimizer step: batch × seq_len × accumulated micro-batches) computes them from the
     model's shape; flops_per_step= declares them; with neither, auto mode counts one step with
-    torch's FlopCounterMode. arch= and flops_per_step= together are an error.
+    torch's FlopCounterMode (a whole prof.step() block when the loop uses prof.step()).
+    arch= and flops_per_step= together are an error. mock_gpus (1..64) and mock_scenario
+    ("key=value,...", e.g. "util=40,temp=88,throttle=1"; docs/telemetry.md) script gpu="mock".
     cuda_events: time phases on the GPU with CUDA events when CUDA is available.
     summary: print the insight summary when the block exits.
     """
@@ -643,7 +661,7 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
         "db_path": db_path,
         "sample_hz": sample_hz,
         "host_hz": host_hz,
-        "host": host and host_hz > 0,
+        "host": host,  # host_hz=0 also turns it off; the native session names which
         "gpu_backend": gpu,
         "mock_gpus": mock_gpus,
         "mock_scenario": mock_scenario,

@@ -81,10 +81,38 @@ def nothing_recorded(roots: tuple[str, ...], what: str) -> str:
             "to profile lies elsewhere, point root= (-r) or include= (-i) at it")
 
 
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` (a path or pattern) is UTF-8 text: a name read from a file system path
+    that is not (surrogate-escaped bytes) cannot reach the native core, which keeps paths as
+    UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_utf8_path(what: str, path: str) -> None:
+    """ValueError naming ``what`` when ``path`` is not UTF-8 text."""
+    if not is_utf8(path):
+        raise ValueError(
+            f"{what} {os.fsencode(path)!r} is not valid UTF-8: linescope records files by "
+            "UTF-8 path; pass root= (the command line's -r) a directory whose path is UTF-8 "
+            "text, or run from one")
+
+
+def native_cwd() -> str:
+    """The current directory for the native path filter (it resolves relative file names),
+    or "" when its path is not UTF-8 (relative names then match no root)."""
+    cwd = os.getcwd()
+    return cwd if is_utf8(cwd) else ""
+
+
 GPU_TRACE_WARNING = (
     "GPU profiling is not supported by the 'trace' backend: GPU measurements are unavailable "
     "and Python line profiling continues. Use a backend that declares "
-    "BackendCapabilities.gpu=True (for example backend='scalene' with gpu=True).")
+    "BackendCapabilities.gpu=True: backend='scalene' or backend='sampler' together with "
+    "gpu=True (command line: --backend scalene --gpu, or --backend sampler --gpu).")
 
 
 class TraceBackend:
@@ -101,13 +129,19 @@ class TraceBackend:
         from gpuprof import _native  # the shared native core
 
         self._tracer = _native.LineTracer(list(options.roots), list(options.include),
-                                          list(options.exclude), os.getcwd())
+                                          list(options.exclude), native_cwd())
         self._mode = _native.LineTracer.mode
         self._roots = options.roots
+        self._adopt_running = True
+
+    def _skip_running_frames(self) -> None:
+        """Before start(): the recorded frames running at start are the launcher's (the
+        notebook cell that runs the cell magic), not measured."""
+        self._adopt_running = False
 
     def start(self) -> None:
         try:
-            self._tracer.start()
+            self._tracer.start(adopt_running=self._adopt_running)
         except RuntimeError as e:
             raise RuntimeError(f"linescope trace backend: {e}") from None
 

@@ -33,7 +33,10 @@ def load_defaults(
             data = tomllib.load(f)
     except (OSError, tomllib.TOMLDecodeError) as e:
         raise ValueError(f"cannot read [tool.linescope] from {path}: {e}") from None
-    section = data.get("tool", {}).get("linescope", {})
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict):
+        raise ValueError(f"[tool] in {path} must be a table (it holds [tool.linescope])")
+    section = tool.get("linescope", {})
     if not isinstance(section, dict):
         raise ValueError(f"[tool.linescope] in {path} must be a table")
     unknown = sorted(set(section) - set(OPTION_NAMES))

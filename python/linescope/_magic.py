@@ -46,7 +46,12 @@ def _parser() -> _Parser:
     p = _Parser(prog="%%linescope", usage="%(prog)s [options]",
                 description="Profile the source lines of this cell.", add_help=False)
     add_profile_options(p)
+    p.add_argument("-h", "--help", action="store_true", help="show this help; the cell does not run")
     return p
+
+
+class _MagicHelp(Exception):
+    """``%%linescope --help``: the help text is shown and the cell does not run."""
 
 
 def _options(parser: _Parser, line: str) -> dict[str, Any]:
@@ -57,7 +62,10 @@ def _options(parser: _Parser, line: str) -> dict[str, Any]:
         argv = shlex.split(line)
     except ValueError as e:
         raise parser.usage_error(str(e)) from None
-    return profile_options(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    if args.help:
+        raise _MagicHelp(parser.format_help())
+    return profile_options(args)
 
 
 class _Cell:
@@ -182,11 +190,14 @@ def run_cell_magic(shell: Any, line: str, cell: str) -> Any:
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                session._start("%%linescope")
+                session._start("%%linescope", launcher=True)
         except (ValueError, TypeError, RuntimeError) as e:
             raise parser.usage_error(str(e)) from None
     except MagicUsageError as e:
         print(str(e).rstrip(), file=sys.stderr)
+        return None
+    except _MagicHelp as e:
+        print(str(e).rstrip())
         return None
     try:
         code.warn(caught)  # the session's warnings name the cell, not IPython's caller
@@ -211,11 +222,16 @@ def run_cell_magic(shell: Any, line: str, cell: str) -> Any:
 
 
 def _show(result: Any) -> None:
+    from . import _report
+
     try:
-        from IPython.display import HTML, display
+        from IPython.display import display
     except ImportError:  # pragma: no cover - IPython is there when a magic runs
         return
-    display(HTML(report_iframe(result)))
+    # The inline report, and the text summary for front ends that show no HTML (terminal
+    # IPython, a plain-text notebook view).
+    display({"text/html": report_iframe(result), "text/plain": _report.render_text(result)},
+            raw=True)
 
 
 def _plain_when_invalid(shell: Any,

@@ -39,14 +39,19 @@ def _bytes(n: int | None) -> str:
     return f"{n} B"
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def render_text(result: ProfileResult, top: int = 15) -> str:
     """A plain-text summary: the most expensive lines and functions. When the result has GPU
     values (a GPU collection or per-line GPUStats), the lines table has GPU time and GPU peak
     memory columns of their own, beside (never added to) the driver time."""
     run = result.run
+    files = len({s.filename for s in run.lines})
     out = [f"linescope ({result.backend}): {_ms(run.elapsed_ns).strip()} ms elapsed, "
-           f"{len(run.lines)} lines in {len({s.filename for s in run.lines})} files, "
-           f"{len(run.functions)} functions"]
+           f"{_count(len(run.lines), 'line')} in {_count(files, 'file')}, "
+           f"{_count(len(run.functions), 'function')}"]
     for w in result.warnings:
         out.append(f"warning: {w}")
     gpu = result.gpu is not None or any(s.gpu is not None for s in run.lines)
@@ -105,8 +110,14 @@ def save(result: ProfileResult, path: str | os.PathLike[str]) -> str:
     else:
         text = json.dumps(result.to_dict(), separators=(",", ":")) + "\n"
     parent = os.path.dirname(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        # Checked at profile(), but the file system may change during the run.
+        why = e.strerror or str(e)
+        where = f" ({e.filename})" if e.filename and os.fspath(e.filename) != path else ""
+        raise OSError(f"cannot write the linescope report to {path}: {why}{where}") from None
     return path
 

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from ._backends import BackendOptions, nothing_recorded, register_backend
+from ._backends import BackendOptions, native_cwd, nothing_recorded, register_backend
 from ._model import (BackendCapabilities, GPUCollection, GPUStats, MemoryProfile,
                      RawBackendResult, RawFunction, RawLine)
 
@@ -107,7 +107,7 @@ class SamplerBackend:
         self._options = options
         cupti, cupti_library = _cupti() if options.gpu else (False, "")
         self._native = _native().LineSampler(
-            list(options.roots), list(options.include), list(options.exclude), os.getcwd(),
+            list(options.roots), list(options.include), list(options.exclude), native_cwd(),
             interval_ns=self._interval_ns, attribute=True, memory=options.memory,
             gpu_backend=_gpu_backend(options.gpu), cupti=cupti, cupti_library=cupti_library)
 
@@ -191,7 +191,7 @@ class MemorySampler:
         self._source = line_source
         self._per_line = line_source is not None or _on_main_thread()
         self._native = _native().LineSampler(
-            list(options.roots), list(options.include), list(options.exclude), os.getcwd(),
+            list(options.roots), list(options.include), list(options.exclude), native_cwd(),
             interval_ns=MEMORY_INTERVAL_NS,
             attribute=self._per_line and line_source is None, memory=True, gpu_backend="off")
         if line_source is not None:

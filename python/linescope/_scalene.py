@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import dataclasses
 import functools
+import math
 import os
 import shutil
 import signal
@@ -41,7 +43,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ._backends import BackendOptions, register_backend
+from ._backends import BackendOptions, is_utf8, native_cwd, register_backend
 from ._model import BackendCapabilities, GPUCollection, GPUStats, RawBackendResult, RawLine
 
 INSTALL_HINT = "install it with: pip install 'gpuprof[scalene]' (Python 3.11-3.14)"
@@ -102,6 +104,11 @@ def _load_scalene() -> dict[str, Any]:
                 package_dir=os.path.dirname(os.path.abspath(scalene.__file__)))
 
 
+# The highest sample_rate accepted (the same bound as the `sampler` backend's): Scalene's
+# Python-level handler keeps up with it on a 2-core machine; at 10^6/s it overflows the stack.
+_MAX_SAMPLE_RATE = 20000.0
+
+
 # ---- GPU collection ------------------------------------------------------------------------
 
 @dataclass
@@ -136,6 +143,33 @@ class _GpuState:
             v = self.lines[(filename, line)] = [0, 0, 0, 0]
         v[0 if self.last_util_ok else 1] += 1
         v[2 if self.last_mem_ok else 3] += 1
+
+
+def _wall_weighted(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Scalene's CPU-sample arguments (now, gpu_load, gpu_mem_used, prev, is_thread_sleeping,
+    should_trace, last_cpu_interval, ...) with the time the sample books made equal to the wall
+    time since the previous sample. Scalene books max(interval, process CPU time since the
+    previous sample) and splits that into Python (the interval) and native (the excess) time;
+    a line that sleeps or waits is then booked the timer interval while the signal actually
+    came later, and a CPU-bound line the full gap, so wall shares lean towards CPU-bound lines.
+    Scaling both terms by gap / booked keeps Scalene's Python / native split and its split over
+    lines and threads, and makes every sample weigh what it spans. Arguments of another shape
+    (a Scalene whose signature differs) pass unchanged."""
+    if len(args) < 7:
+        return args
+    now, prev, interval = args[0], args[3], args[6]
+    try:
+        wall = float(now.wallclock - prev.wallclock)
+        cpu = float(now.virtual - prev.virtual)
+        interval = float(interval)
+        booked = max(interval, cpu)
+        if not (wall > 0 and booked > 0 and math.isfinite(wall / booked)):
+            return args
+        factor = wall / booked
+        scaled_prev = dataclasses.replace(prev, virtual=now.virtual - cpu * factor)
+    except (AttributeError, TypeError, ValueError):
+        return args
+    return (*args[:3], scaled_prev, *args[4:6], interval * factor, *args[7:])
 
 
 def _nvidia_collector_class(base: type, pynvml: Any, state: _GpuState) -> type:
@@ -225,10 +259,12 @@ def _nvidia_collector_class(base: type, pynvml: Any, state: _GpuState) -> type:
 
 class _NeuronCollector:
     """Scalene's AWS Neuron collector (``ScaleneNeuron``, reading ``neuron-monitor``) as it is;
-    it reports no per-read failures, so every read counts as a success."""
+    it reports no per-read failures, so every read that returns counts as a success (of both
+    the utilization and the memory value), one that raises as a failure of both."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, state: _GpuState) -> None:
         self._inner = inner
+        self._state = state
 
     def has_gpu(self) -> bool:
         return bool(self._inner.has_gpu())
@@ -243,7 +279,19 @@ class _NeuronCollector:
         return int(self._inner.get_num_cores())
 
     def get_stats(self) -> tuple[float, float]:
-        return self._inner.get_stats()
+        state = self._state
+        try:
+            util, mem = self._inner.get_stats()
+        except Exception as e:  # noqa: BLE001 - a failed read is unknown, not 0
+            state.last_util_ok = state.last_mem_ok = False
+            state.util_failed += 1
+            state.mem_failed += 1
+            state.util_error = state.mem_error = f"{type(e).__name__}: {e}"
+            return 0.0, 0.0
+        state.last_util_ok = state.last_mem_ok = True
+        state.util_ok += 1
+        state.mem_ok += 1
+        return util, mem
 
     def start_monitor(self) -> None:
         # Checked first: Scalene's monitor object, failing to spawn it, also fails in __del__.
@@ -324,7 +372,7 @@ def _open_gpu(state: _GpuState) -> Any:
             "AWS Neuron utilization and memory come from neuron-monitor for every Neuron "
             "runtime on the host (device-wide, can include other processes); GPU time is "
             "utilization x wall time between CPU samples, charged to the main thread's line")
-        return _NeuronCollector(neuron)
+        return _NeuronCollector(neuron, state)
     state.unavailable = "no supported GPU was found (" + "; ".join(reasons) + ")"
     return None
 
@@ -600,6 +648,11 @@ class ScaleneBackend:
         gpu=True, threads="all threads (sampled; start() must run on the main thread)")
 
     def __init__(self, options: BackendOptions) -> None:
+        if options.sample_rate is not None and options.sample_rate > _MAX_SAMPLE_RATE:
+            raise ValueError(
+                f"sample_rate {options.sample_rate:g} is above the scalene backend's maximum "
+                f"of {_MAX_SAMPLE_RATE:g} samples per second (Scalene's signal handler, which "
+                "runs on the main thread, cannot keep up beyond that)")
         self._opts = options
         self._sc = _load_scalene()
         from gpuprof import _native
@@ -609,7 +662,7 @@ class ScaleneBackend:
         # A LineTracer that never starts is the native path filter (lines::PathFilter): the
         # same recorded-file rule as the `trace` backend.
         self._filter = _native.LineTracer(list(options.roots), list(options.include), exclude,
-                                          self._cwd)
+                                          native_cwd())
         self._decided: dict[str, bool] = {}
         self._interval_s = (1.0 / options.sample_rate if options.sample_rate
                             else _DEFAULT_INTERVAL_S)
@@ -636,7 +689,8 @@ class ScaleneBackend:
     def _should_trace(self, filename: str, func: str) -> bool:
         r = self._decided.get(filename)
         if r is None:
-            r = self._decided[filename] = bool(filename) and self._filter.recorded(filename)
+            r = self._decided[filename] = (bool(filename) and is_utf8(filename)
+                                           and self._filter.recorded(filename))
         return r
 
     def start(self) -> None:
@@ -743,7 +797,7 @@ class ScaleneBackend:
 
             def process_cpu_sample(self, new_frames: Any, *a: Any, **k: Any) -> None:
                 backend._others_recorded = any(tid != main for _f, tid, _o in new_frames)
-                super().process_cpu_sample(new_frames, *a, **k)
+                super().process_cpu_sample(new_frames, *_wall_weighted(a), **k)
 
             def _update_main_thread_stats(self, fname: Any, lineno: Any, *a: Any,
                                           **k: Any) -> None:

@@ -13,12 +13,14 @@ import threading
 import time
 import warnings
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Iterator, Iterable
 
 from . import _config, _report
-from ._backends import BackendOptions, ProfilerBackend, get_backend_factory, GPU_TRACE_WARNING
-from ._model import (FunctionStats, GPUStats, LineStats, ProfileResult, ProfileRun,
-                     RawBackendResult, RawFunction, RawLine, Symbol)
+from ._backends import (BackendOptions, ProfilerBackend, get_backend_factory, GPU_TRACE_WARNING,
+                        check_utf8_path, is_utf8, native_cwd)
+from ._model import (BackendCapabilities, FunctionStats, GPUStats, LineStats, ProfileResult,
+                     ProfileRun, RawBackendResult, RawFunction, RawLine, Symbol)
 from ._sampling import MemorySampler  # also registers the "sampler" backend
 from ._text import read_source, source_lines
 
@@ -180,16 +182,22 @@ _UNSET: Any = _Unset()
 def _patterns(name: str, value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
-    if isinstance(value, str):
+    if isinstance(value, (str, os.PathLike)):
         value = (value,)
+    if isinstance(value, (Mapping, bytes)):  # its keys / bytes are no patterns
+        raise TypeError(f"{name} must be a string or a sequence of glob patterns, "
+                        f"not {type(value).__name__}")
     try:
-        items = tuple(value)
+        items = tuple(os.fspath(p) if isinstance(p, os.PathLike) else p for p in value)
     except TypeError:
         raise TypeError(f"{name} must be a string or a sequence of glob patterns, "
                         f"not {type(value).__name__}") from None
     for p in items:
         if not isinstance(p, str) or not p:
             raise ValueError(f"{name} patterns must be non-empty strings, got {p!r}")
+        if not is_utf8(p):
+            raise ValueError(f"{name} pattern {os.fsencode(p)!r} is not valid UTF-8: linescope "
+                             "matches UTF-8 paths only")
     return items
 
 
@@ -381,6 +389,11 @@ class profile(metaclass=_ProfileMeta):
             if root_v is not None and not os.path.isdir(root_v):
                 raise ValueError(f"root {os.fspath(root_v)!r} is not a directory")
         self.root: str | None = None if root_v is None else os.path.abspath(root_v)
+        with blame("root"):
+            if self.root is not None:
+                check_utf8_path("root", self.root)
+            else:  # the default root: checked again at start (the directory may change)
+                check_utf8_path("the current directory (the default root)", os.getcwd())
         with blame("include"):
             self.include = _patterns("include", opts["include"])
         with blame("exclude"):
@@ -424,6 +437,8 @@ class profile(metaclass=_ProfileMeta):
 
     def _backend_options(self) -> BackendOptions:
         """What a backend records (linescope's own package excluded) and measures."""
+        if self.root is None:
+            check_utf8_path("the current directory (the default root)", os.getcwd())
         return BackendOptions(roots=(self.root or os.getcwd(),), include=self.include,
                               exclude=self.exclude + (_PACKAGE_DIR + "/*",),
                               memory=self.memory, gpu=self.gpu, sample_rate=self.sample_rate)
@@ -435,6 +450,10 @@ class profile(metaclass=_ProfileMeta):
         if caps is None or not all(hasattr(backend, m) for m in ("start", "stop", "result")):
             raise TypeError(f"backend {self.backend_name!r} does not implement the "
                             "ProfilerBackend protocol (capabilities, start, stop, result)")
+        if not isinstance(caps, BackendCapabilities):
+            raise TypeError(f"backend {self.backend_name!r}: capabilities must be a "
+                            "linescope.BackendCapabilities (what the backend measures), not "
+                            f"{type(caps).__name__}")
         # memory=True works with any backend: one that does not measure memory itself gets
         # linescope's RSS sampler beside it.
         wanted = {"gpu": self.gpu, "sampled": self.sample_rate is not None}
@@ -471,7 +490,9 @@ class profile(metaclass=_ProfileMeta):
         return backend
 
     # ---- lifecycle -----------------------------------------------------------------------
-    def _start(self, how: str = "") -> "profile":
+    def _start(self, how: str = "", *, launcher: bool = False) -> "profile":
+        """``launcher``: the frames running now belong to the tool that starts the session
+        (the cell magic's own cell), not to the profiled code."""
         global _active
         if self._state == "running":
             raise RuntimeError("this linescope session is already running")
@@ -491,6 +512,9 @@ class profile(metaclass=_ProfileMeta):
         try:
             self._warnings = []
             self._backend = self._make_backend()
+            skip = getattr(self._backend, "_skip_running_frames", None)
+            if launcher and callable(skip):
+                skip()
             self._take_snapshots()
             self._started_at = time.time()
             self._t0_ns = time.time_ns()
@@ -560,12 +584,12 @@ class profile(metaclass=_ProfileMeta):
             _report.show(self._result, sys.stderr)
         return self._result
 
-    start = _hybrid(_start, lambda cls, **kw: cls._module_start(**kw))
+    start = _hybrid(_start, lambda cls, *a, **kw: cls._module_start(*a, **kw))
     stop = _hybrid(_stop, lambda cls: cls._module_stop())
 
     @classmethod
-    def _module_start(cls, **options: Any) -> "profile":
-        session = cls(**options)
+    def _module_start(cls, *args: Any, **options: Any) -> "profile":
+        session = cls(*args, **options)  # the same arguments as profile(...)
         session._start("profile.start()")
         cls._default = session
         return session
@@ -579,7 +603,11 @@ class profile(metaclass=_ProfileMeta):
                 f"is running; the running session was started otherwise "
                 f"({running._started_by}): {_HOW_TO_STOP[running._how]}")
         if cls._default is None:
-            raise RuntimeError("profile.stop() called before profile.start()")
+            raise RuntimeError("profile.stop() called before profile.start(); start a session "
+                               "first with profile.start(...) (or use `with profile(...):`)")
+        if cls._default._state == "stopped":
+            raise RuntimeError("profile.stop(): the session started with profile.start() is "
+                               "already stopped; read profile.result (or start a new one)")
         return cls._default._stop()
 
     def __enter__(self) -> "profile":
@@ -646,13 +674,13 @@ class profile(metaclass=_ProfileMeta):
         self._snapshots = {}
         self._modules = {}
         o = self._backend_options()
-        keep = _native.LineTracer(list(o.roots), list(o.include), list(o.exclude), os.getcwd())
+        keep = _native.LineTracer(list(o.roots), list(o.include), list(o.exclude), native_cwd())
         for module in list(sys.modules.values()):
             name = getattr(module, "__file__", None)
             if not isinstance(name, str) or not name.endswith(".py"):
                 continue
             path = os.path.abspath(name)
-            if path in self._snapshots or not keep.recorded(path):
+            if path in self._snapshots or not is_utf8(path) or not keep.recorded(path):
                 continue
             text = self._registered_source(path)
             if text is None:

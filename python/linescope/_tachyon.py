@@ -29,7 +29,7 @@ import tempfile
 import time
 from typing import Any
 
-from ._backends import BackendOptions, register_backend
+from ._backends import BackendOptions, is_utf8, native_cwd, register_backend
 from ._model import BackendCapabilities, RawBackendResult, RawLine
 
 REQUIRED = (3, 15)
@@ -66,7 +66,7 @@ class TachyonBackend:
         self._opts = options
         self._cwd = os.getcwd()
         self._filter = _native.LineTracer(list(options.roots), list(options.include),
-                                          list(options.exclude), self._cwd)
+                                          list(options.exclude), native_cwd())
         rate = options.sample_rate or _DEFAULT_RATE
         self._interval_us = max(1, round(1e6 / rate))
         self._proc: subprocess.Popen[bytes] | None = None
@@ -139,7 +139,7 @@ class TachyonBackend:
             filename, line, _func = key
             if not isinstance(filename, str) or not isinstance(line, int) or line <= 0:
                 continue  # synthetic frames (<GC>, <native>) have line 0
-            if not self._filter.recorded(filename):
+            if not is_utf8(filename) or not self._filter.recorded(filename):
                 continue
             path = filename if filename.startswith("<") else os.path.normpath(
                 os.path.join(self._cwd, filename))

@@ -592,3 +592,26 @@ def test_inline_notebook_report_navigates_inside_its_frame(report, tmp_path):
     target.wait_for()
     assert inner.url == "about:srcdoc"
     assert target.get_attribute("data-line") in ("4", "5")
+
+
+def test_a_long_source_line_wraps_and_keeps_the_sidebar_in_view(report, tmp_path):
+    # GIVEN a profiled file with a 400-character line
+    root = tmp_path / "proj"
+    root.mkdir()
+    url = "https://example.com/" + "a" * 380
+    (root / "longline.py").write_text(f'import time\nURL = "{url}"\ndef f():\n'
+                                      "    time.sleep(0.001)\nf()\n")
+    out = tmp_path / "long.html"
+    with profile(root=root, output=out, display="none"):
+        exec(compile((root / "longline.py").read_text(), str(root / "longline.py"), "exec"), {})
+    # WHEN its source view opens at a line on a desktop-sized window
+    report.open(out, "#file=0&line=4")
+    # THEN the page is no wider than the window, nothing is scrolled sideways, the sidebar is
+    # in view, and the long line is all there (wrapped inside its cell)
+    assert report.js("() => document.documentElement.scrollWidth") <= 1280
+    assert report.js("() => window.scrollX") == 0
+    assert report.page.locator("#sidebar").bounding_box()["x"] == 0
+    src = report.page.locator("table.source tr", has_text="URL =").locator("td.src")
+    assert url in src.inner_text()
+    b = src.bounding_box()
+    assert b["x"] + b["width"] <= 1280 and b["height"] > 30  # several visual lines

@@ -4,8 +4,12 @@ result files and [tool.linescope] defaults."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -46,6 +50,25 @@ def test_the_already_running_error_says_how_to_stop_the_session_that_runs():
     profile.stop()
 
 
+def test_module_level_start_takes_profile_arguments_and_stop_says_what_to_do():
+    # WHEN profile.stop() comes before any profile.start() (a fresh interpreter)
+    out = subprocess.run([sys.executable, "-c", "from linescope import profile\n"
+                          "try:\n    profile.stop()\nexcept RuntimeError as e:\n    print(e)"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "before profile.start(); start a session first with profile.start(" in out
+    # AND profile.start() takes profile()'s arguments, positional ones too
+    profile.start("trace", False, display="none")
+    r = profile.stop()
+    assert r.backend == "trace" and profile.result is r
+    # AND a second profile.stop() points at profile.result (there is no `session` name here)
+    with pytest.raises(RuntimeError, match=r"already stopped; read profile\.result"):
+        profile.stop()
+    # AND a path pattern may be a pathlib.Path
+    with profile(include=Path("/nowhere/*.py"), display="none") as s:
+        pass
+    assert s.include == ("/nowhere/*.py",)
+
+
 def test_stop_before_start_and_result_before_stop():
     s = profile(display="none")
     with pytest.raises(RuntimeError, match="has not started"):
@@ -66,6 +89,9 @@ def test_stop_before_start_and_result_before_stop():
     ({"sample_rate": 0}, ValueError, "sample_rate must be a positive"),
     ({"gpu": "yes"}, TypeError, "gpu must be True or False"),
     ({"include": [3]}, ValueError, "include patterns"),
+    ({"include": {"a": 1}}, TypeError, "include must be a string or a sequence of glob "
+                                       "patterns, not dict"),
+    ({"exclude": b"*.py"}, TypeError, "exclude must be .* not bytes"),
     ({"root": "/definitely/not/here"}, ValueError, "is not a directory"),
 ])
 def test_invalid_options_raise_before_anything_starts(kwargs, error, match):
@@ -215,6 +241,20 @@ def test_pyproject_unknown_key_is_an_error(tmp_path, monkeypatch):
         profile()
 
 
+@pytest.mark.parametrize("text, match", [
+    ('tool = "x"\n', r"\[tool\] in .*pyproject\.toml must be a table"),
+    ('[tool]\nlinescope = 3\n', r"\[tool\.linescope\] in .*pyproject\.toml must be a table"),
+    ('[tool.linescope]\ninclude = { a = 1 }\n',
+     r"include must be a string or a sequence of glob patterns, not dict.*pyproject\.toml"),
+])
+def test_pyproject_of_the_wrong_shape_is_an_error_naming_the_file(tmp_path, monkeypatch, text,
+                                                                  match):
+    (tmp_path / "pyproject.toml").write_text(text)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises((ValueError, TypeError), match=match):
+        profile()
+
+
 def test_public_types_are_exported():
     for name in ("ProfileResult", "LineStats", "FunctionStats", "GPUStats", "RawLine",
                  "RawBackendResult", "BackendCapabilities", "ProfilerBackend",
@@ -292,6 +332,29 @@ def test_a_backend_result_of_the_wrong_type_is_a_clear_error(result, match):
     with pytest.raises(TypeError, match=f"backend '{name}': .*" + match):
         with profile(backend=name, display="none"):
             pass
+    with profile(display="none"):  # nothing was left active
+        pass
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_capabilities_that_are_not_backend_capabilities_are_rejected_before_start(gpu):
+    # GIVEN a backend whose capabilities is a dict, not a BackendCapabilities
+    started = []
+
+    class DictCaps:
+        capabilities = {"gpu": True}
+        def __init__(self, options): pass
+        def start(self): started.append(True)
+        def stop(self): pass
+        def result(self): return RawBackendResult(lines=[])
+
+    register_backend("dict-caps", DictCaps, replace=True)
+    # THEN with or without gpu=True: a TypeError that says what capabilities must be
+    with pytest.raises(TypeError, match=r"backend 'dict-caps': capabilities must be a "
+                                        r"linescope.BackendCapabilities .* not dict"):
+        with profile(backend="dict-caps", gpu=gpu, display="none"):
+            pass
+    assert started == []
     with profile(display="none"):  # nothing was left active
         pass
 
@@ -502,7 +565,7 @@ def test_a_report_that_cannot_be_written_does_not_replace_the_block_s_exception(
                 raise KeyError("the user's error")
     # THEN the user's exception propagates, carrying a note on why no report was written,
     # and the result is still there
-    assert any("NotADirectoryError" in n or "FileExistsError" in n or "Errno" in n
+    assert any(f"cannot write the linescope report to {out / 'r.json'}: File exists" in n
                for n in getattr(caught.value, "__notes__", []))
     assert session.result is not None
     # AND the warning names the user's `with` line
@@ -511,7 +574,39 @@ def test_a_report_that_cannot_be_written_does_not_replace_the_block_s_exception(
     out2 = tmp_path / "out2"
     out2.mkdir()
     ok = profile(root=ws.root, display="none", output=out2 / "r.json")
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match=r"cannot write the linescope report to .*r\.json: "):
         with ok:
             out2.rmdir()
             out2.write_text("now a file")
+
+
+def test_paths_that_are_not_utf8_are_a_clear_error_or_a_warning(tmp_path, monkeypatch):
+    # GIVEN a current directory whose name is not UTF-8 (any bytes are legal on Linux)
+    bad = os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9")
+    os.mkdir(bad)
+    monkeypatch.chdir(bad)
+    # THEN the default root is refused before anything starts, saying what to do
+    with pytest.raises(ValueError, match=r"the current directory \(the default root\) "
+                                         r"b'.*caf\\xe9' is not valid UTF-8: .*pass root="):
+        profile(display="none")
+    # AND so is such a root or pattern passed explicitly
+    with pytest.raises(ValueError, match=r"root b'.*caf\\xe9' is not valid UTF-8"):
+        profile(root=bad, display="none")
+    with pytest.raises(ValueError, match=r"include pattern b'.*\\xff' is not valid UTF-8"):
+        profile(root=tmp_path, include=[os.fsdecode(b"*\xff")], display="none")
+    # GIVEN a UTF-8 root holding a file whose name is not UTF-8
+    root = tmp_path / "proj"
+    root.mkdir()
+    name = os.fsencode(root) + b"/m\xff.py"
+    with open(name, "wb") as f:
+        f.write(b"def f():\n    return 1\n")
+    code = compile(open(name, "rb").read(), os.fsdecode(name), "exec")
+    ns: dict = {}
+    exec(code, ns)
+    # WHEN it runs in a session (from a UTF-8 directory or not: the root is explicit)
+    with profile(root=root, display="none") as s:
+        ns["f"]()
+    # THEN it is not recorded, and the result says so, naming it
+    assert s.result.lines == []
+    assert any("1 file(s) under the root ran but were not recorded because their names are "
+               "not valid UTF-8 (e.g. '" in w and "m\\udcff.py" in w for w in s.result.warnings)

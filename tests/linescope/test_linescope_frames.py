@@ -159,3 +159,120 @@ def test_a_thread_running_the_same_function_is_not_mixed_in(ws):
     assert r.line(path, 6).hits == 5
     if sys.version_info >= (3, 12):  # sys.monitoring events are process-wide
         assert r.metadata["other_thread_events_ignored"] > 0
+
+
+def test_the_callers_of_the_function_that_starts_the_session_carry_its_time(ws):
+    # GIVEN run() -> outer() -> begin(), where begin() starts the session and sleeps 50 ms,
+    # outer() then sleeps 10 ms and run() stops the session
+    mod = ws.module("callers.py", """
+        import time
+        from linescope import profile
+        def begin(root):
+            profile.start(root=root, display="none")
+            time.sleep(0.05)
+        def outer(root):
+            begin(root)
+            time.sleep(0.01)
+        def run(root):
+            outer(root)
+            profile.stop()
+            return profile.result
+    """)
+    r = mod.run(str(ws.root))
+    path = str(ws.root / "callers.py")
+    # THEN each caller's waiting line holds the time from start() until its callee returned,
+    # with no hit (it began before the session) and no call counted
+    assert r.line(path, 7).hits == 0 and r.line(path, 7).wall_time_ns >= 50 * MS
+    assert r.line(path, 10).hits == 0 and r.line(path, 10).wall_time_ns >= 60 * MS
+    assert r.line(path, 4) is None  # the line that started the session is the profiler's
+    assert r.line(path, 5).hits == 1 and r.line(path, 5).wall_time_ns >= 50 * MS
+    # AND a caller's total includes its callee's (inclusive), none is a call
+    begin, outer, run_ = (r.function(n) for n in ("begin", "outer", "run"))
+    assert begin.total_time_ns >= 50 * MS and outer.total_time_ns >= begin.total_time_ns + 10 * MS
+    assert run_.total_time_ns >= outer.total_time_ns
+    assert begin.calls == outer.calls == run_.calls == 0
+    assert r.run.elapsed_ns - run_.total_time_ns < 5 * MS
+
+
+def test_a_frame_one_session_did_not_record_is_recorded_by_the_next(ws, tmp_path):
+    # GIVEN a function running two sessions in turn: the first records another directory
+    # only, the second (default filters) this file
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    mod = ws.module("twice.py", """
+        import time
+        from linescope import profile
+        def work():
+            time.sleep(0.01)
+        def epochs(root, other):
+            with profile(root=other, display="none"):
+                work()
+            with profile(root=root, display="none") as s:
+                work()
+                time.sleep(0.02)
+            return s.result
+    """)
+    r = mod.epochs(str(ws.root), str(other))
+    path = str(ws.root / "twice.py")
+    # THEN the second session records the running frame's lines (3.11 had turned its line
+    # events off in the first session)
+    assert r.line(path, 9).hits == 1 and r.line(path, 10).hits == 1
+    assert r.line(path, 10).wall_time_ns >= 20 * MS
+    assert r.function("work").calls == 1
+
+
+def test_a_session_whose_thread_ended_measures_no_other_thread(ws):
+    # GIVEN a worker thread that starts a session and ends without stopping it, and later
+    # threads (whose thread state may reuse the dead one's memory) running recorded code
+    mod = ws.module("deadowner.py", """
+        import threading
+        import time
+        from linescope import profile
+        S = {}
+        def starter(root):
+            S["s"] = profile(root=root, display="none")
+            S["s"].start()
+            time.sleep(0.01)
+        def other():
+            for i in range(3):
+                time.sleep(0.001)
+        def main(root):
+            t = threading.Thread(target=starter, args=(root,))
+            t.start()
+            t.join()
+            for _ in range(3):
+                t = threading.Thread(target=other)
+                t.start()
+                t.join()
+            return S["s"].stop()
+    """)
+    r = mod.main(str(ws.root))
+    path = str(ws.root / "deadowner.py")
+    # THEN only the starter's line is recorded, and the result says the thread ended
+    assert r.line(path, 8).hits == 1
+    assert r.function("other") is None and r.line(path, 11) is None
+    assert any("ended before stop()" in w for w in r.warnings)
+
+
+def test_code_that_saves_and_restores_the_trace_function_keeps_the_session(ws):
+    # GIVEN code that saves sys.gettrace() and restores it afterwards (doctest, pdb do)
+    mod = ws.module("restore.py", """
+        import sys
+        import time
+        def work():
+            time.sleep(0.005)
+        def main():
+            work()
+            saved = sys.gettrace()
+            sys.settrace(None)
+            sys.settrace(saved)
+            work()
+            time.sleep(0.01)
+    """)
+    r = run(ws, mod.main)
+    path = str(ws.root / "restore.py")
+    # THEN nothing after the restore is lost (3.11: the C trace function comes back)
+    assert r.function("work").calls == 2
+    assert r.line(path, 10).hits == 1 and r.line(path, 10).calls == 1
+    assert r.line(path, 11).hits == 1 and r.line(path, 11).wall_time_ns >= 10 * MS
+    assert not [w for w in r.warnings if "replaced the trace function" in w]

@@ -45,6 +45,9 @@ def test_cell_magic_profiles_the_cell_and_shows_the_report_inline(shell):
     # AND the report is shown inline, self-contained
     html = [o.data["text/html"] for o in out.outputs if "text/html" in o.data]
     assert len(html) == 1 and "<iframe srcdoc=" in html[0]
+    # AND a front end without HTML (terminal IPython) shows the text summary, not a placeholder
+    plain = [o.data["text/plain"] for o in out.outputs if "text/html" in o.data]
+    assert plain[0].startswith("linescope (trace):") and "total += helper(1000)" in plain[0]
     # AND the cell's lines and the earlier cell's function were recorded with exact hits
     r = profile.result
     cell = [f for f, text in r.sources.items() if "total += helper(1000)" in text]
@@ -299,3 +302,13 @@ def test_a_report_that_cannot_be_written_does_not_replace_the_cell_s_exception(s
     said = [w for w in caught if "could not finish" in str(w.message)]
     assert said and said[0].filename.startswith("<ipython-input-")
     assert "linescope.profile.result" in str(said[0].message)
+
+
+def test_help_lists_the_options_and_does_not_run_the_cell(shell):
+    # WHEN the magic is asked for help
+    shell.user_ns.pop("ran_help", None)
+    res, out = run(shell, "%%linescope --help\nran_help = True\n")
+    # THEN its options are listed, nothing is an error and the cell did not run
+    assert res.success and "ran_help" not in shell.user_ns
+    assert "--backend" in out.stdout and "--memory" in out.stdout and "--help" in out.stdout
+    assert out.stderr == "" and not [o for o in out.outputs if "text/html" in o.data]

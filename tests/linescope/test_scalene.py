@@ -139,16 +139,22 @@ def test_gpu_without_a_device_is_unavailable_with_reasons_and_cpu_continues(ws):
     assert hot is not None and hot.wall_time_ns > 0 and hot.gpu is None
 
 
+def _neuron_ls_lists_a_device(tmp_path: Path) -> Path:
+    """A directory holding a `neuron-ls` that lists one Neuron device (Scalene's probe)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "neuron-ls").write_text('#!/bin/sh\necho "+--------+ NEURON DEVICE 0 +"\n')
+    (bin_dir / "neuron-ls").chmod(0o755)
+    return bin_dir
+
+
 @needs_scalene
 def test_a_neuron_device_without_neuron_monitor_leaves_gpu_unavailable_and_cpu_runs(
         ws, monkeypatch, tmp_path):
     if _nvml_loadable():
         pytest.skip("this machine has an NVML library; Scalene would pick NVIDIA first")
     # GIVEN neuron-ls lists a device but neuron-monitor is not installed
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "neuron-ls").write_text('#!/bin/sh\necho "+--------+ NEURON DEVICE 0 +"\n')
-    (bin_dir / "neuron-ls").chmod(0o755)
+    bin_dir = _neuron_ls_lists_a_device(tmp_path)
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     mod = ws.module("hot.py", HOT)
     # WHEN profiled with gpu=True (long enough for samples to land on the hot line)
@@ -161,6 +167,72 @@ def test_a_neuron_device_without_neuron_monitor_leaves_gpu_unavailable_and_cpu_r
     assert "neuron-monitor" in r.gpu.time_reason
     assert any("neuron-monitor" in w for w in r.warnings)
     assert r.line("hot.py", HOT_LINE).wall_time_ns > 0
+
+
+@needs_scalene
+def test_a_sample_rate_above_the_maximum_is_rejected_before_start(ws):
+    with pytest.raises(ValueError, match=r"sample_rate 1e\+06 is above the scalene backend's "
+                                         r"maximum of 20000"):
+        with profile(backend="scalene", sample_rate=1e6, root=ws.root, display="none"):
+            raise AssertionError("the body must not run")
+    # AND the highest accepted rate works
+    with profile(backend="scalene", sample_rate=20000, root=ws.root, display="none") as s:
+        time.sleep(0.01)
+    assert s.result.backend == "scalene"
+
+
+@needs_scalene
+def test_a_sleeping_line_and_a_cpu_bound_line_get_their_wall_time(ws):
+    # GIVEN 0.4 s of busy Python, then 0.4 s of sleep
+    mod = ws.module("halves.py", """
+        import time
+        def busy(seconds):
+            end = time.perf_counter() + seconds
+            while time.perf_counter() < end:
+                pass
+        def main():
+            busy(0.4)
+            time.sleep(0.4)
+    """)
+    with profile(backend="scalene", root=ws.root, display="none") as s:
+        mod.main()
+    r = s.result
+    # THEN each line's wall time is its share of the clock time, not of Scalene's CPU-leaning
+    # booked time (which gave the busy line ~1.6x the sleeping one)
+    mine = [s for s in r.lines if s.filename.endswith("halves.py")]
+    busy = sum(s.wall_time_ns for s in mine if 3 <= s.line <= 5)  # the loop in busy()
+    slept = sum(s.wall_time_ns for s in mine if s.line == 8)
+    assert 0.75 < busy / slept < 1.33, (busy, slept)
+    assert abs(busy + slept - 0.8e9) < 0.15e9
+    assert 0.9 < r.metadata["time_scale"] < 1.1  # the booked total already spans the run
+
+
+@needs_scalene
+def test_a_neuron_device_reports_gpu_time_and_memory_through_neuron_monitor(
+        ws, monkeypatch, tmp_path):
+    if _nvml_loadable():
+        pytest.skip("this machine has an NVML library; Scalene would pick NVIDIA first")
+    # GIVEN neuron-ls listing a device and (the scripted fake) neuron-monitor reporting this
+    # process at 60 % on one NeuronCore with 3,000,000 bytes of device memory
+    bin_dir = _neuron_ls_lists_a_device(tmp_path)
+    (bin_dir / "neuron-monitor").symlink_to(REPO / "cpp" / "core" / "telemetry" / "fake_neuron"
+                                            / "neuron-monitor")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("GPUPROF_FAKE_NEURON_RUNTIMES", "pid=parent,cores=0,util=60,mem=3000000")
+    mod = ws.module("hot.py", HOT)
+    # WHEN the hot line runs for a while under scalene with gpu=True
+    with profile(backend="scalene", gpu=True, root=ws.root, display="none") as s:
+        deadline = time.monotonic() + 0.8
+        while time.monotonic() < deadline:
+            mod.main(200_000)
+    r = s.result
+    # THEN GPU time and the memory peak are measured, by the Neuron method, on the hot line
+    g = r.gpu
+    assert g.method == "scalene-neuron-monitor" and g.time_available and g.memory_available
+    hot = r.line("hot.py", HOT_LINE)
+    assert hot.gpu is not None and 0 < hot.gpu.time_ns <= hot.wall_time_ns * 1.05
+    assert hot.gpu.peak_memory_bytes == 3_000_000
+    assert not any("unavailable" in w for w in r.warnings)
 
 
 @needs_scalene

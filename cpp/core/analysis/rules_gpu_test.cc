@@ -367,7 +367,12 @@ TEST(ThermalThrottling, NotEvaluatedWithoutTemperatureOrReasons) {
     g.temp_c = 90;  // a temperature without a clock cannot show a slowdown
   });
   EXPECT_EQ(*Eval("thermal_throttling", b).not_evaluated,
-            "GPU temperature with SM clock, or clock-event reasons, not sampled");
+            "GPU temperature with SM clock, or clock-event reasons not sampled");
+  // On a CPU run the cause follows the inputs with no stray comma.
+  RunBuilder cpu;
+  cpu.Cpu().Steps(10, StepShape{});
+  EXPECT_EQ(*Eval("thermal_throttling", cpu).not_evaluated,
+            "GPU temperature with SM clock, or clock-event reasons (CPU run)");
 }
 
 }  // namespace

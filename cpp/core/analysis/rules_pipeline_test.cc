@@ -125,6 +125,132 @@ TEST(CpuBoundDataloader, NotEvaluatedWithoutHostTelemetry) {
               HasSubstr("dataloader wait not measured"));
 }
 
+// Loader(40, 100, 3 MB/s, 50 IOPS) plus the training's process tree: proc_cpu_pct(t) on every
+// host sample, and worker samples every 50 ms for the main process and `workers(t)` child pids.
+RunBuilder PeggedWithTree(const std::function<double(int64_t)>& tree_pct,
+                          const std::function<std::vector<int64_t>(int64_t)>& workers) {
+  RunBuilder b;
+  b.Steps(20, Split(100, 40, 55));
+  b.HostEvery(50 * kMs, [&](int64_t t, store::HostSampleRow& h) {
+    h.cpu_pct = 100;
+    h.ncores = 16;
+    h.disk_read_bps = 3e6;
+    h.disk_read_iops = 50;
+    h.proc_cpu_pct = tree_pct(t);
+  });
+  for (int64_t t = 0; t <= b.end_ns(); t += 50 * kMs) {
+    b.WorkerSample({t, 100, "main", 20.0, 1LL << 30});
+    for (int64_t pid : workers(t)) b.WorkerSample({t, pid, "child", 95.0, 1LL << 29});
+  }
+  return b;
+}
+
+std::vector<int64_t> NoWorkers(int64_t) { return {}; }
+std::vector<int64_t> FourWorkers(int64_t) { return {201, 202, 203, 204}; }
+
+TEST(CpuBoundDataloader, PassesWhenOtherProcessesPegTheCpuAndTheTrainingIdles) {
+  // GIVEN a machine at 100% CPU while the training (num_workers=0) uses 15-25% of one core
+  const RunBuilder b = PeggedWithTree([](int64_t t) { return t % (100 * kMs) ? 15.0 : 25.0; },
+                                      NoWorkers);
+  // THEN the loader is not called CPU-bound: evaluated, not fired; the stall speaks for itself
+  const RuleResult r = Eval("cpu_bound_dataloader", b);
+  EXPECT_FALSE(r.fired());
+  EXPECT_FALSE(r.skipped());
+  EXPECT_TRUE(Eval("dataloader_stall", b).fired());
+  // AND four workers idling at 30% of a core in all are not CPU-bound either
+  EXPECT_FALSE(Eval("cpu_bound_dataloader",
+                    PeggedWithTree([](int64_t) { return 30.0; }, FourWorkers))
+                   .fired());
+}
+
+TEST(CpuBoundDataloader, FiresWhenTheTrainingsProcessesAreBusy) {
+  // GIVEN four workers and the main process using 4.0 of their 5 cores on a pegged machine
+  const RuleResult r = Eval("cpu_bound_dataloader",
+                            PeggedWithTree([](int64_t) { return 400.0; }, FourWorkers));
+  ASSERT_TRUE(r.fired());
+  EXPECT_EQ(r.insight->message,
+            "Dataloader stall (" + FormatPercent(0.40) +
+                " of step time) with the host CPU pegged (100% average across 16 cores; the "
+                "training's processes busy on up to 4 cores) and the disk idle (3.0 MB/s): the "
+                "loader workers are CPU-bound");
+  EXPECT_EQ(r.insight->evidence["tree_processes"], 5.0);
+  EXPECT_EQ(r.insight->evidence["tree_usable_cores"], 5.0);
+  // AND with num_workers=0 a main process busy on 0.9 cores is what is CPU-bound
+  const RuleResult alone =
+      Eval("cpu_bound_dataloader", PeggedWithTree([](int64_t) { return 90.0; }, NoWorkers));
+  ASSERT_TRUE(alone.fired());
+  EXPECT_THAT(alone.insight->message,
+              HasSubstr("busy on up to 0.9 cores) and the disk idle (3.0 MB/s): the "
+                        "loading runs in the training process (no worker processes seen) and "
+                        "is CPU-bound"));
+}
+
+TEST(CpuBoundDataloader, WorkersFoundLateOrRestartedEachEpochStillCount) {
+  // GIVEN workers that join the sampled tree only at 1.5 s (the sampler's rescan): the
+  // readings before see the main process alone, so they undercount the tree
+  const auto late = [](int64_t t) { return t < 1500 * kMs ? 20.0 : 400.0; };
+  const auto late_workers = [](int64_t t) {
+    return t < 1500 * kMs ? std::vector<int64_t>{} : FourWorkers(t);
+  };
+  EXPECT_TRUE(Eval("cpu_bound_dataloader", PeggedWithTree(late, late_workers)).fired());
+  // AND four workers restarted every 0.5 s (16 pids in all) are four processes at a time, not
+  // sixteen: 4.0 busy cores of 5 usable
+  const auto restarted = [](int64_t t) {
+    const int64_t epoch = t / (500 * kMs);
+    std::vector<int64_t> pids;
+    for (int64_t w = 0; w < 4; ++w) pids.push_back(300 + 4 * epoch + w);
+    return pids;
+  };
+  const RuleResult r =
+      Eval("cpu_bound_dataloader", PeggedWithTree([](int64_t) { return 400.0; }, restarted));
+  ASSERT_TRUE(r.fired());
+  EXPECT_EQ(r.insight->evidence["tree_usable_cores"], 5.0);
+}
+
+// A run of `steps` 100 ms steps (40 ms loader wait) sampled every `period_ms`, pegged and idle
+// disk: enough for the io/cpu rules' data, except possibly the number and span of readings.
+RunBuilder Sampled(size_t steps, int64_t period_ms, double cpu, double disk_bps) {
+  RunBuilder b;
+  b.Steps(steps, Split(100, 40, 55));
+  b.HostEvery(period_ms * kMs, [&](int64_t t, store::HostSampleRow& h) {
+    if (t == 0) return;  // the first sample only primes the rates
+    h.cpu_pct = cpu;
+    h.ncores = 2;
+    h.disk_read_bps = disk_bps;
+  });
+  return b;
+}
+
+TEST(CpuBoundDataloader, NotEvaluatedFromTooFewHostReadings) {
+  // GIVEN a very short run: 8 steps of 2 ms and one CPU reading covering its 15 ms
+  RunBuilder tiny;
+  tiny.Steps(8, Split(2, 1, 1));
+  tiny.HostSample({.ts_ns = 0});
+  store::HostSampleRow reading;
+  reading.ts_ns = 15 * kMs;
+  reading.cpu_pct = 100;
+  reading.ncores = 2;
+  reading.disk_read_bps = 0;
+  tiny.HostSample(reading);
+  const RuleResult r = Eval("cpu_bound_dataloader", tiny);
+  ASSERT_TRUE(r.skipped());
+  EXPECT_EQ(*r.not_evaluated, "only 1 host CPU reading covering " +
+                                  FormatDuration(15.0 * kMs) + " in the steady state; deciding "
+                                  "needs at least 5 covering " + FormatDuration(1e9));
+  // AND at the edges: 5 readings over 1.0 s decide; 4 readings (over 1.2 s) or 11 over 0.55 s
+  // do not
+  EXPECT_TRUE(Eval("cpu_bound_dataloader", Sampled(13, 200, 95, 3e6)).fired());
+  EXPECT_THAT(*Eval("cpu_bound_dataloader", Sampled(13, 300, 95, 3e6)).not_evaluated,
+              HasSubstr("only 4 host CPU readings covering " + FormatDuration(1.2e9) +
+                        " in the steady state"));
+  EXPECT_THAT(*Eval("cpu_bound_dataloader", Sampled(8, 50, 95, 3e6)).not_evaluated,
+              HasSubstr("only 11 host CPU readings covering " + FormatDuration(550.0 * kMs)));
+  // AND io_bound_dataloader, deciding from the same readings, waits for as many
+  EXPECT_THAT(*Eval("io_bound_dataloader", Sampled(8, 50, 30, 900e6)).not_evaluated,
+              HasSubstr("only 11 host CPU readings"));
+  EXPECT_TRUE(Eval("io_bound_dataloader", Sampled(13, 200, 30, 900e6)).fired());
+}
+
 // ---------------------------------------------------------------- io_bound_dataloader
 
 TEST(IoBoundDataloader, FiresOnThroughput) {

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 
@@ -119,6 +120,37 @@ std::vector<Scenario> Scenarios() {
            h.disk_read_bps = 3e6;
            h.disk_read_iops = 40;
          });
+       }},
+      // The training's process tree busy (4 workers + main on 4.4 cores): fires with the tree
+      // in its message and evidence, read back from proc_cpu_pct and worker_samples_10s.
+      {"cpu_bound_dataloader_busy_tree", "cpu_bound_dataloader",
+       [] {
+         RunBuilder b = WithHost(Waiting(40), [](int64_t, store::HostSampleRow& h) {
+           h.cpu_pct = 97;
+           h.ncores = 8;
+           h.disk_read_bps = 3e6;
+           h.proc_cpu_pct = 440;
+         });
+         for (int64_t t = 0; t <= b.end_ns(); t += 50 * kMs) {
+           b.WorkerSample({t, 100, "main", 60.0, 2LL << 30});
+           for (int64_t w = 0; w < 4; ++w) b.WorkerSample({t, 300 + w, "child", 95.0, 1LL << 30});
+         }
+         return b;
+       }},
+      // A machine pegged by others while the training idles at 20% of a core: the stall fires,
+      // cpu_bound_dataloader passes, the same after the round trip.
+      {"stall_with_idle_tree", "dataloader_stall",
+       [] {
+         RunBuilder b = WithHost(Waiting(40), [](int64_t, store::HostSampleRow& h) {
+           h.cpu_pct = 100;
+           h.ncores = 2;
+           h.disk_read_bps = 0;
+           h.proc_cpu_pct = 20;
+         });
+         for (int64_t t = 0; t <= b.end_ns(); t += 50 * kMs) {
+           b.WorkerSample({t, 100, "main", 20.0, 2LL << 30});
+         }
+         return b;
        }},
       {"io_bound_dataloader", "io_bound_dataloader",
        [] {
@@ -292,6 +324,27 @@ TEST_P(StoreRoundTrip, RulesFireTheSameAfterLoadRun) {
 
 INSTANTIATE_TEST_SUITE_P(EveryRule, StoreRoundTrip, ::testing::ValuesIn(Scenarios()),
                          [](const auto& info) { return info.param.name; });
+
+TEST(StoreRoundTrip, AnIdleTrainingOnAPeggedMachineIsNotCpuBoundAfterLoadRun) {
+  // GIVEN the stall_with_idle_tree run written to and read back from the store
+  const auto all = Scenarios();
+  const auto it = std::find_if(all.begin(), all.end(), [](const Scenario& sc) {
+    return sc.name == "stall_with_idle_tree";
+  });
+  ASSERT_NE(it, all.end());
+  testing::TempDb file;
+  auto db = testing::OpenDb(file.path());
+  ASSERT_TRUE(db);
+  const int64_t id = testing::WriteRun(*db, it->build().Build());
+  auto loaded = db->LoadRun(id);
+  ASSERT_TRUE(loaded.ok()) << loaded.error();
+  ASSERT_FALSE(loaded.value().host_samples.empty());
+  ASSERT_TRUE(loaded.value().host_samples.back().proc_cpu_pct.has_value());
+  // THEN cpu_bound_dataloader was evaluated and did not fire: neither an insight nor skipped
+  const Report r = Analyze(std::move(loaded).value(), RuleContext{});
+  for (const Insight& in : r.insights) EXPECT_NE(in.rule_id, "cpu_bound_dataloader");
+  for (const auto& n : r.not_evaluated) EXPECT_NE(n.rule_id, "cpu_bound_dataloader") << n.reason;
+}
 
 TEST(StoreRoundTrip, NotEvaluatedReasonsSurviveNulls) {
   // A CPU run without wait or phases: NULL columns must come back as unknown, not 0.

@@ -469,8 +469,11 @@ json GpuSection(const Result& r) {
                                                      : std::vector<std::string>{};
   const std::string label = MethodLabel(method, r.backend);
   std::string headline;
+  // A method the report does not know is already quoted in its label.
+  const bool method_in_label = method && label.find("'" + *method + "'") != std::string::npos;
   if (any_measured)
-    headline = "GPU numbers: " + (method ? *method + " \u2014 " : std::string()) + label;
+    headline = "GPU numbers: " + (method && !method_in_label ? *method + " \u2014 " : std::string()) +
+               label;
   else if (method)
     headline = "No GPU values were measured (collection method: " + *method + ").";
   else

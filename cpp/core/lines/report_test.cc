@@ -433,6 +433,17 @@ TEST(ReportPayload, NoMethodRecordedIsACleanSentence) {
   EXPECT_EQ(p["gpu"]["time"]["notice"], "no supported GPU was found");
 }
 
+TEST(ReportPayload, AMethodTheReportDoesNotKnowIsNamedOnceInTheHeadline) {
+  // GIVEN a custom backend's GPUCollection with its own method name
+  json r = WithGpu(Result());
+  r["backend"] = "mine";
+  r["gpu"]["method"] = "mymethod";
+  const json g = Build(r)["gpu"];
+  // THEN the label quotes it, and the headline does not repeat it in front
+  EXPECT_EQ(g["method_label"], "reported by the 'mine' backend as 'mymethod'");
+  EXPECT_EQ(g["headline"], "GPU numbers: reported by the 'mine' backend as 'mymethod'");
+}
+
 TEST(ReportPayload, SaysHowGpuTimeCombinesOverGpus) {
   // GIVEN two GPUs: the native sampler sums busy time, Scalene averages utilization
   json r = WithGpu(Result());

@@ -588,9 +588,14 @@ void FinishGpuCollection(GpuCollectionSummary& s, size_t device_count,
   std::vector<std::string> w;
   if (s.method == "mock-sampled") w.push_back(kMockGpuWarning);
   if (!s.time_available && s.time_reason) {
-    // Without a collector the reason is a whole sentence ("GPU measurements unavailable: ...").
-    w.push_back(!s.method && !apple_host ? *s.time_reason
-                                         : "GPU time unavailable: " + *s.time_reason);
+    // Without a collector the reason is a whole sentence ("GPU measurements unavailable: ...");
+    // one reason for both quantities is said once, naming both.
+    const bool both = !s.memory_available && s.memory_reason == s.time_reason;
+    w.push_back(!s.method && !apple_host
+                    ? *s.time_reason
+                    : (both ? "GPU time and GPU peak memory unavailable: "
+                            : "GPU time unavailable: ") +
+                          *s.time_reason);
   }
   if (!s.memory_available && s.memory_reason && s.memory_reason != s.time_reason)
     w.push_back("GPU peak memory unavailable: " + *s.memory_reason);

@@ -799,7 +799,8 @@ TEST(FinishGpuCollectionTest, EveryTickFailingNamesTheCausesOnceInOneReason) {
       "lost: GPU is lost (NVML error 15)";
   EXPECT_EQ(s.time_reason, reason);
   EXPECT_EQ(s.memory_reason, reason);
-  EXPECT_EQ(s.warnings, std::vector<std::string>{"GPU time unavailable: " + reason});
+  EXPECT_EQ(s.warnings,
+            std::vector<std::string>{"GPU time and GPU peak memory unavailable: " + reason});
   // AND without recorded failures the reason points at the diagnostics
   auto quiet = Summary(g, 1, {});
   EXPECT_EQ(quiet.time_reason, "every GPU reading failed (5 attempts on 1 GPU); see the "
@@ -879,7 +880,8 @@ TEST(FinishGpuCollectionTest, WithoutACollectorTheReasonIsTheWarningAndMacOsSays
   EXPECT_EQ(mac.time_reason, kMpsUnavailable);
   EXPECT_EQ(mac.memory_reason, kMpsUnavailable);
   EXPECT_EQ(mac.warnings,
-            std::vector<std::string>{std::string("GPU time unavailable: ") + kMpsUnavailable});
+            std::vector<std::string>{std::string("GPU time and GPU peak memory unavailable: ") +
+                                     kMpsUnavailable});
   EXPECT_TRUE(AnyDiagnostic(mac, {"NVML not available: cannot load x"}));
 }
 

@@ -56,12 +56,15 @@ Expected<std::unique_ptr<Session>> Session::Start(SessionConfig config) {
   }
 
   std::unique_ptr<telemetry::HostSampler> host;
-  if (s->config_.host_telemetry) {
+  if (s->config_.host_telemetry && s->config_.recorder.host_hz > 0) {
     host = std::make_unique<telemetry::HostSampler>(info.pid, s->config_.proc_root);
     s->SetTelemetryStatus("host", true, "procfs", std::nullopt);
   } else {
+    // Name the option that turned it off: profile(host=False), or a host rate of 0.
     s->SetTelemetryStatus("host", false, std::nullopt,
-                          std::string("host telemetry disabled (host=False)"));
+                          std::string(s->config_.host_telemetry
+                                          ? "host telemetry disabled (host_hz=0)"
+                                          : "host telemetry disabled (host=False)"));
   }
 
   s->recorder_ = std::make_unique<Recorder>(s->config_.recorder, s->anchor_, s->writer_.get(),

@@ -25,7 +25,7 @@ struct SessionConfig {
   store::RunInfo run;  // run_name and the descriptive fields; ids/times are filled in
   RecorderOptions recorder;
   telemetry::GpuCollectorOptions gpu;
-  bool host_telemetry = true;
+  bool host_telemetry = true;  // profile(host=); host sampling also needs recorder.host_hz > 0
   std::string proc_root = "/proc";
   analysis::AnalysisOptions analysis;
 };

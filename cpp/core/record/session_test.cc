@@ -143,6 +143,37 @@ TEST_F(SessionTest, UnavailableGpuIsRecordedWithItsReason) {
   EXPECT_TRUE(found);
 }
 
+TEST_F(SessionTest, DisabledHostTelemetryNamesTheOptionThatTurnedItOff) {
+  // GIVEN host=False (host_hz left at 20), and host=True with host_hz=0
+  struct Case {
+    bool host;
+    double hz;
+    const char* reason;
+  };
+  for (const Case& k : {Case{false, 20, "host telemetry disabled (host=False)"},
+                        Case{true, 0, "host telemetry disabled (host_hz=0)"}}) {
+    SessionConfig c = Config("host-off");
+    c.host_telemetry = k.host;
+    c.recorder.host_hz = k.hz;
+    // WHEN a short run records
+    auto s = Session::Start(c);
+    ASSERT_TRUE(s.ok()) << s.error();
+    Iteration(s.value().get(), 0, 1);
+    s.value()->Stop("ok", std::nullopt);
+    // THEN no host samples exist and the host status is unavailable with that option's reason
+    const store::RunData d = Load(s.value()->run_id());
+    EXPECT_TRUE(d.host_samples.empty());
+    int found = 0;
+    for (const auto& t : d.telemetry) {
+      if (t.source != "host") continue;
+      ++found;
+      EXPECT_FALSE(t.available);
+      EXPECT_EQ(t.reason.value_or(""), k.reason);
+    }
+    EXPECT_EQ(found, 1);
+  }
+}
+
 TEST_F(SessionTest, UnwritableDbIsAnErrorNamingThePath) {
   SessionConfig c = Config("bad");
   c.db_path = (dir_ / "missing" / "x.db").string();

@@ -1,10 +1,12 @@
 // Data-pipeline rules: is the GPU (or CPU) starving for input, and why?
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "analysis/format.h"
 #include "analysis/rules/registry.h"
 #include "analysis/rules/rules.h"
+#include "store/rollup.h"
 
 namespace gpuprof::analysis::rules {
 namespace {
@@ -41,6 +43,80 @@ std::vector<const store::HostSampleRow*> HostBetween(const RunView& view, int64_
     if (r.ts_ns >= begin && r.ts_ns <= end) out.push_back(&r);
   }
   return out;
+}
+
+// Whether the host CPU readings of a window are enough to judge the machine by: at least
+// kHostMinSamples of them, covering at least kHostMinCoverageS (a reading is the rate over the
+// interval since the previous host sample). nullopt when enough, else the "not evaluated"
+// reason.
+std::optional<std::string> NeedHostCoverage(const RunView& view, const HostWindow& w) {
+  const auto& all = view.data.host_samples;
+  size_t readings = 0;
+  int64_t covered_ns = 0;
+  for (const auto* r : w.samples) {
+    if (!r->cpu_pct) continue;
+    ++readings;
+    const size_t i = static_cast<size_t>(r - all.data());
+    if (i > 0 && i < all.size() && r->ts_ns > all[i - 1].ts_ns) {
+      covered_ns += r->ts_ns - all[i - 1].ts_ns;
+    }
+  }
+  if (readings >= kHostMinSamples && static_cast<double>(covered_ns) >= kHostMinCoverageS * 1e9) {
+    return std::nullopt;
+  }
+  return StrFormat("only %zu host CPU reading%s covering %s %s; deciding needs at least %zu "
+                   "covering %s",
+                   readings, readings == 1 ? "" : "s",
+                   FormatDuration(static_cast<double>(covered_ns)).c_str(),
+                   w.steady ? "in the steady state" : "in the run", kHostMinSamples,
+                   FormatDuration(kHostMinCoverageS * 1e9).c_str());
+}
+
+// The training's process tree over a host window: its CPU at its busiest (p90 of the
+// proc_cpu_pct readings, in cores) and the cores it can use: one per process (the mean number
+// of its processes alive, from the worker rollups), or as many as it used (threads), at most
+// the machine's. nullopt when the tree's CPU was not sampled.
+struct TreeCpu {
+  double busy_cores = 0;  // p90 of proc_cpu_pct / 100
+  double usable_cores = 1;
+  double processes = 1;
+  bool workers = false;   // child processes (DataLoader workers) were sampled
+  double busy_fraction() const { return usable_cores > 0 ? busy_cores / usable_cores : 1; }
+};
+
+std::optional<TreeCpu> MeasureTreeCpu(const RunView& view, const HostWindow& w,
+                                      const std::optional<double>& ncores) {
+  std::vector<double> cores;
+  int64_t lo = 0, hi = 0;
+  for (const auto* r : w.samples) {
+    if (!r->proc_cpu_pct) continue;
+    if (cores.empty() || r->ts_ns < lo) lo = r->ts_ns;
+    if (cores.empty() || r->ts_ns > hi) hi = r->ts_ns;
+    cores.push_back(*r->proc_cpu_pct / 100);
+  }
+  if (cores.empty()) return std::nullopt;
+  std::sort(cores.begin(), cores.end());
+  TreeCpu t;
+  t.busy_cores = Percentile(cores, 0.9);
+  // Processes alive on average in a 10 s worker window: the samples of all its pids over the
+  // main process's (alive throughout), so workers restarted every epoch are not counted twice.
+  std::map<int64_t, std::pair<int64_t, int64_t>> windows;  // ts -> (all samples, main samples)
+  for (const auto& row : view.data.worker_samples_10s) {
+    if (row.ts_ns > hi || row.ts_ns + store::kWorkerRollupNs <= lo) continue;
+    auto& [all, main] = windows[row.ts_ns];
+    all += row.samples;
+    if (row.role == "main") main = std::max(main, row.samples);
+    if (row.role == "child") t.workers = true;
+  }
+  for (const auto& [ts, counts] : windows) {
+    if (counts.second > 0) {
+      t.processes = std::max(t.processes, static_cast<double>(counts.first) /
+                                              static_cast<double>(counts.second));
+    }
+  }
+  t.usable_cores = std::max(t.processes, t.busy_cores);
+  if (ncores) t.usable_cores = std::min(t.usable_cores, std::max(1.0, *ncores));
+  return t;
 }
 
 }  // namespace
@@ -113,7 +189,11 @@ RuleResult PrefetchQueueStarved(const RunView& view, const RuleContext&) {
 
 // Fires on a dataloader stall while the host CPU averages above kCpuBoundPct over the steady
 // state and the disk is idle (mean read below kDiskIdleMBps and, if sampled, IOPS below
-// kDiskIdleIops): the loader workers are busy computing, not waiting on storage.
+// kDiskIdleIops): the loader workers are busy computing, not waiting on storage. Decided only
+// from enough host readings (NeedHostCoverage). When the training's process tree was sampled,
+// it must itself be busy (TreeCpu::busy_fraction() at least kCpuBoundTreeBusy): a machine
+// pegged by other processes while the training's processes idle says nothing about its loader,
+// so the rule passes and dataloader_stall reports the stall alone.
 RuleResult CpuBoundDataloader(const RunView& view, const RuleContext&) {
   const Stall stall = MeasureStall(view);
   if (!stall.fraction) return RuleResult::Skip(stall.reason);
@@ -123,31 +203,49 @@ RuleResult CpuBoundDataloader(const RunView& view, const RuleContext&) {
   if (!cpu) return RuleResult::Skip(HostMissing(view, "host CPU"));
   const auto disk = MeanOf(w.samples, &store::HostSampleRow::disk_read_bps);
   if (!disk) return RuleResult::Skip(HostMissing(view, "disk reads"));
+  if (auto why = NeedHostCoverage(view, w)) return RuleResult::Skip(*why);
   const auto iops = MeanOf(w.samples, &store::HostSampleRow::disk_read_iops);
   if (*cpu <= kCpuBoundPct) return RuleResult::Pass();
   if (*disk >= kDiskIdleMBps * 1e6 || (iops && *iops >= kDiskIdleIops)) return RuleResult::Pass();
   const auto ncores = MaxNcores(w.samples);
+  const auto tree = MeasureTreeCpu(view, w, ncores);
+  if (tree && tree->busy_fraction() < kCpuBoundTreeBusy) return RuleResult::Pass();
+  std::string cpu_text = CpuText(*cpu, ncores);
+  const char* who = "the loader workers are CPU-bound";
+  if (tree) {
+    cpu_text += StrFormat("; the training's processes busy on up to %s cores",
+                          FormatCompact(tree->busy_cores).c_str());
+    if (!tree->workers) {
+      who = "the loading runs in the training process (no worker processes seen) and is "
+            "CPU-bound";
+    }
+  }
   nlohmann::json evidence = {
       {"wait_fraction", *stall.fraction},
       {"mean_cpu_pct", *cpu},
       {"ncores", ncores ? nlohmann::json(*ncores) : nlohmann::json()},
       {"mean_disk_read_bps", *disk},
       {"mean_disk_read_iops", iops ? nlohmann::json(*iops) : nlohmann::json()},
+      {"tree_busy_cores_p90", tree ? nlohmann::json(tree->busy_cores) : nlohmann::json()},
+      {"tree_usable_cores", tree ? nlohmann::json(tree->usable_cores) : nlohmann::json()},
+      {"tree_processes", tree ? nlohmann::json(tree->processes) : nlohmann::json()},
+      {"tree_workers", tree ? nlohmann::json(tree->workers) : nlohmann::json()},
       {"window", w.steady ? "steady" : "run"},
       {"threshold_cpu_pct", kCpuBoundPct},
+      {"threshold_tree_busy", kCpuBoundTreeBusy},
   };
   return RuleResult::Fire(
       stall.severity(),
       StrFormat("Dataloader stall (%s of step time) with the host CPU pegged (%s) and the disk "
-                "idle (%s): the loader workers are CPU-bound",
-                FormatPercent(*stall.fraction).c_str(), CpuText(*cpu, ncores).c_str(),
-                FormatBandwidth(*disk).c_str()),
+                "idle (%s): %s",
+                FormatPercent(*stall.fraction).c_str(), cpu_text.c_str(),
+                FormatBandwidth(*disk).c_str(), who),
       std::move(evidence));
 }
 
 // Fires on a dataloader stall while the disk reads more than kIoBoundMBps or kIoBoundIops on
 // average over the steady state and the host CPU has headroom (mean below kIoCpuHeadroomPct):
-// the loader waits on storage.
+// the loader waits on storage. Decided only from enough host readings (NeedHostCoverage).
 RuleResult IoBoundDataloader(const RunView& view, const RuleContext&) {
   const Stall stall = MeasureStall(view);
   if (!stall.fraction) return RuleResult::Skip(stall.reason);
@@ -158,6 +256,7 @@ RuleResult IoBoundDataloader(const RunView& view, const RuleContext&) {
   if (!disk && !iops) return RuleResult::Skip(HostMissing(view, "disk reads"));
   const auto cpu = MeanOf(w.samples, &store::HostSampleRow::cpu_pct);
   if (!cpu) return RuleResult::Skip(HostMissing(view, "host CPU"));
+  if (auto why = NeedHostCoverage(view, w)) return RuleResult::Skip(*why);
   const bool busy_bw = disk && *disk > kIoBoundMBps * 1e6;
   const bool busy_iops = iops && *iops > kIoBoundIops;
   if (!busy_bw && !busy_iops) return RuleResult::Pass();

@@ -103,7 +103,7 @@ RuleResult ThermalThrottling(const RunView& view, const RuleContext&) {
   }
   if (evaluable == 0) {
     return RuleResult::Skip(
-        GpuMissing(view, "GPU temperature with SM clock, or clock-event reasons,"));
+        GpuMissing(view, "GPU temperature with SM clock, or clock-event reasons"));
   }
   if (worst_share <= kThrottleSampleFraction) return RuleResult::Pass();
   const PerGpu& g = gpus[worst];

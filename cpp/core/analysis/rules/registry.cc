@@ -58,15 +58,27 @@ void AddDataPipeline(std::vector<RuleSpec>& r) {
       .severity = "as dataloader_stall (high ≥ " + Pct(kStallHighFraction) + ", else med)",
       .fires_when = "dataloader stall + mean host CPU > " + Num(kCpuBoundPct) +
                     "% with the disk idle (< " + Num(kDiskIdleMBps) + " MB/s and < " +
-                    Num(kDiskIdleIops) + " IOPS)",
+                    Num(kDiskIdleIops) + " IOPS), and the training's own processes busy "
+                    "(p90 ≥ " + Pct(kCpuBoundTreeBusy) + " of their usable cores) when sampled",
       .fix = "The workers are CPU-bound, so more num_workers won't help: move augmentations to "
              "the GPU (torchvision.transforms.v2 or kornia on CUDA tensors, NVIDIA DALI), decode "
              "less (smaller or pre-resized images), or pre-process the dataset offline.",
       .inputs = "steps.wait_ns; host_samples.cpu_pct and disk_read_bps (disk_read_iops when "
-                "sampled) in the steady state",
+                "sampled) in the steady state, at least " + std::to_string(kHostMinSamples) +
+                " CPU readings covering " + Num(kHostMinCoverageS) +
+                " s; host_samples.proc_cpu_pct and worker_samples_10s when sampled",
       .thresholds = {{"kCpuBoundPct", kCpuBoundPct, "fires above this mean host CPU (%)"},
                      {"kDiskIdleMBps", kDiskIdleMBps, "disk idle below this mean read (MB/s)"},
-                     {"kDiskIdleIops", kDiskIdleIops, "disk idle below this mean IOPS"}},
+                     {"kDiskIdleIops", kDiskIdleIops, "disk idle below this mean IOPS"},
+                     {"kCpuBoundTreeBusy", kCpuBoundTreeBusy,
+                      "...and, when the process tree's CPU was sampled, only with its p90 at or "
+                      "above this share of its usable cores (one per process, at most the "
+                      "machine's)"},
+                     {"kHostMinSamples", static_cast<double>(kHostMinSamples),
+                      "evaluated from at least this many host CPU readings (also "
+                      "io_bound_dataloader)"},
+                     {"kHostMinCoverageS", kHostMinCoverageS,
+                      "...covering at least this many seconds"}},
       .evaluate = rules::CpuBoundDataloader,
   });
   r.push_back(RuleSpec{
@@ -80,7 +92,8 @@ void AddDataPipeline(std::vector<RuleSpec>& r) {
       .fix = "Read fewer, larger files: pack samples into shards (WebDataset, FFCV, TFRecord), "
              "cache the dataset in RAM or on local NVMe, or move it to a faster storage tier.",
       .inputs = "steps.wait_ns; host_samples.disk_read_bps or disk_read_iops, and cpu_pct, in "
-                "the steady state",
+                "the steady state, at least " + std::to_string(kHostMinSamples) +
+                " CPU readings covering " + Num(kHostMinCoverageS) + " s",
       .thresholds = {{"kIoBoundMBps", kIoBoundMBps, "fires above this mean read (MB/s)"},
                      {"kIoBoundIops", kIoBoundIops, "...or above this mean IOPS"},
                      {"kIoCpuHeadroomPct", kIoCpuHeadroomPct,

@@ -33,6 +33,11 @@ inline constexpr double kStarvedStepFraction = 0.20;
 inline constexpr double kStarvedHighFraction = 0.50;
 // cpu_bound_dataloader: mean host CPU (all cores, 0-100) above this during a stall fires...
 inline constexpr double kCpuBoundPct = 80.0;
+// ...unless the training's own process tree, when sampled (host_samples.proc_cpu_pct), is busy
+// below this share of the cores it can use (one per process, at most the machine's) at its
+// busiest (p90 of its readings; a new worker joins the tree at the sampler's next rescan, so
+// early readings undercount): then other processes peg the CPU, not the loader...
+inline constexpr double kCpuBoundTreeBusy = 0.5;
 // ...when the disk is idle: mean read below this many MB/s (1e6 bytes) and, when IOPS were
 // sampled, below kDiskIdleIops.
 inline constexpr double kDiskIdleMBps = 50.0;
@@ -43,6 +48,11 @@ inline constexpr double kIoBoundMBps = 500.0;
 inline constexpr double kIoBoundIops = 5000.0;
 // ...when the CPU has headroom: mean host CPU below this.
 inline constexpr double kIoCpuHeadroomPct = 60.0;
+// cpu_bound_dataloader and io_bound_dataloader decide only from at least this many host CPU
+// readings in the steady state (or the run, when none falls in it)...
+inline constexpr size_t kHostMinSamples = 5;
+// ...covering at least this many seconds (a reading is the rate since the previous sample).
+inline constexpr double kHostMinCoverageS = 1.0;
 // cold_cache: mean disk read in the first third of the steady state at least this multiple of
 // the last third's...
 inline constexpr double kColdCacheReadRatio = 3.0;
