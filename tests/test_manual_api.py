@@ -190,3 +190,28 @@ def test_a_step_index_too_large_to_store_is_a_clear_error(db):
         with prof.step():  # the next one still works
             pass
     assert [r[0] for r in db.rows("SELECT step FROM steps ORDER BY step")] == [2**62, 2**62 + 1]
+
+
+def test_integer_scalars_with_index_are_step_indices(db):
+    # GIVEN numpy (and, when installed, torch) integer indices
+    np = pytest.importorskip("numpy")
+    indices = [np.int64(3), np.int32(4)]
+    try:
+        import torch
+        indices += [torch.tensor(5), torch.tensor(6)[()]]
+    except ImportError:
+        pass
+    # WHEN they index steps
+    with gpuprof.profile("npidx", db=db.path, auto=False, gpu="none", host=False,
+                         summary=False) as prof:
+        for i in indices:
+            with prof.step(i):
+                pass
+        # THEN bools and non-integers are still refused, and the range check still applies
+        for bad in (np.bool_(True), np.float64(1.0), 1.0):
+            with pytest.raises(TypeError, match="index must be an int"):
+                prof.step(bad)
+        with pytest.raises(ValueError, match="index must be >= 0"):
+            prof.step(np.int64(-1))
+    assert [r[0] for r in db.rows("SELECT step FROM steps ORDER BY step")] == \
+        [int(i) for i in indices]

@@ -531,12 +531,58 @@ def test_checkpointing_rule_is_not_evaluated_without_an_arch(db):
     assert "gradient checkpointing not declared" in reasons["gradient_checkpointing_detected"]
 
 
+H100_NVML = "devices 1\ngpu * name NVIDIA H100 80GB HBM3\ngpu * util 90\n"
+
+
+def _bf16_manual_run(db, flops: str, gpu: str) -> tuple[dict, str]:
+    """A manual-API run without torch (bf16, declared FLOPs) on `gpu`; its insights JSON and
+    report text."""
+    script = MFU_SCRIPT.replace("{FLOPS}", f"dict(flops_per_step={flops})").replace(
+        "{GPU}", gpu)
+    proc = subprocess.run([sys.executable, "-c", script, str(db.path)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return insights_json(db), run_cli("insights", str(db.path), "1")
+
+
+@pytest.mark.parametrize("flops", ["1e12", "1e18"])
+def test_a_mock_gpu_gives_no_mfu_and_no_cost_without_torch(db, flops):
+    # GIVEN a manual-API run on a mock H100 without torch (not marked as a CPU run), with
+    # bf16 and declared FLOPs (a plausible and an impossible amount); WHEN the report is read
+    doc, text = _bf16_manual_run(db, flops, "mock")
+    # THEN MFU is unknown because the GPU is simulated, everywhere the report gives it
+    assert doc["mfu"]["value"] is None
+    assert "simulated" in doc["mfu"]["reason"]
+    reasons = {n["rule_id"]: n["reason"] for n in doc["not_evaluated"]}
+    assert reasons["low_mfu"] == doc["mfu"]["reason"]
+    assert "simulated" in reasons["small_batch"]
+    mfu_line = next(line for line in text.splitlines() if line.strip().startswith("MFU "))
+    assert "simulated" in mfu_line and "%" not in mfu_line
+    # AND no cost is invented for simulated GPUs
+    assert "simulated" in reasons["cost"]
+    assert "cost" not in {i["rule_id"] for i in doc["insights"]}
+
+
+def test_mfu_above_100_percent_is_not_evaluated_in_the_report(db, fake_nvml):
+    # GIVEN a run on an H100 that declares far more FLOPs per step than the GPU can do
+    fake_nvml(H100_NVML)
+    # WHEN the report is read
+    doc, text = _bf16_manual_run(db, "1e18", "nvml")
+    # THEN MFU is null with the reason low_mfu gives, and the summary line prints no number
+    assert doc["mfu"]["value"] is None
+    assert "likely counts more than this process's GPU work" in doc["mfu"]["reason"]
+    reasons = {n["rule_id"]: n["reason"] for n in doc["not_evaluated"]}
+    assert reasons["low_mfu"] == doc["mfu"]["reason"]
+    mfu_line = next(line for line in text.splitlines() if line.strip().startswith("MFU "))
+    assert mfu_line.strip() == "MFU          " + doc["mfu"]["reason"]
+
+
 MFU_SCRIPT = textwrap.dedent("""
     import sys, time
     import gpuprof
     assert "torch" not in sys.modules  # no torch: the run is not marked as a CPU run
     kwargs = {FLOPS}
-    with gpuprof.profile("gpu-mfu", db=sys.argv[1], gpu="mock", auto=False, dtype="bf16",
+    with gpuprof.profile("gpu-mfu", db=sys.argv[1], gpu="{GPU}", auto=False, dtype="bf16",
                          summary=False, **kwargs) as prof:
         for i in range(8):
             with prof.step(i):
@@ -549,10 +595,13 @@ MFU_SCRIPT = textwrap.dedent("""
      "vocab=1000), tokens_per_step=4096)", "arch", "FLOPs: TransformerArch"),
     ("dict(flops_per_step=2.5e12)", "declared", "FLOPs: declared flops_per_step"),
 ])
-def test_report_mfu_line_names_the_flops_method(db, flops_kwargs, method, label):
-    # GIVEN a run on a (mock) H100 with bf16 and FLOPs from arch= or flops_per_step=
-    proc = subprocess.run([sys.executable, "-c", MFU_SCRIPT.replace("{FLOPS}", flops_kwargs),
-                           str(db.path)], capture_output=True, text=True, timeout=120)
+def test_report_mfu_line_names_the_flops_method(db, fake_nvml, flops_kwargs, method, label):
+    # GIVEN a run on an H100 (the fake NVML library) with bf16 and FLOPs from arch= or
+    # flops_per_step=
+    fake_nvml(H100_NVML)
+    script = MFU_SCRIPT.replace("{FLOPS}", flops_kwargs).replace("{GPU}", "nvml")
+    proc = subprocess.run([sys.executable, "-c", script, str(db.path)], capture_output=True,
+                          text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     # WHEN the report is read
     doc = insights_json(db)

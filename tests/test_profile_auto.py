@@ -420,3 +420,41 @@ def test_failing_cuda_callback_is_dropped_with_a_diagnostic(db):
     assert calls == [0]
     msgs = [r[0] for r in db.rows("SELECT message FROM diagnostics WHERE source='cuda_events'")]
     assert any("event pool exhausted" in m for m in msgs), msgs
+
+
+@pytest.mark.parametrize("run_id", ["none", "", "  "])
+def test_torchrun_without_rdzv_id_sets_no_group(db, monkeypatch, run_id):
+    # GIVEN plain torchrun's TORCHELASTIC_RUN_ID (the placeholder "none", or an empty value)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", run_id)
+    # WHEN a run leaves out group=
+    with gpuprof.profile("grp", db=db.path, gpu="none", summary=False):
+        pass
+    # THEN it belongs to no group (not to one shared by every such job)
+    assert db.one("SELECT group_id FROM runs") is None
+
+
+def test_an_empty_gpu_backend_variable_counts_as_unset(db, monkeypatch):
+    # GIVEN GPUPROF_GPU_BACKEND= (set, empty)
+    monkeypatch.setenv("GPUPROF_GPU_BACKEND", "")
+    # WHEN profile() is called without gpu= THEN it runs with the default backend
+    with gpuprof.profile("env", db=db.path, auto=False, summary=False) as prof:
+        with prof.step():
+            pass
+    assert db.one("SELECT gpu_backend FROM runs") != ""
+    assert db.one("SELECT count(*) FROM steps") == 1
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    (dict(mock_gpus=4), "mock_gpus"),
+    (dict(mock_scenario="temp=90"), "mock_scenario"),
+    (dict(mock_gpus=2, mock_scenario="temp=90"), "mock_gpus and mock_scenario"),
+])
+def test_mock_options_without_the_mock_backend_warn_naming_them(db, kwargs, named):
+    # GIVEN mock options with another GPU backend
+    # WHEN profile() is called THEN a GpuprofWarning names them, pointing at the caller's line
+    with pytest.warns(gpuprof.GpuprofWarning, match=named + r" only apply with gpu=\"mock\"") as w:
+        p = gpuprof.profile("m", db=db.path, gpu="none", auto=False, summary=False, **kwargs)
+    assert w[0].filename == __file__
+    with p:
+        pass
+    assert db.one("SELECT gpu_backend FROM runs") == "none"

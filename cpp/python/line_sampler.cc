@@ -165,6 +165,18 @@ class SamplerSession {
     kernels_done_ = true;
   }
 
+  // In a child made by os.fork() during the session: the sampler's threads did not survive
+  // the fork, so nothing here may join or stop them. The session leaves the child's way (a
+  // session of its own may start) and this object is kept for the process's lifetime (its
+  // destructor would wait for threads that do not exist here).
+  void DetachAfterFork() noexcept {
+    if (state_ != kRunning) return;
+    if (g_active == this) g_active = nullptr;
+    state_ = kStopped;
+    nb::handle self = nb::find(this);
+    if (self.is_valid()) self.inc_ref();
+  }
+
   void Stop() {
     if (state_ != kRunning) throw std::runtime_error("the sampler is not running");
     sampler_->Stop();
@@ -545,6 +557,7 @@ void RegisterLineSampler(nb::module_& m) {
            nb::arg("cupti") = false, nb::arg("cupti_library") = "")
       .def("start", &SamplerSession::Start)
       .def("stop", &SamplerSession::Stop)
+      .def("detach_after_fork", &SamplerSession::DetachAfterFork)
       .def("lines", &SamplerSession::Lines)
       .def("functions", &SamplerSession::Functions)
       .def("timeline", &SamplerSession::Timeline)

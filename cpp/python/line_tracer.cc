@@ -166,6 +166,7 @@ class LineTracer {
     if (CodeExtraIndex() < 0) throw std::runtime_error("no free code-object extra slot");
     generation_ = ++g_generation;
     owner_ = PyThreadState_Get();
+    owner_id_ = owner_->id;
     start_ns_ = clock::NowNs();
     t_owner_exit_watch.armed = true;
     g_owner_thread.store(ThisThread(), std::memory_order_relaxed);
@@ -201,6 +202,18 @@ class LineTracer {
     state_ = kRunning;
   }
 
+  // Whether the owner's thread state is still one of the interpreter's (GIL held: the list
+  // cannot change). Compared by address and by its unique id, so a new thread state at the
+  // freed one's address is not taken for it.
+  bool OwnerAlive() const noexcept {
+    PyInterpreterState* interp = PyInterpreterState_Get();
+    for (PyThreadState* t = PyInterpreterState_ThreadHead(interp); t != nullptr;
+         t = PyThreadState_Next(t)) {
+      if (t == owner_ && t->id == owner_id_) return true;
+    }
+    return false;
+  }
+
   // `as_of_ns` (clock::NowNs time, 0: now): when the user asked to stop. The session's own
   // work between that moment and this call is then not part of the run; an event recorded
   // after it (none is expected) moves the end to that event.
@@ -208,12 +221,11 @@ class LineTracer {
     if (state_ != kRunning) throw std::runtime_error("the tracer is not running");
     int64_t now = clock::NowNs();
     if (as_of_ns > 0 && as_of_ns < now) now = std::max({as_of_ns, agg_.LatestEventNs(), start_ns_});
+    // Gone: its thread-local destructor ran, or (the destructor may run after join() returned)
+    // its thread state is no longer among the interpreter's.
     const bool owner_gone =
-        g_owner_thread.exchange(0, std::memory_order_relaxed) == kOwnerGone;
+        g_owner_thread.exchange(0, std::memory_order_relaxed) == kOwnerGone || !OwnerAlive();
     if (owner_gone) {
-      // Its frames were closed by their own exit events; what is still open ends with the
-      // thread's last event, not at this later stop().
-      now = std::max(agg_.LatestEventNs(), start_ns_);
       warnings_.push_back(
           "the measured thread (the one that called start()) ended before stop(); its lines "
           "up to then are recorded, and no other thread was measured after it");
@@ -248,6 +260,27 @@ class LineTracer {
     agg_.CloseAll(now);
     ClearCodeCache();
     stop_ns_ = now;
+    g_active = nullptr;
+    state_ = kStopped;
+  }
+
+  // In a child made by os.fork() during the session (the child does not own it): the hooks
+  // go, so the child runs untraced and may start a session of its own; no result is made
+  // here. What belongs to the parent's threads is not touched.
+  void DetachAfterFork() noexcept {
+    if (g_active != this || state_ != kRunning) return;
+#if GPUPROF_MONITORING
+    StopMonitoring();
+#else
+    PyThreadState* ts = PyThreadState_Get();
+    if (ts == owner_ && (ts->c_tracefunc == &LineTracer::TraceFunc ||
+                         ts->c_traceobj == TraceObject())) {
+      if (_PyEval_SetTrace(ts, prev_func_, prev_obj_) < 0) PyErr_Clear();
+    }
+    Py_CLEAR(prev_obj_);
+#endif
+    ClearCodeCache();
+    g_owner_thread.store(0, std::memory_order_relaxed);
     g_active = nullptr;
     state_ = kStopped;
   }
@@ -876,6 +909,9 @@ class LineTracer {
       if (tstate->c_traceobj == TraceObject()) PyEval_SetTrace(nullptr, nullptr);
       Py_RETURN_NONE;
     }
+    // Called as a frame's local trace function while another tool's trace function is
+    // installed (it replaced the session's): that tool's, nothing to do here.
+    if (tstate->c_traceobj != TraceObject()) Py_RETURN_NONE;
     int what = -1;
     if (PyUnicode_CompareWithASCIIString(args[1], "call") == 0) what = PyTrace_CALL;
     else if (PyUnicode_CompareWithASCIIString(args[1], "line") == 0) what = PyTrace_LINE;
@@ -977,6 +1013,7 @@ class LineTracer {
   State state_ = kIdle;
   uint32_t generation_ = 0;
   PyThreadState* owner_ = nullptr;
+  uint64_t owner_id_ = 0;
   int64_t start_ns_ = 0;
   int64_t stop_ns_ = 0;
   int64_t other_thread_events_ = 0;
@@ -998,6 +1035,7 @@ void RegisterLineTracer(nb::module_& m) {
            nb::arg("roots"), nb::arg("include"), nb::arg("exclude"), nb::arg("cwd"))
       .def("start", &LineTracer::Start, nb::arg("adopt_running") = true)
       .def("stop", &LineTracer::Stop, nb::arg("as_of_ns") = 0)
+      .def("detach_after_fork", &LineTracer::DetachAfterFork)
       .def("lines", &LineTracer::Lines)
       .def("functions", &LineTracer::Functions)
       .def("recorded", &LineTracer::Recorded, nb::arg("path"))

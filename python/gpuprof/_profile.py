@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import json
 import math
+import operator
 import os
 import platform
 import signal
@@ -34,6 +35,22 @@ class GpuprofWarning(RuntimeWarning):
 
 def _warn(message: str) -> None:
     warnings.warn(message, GpuprofWarning, stacklevel=3)
+
+
+def _step_index(index: Any) -> int:
+    """An int, or an integer-like object (numpy / torch integer scalar, a 0-d integer tensor:
+    anything with __index__) as an int; bools of any kind are refused."""
+    if isinstance(index, int) and not isinstance(index, bool):
+        return index
+    is_bool = (isinstance(index, bool) or type(index).__name__ in ("bool_", "bool")
+               or str(getattr(index, "dtype", "")) in ("bool", "torch.bool"))
+    if not is_bool and hasattr(type(index), "__index__"):
+        try:
+            return operator.index(index)
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    raise TypeError(f"Profile.step: index must be an int (or an integer scalar with "
+                    f"__index__), got {type(index).__name__}")
 
 
 def _check_positive(name: str, value: Any, allow_zero: bool = False,
@@ -413,10 +430,10 @@ class Profile:
         """Brackets one training step: ``with prof.step(i) as s:``."""
         if index is None:
             index = getattr(self, "_next_step", 0)
-        elif isinstance(index, bool) or not isinstance(index, int):
-            raise TypeError(f"Profile.step: index must be an int, got {type(index).__name__}")
-        elif index > _MAX_STEP_INDEX:
-            raise ValueError(f"Profile.step: index must be at most 2**62, got {index}")
+        else:
+            index = _step_index(index)
+            if index > _MAX_STEP_INDEX:
+                raise ValueError(f"Profile.step: index must be at most 2**62, got {index}")
         if index < 0:
             raise ValueError(f"Profile.step: index must be >= 0, got {index}")
         self._next_step = index + 1
@@ -534,8 +551,11 @@ def _environment(torch: Any) -> dict[str, Any]:
     for var, key in (("RANK", "rank"), ("WORLD_SIZE", "world_size")):
         if os.environ.get(var, "").isdigit():
             env[key] = int(os.environ[var])
-    if os.environ.get("TORCHELASTIC_RUN_ID"):
-        env["group_id"] = os.environ["TORCHELASTIC_RUN_ID"]
+    # Plain torchrun (no --rdzv-id) sets TORCHELASTIC_RUN_ID=none: that names no job, so
+    # it is treated as unset like "" (every such job would otherwise share one group).
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "").strip()
+    if run_id and run_id.lower() != "none":
+        env["group_id"] = run_id
     return env
 
 
@@ -614,7 +634,7 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
         if not group.strip():
             raise ValueError("gpuprof.profile: group must be a non-empty string or None")
     if gpu is None:
-        env_gpu = os.environ.get("GPUPROF_GPU_BACKEND")
+        env_gpu = os.environ.get("GPUPROF_GPU_BACKEND") or None  # "" = unset
         if env_gpu is not None and env_gpu not in _GPU_BACKENDS:
             raise ValueError(f"gpuprof.profile: $GPUPROF_GPU_BACKEND must be one of "
                              f"{', '.join(_GPU_BACKENDS)} (it sets the default of gpu=); got "
@@ -639,6 +659,11 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
                 _native.check_mock_scenario(mock_scenario)
             except ValueError as e:
                 raise ValueError(f"gpuprof.profile: mock_scenario: {e}") from None
+    if gpu != "mock" and (mock_gpus != 1 or mock_scenario):
+        given = [n for n, v in (("mock_gpus", mock_gpus != 1), ("mock_scenario", mock_scenario))
+                 if v]
+        _warn(f"gpuprof: {' and '.join(given)} only apply with gpu=\"mock\"; the GPU "
+              f"backend is {gpu!r}, so {'they are' if len(given) > 1 else 'it is'} ignored")
     if flops_per_step is not None:
         flops_per_step = _check_positive("flops_per_step", flops_per_step)
     arch_flops = _arch_flops(arch, tokens_per_step, flops_per_step)

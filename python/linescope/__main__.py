@@ -101,7 +101,11 @@ def new_session(options: dict[str, Any], record: Sequence[str]) -> "profile":
     include patterns that apply otherwise (the explicit ones, else [tool.linescope]'s).
     Raises ValueError / TypeError for bad options, like profile()."""
     from . import profile
+    from ._backends import is_utf8
 
+    # A target whose path is not UTF-8 cannot be recorded (paths must be UTF-8 text): it
+    # runs anyway, and the session's warnings say that such a file ran unrecorded.
+    record = [p for p in record if is_utf8(p)]
     include = options.get("include")
     if include is None:
         include = profile(**options).include

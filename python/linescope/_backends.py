@@ -148,6 +148,11 @@ class TraceBackend:
     def stop(self) -> None:
         self._tracer.stop()
 
+    def _detach_after_fork(self) -> None:
+        """In a child of os.fork() made during the session: the tracer's hooks go (the child
+        does not own the session)."""
+        self._tracer.detach_after_fork()
+
     def _stop_as_of(self, t_ns: int) -> None:
         """stop(), with the run ending at `t_ns` (gpuprof._native.monotonic_ns() taken when the
         session's stop was called): the session's own stop work is not part of the run."""

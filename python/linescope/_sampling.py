@@ -121,6 +121,10 @@ class SamplerBackend:
             _synchronize_cuda()
         self._native.stop()
 
+    def _detach_after_fork(self) -> None:
+        """In a child of os.fork() made during the session (see SamplerSession)."""
+        self._native.detach_after_fork()
+
     def result(self) -> RawBackendResult:
         n = self._native
         want_gpu = self._options.gpu
@@ -202,6 +206,9 @@ class MemorySampler:
 
     def stop(self) -> None:
         self._native.stop()
+
+    def _detach_after_fork(self) -> None:
+        self._native.detach_after_fork()
 
     @property
     def warnings(self) -> list[str]:

@@ -39,6 +39,15 @@ def _after_fork_in_child() -> None:
     _active_lock = threading.Lock()  # it may have been held by another thread at the fork
     if _active is not None:
         _active._forked = True
+        # The native hooks and samplers leave the child's way: it runs untraced (a fork-based
+        # DataLoader worker is not slowed down) and may start a session of its own.
+        for part in (_active._backend, _active._memory_sampler):
+            detach = getattr(part, "_detach_after_fork", None)
+            if callable(detach):
+                try:
+                    detach()
+                except Exception:  # noqa: BLE001 - never raise into the forking program
+                    pass
         _active = None
 
 
@@ -503,10 +512,11 @@ class profile(metaclass=_ProfileMeta):
         started_by = _started_by(how)
         with _active_lock:
             if _active is not None:
+                then = ("" if _active._how == "the linescope command"
+                        else " before starting a new one")
                 raise RuntimeError(
                     f"another linescope session is already running ({_active._started_by}); "
-                    f"{_HOW_TO_STOP[_active._how]} before starting a new one — sessions cannot "
-                    "nest or overlap")
+                    f"{_HOW_TO_STOP[_active._how]}{then} — sessions cannot nest or overlap")
             self._how, self._started_by = how, started_by
             _active = self
         try:

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -522,6 +523,44 @@ def test_a_forked_child_leaving_the_with_block_writes_nothing(ws, tmp_path):
     assert os.waitstatus_to_exitcode(status) == 0
     assert session.result.function("parent_work").calls == 1
     assert json.loads(out.read_text())["run"]["functions"]
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+@pytest.mark.parametrize("backend", ["trace", "sampler"])
+def test_a_forked_child_runs_untraced_and_may_profile_on_its_own(ws, backend):
+    # GIVEN a child forked inside a session (a fork-based DataLoader worker, say)
+    mod = ws.module("forkwork.py", """
+        def child_work():
+            return sum(range(1000))
+    """)
+    read_end, write_end = os.pipe()
+    with profile(backend=backend, root=ws.root, display="none") as session:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                # THEN in the child no hook of the parent's session is left ...
+                state = {"gettrace": sys.gettrace() is None}
+                if sys.version_info >= (3, 12):
+                    state["tools"] = [sys.monitoring.get_tool(i) for i in range(6)]
+                # ... and a session of its own starts and records
+                with profile(backend=backend, root=ws.root, display="none") as mine:
+                    end = time.monotonic() + 0.05  # samples land on it too
+                    while time.monotonic() < end:
+                        mod.child_work()
+                state["own"] = mine.result.function("child_work") is not None
+                os.write(write_end, json.dumps(state).encode())
+            finally:
+                os._exit(0)
+        _, status = os.waitpid(pid, 0)
+    os.close(write_end)
+    state = json.loads(os.read(read_end, 4096) or b"{}")
+    os.close(read_end)
+    assert os.waitstatus_to_exitcode(status) == 0 and state, state
+    assert state["gettrace"] is True
+    assert "linescope" not in state.get("tools", [])
+    assert state["own"] is True
+    # AND the parent's session went on
+    assert session.result.backend == backend
 
 
 def test_snapshots_decode_like_python_and_keep_python_line_numbers(ws):

@@ -501,3 +501,17 @@ def test_the_script_text_in_linecache_is_split_where_python_numbers_lines(tmp_pa
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == repr("print(repr(linecache.getline(__file__, 3)))\n")
     assert "traceback.print_stack()" in p.stderr
+
+
+def test_a_script_whose_name_is_not_utf8_runs_and_the_result_says_it_was_not_recorded(
+        tmp_path):
+    # GIVEN a script whose file name is not UTF-8 (legal on Linux), in a UTF-8 directory
+    name = os.fsdecode(b"n\xe9.py")
+    (tmp_path / name).write_text("print('ran')\n")
+    # WHEN the command runs it
+    p = linescope("-d", "none", "-o", "out.json", name, cwd=tmp_path)
+    # THEN it runs as under python, and the result says why its lines are missing
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "ran\n"
+    warnings = json.loads((tmp_path / "out.json").read_text())["warnings"]
+    assert any("not valid UTF-8" in w and "n\\udce9.py" in w for w in warnings), warnings

@@ -276,3 +276,58 @@ def test_code_that_saves_and_restores_the_trace_function_keeps_the_session(ws):
     assert r.line(path, 10).hits == 1 and r.line(path, 10).calls == 1
     assert r.line(path, 11).hits == 1 and r.line(path, 11).wall_time_ns >= 10 * MS
     assert not [w for w in r.warnings if "replaced the trace function" in w]
+
+
+def test_a_thread_that_ended_just_before_stop_is_seen_as_ended_every_time(ws):
+    # GIVEN a worker thread that starts a session and ends, and stop() right after join()
+    # (its thread-local clean-up may not have run yet)
+    mod = ws.module("justended.py", """
+        import threading
+        import time
+        from linescope import profile
+        def starter(root, box):
+            box.append(profile(root=root, display="none").start())
+            time.sleep(0.005)
+        def once(root):
+            box = []
+            t = threading.Thread(target=starter, args=(root, box))
+            t.start()
+            t.join()
+            return box[0].stop()
+    """)
+    for _ in range(5):
+        r = mod.once(str(ws.root))
+        # THEN the warning says so every time, and elapsed runs to the stop
+        assert any("ended before stop()" in w for w in r.warnings), r.warnings
+        assert not [w for w in r.warnings if "replaced the trace function" in w]
+        assert r.run.elapsed_ns >= 5 * MS
+        assert r.line(str(ws.root / "justended.py"), 6).hits == 1
+
+
+def test_a_tracer_installed_during_the_session_gets_its_events_and_stays(ws):
+    # GIVEN profiled code that installs its own sys.settrace tracer midway
+    mod = ws.module("usertracer.py", """
+        import sys
+        events = []
+        def tracer(frame, event, arg):
+            events.append(event)
+            return tracer
+        def work():
+            return sum(range(10))
+        def main():
+            work()
+            sys.settrace(tracer)
+            work()
+            work()
+    """)
+    try:
+        r = run(ws, mod.main)
+        # THEN that tracer sees the later calls and is still installed after the session
+        assert mod.events.count("call") >= 2, mod.events
+        assert sys.gettrace() is mod.tracer
+    finally:
+        sys.settrace(None)
+    # AND on 3.11 (one trace function per thread) the session says it was replaced there
+    if sys.version_info < (3, 12):
+        assert any("replaced the trace function" in w for w in r.warnings), r.warnings
+    assert r.function("work").calls >= 1

@@ -244,6 +244,9 @@ MfuResult ComputeMfu(const RunView& view) {
   const store::RunInfo& run = view.run();
   auto unknown = [](std::string why) { return MfuResult{std::nullopt, "MFU unknown: " + why}; };
   if (view.IsCpuRun()) return unknown("CPU run");
+  if (run.gpu_backend && *run.gpu_backend == "mock") {
+    return unknown("the GPU is simulated (gpu=\"mock\"), so it has no real peak");
+  }
   if (!run.flops_per_step || *run.flops_per_step <= 0) {
     // The Python layer records why the automatic count produced nothing.
     for (const store::DiagnosticRow& d : view.data.diagnostics) {
@@ -283,6 +286,12 @@ MfuResult ComputeMfu(const RunView& view) {
   m.flops_method = run.flops_method;
   m.achieved_tflops = m.flops_per_step / (m.step_ns * 1e-9) / 1e12;
   m.value = m.achieved_tflops / m.peak_tflops;
+  if (m.value > 1.0) {
+    return unknown(StrFormat(
+        "computes to %s of one %s's peak, so flops_per_step likely counts more than this "
+        "process's GPU work",
+        FormatPercent(m.value, 1).c_str(), m.gpu_label.c_str()));
+  }
   return MfuResult{m, ""};
 }
 

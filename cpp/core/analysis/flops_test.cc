@@ -70,6 +70,30 @@ TEST(Flops, MfuIsFlopsOverSteadyMeanStepTimeOverPeak) {
   EXPECT_EQ(r.mfu->gpu_label, "H100 SXM");
 }
 
+TEST(Flops, MfuAbove100PercentIsUnknownNotAnImpossibleNumber) {
+  // GIVEN FLOPs per step far above what one H100 can do in the step time
+  RunBuilder b;
+  StepShape s;
+  s.duration_ns = 10 * kMs;
+  b.Steps(10, s).Flops(1e18, "bf16");
+  // WHEN MFU is computed THEN it is unknown, and the reason says it exceeds the peak
+  const MfuResult r = ComputeMfu(BuildRunView(b.Build()));
+  EXPECT_FALSE(r.mfu);
+  EXPECT_THAT(r.reason, ::testing::StartsWith("MFU unknown: computes to "));
+  EXPECT_THAT(r.reason, ::testing::HasSubstr("of one H100 SXM's peak"));
+}
+
+TEST(Flops, MfuOfASimulatedGpuIsUnknown) {
+  // GIVEN a run whose (mock) GPU looks like an H100, with FLOPs and a dtype
+  RunBuilder b;
+  b.Steps(10, StepShape{}).Flops(1e12, "bf16");
+  b.run().gpu_backend = "mock";
+  // WHEN MFU is computed THEN it is unknown because the GPU is simulated
+  const MfuResult r = ComputeMfu(BuildRunView(b.Build()));
+  EXPECT_FALSE(r.mfu);
+  EXPECT_THAT(r.reason, ::testing::HasSubstr("simulated"));
+}
+
 TEST(Flops, MfuUnknownSaysWhy) {
   RunBuilder cpu;
   cpu.Steps(5, StepShape{}).Flops(1e12, "bf16").Cpu();

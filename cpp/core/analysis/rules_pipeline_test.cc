@@ -193,6 +193,13 @@ TEST(CpuBoundDataloader, WorkersFoundLateOrRestartedEachEpochStillCount) {
     return t < 1500 * kMs ? std::vector<int64_t>{} : FourWorkers(t);
   };
   EXPECT_TRUE(Eval("cpu_bound_dataloader", PeggedWithTree(late, late_workers)).fired());
+  // AND so do workers seen only in the last 15% of a short run's readings (a 2 s run whose
+  // workers the rescan found at 1.7 s): the tree's peak counts, not a percentile
+  const auto later = [](int64_t t) { return t < 1700 * kMs ? 15.0 : 400.0; };
+  const auto later_workers = [](int64_t t) {
+    return t < 1700 * kMs ? std::vector<int64_t>{} : FourWorkers(t);
+  };
+  EXPECT_TRUE(Eval("cpu_bound_dataloader", PeggedWithTree(later, later_workers)).fired());
   // AND four workers restarted every 0.5 s (16 pids in all) are four processes at a time, not
   // sixteen: 4.0 busy cores of 5 usable
   const auto restarted = [](int64_t t) {

@@ -439,6 +439,27 @@ TEST(Cost, CpuRunNeedsARate) {
             "Estimated cost: " + FormatUsd(120.0 / 3600 * 0.5) + " (2 min · 1 machine @ $0.50/h)");
 }
 
+TEST(Cost, NotEvaluatedOnSimulatedGpus) {
+  // GIVEN a run on mock GPUs that look like H100s
+  RunBuilder b = TimedRun(120, "NVIDIA H100 80GB HBM3", 4);
+  b.run().gpu_backend = "mock";
+  // WHEN the cost rule runs, with or without a rate THEN it gives no number
+  EXPECT_THAT(*Eval("cost", b).not_evaluated, HasSubstr("simulated"));
+  EXPECT_THAT(*Eval("cost", b, MakeRuleContext({}, "2.0")).not_evaluated, HasSubstr("simulated"));
+}
+
+TEST(Cost, AnIdleShareBelowOneCentIsNotMarkedApproximateTwice) {
+  // GIVEN a one-second run at 35% MFU, whose idle share is below $0.01
+  RunBuilder b = TimedRun(1, "NVIDIA H100 80GB HBM3", 1);
+  b.Flops(0.35 * 989e12 * 0.100, "bf16");
+  const RuleResult r = Eval("cost", b);
+  ASSERT_TRUE(r.fired());
+  // THEN the message reads "<$0.01 of that", not "~<$0.01"
+  EXPECT_THAT(r.insight->message, HasSubstr("; " + FormatUsd(1.0 / 3600 * 12.29 * 0.65) +
+                                                " of that is idle"));
+  EXPECT_THAT(r.insight->message, ::testing::Not(HasSubstr("~<")));
+}
+
 TEST(Cost, NotEvaluatedWithoutAReferenceRate) {
   const RuleResult r = Eval("cost", TimedRun(120, "NVIDIA H200", 1));
   ASSERT_TRUE(r.skipped());

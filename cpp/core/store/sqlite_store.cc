@@ -6,9 +6,11 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <type_traits>
@@ -364,6 +366,33 @@ bool FileExists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
+// True when PATH-wal exists and holds frames not yet checkpointed into PATH.
+bool HasWalContent(const std::string& path) {
+  struct stat st;
+  return ::stat((path + "-wal").c_str(), &st) == 0 && st.st_size > 0;
+}
+
+// An SQLite URI that opens PATH immutable (no locks, no -shm, no -wal): for a read-only
+// reader of a WAL database in a directory it may not write, where SQLite cannot create the
+// -shm file it needs otherwise.
+std::string ImmutableUri(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path abs = std::filesystem::absolute(path, ec);
+  const std::string p = ec ? path : abs.string();
+  std::string uri = "file://";
+  static const char kHex[] = "0123456789ABCDEF";
+  for (unsigned char c : p) {
+    if (std::isalnum(c) || c == '/' || c == '-' || c == '_' || c == '.' || c == '~') {
+      uri += static_cast<char>(c);
+    } else {
+      uri += '%';
+      uri += kHex[c >> 4];
+      uri += kHex[c & 0xF];
+    }
+  }
+  return uri + "?immutable=1";
+}
+
 }  // namespace
 
 // ---- SqliteStore: errors and helpers ---------------------------------------------------------
@@ -473,6 +502,24 @@ Expected<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path
   };
 
   Expected<FileState> fs = inspect();
+  // A WAL database that this user may read but whose directory it may not write: SQLite
+  // cannot create the -shm file and reports "attempt to write a readonly database". With no
+  // un-checkpointed -wal content there is nothing a writer could be adding, so the file is
+  // read as immutable.
+  if (!fs.ok() && read_only && (sqlite3_errcode(db) & 0xff) == SQLITE_READONLY &&
+      !HasWalContent(path)) {
+    store.reset();
+    db = nullptr;
+    rc = sqlite3_open_v2(ImmutableUri(path).c_str(), &db,
+                         SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr);
+    if (rc != SQLITE_OK) {
+      std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+      sqlite3_close_v2(db);
+      return Status::Error(path + ": cannot open: " + msg);
+    }
+    store.reset(new SqliteStore(db, path));
+    fs = inspect();
+  }
   if (!fs.ok()) return fs.status();
   if (read_only || !fs->empty) {
     if (Status st = validate(*fs); !st.ok()) return st;

@@ -341,6 +341,39 @@ TEST_F(StoreTest, ReadOnlyConnectionCannotWrite) {
   EXPECT_NE(st.message().find("readonly"), std::string::npos) << st.message();
 }
 
+TEST_F(StoreTest, ReadOnlyOpensWalDbInDirectoryItCannotWrite) {
+  // GIVEN a closed WAL DB with a run (odd characters in its name), in a directory and a file
+  // that the reader may read but not write (another user's run, a read-only share)
+  const std::string path = Path("a b%#?.db");
+  const int64_t id = CreateRun(path);
+  ASSERT_FALSE(fs::exists(path + "-wal"));
+  fs::permissions(dir_, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                            fs::perms::others_read | fs::perms::others_exec);
+  // WHEN a process without write permission (euid nobody when the test runs as root) opens
+  // it read-only and lists its runs
+  const pid_t pid = fork();
+  ASSERT_NE(pid, -1);
+  if (pid == 0) {
+    ::chmod(path.c_str(), 0444);
+    ::chmod(dir_.c_str(), 0555);
+    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) _exit(3);
+    auto ro = SqliteStore::Open(path, SqliteStore::Mode::kReadOnly);
+    if (!ro.ok()) {
+      std::fprintf(stderr, "%s\n", ro.error().c_str());
+      _exit(1);
+    }
+    auto runs = (*ro)->ListRuns();
+    _exit(runs.ok() && runs->size() == 1 && runs->front().run_id == id ? 0 : 2);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ::chmod(dir_.c_str(), 0700);
+  // THEN it reads the run, creating nothing beside the file
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_FALSE(fs::exists(path + "-shm"));
+}
+
 // ---- runs ------------------------------------------------------------------------------------
 
 TEST_F(StoreTest, RunLifecycleRoundTripsEveryField) {

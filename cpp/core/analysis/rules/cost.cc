@@ -18,6 +18,9 @@ RuleResult Cost(const RunView& view, const RuleContext& context) {
     return RuleResult::Skip("cost unknown: run duration not recorded");
   }
   const bool cpu = view.IsCpuRun();
+  if (!cpu && run.gpu_backend && *run.gpu_backend == "mock") {
+    return RuleResult::Skip("cost unknown: the GPUs are simulated (gpu=\"mock\")");
+  }
   double rate = 0;
   std::string rate_source;
   if (context.gpu_rate_usd_per_hour) {
@@ -64,9 +67,11 @@ RuleResult Cost(const RunView& view, const RuleContext& context) {
       {"duration_from_steps", view.duration_from_steps},
   };
   const MfuResult mfu = ComputeMfu(view);
-  if (mfu.mfu && mfu.mfu->value <= 1.0) {
+  if (mfu.mfu) {
     const double idle = usd * (1.0 - mfu.mfu->value);
-    message += StrFormat("; ~%s of that is idle capacity (MFU %s)", FormatUsd(idle).c_str(),
+    const std::string idle_text = FormatUsd(idle);  // "<$0.01" is approximate already
+    message += StrFormat("; %s%s of that is idle capacity (MFU %s)",
+                         idle_text.starts_with('<') ? "" : "~", idle_text.c_str(),
                          FormatPercent(mfu.mfu->value, 1).c_str());
     evidence["idle_usd"] = idle;
     evidence["mfu"] = mfu.mfu->value;

@@ -72,12 +72,13 @@ std::optional<std::string> NeedHostCoverage(const RunView& view, const HostWindo
                    FormatDuration(kHostMinCoverageS * 1e9).c_str());
 }
 
-// The training's process tree over a host window: its CPU at its busiest (p90 of the
-// proc_cpu_pct readings, in cores) and the cores it can use: one per process (the mean number
+// The training's process tree over a host window: its CPU at its busiest (the highest
+// proc_cpu_pct reading, in cores: workers join the sampled tree only at the sampler's next
+// rescan, so in a short run most readings may undercount it) and the cores it can use: one per process (the mean number
 // of its processes alive, from the worker rollups), or as many as it used (threads), at most
 // the machine's. nullopt when the tree's CPU was not sampled.
 struct TreeCpu {
-  double busy_cores = 0;  // p90 of proc_cpu_pct / 100
+  double busy_cores = 0;  // the highest proc_cpu_pct / 100
   double usable_cores = 1;
   double processes = 1;
   bool workers = false;   // child processes (DataLoader workers) were sampled
@@ -95,9 +96,8 @@ std::optional<TreeCpu> MeasureTreeCpu(const RunView& view, const HostWindow& w,
     cores.push_back(*r->proc_cpu_pct / 100);
   }
   if (cores.empty()) return std::nullopt;
-  std::sort(cores.begin(), cores.end());
   TreeCpu t;
-  t.busy_cores = Percentile(cores, 0.9);
+  t.busy_cores = *std::max_element(cores.begin(), cores.end());
   // Processes alive on average in a 10 s worker window: the samples of all its pids over the
   // main process's (alive throughout), so workers restarted every epoch are not counted twice.
   std::map<int64_t, std::pair<int64_t, int64_t>> windows;  // ts -> (all samples, main samples)
@@ -226,7 +226,7 @@ RuleResult CpuBoundDataloader(const RunView& view, const RuleContext&) {
       {"ncores", ncores ? nlohmann::json(*ncores) : nlohmann::json()},
       {"mean_disk_read_bps", *disk},
       {"mean_disk_read_iops", iops ? nlohmann::json(*iops) : nlohmann::json()},
-      {"tree_busy_cores_p90", tree ? nlohmann::json(tree->busy_cores) : nlohmann::json()},
+      {"tree_busy_cores_peak", tree ? nlohmann::json(tree->busy_cores) : nlohmann::json()},
       {"tree_usable_cores", tree ? nlohmann::json(tree->usable_cores) : nlohmann::json()},
       {"tree_processes", tree ? nlohmann::json(tree->processes) : nlohmann::json()},
       {"tree_workers", tree ? nlohmann::json(tree->workers) : nlohmann::json()},

@@ -59,7 +59,7 @@ void AddDataPipeline(std::vector<RuleSpec>& r) {
       .fires_when = "dataloader stall + mean host CPU > " + Num(kCpuBoundPct) +
                     "% with the disk idle (< " + Num(kDiskIdleMBps) + " MB/s and < " +
                     Num(kDiskIdleIops) + " IOPS), and the training's own processes busy "
-                    "(p90 ≥ " + Pct(kCpuBoundTreeBusy) + " of their usable cores) when sampled",
+                    "(peak ≥ " + Pct(kCpuBoundTreeBusy) + " of their usable cores) when sampled",
       .fix = "The workers are CPU-bound, so more num_workers won't help: move augmentations to "
              "the GPU (torchvision.transforms.v2 or kornia on CUDA tensors, NVIDIA DALI), decode "
              "less (smaller or pre-resized images), or pre-process the dataset offline.",
@@ -71,7 +71,7 @@ void AddDataPipeline(std::vector<RuleSpec>& r) {
                      {"kDiskIdleMBps", kDiskIdleMBps, "disk idle below this mean read (MB/s)"},
                      {"kDiskIdleIops", kDiskIdleIops, "disk idle below this mean IOPS"},
                      {"kCpuBoundTreeBusy", kCpuBoundTreeBusy,
-                      "...and, when the process tree's CPU was sampled, only with its p90 at or "
+                      "...and, when the process tree's CPU was sampled, only with its peak at or "
                       "above this share of its usable cores (one per process, at most the "
                       "machine's)"},
                      {"kHostMinSamples", static_cast<double>(kHostMinSamples),

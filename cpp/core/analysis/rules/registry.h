@@ -35,8 +35,9 @@ inline constexpr double kStarvedHighFraction = 0.50;
 inline constexpr double kCpuBoundPct = 80.0;
 // ...unless the training's own process tree, when sampled (host_samples.proc_cpu_pct), is busy
 // below this share of the cores it can use (one per process, at most the machine's) at its
-// busiest (p90 of its readings; a new worker joins the tree at the sampler's next rescan, so
-// early readings undercount): then other processes peg the CPU, not the loader...
+// busiest (its highest reading: a new worker joins the tree only at the sampler's next rescan,
+// so the readings of a short run may mostly undercount it): then other processes peg the
+// CPU, not the loader...
 inline constexpr double kCpuBoundTreeBusy = 0.5;
 // ...when the disk is idle: mean read below this many MB/s (1e6 bytes) and, when IOPS were
 // sampled, below kDiskIdleIops.
