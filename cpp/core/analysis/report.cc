@@ -311,7 +311,7 @@ std::string FormatFullReport(const Report& report) {
   if (run.python_version) versions += " · Python " + *run.python_version;
   if (run.torch_version) versions += " · torch " + *run.torch_version;
   out += "  versions   " + versions + "\n";
-  out += "  declared   dtype " + run.dtype.value_or("—") + " · FLOPs/step " +
+  out += "  workload   dtype " + run.dtype.value_or("—") + " · FLOPs/step " +
          OrDash(run.flops_per_step, [](double f) { return StrFormat("%.3g", f); }) +
          (run.flops_method ? " (" + *run.flops_method + ")" : "") + "\n";
 

@@ -64,11 +64,18 @@ std::optional<std::string> NeedHostCoverage(const RunView& view, const HostWindo
   if (readings >= kHostMinSamples && static_cast<double>(covered_ns) >= kHostMinCoverageS * 1e9) {
     return std::nullopt;
   }
+  const char* where = w.steady ? "in the steady state" : "in the run";
+  if (readings >= kHostMinSamples) {  // enough readings: the span is what is short
+    return StrFormat("the %zu host CPU readings cover only %s %s; deciding needs them to "
+                     "cover at least %s",
+                     readings, FormatDuration(static_cast<double>(covered_ns)).c_str(), where,
+                     FormatDuration(kHostMinCoverageS * 1e9).c_str());
+  }
   return StrFormat("only %zu host CPU reading%s covering %s %s; deciding needs at least %zu "
                    "covering %s",
                    readings, readings == 1 ? "" : "s",
-                   FormatDuration(static_cast<double>(covered_ns)).c_str(),
-                   w.steady ? "in the steady state" : "in the run", kHostMinSamples,
+                   FormatDuration(static_cast<double>(covered_ns)).c_str(), where,
+                   kHostMinSamples,
                    FormatDuration(kHostMinCoverageS * 1e9).c_str());
 }
 
