@@ -182,21 +182,21 @@ class LineTracer {
       throw;
     }
 #else
-    PyObject* trace_obj = TraceObject();
-    if (trace_obj == nullptr) {
+    trace_obj_ = TraceObject();
+    if (trace_obj_ == nullptr) {
       g_owner_thread.store(0, std::memory_order_relaxed);
       throw nb::python_error();
     }
     prev_func_ = owner_->c_tracefunc;
     prev_obj_ = owner_->c_traceobj;
-    if (prev_obj_ == trace_obj) {
+    if (prev_obj_ == trace_obj_) {
       prev_func_ = nullptr;  // a stale restore of an earlier session's tracer (sys.settrace)
       prev_obj_ = nullptr;
     }
     Py_XINCREF(prev_obj_);
     if (adopt_running) AdoptRunningFrames(start_ns_);
     g_active = this;
-    PyEval_SetTrace(&LineTracer::TraceFunc, trace_obj);
+    PyEval_SetTrace(&LineTracer::TraceFunc, trace_obj_);
 #endif
     g_active = this;
     state_ = kRunning;
@@ -235,8 +235,7 @@ class LineTracer {
 #else
     if (owner_gone) {
       // Its thread state is gone, and with it the trace function installed on it.
-    } else if (owner_->c_tracefunc == &LineTracer::TraceFunc ||
-               owner_->c_traceobj == TraceObject()) {
+    } else if (InstalledOn(owner_)) {
       if (_PyEval_SetTrace(owner_, prev_func_, prev_obj_) < 0) {
         PyErr_Clear();
         warnings_.push_back("could not restore the previous trace function");
@@ -273,8 +272,7 @@ class LineTracer {
     StopMonitoring();
 #else
     PyThreadState* ts = PyThreadState_Get();
-    if (ts == owner_ && (ts->c_tracefunc == &LineTracer::TraceFunc ||
-                         ts->c_traceobj == TraceObject())) {
+    if (ts == owner_ && InstalledOn(ts)) {
       if (_PyEval_SetTrace(ts, prev_func_, prev_obj_) < 0) PyErr_Clear();
     }
     Py_CLEAR(prev_obj_);
@@ -588,7 +586,7 @@ class LineTracer {
         // An earlier session with other filters may have turned its line events off.
         if (prev_func_ == nullptr) {
           EnableLineEvents(f);
-          SetLocalTraceIfUnset(f, TraceObject());
+          SetLocalTraceIfUnset(f, trace_obj_);
         }
 #endif
         if (key != 0) running.push_back({idx, key, running.empty() ? 0 : PyFrame_GetLineNumber(f)});
@@ -925,6 +923,12 @@ class LineTracer {
     Py_RETURN_NONE;
   }
 
+  // Whether the session's trace function is what `ts` runs: installed directly, or put back
+  // through sys.settrace (CPython's trampoline calling TraceObject()).
+  static bool InstalledOn(PyThreadState* ts) noexcept {
+    return ts->c_tracefunc == &LineTracer::TraceFunc || ts->c_traceobj == TraceObject();
+  }
+
   static int TraceFunc(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
     LineTracer* self = g_active;
     if (self == nullptr) return 0;
@@ -981,7 +985,7 @@ class LineTracer {
           // A generator suspended under an earlier session with other filters may have its
           // line events off; f_trace: see TraceObject.
           if (!fresh) EnableLineEvents(frame);
-          SetLocalTraceIfUnset(frame, TraceObject());
+          SetLocalTraceIfUnset(frame, trace_obj_);
         }
         agg_.Enter(idx, key, now, fresh, line);
         return 0;
@@ -1000,6 +1004,7 @@ class LineTracer {
 
   Py_tracefunc prev_func_ = nullptr;
   PyObject* prev_obj_ = nullptr;
+  PyObject* trace_obj_ = nullptr;  // TraceObject(), read once at start (the call path uses it)
 #endif
 
   lines::PathFilter filter_;

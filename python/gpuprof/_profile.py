@@ -37,12 +37,16 @@ def _warn(message: str) -> None:
     warnings.warn(message, GpuprofWarning, stacklevel=3)
 
 
+def _is_numpy_bool(value: Any) -> bool:
+    return type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool")
+
+
 def _step_index(index: Any) -> int:
     """An int, or an integer-like object (numpy / torch integer scalar, a 0-d integer tensor:
     anything with __index__) as an int; bools of any kind are refused."""
     if isinstance(index, int) and not isinstance(index, bool):
         return index
-    is_bool = (isinstance(index, bool) or type(index).__name__ in ("bool_", "bool")
+    is_bool = (isinstance(index, bool) or _is_numpy_bool(index)
                or str(getattr(index, "dtype", "")) in ("bool", "torch.bool"))
     if not is_bool and hasattr(type(index), "__index__"):
         try:
@@ -71,7 +75,7 @@ def _check_positive(name: str, value: Any, allow_zero: bool = False,
 def _check_bool(name: str, value: Any) -> bool:
     if isinstance(value, bool):
         return value
-    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool"):
+    if _is_numpy_bool(value):
         return bool(value)  # numpy's bool (a flag read through numpy)
     raise TypeError(f"gpuprof.profile: {name} must be a bool, got "
                     f"{type(value).__name__} {value!r}")

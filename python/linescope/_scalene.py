@@ -45,6 +45,7 @@ from typing import Any, Callable
 
 from ._backends import BackendOptions, is_utf8, native_cwd, register_backend
 from ._model import BackendCapabilities, GPUCollection, GPUStats, RawBackendResult, RawLine
+from ._sampling import MAX_SAMPLE_RATE
 
 INSTALL_HINT = "install it with: pip install 'gpuprof[scalene]' (Python 3.11-3.14)"
 
@@ -102,11 +103,6 @@ def _load_scalene() -> dict[str, Any]:
                 ScaleneCPUProfiler=ScaleneCPUProfiler, TimeInfo=TimeInfo, get_times=get_times,
                 clear_intern_caches=clear_intern_caches, version=scalene_version,
                 package_dir=os.path.dirname(os.path.abspath(scalene.__file__)))
-
-
-# The highest sample_rate accepted (the same bound as the `sampler` backend's): Scalene's
-# Python-level handler keeps up with it on a 2-core machine; at 10^6/s it overflows the stack.
-_MAX_SAMPLE_RATE = 20000.0
 
 
 # ---- GPU collection ------------------------------------------------------------------------
@@ -648,10 +644,12 @@ class ScaleneBackend:
         gpu=True, threads="all threads (sampled; start() must run on the main thread)")
 
     def __init__(self, options: BackendOptions) -> None:
-        if options.sample_rate is not None and options.sample_rate > _MAX_SAMPLE_RATE:
+        # The `sampler` backend's bound: Scalene's Python-level handler keeps up with it on a
+        # 2-core machine; at 10^6/s it overflows the stack.
+        if options.sample_rate is not None and options.sample_rate > MAX_SAMPLE_RATE:
             raise ValueError(
                 f"sample_rate {options.sample_rate:g} is above the scalene backend's maximum "
-                f"of {_MAX_SAMPLE_RATE:g} samples per second (Scalene's signal handler, which "
+                f"of {MAX_SAMPLE_RATE:g} samples per second (Scalene's signal handler, which "
                 "runs on the main thread, cannot keep up beyond that)")
         self._opts = options
         self._sc = _load_scalene()
