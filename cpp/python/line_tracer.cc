@@ -24,13 +24,16 @@
 //   line cell; they do no per-event lookup of the code object.
 // 3.11: a C trace function installed with PyEval_SetTrace on the owner thread. A tracer that
 //   was already installed (a debugger, coverage) is chained: it sees every event first.
-//   Without a chained tracer, unrecorded frames get f_trace_lines = False (no line events).
+//   Without a chained tracer, unrecorded frames get f_trace_lines = False (no line events),
+//   and from the session's first call into unrecorded code on, such frames start with the
+//   thread's tracing mode off (eval_hook.h).
 //   Fresh call vs resume is told apart from the code object's bytecode at f_lasti.
 //
 // Per-code decisions are cached in the code object's co_extra slot (one index per process),
 // tagged with a session generation so a later session with other filters decides afresh,
 // and in a small direct-mapped cache by address (entries hold strong references).
 #include "line_tracer.h"
+#include "eval_hook.h"
 #include "frame_peek.h"
 #include "py_paths.h"
 #include "py_text.h"
@@ -196,6 +199,10 @@ class LineTracer {
     Py_XINCREF(prev_obj_);
     if (adopt_running) AdoptRunningFrames(start_ns_);
     g_active = this;
+    // Unrecorded code out of tracing mode (eval_hook.h), from its first call on; a chained
+    // tracer sees everything.
+    eval_hook_pending_ = prev_func_ == nullptr;
+    ResetUntracedEvalStats();
     PyEval_SetTrace(&LineTracer::TraceFunc, trace_obj_);
 #endif
     g_active = this;
@@ -233,6 +240,7 @@ class LineTracer {
 #if GPUPROF_MONITORING
     StopMonitoring();
 #else
+    DisarmUntracedEval();
     if (owner_gone) {
       // Its thread state is gone, and with it the trace function installed on it.
     } else if (InstalledOn(owner_)) {
@@ -271,6 +279,7 @@ class LineTracer {
 #if GPUPROF_MONITORING
     StopMonitoring();
 #else
+    DisarmUntracedEval();
     PyThreadState* ts = PyThreadState_Get();
     if (ts == owner_ && InstalledOn(ts)) {
       if (_PyEval_SetTrace(ts, prev_func_, prev_obj_) < 0) PyErr_Clear();
@@ -520,6 +529,11 @@ class LineTracer {
         recorded = filter_.Recorded(filename);
         decided_.emplace(filename, recorded);
       }
+#if !GPUPROF_MONITORING
+      // greenlet imported during the session: see eval_hook.h.
+      if (filename.find("/greenlet/") != std::string::npos)
+        StandAsideUntracedEval("greenlet is in use");
+#endif
       if (!recorded) return kExcluded;
       std::string path = filename.empty() || filename.front() == '<'
                              ? filename
@@ -938,6 +952,25 @@ class LineTracer {
     return self->OnTrace(frame, what);
   }
 
+  // The frame-evaluation hook's question: does this code run untraced? From the code cache;
+  // on a miss the code is registered (decided) when that may call into Python.
+  static bool SkipCode(PyObject* code, bool may_register) noexcept {
+    LineTracer* self = g_active;
+    if (self == nullptr) return false;
+    CodeEntry& e = self->code_cache_[CacheSlot(code)];
+    if (e.code == code) return e.idx == kExcluded;
+    return may_register && self->Fill(e, code).idx == kExcluded;
+  }
+
+  // The first call into unrecorded code: from now on such frames start untraced. Armed
+  // lazily, because with a frame-evaluation function installed CPython makes every Python
+  // call a C-level call (no inlined calls), which costs call-heavy recorded code a little;
+  // a program that never calls out of the root does not pay that.
+  [[gnu::noinline, gnu::cold]] void ArmEvalHook() noexcept {
+    eval_hook_pending_ = false;
+    ArmUntracedEval(&LineTracer::TraceFunc, trace_obj_, &SkipCode);
+  }
+
   int32_t CodeOf(PyFrameObject* frame) noexcept {
     PyCodeObject* code = PyFrame_GetCode(frame);  // new reference
     int32_t idx = Lookup(reinterpret_cast<PyObject*>(code)).idx;
@@ -971,6 +1004,8 @@ class LineTracer {
         if (idx == kExcluded) {
           // No line events for this frame; its time stays on the calling recorded line.
           if (prev_func_ == nullptr) DisableLineEvents(frame);
+          if (eval_hook_pending_) [[unlikely]]
+            ArmEvalHook();
           return 0;
         }
         if (idx < 0) return 0;
@@ -1005,6 +1040,7 @@ class LineTracer {
   Py_tracefunc prev_func_ = nullptr;
   PyObject* prev_obj_ = nullptr;
   PyObject* trace_obj_ = nullptr;  // TraceObject(), read once at start (the call path uses it)
+  bool eval_hook_pending_ = false;  // no chained tracer, and the hook is not armed yet
 #endif
 
   lines::PathFilter filter_;
@@ -1052,7 +1088,14 @@ void RegisterLineTracer(nb::module_& m) {
       .def_prop_ro("warnings", &LineTracer::warnings)
       .def_prop_ro("tool_id", &LineTracer::tool_id)
       .def_prop_ro("running", &LineTracer::running)
-      .def_prop_ro_static("mode", [](nb::handle) { return std::string(LineTracer::Mode()); });
+      .def_prop_ro_static("mode", [](nb::handle) { return std::string(LineTracer::Mode()); })
+      // 3.11 (eval_hook.h): frames started untraced in the last session, and why the hook
+      // stood aside (None: it did not); (0, None) on 3.12+.
+      .def_static("_untraced_eval_stats", []() {
+        const char* aside = UntracedEvalAside();
+        return std::make_tuple(UntracedEvalCount(),
+                               aside ? nb::object(nb::str(aside)) : nb::none());
+      });
 }
 
 }  // namespace gpuprof::python

@@ -197,7 +197,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # runpy replaces argv[0] with the module's file, as python -m does.
         assert module is not None
         argv0, path0, main_module = module, os.getcwd(), None
-        run = partial(runpy.run_module, module, run_name="__main__", alter_sys=True)
+        # Its globals as python -m gives them (runpy would make __builtins__ a dict, and
+        # leave out __annotations__).
+        run = partial(runpy.run_module, module, run_name="__main__", alter_sys=True,
+                      init_globals={"__builtins__": builtins, "__annotations__": {}})
     elif runs_path:
         # A directory or zip archive runs its __main__.py with itself (absolute) as
         # sys.path[0], as under python.
@@ -246,6 +249,7 @@ def _main_module(filename: str, loader: Any = None, **attrs: Any) -> types.Modul
     module = types.ModuleType("__main__")
     module.__dict__.update(
         {"__file__": filename, "__cached__": None, "__builtins__": builtins,
+         "__annotations__": {},
          "__loader__": loader or importlib.machinery.SourceFileLoader("__main__", filename),
          **attrs})
     return module

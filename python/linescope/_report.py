@@ -49,7 +49,9 @@ def render_text(result: ProfileResult, top: int = 15) -> str:
     memory columns of their own, beside (never added to) the driver time."""
     run = result.run
     files = len({s.filename for s in run.lines})
-    out = [f"linescope ({result.backend}): {_ms(run.elapsed_ns).strip()} ms elapsed, "
+    elapsed = ("elapsed time unknown" if run.elapsed_ns is None
+               else f"{_ms(run.elapsed_ns).strip()} ms elapsed")
+    out = [f"linescope ({result.backend}): {elapsed}, "
            f"{_count(len(run.lines), 'line')} in {_count(files, 'file')}, "
            f"{_count(len(run.functions), 'function')}"]
     for w in result.warnings:

@@ -614,7 +614,11 @@ class _WaitShims:
         def start(thread: threading.Thread) -> None:
             shims._threads.append(weakref.ref(thread))  # see threads_may_have_run()
             shims._started_since = True
-            return orig_start(thread)
+            try:
+                return orig_start(thread)
+            finally:
+                # A sample taken while start() waited saw the thread not yet alive.
+                shims._started_since = True
 
         self._installed = [(threading.Thread, "join", orig_join, join),
                            (threading, "_allocate_lock", orig_allocate, allocate_lock),

@@ -206,7 +206,8 @@ def _patterns(name: str, value: Any) -> tuple[str, ...]:
             raise ValueError(f"{name} patterns must be non-empty strings, got {p!r}")
         if not is_utf8(p):
             raise ValueError(f"{name} pattern {os.fsencode(p)!r} is not valid UTF-8: linescope "
-                             "matches UTF-8 paths only")
+                             "matches files by their UTF-8 paths; write the pattern as UTF-8 "
+                             "text (a file whose name is not UTF-8 cannot be recorded)")
     return items
 
 
@@ -454,6 +455,7 @@ class profile(metaclass=_ProfileMeta):
 
     def _make_backend(self) -> ProfilerBackend:
         opts = self._backend_options()
+        self._root_used = opts.roots[0]  # the default root is the directory at start
         backend = self._factory(opts)
         caps = getattr(backend, "capabilities", None)
         if caps is None or not all(hasattr(backend, m) for m in ("start", "stop", "result")):
@@ -485,11 +487,13 @@ class profile(metaclass=_ProfileMeta):
                 self._warnings.append(text)
                 warnings.warn(text, RuntimeWarning, stacklevel=_user_stacklevel())
                 continue
-            option = {"gpu": "gpu=True", "sampled": "sample_rate"}[cap]
+            option = {"gpu": "gpu=True (--gpu)", "sampled": "sample_rate (--sample-rate)"}[cap]
             hint = {"gpu": "choose a backend that declares BackendCapabilities.gpu=True "
-                           "(for example backend='sampler' or backend='scalene')",
+                           "(for example backend='sampler' or backend='scalene'; command "
+                           "line: --backend sampler or --backend scalene)",
                     "sampled": "sample_rate only applies to sampling backends "
-                               "(for example backend='sampler')"}[cap]
+                               "(for example backend='sampler'; command line: --backend "
+                               "sampler)"}[cap]
             raise ValueError(f"backend {self.backend_name!r} does not support {option} "
                              f"(BackendCapabilities.{cap} is False); {hint}")
         self._memory_sampler = None
@@ -804,6 +808,7 @@ class profile(metaclass=_ProfileMeta):
             sources=sources, backend=self.backend_name, capabilities=caps, symbols=symbols,
             warnings=warns, options=self.options(),
             metadata=dict(raw.metadata, thread_id=self._thread,
-                          config_file=str(self._config_path) if self._config_path else None),
+                          config_file=str(self._config_path) if self._config_path else None,
+                          root=getattr(self, "_root_used", self.root)),
             memory=memory,
             gpu=raw.gpu if self.gpu and caps is not None and caps.gpu else None)

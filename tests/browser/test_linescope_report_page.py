@@ -395,7 +395,7 @@ def test_pure_functions_evaluated_in_the_page(report, tmp_path):
         const c = m["lib/chart.js"];
         return {
             ns: [null, undefined, NaN, 0, 850, 1500, 4.56e6, 999.96e6, 1.234e9, 125e9,
-                 99960, 9996, 59999999999, 7200e9, 200000e9].map(f.formatNs),
+                 99960, 9996, 59999999999, 59.96e9, 59.94e9, 7200e9, 200000e9].map(f.formatNs),
             bytes: [null, 512, 1536, 12 * 2 ** 20, 3 * 2 ** 30, 102359].map(f.formatBytes),
             signed: [-1024, 2048, 0, null].map(f.formatSignedBytes),
             count: [1234567, 7, null].map(f.formatCount),
@@ -414,8 +414,8 @@ def test_pure_functions_evaluated_in_the_page(report, tmp_path):
         };
     }""")
     assert got["ns"] == ["—", "—", "—", "0 ns", "850 ns", "1.50 µs", "4.56 ms", "1.00 s",
-                         "1.23 s", "2 min 5 s", "100 µs", "10.0 µs", "1 min 0 s", "2 h 0 min",
-                         "55 h 33 min"]
+                         "1.23 s", "2 min 5 s", "100 µs", "10.0 µs", "1 min 0 s", "1 min 0 s",
+                         "59.9 s", "2 h 0 min", "55 h 33 min"]
     assert got["bytes"] == ["—", "512 B", "1.50 KiB", "12.0 MiB", "3.00 GiB", "100 KiB"]
     assert got["signed"] == ["\u22121.00 KiB", "+2.00 KiB", "0 B", "—"]
     assert got["count"] == ["1,234,567", "7", "—"]

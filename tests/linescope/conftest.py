@@ -55,6 +55,17 @@ class Workspace:
                 return len(block)
         """)
 
+    def profile_call(self, fn, **options):
+        """Runs fn() in a linescope session (root: this workspace, no display unless given);
+        returns the session's result."""
+        from linescope import profile
+
+        options.setdefault("root", self.root)
+        options.setdefault("display", "none")
+        with profile(**options) as session:
+            fn()
+        return session.result
+
     def module(self, relpath: str, source: str) -> ModuleType:
         """Writes and imports a module. Line 1 is the first line of the dedented source."""
         path = self.write(relpath, source)

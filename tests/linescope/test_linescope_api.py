@@ -631,7 +631,7 @@ def test_paths_that_are_not_utf8_are_a_clear_error_or_a_warning(tmp_path, monkey
     # AND so is such a root or pattern passed explicitly
     with pytest.raises(ValueError, match=r"root b'.*caf\\xe9' is not valid UTF-8"):
         profile(root=bad, display="none")
-    with pytest.raises(ValueError, match=r"include pattern b'.*\\xff' is not valid UTF-8"):
+    with pytest.raises(ValueError, match=r"include pattern b'.*\\xff' is not valid UTF-8: .*write the pattern as UTF-8"):
         profile(root=tmp_path, include=[os.fsdecode(b"*\xff")], display="none")
     # GIVEN a UTF-8 root holding a file whose name is not UTF-8
     root = tmp_path / "proj"
@@ -649,3 +649,19 @@ def test_paths_that_are_not_utf8_are_a_clear_error_or_a_warning(tmp_path, monkey
     assert s.result.lines == []
     assert any("1 file(s) under the root ran but were not recorded because their names are "
                "not valid UTF-8 (e.g. '" in w and "m\\udcff.py" in w for w in s.result.warnings)
+
+
+class _NoElapsedBackend(FakeGpuBackend):
+    def result(self):
+        return RawBackendResult(lines=[RawLine("/x/train.py", 7, 1_000)])  # no elapsed_ns
+
+
+def test_a_summary_without_an_elapsed_time_says_it_is_unknown(capsys):
+    # GIVEN a custom backend that reports no elapsed time
+    register_backend("no-elapsed", _NoElapsedBackend, replace=True)
+    with profile(backend="no-elapsed") as s:
+        pass
+    # THEN the result has None, and the printed summary says "unknown" instead of a number
+    assert s.result.run.elapsed_ns is None
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first.startswith("linescope (no-elapsed): elapsed time unknown, 1 line in 1 file")

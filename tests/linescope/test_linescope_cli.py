@@ -41,7 +41,9 @@ STATE_DUMP = """
                "spec": None if __spec__ is None else [__spec__.name, __spec__.origin],
                "loader": type(__loader__).__name__,
                "is_main": sys.modules["__main__"].__dict__ is globals(),
-               "annotation": repr(annotated.__annotations__["a"])},
+               "annotation": repr(annotated.__annotations__["a"]),
+               "module_annotations": repr(globals().get("__annotations__", "missing")),
+               "builtins": type(__builtins__).__name__},
               open(sys.argv[1], "w"))
     """
 
@@ -210,7 +212,8 @@ def test_a_leading_double_dash_ends_the_options_as_under_python(script, tmp_path
     (("missing.py",), "can't open file"),
     (("--backend", "nope", "target.py"), "unknown linescope backend"),
     (("-d", "sometimes", "target.py"), "invalid choice"),
-    (("--sample-rate", "100", "target.py"), "does not support sample_rate"),
+    (("--sample-rate", "100", "target.py"), "does not support sample_rate (--sample-rate)"),
+    (("--sample-rate", "100", "target.py"), "command line: --backend sampler"),
 ])
 def test_usage_errors_exit_2(script, tmp_path, args, match):
     p = linescope(*args, cwd=tmp_path)

@@ -58,6 +58,27 @@ def test_output_html_writes_a_self_contained_report(ws, tmp_path):
     assert data["memory"] is None
 
 
+def test_file_names_are_relative_to_the_default_root_too(ws, tmp_path, monkeypatch):
+    # GIVEN files in a package under the current directory (the default root) and a library
+    # file outside it that an include pattern records
+    lib = ws.dependency("or_displib", "def g():\n    return 2\n")
+    pkg = ws.module("src/mod.py", """
+        import or_displib
+        def f():
+            return or_displib.g()
+    """)
+    monkeypatch.chdir(ws.root)
+    out = tmp_path / "d.html"
+    # WHEN it is profiled without root=
+    with profile(include=[str(lib)], output=out, display="none"):
+        pkg.f()
+    # THEN the files under the root are named relative to it, the other one by its path from
+    # the files' common directory
+    names = sorted(f["display"] for f in read_payload(out)["files"])
+    assert "src/mod.py" in names, names
+    assert any(n.endswith("or_displib.py") and n != str(lib) for n in names), names
+
+
 def test_save_html_htm_and_json(ws, tmp_path):
     mod = ws.module("s.py", """
         def g():

@@ -159,10 +159,12 @@ def test_no_signal_is_taken_and_busy_python_threads_do_not_starve_sampling(ws, w
         stop.set()
         t.join()
     # THEN the main thread was still sampled regularly (a GIL switch on the other thread can
-    # clear the main thread's evaluation breaker; the sampler re-sets it)
+    # clear the main thread's evaluation breaker; the sampler re-sets it): the busy line got
+    # at least one sample per 4 ms of its time at the 1 kHz default — the other thread holds
+    # the GIL about half of the time, and a starved sampler gets one or two in all
     loop = r.line(str(ws.root / "work.py"), 6)
     assert loop is not None and loop.samples >= 5
-    assert r.metadata["samples"] >= 20
+    assert loop.samples >= loop.wall_time_ns / (4 * MS)
     # AND nothing the program could see was installed: no signal handler, no interval timer,
     # no thread visible to `threading`; the metadata names the mechanism and its wake-ups
     assert before == {s: signal.getsignal(s) for s in before}

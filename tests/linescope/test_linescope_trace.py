@@ -461,21 +461,6 @@ def test_generator_throw_and_exception_inside_a_generator(ws):
     assert r.metadata["stack_repairs"] == 0
 
 
-@pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.11 C trace function path")
-def test_unrecorded_frames_get_no_line_events_on_311(ws):
-    ws.dependency("dep311", "import sys\ndef flags():\n    f = sys._getframe()\n"
-                            "    return f.f_trace_lines, f.f_lineno\n")
-    mod = ws.module("u311.py", """
-        import dep311
-        def main():
-            return dep311.flags()
-    """)
-    with profile(root=ws.root, display="none") as s:
-        seen = mod.main()
-    assert seen == (False, 4)  # f_lineno of the return line, computed on demand
-    assert s.result.line(str(ws.root / "u311.py"), 3).hits == 1
-
-
 def test_one_line_functions_lambdas_and_methods_count_every_call(ws):
     # GIVEN functions whose whole body sits on the def line (3.13 reports no LINE event for
     # such a first line unless PY_START stays enabled)

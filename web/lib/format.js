@@ -34,11 +34,12 @@ function fixed3(x) {
 }
 
 // Nanoseconds -> "850 ns", "12.3 µs", "4.56 ms", "1.23 s"; minutes for long runs ("2 min 5 s"),
-// hours for longer ones ("3 h 20 min"). The unit is chosen on the rounded value, so 59.99 s is
-// "1 min 0 s", not "60.0 s".
+// hours for longer ones ("3 h 20 min"). The unit is chosen on the rounded value, so 59.96 s
+// (three figures: 60.0) is "1 min 0 s", not "60.0 s"; 59.94 s is "59.9 s".
 export function formatNs(ns) {
   if (isUnknown(ns)) return UNKNOWN;
-  if (Math.abs(ns) >= 59.995e9) {
+  const seconds = Math.abs(ns) / 1e9;
+  if (seconds >= 60 || (seconds >= 59 && Number(fixed3(seconds)) >= 60)) {
     const sign = ns < 0 ? "\u2212" : "";
     const total = Math.round(Math.abs(ns) / 1e9);
     if (total >= 3600) {

@@ -242,6 +242,11 @@ Result Read(const json& doc) {
   r.gpu_requested = Bool(options, "gpu");
   r.memory_requested = Bool(options, "memory");
   r.root = Str(options, "root");
+  // The root the session used (the current directory at start when none was given).
+  if (!r.root) {
+    const json& metadata = Field(doc, "metadata");
+    if (metadata.is_object()) r.root = Str(metadata, "root");
+  }
   r.gpu_capable = Bool(Field(doc, "capabilities"), "gpu");
   r.memory = Field(doc, "memory");
   r.gpu = Field(doc, "gpu");

@@ -67,6 +67,21 @@ const json& PayloadLine(const json& p, const std::string& display, int line) {
   return kNone;
 }
 
+TEST(ReportPayload, FileNamesFollowTheRootTheSessionUsedWhenNoneWasGiven) {
+  // GIVEN a result whose options have no root (the default: the directory at start), with
+  // that directory in the metadata
+  json r = Result();
+  r["options"]["root"] = nullptr;
+  r["metadata"]["root"] = "/proj/lib";
+  // WHEN the payload is built
+  json p = Build(r);
+  // THEN names under that directory are relative to it; a file outside it is named from the
+  // files' common directory
+  ASSERT_EQ(p["files"].size(), 2u);
+  EXPECT_EQ(p["files"][0]["display"], "app.py");
+  EXPECT_EQ(p["files"][1]["display"], "util.py");
+}
+
 TEST(ReportPayload, OverviewCardsFilesAndTopLines) {
   // GIVEN a result with 4 lines in two files under the root
   // WHEN the payload is built
