@@ -164,6 +164,42 @@ def test_manual_call_counters_count_the_named_phases(db):
     assert rows == [(0, 1, 1, 1), (1, 2, 1, 1), (2, 0, 0, 0)]
 
 
+def test_named_phases_around_auto_timed_calls_are_counted_once(db):
+    # GIVEN auto mode (the default) with prof.step() and s.phase("forward"/...) around the
+    # model call, backward and optimizer step, as a GAN loop grouped by hand is written
+    torch = pytest.importorskip("torch")
+
+    class Slow(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 1)
+
+        def forward(self, x):
+            time.sleep(0.01)
+            return self.lin(x)
+
+    model = Slow()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gpuprof.profile("twice", db=db.path, gpu="none", host=False, summary=False) as prof:
+        for i in range(4):
+            with prof.step(i) as s:
+                with s.phase("forward"):
+                    loss = model(torch.randn(4, 8)).sum()
+                with s.phase("backward"):
+                    loss.backward()
+                with s.phase("optimizer"):
+                    opt.step()
+                    opt.zero_grad()
+    # THEN each step's forward is the 10 ms call once (not the phase plus the auto-timed
+    # call), one call, and the phases fit inside their step
+    for step, fwd_ns, calls, span in db.rows(
+            "SELECT p.step, p.wall_ns, p.calls, s.end_ns - s.start_ns FROM phases p "
+            "JOIN steps s ON s.run_id = p.run_id AND s.step = p.step "
+            "WHERE p.name = 'forward' ORDER BY p.step"):
+        assert calls == 1, step
+        assert 10e6 <= fwd_ns < 30e6 and fwd_ns <= span, (step, fwd_ns, span)
+
+
 def test_phase_outside_its_step_warns_and_is_recorded_as_a_diagnostic(db):
     # GIVEN a phase entered after its step closed
     with gpuprof.profile("late", db=db.path, auto=False, gpu="none", host=False,

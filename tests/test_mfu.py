@@ -617,3 +617,35 @@ def test_report_mfu_line_names_the_flops_method(db, fake_nvml, flops_kwargs, met
     # AND the MFU line says which method produced the FLOPs
     mfu_line = next(line for line in text.splitlines() if line.strip().startswith("MFU "))
     assert label in mfu_line and "989 TFLOPs bf16 peak" in mfu_line
+
+
+def test_the_automatic_flop_count_does_not_stall_a_step(tmp_path):
+    # GIVEN a fresh process (torch's tracing machinery not imported yet) whose loop has no
+    # torch.optim optimizer, grouped with prof.step(): FLOPs are counted automatically
+    script = tmp_path / "stall.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, sqlite3, torch, gpuprof
+        w = torch.randn(64, 64, requires_grad=True)
+        with gpuprof.profile("stall", db={str(tmp_path / "s.db")!r}, gpu="none",
+                             summary=False) as prof:
+            for i in range(6):
+                with prof.step(i):
+                    loss = (torch.randn(16, 64) @ w).pow(2).mean()
+                    loss.backward()
+                    with torch.no_grad():
+                        w -= 0.01 * w.grad
+                        w.grad = None
+        con = sqlite3.connect({str(tmp_path / "s.db")!r})
+        print(json.dumps([r[0] for r in con.execute(
+            "SELECT end_ns - start_ns FROM steps ORDER BY step")]))
+        print(con.execute("SELECT flops_method FROM runs").fetchone()[0])
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    spans, method = done.stdout.split("\n")[:2]
+    spans = json.loads(spans)
+    # THEN the FLOPs were counted, and no step after the first took the count's one-off
+    # set-up (about a second on this machine kind): each is well under 0.3 s
+    assert method == "counted"
+    assert len(spans) == 6 and max(spans[1:]) < 0.3e9, spans

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import warnings
@@ -264,6 +265,41 @@ def test_user_exception_propagates_unchanged_and_run_is_failed(db):
     assert len(steps_of(db)) == 3
 
 
+class _UnprintableError(Exception):
+    def __str__(self):
+        return "bad sample " + 3  # a library bug: str() of this exception raises TypeError
+
+
+@pytest.mark.parametrize("make, stored", [
+    (_UnprintableError, "_UnprintableError: <exception str() failed>"),
+    # a message holding a non-UTF-8 file name, as os.listdir returns it
+    (lambda: ValueError("corrupt image " + os.fsdecode(b"img_\xff.jpg")),
+     "ValueError: corrupt image img_\\udcff.jpg"),
+])
+def test_an_exception_whose_text_cannot_be_stored_still_propagates_and_ends_the_run(
+        db, make, stored):
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    err = make()
+    # WHEN the loop raises an exception whose message cannot be read or stored as it is
+    with pytest.raises(type(err)) as caught:
+        with gpuprof.profile("oddtext", db=db.path, gpu="none", summary=False):
+            train(model, opt, batches(3))
+            raise err
+    # THEN the same exception reaches the caller, and the run is stored as failed with a
+    # readable error
+    assert caught.value is err
+    assert db.one("SELECT status, error FROM runs WHERE run_id=1") == ("failed", stored)
+    assert len(steps_of(db)) == 3
+    # AND it ended: the next profile() records a run of its own (no session left active)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with gpuprof.profile("after", db=db.path, gpu="none", summary=False):
+            train(model, opt, batches(2))
+    assert not [w for w in seen if "already active" in str(w.message)]
+    assert db.one("SELECT status FROM runs WHERE run_id=2") == "ok"
+
+
 def test_module_calls_from_other_threads_are_not_recorded(db):
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -458,3 +494,20 @@ def test_mock_options_without_the_mock_backend_warn_naming_them(db, kwargs, name
     with p:
         pass
     assert db.one("SELECT gpu_backend FROM runs") == "none"
+
+
+def test_a_run_that_imports_torch_dynamo_leaves_nothing_on_stderr_at_exit(tmp_path):
+    # GIVEN a script that first imports torch._dynamo inside a run (torch.compile, or an
+    # optimizer built in the block does that), which keeps objects alive to interpreter exit
+    import subprocess
+    import sys
+    script = tmp_path / "dyn.py"
+    script.write_text("import torch, gpuprof\n"
+                      f"with gpuprof.profile('dyn', db={str(tmp_path / 'd.db')!r}, gpu='none',"
+                      " summary=False):\n"
+                      "    import torch._dynamo\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300)
+    # THEN it exits cleanly with nothing on stderr (no binding-layer "leaked instance" report)
+    assert done.returncode == 0
+    assert done.stderr == ""

@@ -28,6 +28,8 @@ struct HookState {
   const char* aside = nullptr;          // why the hook took itself out this session, or null
   uint64_t arming = 0;                  // counts ArmUntracedEval calls
   long long untraced = 0;
+  PyObject* modules = nullptr;  // sys.modules (the interpreter's dict, borrowed)
+  Py_ssize_t modules_seen = 0;  // its size when greenlet was last looked for
 };
 HookState g;
 
@@ -51,16 +53,33 @@ bool Ours(PyThreadState* ts) noexcept {
 PyObject* UntracedEval(PyThreadState* ts, _PyInterpreterFrame* frame, int throwflag);
 
 // The hook leaves for the rest of the session: calls run inline again, and every frame runs
-// with the thread's own tracing state.
+// with its thread's own tracing state. That includes the eval loops running now on the
+// session's thread, which may be another thread than the caller's: each one's use_tracing
+// is set from its thread's state (the loops' _PyCFrame records live on that thread's stack
+// while they run, and the GIL is held).
 void StandAside(PyThreadState* ts, const char* why) noexcept {
   g.aside = why;
   if (_PyInterpreterState_GetEvalFrameFunc(ts->interp) == &UntracedEval) {
     _PyInterpreterState_SetEvalFrameFunc(ts->interp, g.next);
     g.installed = false;
   }
-  // The caller goes on with its thread's tracing state; so do callers further out as their
-  // calls through the hook return (Ours() is false from now on).
-  ts->cframe->use_tracing = CanonicalTracing(ts);
+  for (PyThreadState* t = PyInterpreterState_ThreadHead(ts->interp); t != nullptr;
+       t = PyThreadState_Next(t)) {
+    if (t != ts && !(t->c_tracefunc == g.func && t->c_traceobj == g.obj)) continue;
+    const uint8_t state = CanonicalTracing(t);
+    for (_PyCFrame* cf = t->cframe; cf != nullptr; cf = cf->previous) cf->use_tracing = state;
+  }
+}
+
+// Whether greenlet has been imported (by any thread) since the last look: a dict size read
+// per frame, the lookup only when the size changed.
+bool GreenletArrived() noexcept {
+  if (g.modules == nullptr || !PyDict_Check(g.modules)) return false;
+  const Py_ssize_t n = PyDict_GET_SIZE(g.modules);
+  if (n == g.modules_seen) [[likely]]
+    return false;
+  g.modules_seen = n;
+  return PyDict_GetItemString(g.modules, "greenlet") != nullptr;
 }
 
 // This thread's floor: frames nest through the hook only in the upper half of its stack, and
@@ -100,6 +119,10 @@ PyObject* UntracedEval(PyThreadState* ts, _PyInterpreterFrame* frame, int throwf
   }
   _PyFrameEvalFunction next = g.next;
   if (!Ours(ts)) return next(ts, frame, throwflag);
+  if (GreenletArrived()) [[unlikely]] {
+    StandAside(ts, "greenlet is in use");
+    return next(ts, frame, throwflag);
+  }
   _PyCFrame* cf = ts->cframe;
   const uint8_t before = cf->use_tracing;
   const bool may_register = throwflag == 0 && !PyErr_Occurred();
@@ -128,6 +151,8 @@ bool ArmUntracedEval(Py_tracefunc func, PyObject* obj, SkipTracing skip) noexcep
     g.aside = "greenlet is in use";
     return false;
   }
+  g.modules = modules;
+  g.modules_seen = modules != nullptr && PyDict_Check(modules) ? PyDict_GET_SIZE(modules) : 0;
   _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
   if (current != &UntracedEval) {
     g.next = current;  // _PyEval_EvalFrameDefault, or another tool's
@@ -141,11 +166,6 @@ bool ArmUntracedEval(Py_tracefunc func, PyObject* obj, SkipTracing skip) noexcep
   ++g.arming;
   g.skip = skip;
   return true;
-}
-
-void StandAsideUntracedEval(const char* why) noexcept {
-  if (g.skip == nullptr || g.aside != nullptr) return;
-  StandAside(PyThreadState_Get(), why);
 }
 
 void DisarmUntracedEval() noexcept {
@@ -169,7 +189,6 @@ const char* UntracedEvalAside() noexcept { return g.aside; }
 #else
 
 bool ArmUntracedEval(Py_tracefunc, PyObject*, SkipTracing) noexcept { return false; }
-void StandAsideUntracedEval(const char*) noexcept {}
 void DisarmUntracedEval() noexcept {}
 void ResetUntracedEvalStats() noexcept {}
 long long UntracedEvalCount() noexcept { return 0; }

@@ -13,14 +13,15 @@
 // called into it.
 //
 // With a frame-evaluation function installed, CPython calls it for every Python frame of
-// every thread instead of running calls inline, so frames nest on the C stack. Once a
+// every thread instead of running calls inline, so frames nest on the C stack. Once any
 // thread's C stack is deeper than the upper half of its stack (at most 4 MiB below where the
 // hook first ran on it), the hook takes itself out for the rest of the session and every
 // frame is traced as without it: a deep recursion that plain CPython runs runs here too. It
 // also stands aside where greenlet is in use (greenlet hands the tracing state of the
 // switching greenlet to the one it switches to, so a user greenlet resumed from unrecorded
-// code would run untraced): not armed when greenlet was imported before, out when it is
-// imported during the session.
+// code would run untraced): not armed when greenlet was imported before, out when any thread
+// imports it during the session. Standing aside also turns tracing back on in the eval loops
+// running at that moment on the session's thread.
 //
 // Another tool's frame-evaluation function (installed before: chained; installed after, on
 // top of this one: left in place, this one then passes every frame on) is respected.
@@ -39,9 +40,6 @@ using SkipTracing = bool (*)(PyObject* code, bool may_register) noexcept;
 // Returns false where this Python has no such hook (3.12+: sys.monitoring does this itself)
 // or where greenlet is in use.
 bool ArmUntracedEval(Py_tracefunc func, PyObject* obj, SkipTracing skip) noexcept;
-
-// The hook leaves for the rest of the session (see above), `why` saying why.
-void StandAsideUntracedEval(const char* why) noexcept;
 
 // Disarms it (at stop, and in a child after fork): the hook is removed where it is still the
 // interpreter's, or left passing every frame on where another tool's is installed on top.

@@ -529,11 +529,6 @@ class LineTracer {
         recorded = filter_.Recorded(filename);
         decided_.emplace(filename, recorded);
       }
-#if !GPUPROF_MONITORING
-      // greenlet imported during the session: see eval_hook.h.
-      if (filename.find("/greenlet/") != std::string::npos)
-        StandAsideUntracedEval("greenlet is in use");
-#endif
       if (!recorded) return kExcluded;
       std::string path = filename.empty() || filename.front() == '<'
                              ? filename

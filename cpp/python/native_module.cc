@@ -202,6 +202,11 @@ NB_MODULE(_native, m) {
   using namespace gpuprof::python;
   m.doc() = "gpuprof native core (private; use the gpuprof package)";
   m.attr("__version__") = GPUPROF_VERSION;
+  // nanobind lists the module's objects still alive when the interpreter finalizes it as
+  // "leaked". A program that imports torch._dynamo during a run keeps them alive to the end
+  // (its caches hold the frames that reference them), which is no leak: no such message on
+  // the user's stderr.
+  nb::set_leak_warnings(false);
 
   if (InitCallHookType(m.ptr()) < 0) throw nb::python_error();
   RegisterLineTracer(m);

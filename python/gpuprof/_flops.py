@@ -126,6 +126,15 @@ def _count_globally_only(counter: Any) -> None:
         counter.mod_tracker = _GlobalOnlyTracker()
 
 
+def _warm_up_flop_counter() -> None:
+    """The first FlopCounterMode of a process imports torch._dynamo (about a second on a CPU
+    machine): imported at profile start, so that no step is timed with it."""
+    try:
+        import torch._dynamo  # noqa: F401
+    except Exception:  # noqa: BLE001 - the count itself reports what fails
+        pass
+
+
 class StepFlopCounter:
     """Counts the FLOPs of ONE training step with ``torch.utils.flop_counter.FlopCounterMode``
     (profile(auto=True) with neither ``arch=`` nor ``flops_per_step=``). The counted step is
@@ -185,6 +194,7 @@ class StepFlopCounter:
         self.failed = False  # the problem is a failure (warning), not just a short run
 
     def install(self) -> None:
+        _warm_up_flop_counter()
         from torch.optim.optimizer import (register_optimizer_step_post_hook,
                                            register_optimizer_step_pre_hook)
         self._handles["pre"] = register_optimizer_step_pre_hook(self._pre)

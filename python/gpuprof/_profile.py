@@ -87,8 +87,20 @@ _MAX_STEP_INDEX = 2**62
 
 
 def _error_text(exc: BaseException) -> str:
-    """runs.error for the exception that ended a run: "Type: message" (or "Type")."""
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    """runs.error for the exception that ended a run: "Type: message" (or "Type"). Never
+    raises: a message whose __str__ fails is named as such, as Python's traceback does."""
+    name = type(exc).__name__
+    try:
+        message = str(exc)
+    except Exception:  # noqa: BLE001 - the user's exception must propagate unchanged
+        message = "<exception str() failed>"
+    return _storable_text(f"{name}: {message}" if message else name)
+
+
+def _storable_text(text: str) -> str:
+    """`text` as UTF-8-storable text: surrogate escapes (bytes of a non-UTF-8 file name, as
+    os.listdir returns them) become backslash escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _json_value(v: Any) -> Any:
@@ -353,6 +365,8 @@ class Profile:
         global _active
         if self._state != "running":
             return self.summary
+        if error is not None:
+            error = _storable_text(str(error))
         self._state = "stopped"
         self._restore_sigterm()
         try:

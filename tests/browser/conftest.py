@@ -55,6 +55,14 @@ class Report:
     def heading(self) -> str:
         return self.page.inner_text("main h1")
 
+    def wait_heading(self, text: str) -> str:
+        """The heading once it reads `text` (a link click renders its view on the hashchange
+        event, after the click returns); times out (an error) if it never does."""
+        self.page.wait_for_function(
+            "t => (document.querySelector('main h1') || {}).innerText === t", arg=text,
+            timeout=5000)
+        return self.heading()
+
     def column_texts(self, table: str, key: str) -> list[str]:
         """The cell texts of column `key` (th[data-key]) of `table`, top to bottom."""
         return self.page.eval_on_selector(table, """(t, key) => {

@@ -70,14 +70,14 @@ def test_navigation_between_views(report, traced_report):
     assert report.page.query_selector('#sidebar a[data-nav="gpu"]') is None
     # a file from the sidebar opens its source view; the browser's back button returns
     report.page.click('#sidebar .sources a:text-is("main.py")')
-    assert report.heading() == "main.py"
+    assert report.wait_heading("main.py") == "main.py"
     assert "for i in range(n):" in report.page.inner_text("table.source")
     report.page.go_back()
     assert report.heading() == "Overview"
     # the files table links to each source view
     report.nav("files")
     report.page.click('table.files a:text-is("pkg/helpers.py")')
-    assert report.heading() == "pkg/helpers.py"
+    assert report.wait_heading("pkg/helpers.py") == "pkg/helpers.py"
 
 
 def test_function_names_link_to_their_definition(report, tmp_path):
@@ -93,7 +93,8 @@ def test_function_names_link_to_their_definition(report, tmp_path):
     report.page.click('table.functions a.fn:text-is("deep")')
     # THEN the source view shows the definition line, highlighted and scrolled into view
     assert report.page.evaluate("location.hash") == "#file=0&line=2500"
-    row = report.page.locator('table.source tr[data-line="2500"]')
+    row = report.page.locator('table.source tr[data-line="2500"].target')
+    row.wait_for(timeout=5000)
     assert "target" in row.get_attribute("class")
     assert "def deep():" in row.inner_text()
     assert row.is_visible()
@@ -194,7 +195,7 @@ def test_gpu_view_cards_table_and_links(report, tmp_path):
     assert report.column_texts(table, "gpu_memory") == ["520 MiB", "512 MiB"]
     # the location links to the exact captured source line
     report.page.click(f'{table} a:text-is("train.py:4")')
-    assert report.heading() == "train.py"
+    assert report.wait_heading("train.py") == "train.py"
     row = report.page.locator('table.source tr[data-line="4"]')
     assert "target" in row.get_attribute("class") and "y = x @ w" in row.inner_text()
     # and the source view has GPU time and GPU peak memory columns

@@ -444,3 +444,91 @@ def test_a_session_started_inside_a_callback_with_other_filters(ws, tmp_path):
     b.stop()
     # THEN B records the library's lines after the callback returned
     assert [b.result.line(str(lib), n).hits for n in (3, 4, 5)] == [1, 1, 1]
+
+
+def test_another_threads_deep_stack_does_not_cost_the_measured_thread_its_callbacks(ws):
+    # GIVEN a library loop on the measured thread that calls a user handler per queue item,
+    # and a producer thread with a 256 KiB stack that recurses 600 levels (plain CPython runs
+    # that without growing the C stack) while the loop waits in the library
+    script = ws.write("qmain.py", """
+        import queue
+        import sys
+        import threading
+        import time
+        sys.path.insert(0, sys.argv[1])
+        import or_qlib
+        def handle(item):
+            return item + 1
+        def depth(n):
+            return 0 if n == 0 else 1 + depth(n - 1)
+        def produce(q):
+            for i in range(30):
+                q.put(i)
+            while q.qsize():
+                time.sleep(0.001)
+            time.sleep(0.01)
+            depth(600)
+            for i in range(30, 100):
+                q.put(i)
+            q.put(None)
+        def main():
+            q = queue.Queue()
+            threading.stack_size(256 * 1024)
+            t = threading.Thread(target=produce, args=(q,))
+            t.start()
+            out = or_qlib.consume(q, handle)
+            t.join()
+            return len(out)
+        if __name__ == "__main__":
+            from linescope import profile
+            with profile(root=sys.argv[2], display="none") as s:
+                n = main()
+            print(n, s.result.function("handle").calls, s.result.line(__file__, 8).hits)
+    """)
+    ws.dependency("or_qlib", """
+        def consume(q, fn):
+            out = []
+            while (item := q.get()) is not None:
+                out.append(fn(item))
+            return out
+    """)
+    done = subprocess.run([sys.executable, str(script), str(ws.deps), str(ws.root)],
+                          capture_output=True, text=True, timeout=120)
+    # THEN every item reached the handler and every call of it was recorded
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["100", "100", "100"]
+
+
+def test_greenlet_imported_by_another_thread_during_the_session(ws):
+    # GIVEN a session whose hook is armed, then greenlet imported by another thread, then a
+    # user greenlet resumed twice from library code on the measured thread
+    pytest.importorskip("greenlet")
+    script = ws.write("glthr.py", """
+        import sys
+        import threading
+        sys.path.insert(0, sys.argv[1])
+        import or_glrun
+        def direct(x):
+            import greenlet
+            while True:
+                x = greenlet.getcurrent().parent.switch(x + 1)
+        def main():
+            or_glrun.run(len, "warm")  # a call out of the root
+            t = threading.Thread(target=lambda: __import__("greenlet"))
+            t.start()
+            t.join()
+            import greenlet
+            g = greenlet.greenlet(direct)
+            return or_glrun.run(g.switch, 0), or_glrun.run(g.switch, 5)
+        if __name__ == "__main__":
+            from linescope import profile
+            with profile(root=sys.argv[2], display="none") as s:
+                out = main()
+            print(out, s.result.line(__file__, 7).hits, s.result.line(__file__, 8).hits)
+    """)
+    ws.dependency("or_glrun", "def run(fn, *args):\n    return fn(*args)\n")
+    done = subprocess.run([sys.executable, str(script), str(ws.deps), str(ws.root)],
+                          capture_output=True, text=True, timeout=120)
+    # THEN both runs of the greenlet's loop are recorded
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["(1,", "6)", "2", "2"]

@@ -446,6 +446,11 @@ TEST(Cost, NotEvaluatedOnSimulatedGpus) {
   // WHEN the cost rule runs, with or without a rate THEN it gives no number
   EXPECT_THAT(*Eval("cost", b).not_evaluated, HasSubstr("simulated"));
   EXPECT_THAT(*Eval("cost", b, MakeRuleContext({}, "2.0")).not_evaluated, HasSubstr("simulated"));
+  // AND the same when the training ran on the CPU beside the simulated GPUs (a CPU run,
+  // which a rate would otherwise price per machine)
+  b.Cpu();
+  b.run().gpu_backend = "mock";
+  EXPECT_THAT(*Eval("cost", b, MakeRuleContext({}, "2.0")).not_evaluated, HasSubstr("simulated"));
 }
 
 TEST(Cost, AnIdleShareBelowOneCentIsNotMarkedApproximateTwice) {

@@ -72,6 +72,18 @@ StepAssembler::PhaseAcc& StepAssembler::Phase(uint32_t id) {
   return open_->phases.back();
 }
 
+bool StepAssembler::UserPhaseOpen(uint32_t id) const {
+  return std::any_of(phase_stack_.begin(), phase_stack_.end(),
+                     [&](const auto& p) { return p.first == id; });
+}
+
+bool StepAssembler::AutoPhaseOpen(uint32_t id) const {
+  if (id == PhaseNames::kForward) return fwd_begin_.has_value();
+  if (id == PhaseNames::kBackward) return bwd_begin_.has_value();
+  if (id == PhaseNames::kOptimizer) return opt_begin_.has_value();
+  return false;
+}
+
 void StepAssembler::AddPhase(uint32_t id, int64_t wall_ns) {
   if (!open_) {
     ++unmatched_events_;
@@ -169,7 +181,8 @@ void StepAssembler::OnEvent(const Event& e) {
         begin.reset();
         break;
       }
-      AddPhase(fwd ? PhaseNames::kForward : PhaseNames::kBackward, ts - *begin);
+      const uint32_t id = fwd ? PhaseNames::kForward : PhaseNames::kBackward;
+      if (!UserPhaseOpen(id)) AddPhase(id, ts - *begin);
       (fwd ? open_->forward_calls : open_->backward_calls) += 1;
       begin.reset();
       break;
@@ -185,7 +198,7 @@ void StepAssembler::OnEvent(const Event& e) {
         opt_begin_.reset();
         break;
       }
-      AddPhase(PhaseNames::kOptimizer, ts - *opt_begin_);
+      if (!UserPhaseOpen(PhaseNames::kOptimizer)) AddPhase(PhaseNames::kOptimizer, ts - *opt_begin_);
       open_->optimizer_calls += 1;
       opt_begin_.reset();
       if (!open_->manual) {
@@ -218,6 +231,7 @@ void StepAssembler::OnEvent(const Event& e) {
       }
       const int64_t begin = it->second;
       phase_stack_.erase(std::next(it).base());
+      if (UserPhaseOpen(e.arg) || AutoPhaseOpen(e.arg)) break;  // the outer one counts it
       if (open_ && e.arg <= PhaseNames::kOptimizer) open_->named_phase_calls[e.arg] += 1;
       AddPhase(e.arg, ts - begin);
       break;

@@ -79,6 +79,11 @@ class StepAssembler {
   void CloseIfPending();
   PhaseAcc& Phase(uint32_t id);
   void AddPhase(uint32_t id, int64_t wall_ns);
+  // Whether a phase of the same name encloses the one that just ended: a user's
+  // s.phase("forward") around the model call (auto mode times the forward too), or the same
+  // name nested. Its time is then counted once, by the outer one.
+  bool UserPhaseOpen(uint32_t id) const;
+  bool AutoPhaseOpen(uint32_t id) const;
   void OnGpuPhase(const Event& e);
   void DiscardAutoAccumulation();
 

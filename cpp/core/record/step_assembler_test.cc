@@ -162,6 +162,37 @@ TEST_F(StepAssemblerTest, ManualStepsWithWrappedDataloaderUseExplicitWait) {
   EXPECT_EQ(PhaseWall(101, "forward"), 2 * kMs);
 }
 
+TEST_F(StepAssemblerTest, AUserPhaseAroundAnAutoTimedPhaseOfTheSameNameCountsOnce) {
+  // GIVEN auto mode's module/backward/optimizer events inside the user's step(i) with
+  // s.phase("forward"/"backward"/"optimizer") around them (a GAN loop grouped by hand), and
+  // a user "forward" phase opened inside the auto-timed forward
+  At(0, EventKind::kStepBegin, 0, 7);
+  At(0, EventKind::kPhaseBegin, PhaseNames::kForward);
+  At(0.5, EventKind::kForwardBegin);
+  At(10, EventKind::kForwardEnd);
+  At(10.5, EventKind::kPhaseEnd, PhaseNames::kForward);
+  At(11, EventKind::kPhaseBegin, PhaseNames::kBackward);
+  At(11, EventKind::kBackwardBegin);
+  At(15, EventKind::kBackwardEnd);
+  At(15, EventKind::kPhaseEnd, PhaseNames::kBackward);
+  At(16, EventKind::kPhaseBegin, PhaseNames::kOptimizer);
+  At(16, EventKind::kOptimizerBegin);
+  At(18, EventKind::kOptimizerEnd);
+  At(18, EventKind::kPhaseEnd, PhaseNames::kOptimizer);
+  At(19, EventKind::kForwardBegin);
+  At(20, EventKind::kPhaseBegin, PhaseNames::kForward);
+  At(21, EventKind::kPhaseEnd, PhaseNames::kForward);
+  At(23, EventKind::kForwardEnd);
+  At(24, EventKind::kStepEnd, 0, 7);
+  asm_.Finish(kAnchor + 100 * kMs);
+  // THEN each phase's time is the outer interval's, once
+  ASSERT_EQ(out_.steps.size(), 1u);
+  EXPECT_EQ(PhaseWall(7, "forward"), static_cast<int64_t>(10.5 * kMs) + 4 * kMs);
+  EXPECT_EQ(PhaseWall(7, "backward"), 4 * kMs);
+  EXPECT_EQ(PhaseWall(7, "optimizer"), 2 * kMs);
+  EXPECT_EQ(out_.steps[0].forward_calls, 2);
+}
+
 TEST_F(StepAssemblerTest, ManualIndicesThatRestartEachEpochAreAllStoredInRunOrder) {
   // GIVEN the README loop inside an epoch loop: step(i) with i = 0, 1, 2 three times
   double t = 0;

@@ -18,7 +18,9 @@ RuleResult Cost(const RunView& view, const RuleContext& context) {
     return RuleResult::Skip("cost unknown: run duration not recorded");
   }
   const bool cpu = view.IsCpuRun();
-  if (!cpu && run.gpu_backend && *run.gpu_backend == "mock") {
+  // Simulated GPUs are never priced, also when the training itself ran on the CPU (the run
+  // is then a CPU run that a rate would price per machine).
+  if (run.gpu_backend && *run.gpu_backend == "mock") {
     return RuleResult::Skip("cost unknown: the GPUs are simulated (gpu=\"mock\")");
   }
   double rate = 0;
