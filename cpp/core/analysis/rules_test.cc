@@ -384,6 +384,11 @@ TEST(HighStepVariance, NotEvaluatedOnFewSteadySteps) {
   b.Steps(kWarmupSteps + 5, Split(100, 5, 90));
   EXPECT_THAT(*Eval("high_step_variance", b).not_evaluated,
               HasSubstr("only 5 steady-state steps"));
+  // AND one step is one step
+  RunBuilder one;
+  one.Steps(2, Split(100, 5, 90));
+  EXPECT_THAT(*Eval("high_step_variance", one).not_evaluated,
+              HasSubstr("only 1 steady-state step;"));
 }
 
 // ---------------------------------------------------------------- cost

@@ -160,30 +160,50 @@ RuleResult GradientCheckpointing(const RunView& view, const RuleContext&) {
     if (p.name == "backward") bwd = &p;
   }
   if (!fwd || !bwd) return RuleResult::Skip("forward and backward phase times not recorded");
-  double f = 0, b = 0;
+  bool gpu = false;
   std::string basis;
   if (fwd->gpu_mean_ns && bwd->gpu_mean_ns) {
-    f = *fwd->gpu_mean_ns;
-    b = *bwd->gpu_mean_ns;
+    gpu = true;
     basis = "GPU time";
   } else if (view.IsCpuRun()) {
-    f = fwd->wall_total_ns / static_cast<double>(std::max<size_t>(1, fwd->steps));
-    b = bwd->wall_total_ns / static_cast<double>(std::max<size_t>(1, bwd->steps));
     basis = "CPU time";
   } else {
     return RuleResult::Skip(
         "GPU time of forward/backward not measured (CUDA events off); CPU-side times of GPU "
         "work are launch times");
   }
-  if (f <= 0) return RuleResult::Skip("forward time is 0");
-  const double ratio = b / f;
+  // Medians over the steady steps that have both phases: one slow backward (a stall, a GC
+  // pause) must not read as a recompute.
+  std::vector<double> fs, bs, ratios;
+  for (size_t i = view.steady_begin; i < view.steps.size(); ++i) {
+    std::optional<double> sf, sb;
+    for (const PhaseTime& p : view.steps[i].phases) {
+      std::optional<double> v;
+      if (gpu) {
+        if (p.gpu_ns) v = static_cast<double>(*p.gpu_ns);
+      } else {
+        v = static_cast<double>(p.wall_ns);
+      }
+      if (p.name == "forward") sf = v;
+      if (p.name == "backward") sb = v;
+    }
+    if (sf && sb && *sf > 0) {
+      fs.push_back(*sf);
+      bs.push_back(*sb);
+      ratios.push_back(*sb / *sf);
+    }
+  }
+  if (ratios.empty()) return RuleResult::Skip("forward time is 0");
+  const double f = ComputeDurationStats(fs)->p50_ns;
+  const double b = ComputeDurationStats(bs)->p50_ns;
+  const double ratio = ComputeDurationStats(ratios)->p50_ns;
   nlohmann::json evidence = {
       {"ratio", ratio},          {"forward_ns", f},
       {"backward_ns", b},        {"basis", basis},
       {"declared", declared},    {"no_ckpt_max_ratio", kNoCkptMaxRatio},
       {"ckpt_min_ratio", kCkptMinRatio},
   };
-  const std::string times = StrFormat("%s %s vs %s per step", basis.c_str(),
+  const std::string times = StrFormat("%s %s vs %s, medians per step", basis.c_str(),
                                       FormatDuration(b).c_str(), FormatDuration(f).c_str());
   if (!declared && ratio >= kCkptMinRatio) {
     RuleResult r = RuleResult::Fire(

@@ -296,9 +296,9 @@ RuleResult ColdCache(const RunView& view, const RuleContext&) {
   if (auto why = NeedSteadyState(view)) return RuleResult::Skip(*why);
   const size_t n = view.steady_count();
   if (n < kColdCacheMinSteps) {
-    return RuleResult::Skip(StrFormat("only %zu steady-state steps; comparing thirds needs at "
-                                      "least %zu",
-                                      n, kColdCacheMinSteps));
+    return RuleResult::Skip(StrFormat("only %s; comparing thirds needs at least %zu",
+                                      Plural(n, "steady-state step", "steady-state steps").c_str(),
+                                      kColdCacheMinSteps));
   }
   const size_t third = n / 3;
   const size_t first_begin = view.steady_begin, first_end = view.steady_begin + third;

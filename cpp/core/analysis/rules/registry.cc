@@ -242,7 +242,7 @@ void AddCompute(std::vector<RuleSpec>& r) {
       .family = "compute",
       .max_severity = Severity::kMed,
       .severity = "med when checkpointing runs undeclared, low when declared but not seen",
-      .fires_when = "backward/forward ≥ " + Num(kCkptMinRatio) +
+      .fires_when = "backward/forward (median over steady steps) ≥ " + Num(kCkptMinRatio) +
                     " (checkpointing) with grad_checkpoint=False, or ≤ " +
                     Num(kNoCkptMaxRatio) + " (none) with grad_checkpoint=True",
       .fix = "Make the declared grad_checkpoint match what runs, or fix the checkpoint "

@@ -92,8 +92,10 @@ RuleResult HighStepVariance(const RunView& view, const RuleContext&) {
   using namespace thresholds;
   if (auto why = NeedSteadyState(view)) return RuleResult::Skip(*why);
   if (view.steady_count() < kVarianceMinSteps) {
-    return RuleResult::Skip(StrFormat("only %zu steady-state steps; p99 needs at least %zu",
-                                      view.steady_count(), kVarianceMinSteps));
+    return RuleResult::Skip(StrFormat(
+        "only %s; p99 needs at least %zu",
+        Plural(view.steady_count(), "steady-state step", "steady-state steps").c_str(),
+        kVarianceMinSteps));
   }
   const DurationStats& s = *view.steady;
   if (s.p50_ns <= 0) return RuleResult::Skip("steady-state median step time is 0");
