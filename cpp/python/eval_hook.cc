@@ -24,11 +24,10 @@ struct HookState {
   Py_tracefunc func = nullptr;
   PyObject* obj = nullptr;
   _PyFrameEvalFunction next = nullptr;  // what this hook chains to (never nullptr once set)
-  bool installed = false;               // UntracedEval is (or was left) the interpreter's
   const char* aside = nullptr;          // why the hook took itself out this session, or null
   uint64_t arming = 0;                  // counts ArmUntracedEval calls
   long long untraced = 0;
-  PyObject* modules = nullptr;  // sys.modules (the interpreter's dict, borrowed)
+  PyObject* modules = nullptr;  // sys.modules (the interpreter's dict, borrowed), or null
   Py_ssize_t modules_seen = 0;  // its size when greenlet was last looked for
 };
 HookState g;
@@ -52,6 +51,13 @@ bool Ours(PyThreadState* ts) noexcept {
 
 PyObject* UntracedEval(PyThreadState* ts, _PyInterpreterFrame* frame, int throwflag);
 
+// Puts back what this hook chains to, where the hook is still the interpreter's function
+// (one another tool installed on top calls this one, which then stays, passing frames on).
+void Uninstall(PyInterpreterState* interp) noexcept {
+  if (_PyInterpreterState_GetEvalFrameFunc(interp) == &UntracedEval)
+    _PyInterpreterState_SetEvalFrameFunc(interp, g.next);
+}
+
 // The hook leaves for the rest of the session: calls run inline again, and every frame runs
 // with its thread's own tracing state. That includes the eval loops running now on the
 // session's thread, which may be another thread than the caller's: each one's use_tracing
@@ -59,10 +65,7 @@ PyObject* UntracedEval(PyThreadState* ts, _PyInterpreterFrame* frame, int throwf
 // while they run, and the GIL is held).
 void StandAside(PyThreadState* ts, const char* why) noexcept {
   g.aside = why;
-  if (_PyInterpreterState_GetEvalFrameFunc(ts->interp) == &UntracedEval) {
-    _PyInterpreterState_SetEvalFrameFunc(ts->interp, g.next);
-    g.installed = false;
-  }
+  Uninstall(ts->interp);
   for (PyThreadState* t = PyInterpreterState_ThreadHead(ts->interp); t != nullptr;
        t = PyThreadState_Next(t)) {
     if (t != ts && !(t->c_tracefunc == g.func && t->c_traceobj == g.obj)) continue;
@@ -74,7 +77,7 @@ void StandAside(PyThreadState* ts, const char* why) noexcept {
 // Whether greenlet has been imported (by any thread) since the last look: a dict size read
 // per frame, the lookup only when the size changed.
 bool GreenletArrived() noexcept {
-  if (g.modules == nullptr || !PyDict_Check(g.modules)) return false;
+  if (g.modules == nullptr) return false;
   const Py_ssize_t n = PyDict_GET_SIZE(g.modules);
   if (n == g.modules_seen) [[likely]]
     return false;
@@ -128,6 +131,8 @@ PyObject* UntracedEval(PyThreadState* ts, _PyInterpreterFrame* frame, int throwf
   const bool may_register = throwflag == 0 && !PyErr_Occurred();
   const uint8_t want =
       g.skip(reinterpret_cast<PyObject*>(frame->f_code), may_register) ? 0 : kTracing;
+  // (skip() may run Python code — a registration, a deallocation — that made the hook
+  // stand aside: then the frame keeps the thread's tracing state.)
   if (want == before || g.aside != nullptr) return next(ts, frame, throwflag);
   if (want == 0) ++g.untraced;
   const uint64_t arming = g.arming;
@@ -151,15 +156,14 @@ bool ArmUntracedEval(Py_tracefunc func, PyObject* obj, SkipTracing skip) noexcep
     g.aside = "greenlet is in use";
     return false;
   }
-  g.modules = modules;
-  g.modules_seen = modules != nullptr && PyDict_Check(modules) ? PyDict_GET_SIZE(modules) : 0;
+  g.modules = modules != nullptr && PyDict_Check(modules) ? modules : nullptr;
+  g.modules_seen = g.modules != nullptr ? PyDict_GET_SIZE(g.modules) : 0;
   _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
   if (current != &UntracedEval) {
     g.next = current;  // _PyEval_EvalFrameDefault, or another tool's
     _PyInterpreterState_SetEvalFrameFunc(interp, &UntracedEval);
   }
   // Else: left installed by an earlier session under another tool's hook; `next` is kept.
-  g.installed = true;
   g.func = func;
   g.obj = obj;
   g.aside = nullptr;
@@ -170,13 +174,7 @@ bool ArmUntracedEval(Py_tracefunc func, PyObject* obj, SkipTracing skip) noexcep
 
 void DisarmUntracedEval() noexcept {
   g.skip = nullptr;
-  if (!g.installed) return;
-  PyInterpreterState* interp = PyInterpreterState_Get();
-  if (_PyInterpreterState_GetEvalFrameFunc(interp) == &UntracedEval) {
-    _PyInterpreterState_SetEvalFrameFunc(interp, g.next);
-    g.installed = false;
-  }
-  // Else another tool's function runs on top of this one and calls it: it stays, disarmed.
+  Uninstall(PyInterpreterState_Get());
 }
 
 void ResetUntracedEvalStats() noexcept {

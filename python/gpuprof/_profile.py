@@ -94,7 +94,7 @@ def _error_text(exc: BaseException) -> str:
         message = str(exc)
     except Exception:  # noqa: BLE001 - the user's exception must propagate unchanged
         message = "<exception str() failed>"
-    return _storable_text(f"{name}: {message}" if message else name)
+    return f"{name}: {message}" if message else name
 
 
 def _storable_text(text: str) -> str:

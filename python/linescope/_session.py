@@ -435,6 +435,7 @@ class profile(metaclass=_ProfileMeta):
         self._started_by = ""  # both, for the "already running" error
         self._t0_ns = 0
         self._thread: int | None = None
+        self._root_used = self.root  # the root the backend got (the default: cwd at start)
         self._snapshots: dict[str, str] = {}
         self._modules: dict[str, Any] = {}  # path -> the loaded module it was read for
         self._loaded_by_file: dict[str, Any] | None = None  # at stop: sys.modules by file
@@ -455,7 +456,7 @@ class profile(metaclass=_ProfileMeta):
 
     def _make_backend(self) -> ProfilerBackend:
         opts = self._backend_options()
-        self._root_used = opts.roots[0]  # the default root is the directory at start
+        self._root_used = opts.roots[0]
         backend = self._factory(opts)
         caps = getattr(backend, "capabilities", None)
         if caps is None or not all(hasattr(backend, m) for m in ("start", "stop", "result")):
@@ -809,6 +810,6 @@ class profile(metaclass=_ProfileMeta):
             warnings=warns, options=self.options(),
             metadata=dict(raw.metadata, thread_id=self._thread,
                           config_file=str(self._config_path) if self._config_path else None,
-                          root=getattr(self, "_root_used", self.root)),
+                          root=self._root_used),
             memory=memory,
             gpu=raw.gpu if self.gpu and caps is not None and caps.gpu else None)

@@ -38,6 +38,16 @@ def lines_of(name: str):
     return tracer, seen
 
 
+def run_child(ws, script, *args: str, timeout: float = 120) -> list[str]:
+    """Runs `script` in a fresh interpreter (a C stack overflow would kill it, not the test
+    run) with the library directory and the root as its first arguments; asserts it exited
+    cleanly and returns the words it printed."""
+    done = subprocess.run([sys.executable, str(script), str(ws.deps), str(ws.root), *args],
+                          capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.split()
+
+
 def untraced_frames() -> int:
     return _native.LineTracer._untraced_eval_stats()[0]
 
@@ -277,12 +287,10 @@ def test_deep_recursion_through_a_library_runs_as_it_does_without_the_profiler(w
     ws.dependency("or_deepdep", "def step(fn, n):\n    return fn(n - 1)\n")
     # WHEN it runs under the trace backend (in a child: a C stack overflow would kill it)
     mode = "thread" if "thread" in where else "main"
-    done = subprocess.run([sys.executable, str(script), str(ws.deps), str(ws.root), mode],
-                          capture_output=True, text=True, timeout=300)
+    out = run_child(ws, script, mode, timeout=300)
     # THEN it completes with the right result and every call recorded; on 3.11 the hook took
     # itself out once the C stack got deep (the line printed says so)
-    assert done.returncode == 0, done.stderr[-2000:]
-    value, calls, went_deep = done.stdout.split()
+    value, calls, went_deep = out
     assert int(value) == 20_000 and int(calls) == 20_001
     assert went_deep == ("True" if PY311 else "False")
 
@@ -351,11 +359,9 @@ def test_a_profile_function_switched_on_and_off_around_library_calls(ws):
             print(v, line.hits, s.result.metadata["stack_repairs"])
     """)
     ws.dependency("or_swdep", "def lib(i):\n    j = i * 2\n    return j\n")
-    done = subprocess.run([sys.executable, str(script), str(ws.deps), str(ws.root)],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
+    out = run_child(ws, script)
     # THEN the program's result and the line's hit count are exact
-    assert done.stdout.split() == [str(sum(2 * i for i in range(200))), "200", "0"]
+    assert out == [str(sum(2 * i for i in range(200))), "200", "0"]
 
 
 def test_a_user_greenlet_resumed_from_library_code_keeps_its_lines(ws):
@@ -409,11 +415,9 @@ def test_deep_recursion_in_a_thread_the_session_does_not_measure(ws):
                 print(main())
     """)
     ws.dependency("or_otherdep", "def touch():\n    return 0\n")
-    done = subprocess.run([sys.executable, str(script), str(ws.deps), str(ws.root)],
-                          capture_output=True, text=True, timeout=120)
+    out = run_child(ws, script)
     # THEN it completes (a C stack overflow would kill the process)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["[800]"]
+    assert out == ["[800]"]
 
 
 def test_a_session_started_inside_a_callback_with_other_filters(ws, tmp_path):
@@ -492,11 +496,9 @@ def test_another_threads_deep_stack_does_not_cost_the_measured_thread_its_callba
                 out.append(fn(item))
             return out
     """)
-    done = subprocess.run([sys.executable, str(script), str(ws.deps), str(ws.root)],
-                          capture_output=True, text=True, timeout=120)
+    out = run_child(ws, script)
     # THEN every item reached the handler and every call of it was recorded
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["100", "100", "100"]
+    assert out == ["100", "100", "100"]
 
 
 def test_greenlet_imported_by_another_thread_during_the_session(ws):
@@ -527,8 +529,6 @@ def test_greenlet_imported_by_another_thread_during_the_session(ws):
             print(out, s.result.line(__file__, 7).hits, s.result.line(__file__, 8).hits)
     """)
     ws.dependency("or_glrun", "def run(fn, *args):\n    return fn(*args)\n")
-    done = subprocess.run([sys.executable, str(script), str(ws.deps), str(ws.root)],
-                          capture_output=True, text=True, timeout=120)
+    out = run_child(ws, script)
     # THEN both runs of the greenlet's loop are recorded
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["(1,", "6)", "2", "2"]
+    assert out == ["(1,", "6)", "2", "2"]

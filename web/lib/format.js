@@ -39,9 +39,9 @@ function fixed3(x) {
 export function formatNs(ns) {
   if (isUnknown(ns)) return UNKNOWN;
   const seconds = Math.abs(ns) / 1e9;
-  if (seconds >= 60 || (seconds >= 59 && Number(fixed3(seconds)) >= 60)) {
+  if (Number(fixed3(seconds)) >= 60) {
     const sign = ns < 0 ? "\u2212" : "";
-    const total = Math.round(Math.abs(ns) / 1e9);
+    const total = Math.round(seconds);
     if (total >= 3600) {
       const minutes = Math.round(total / 60);
       return `${sign}${Math.floor(minutes / 60)} h ${minutes % 60} min`;

@@ -198,7 +198,8 @@ void StepAssembler::OnEvent(const Event& e) {
         opt_begin_.reset();
         break;
       }
-      if (!UserPhaseOpen(PhaseNames::kOptimizer)) AddPhase(PhaseNames::kOptimizer, ts - *opt_begin_);
+      if (!UserPhaseOpen(PhaseNames::kOptimizer))
+        AddPhase(PhaseNames::kOptimizer, ts - *opt_begin_);
       open_->optimizer_calls += 1;
       opt_begin_.reset();
       if (!open_->manual) {
