@@ -228,20 +228,150 @@ def test_slow_loader_is_measured_as_wait_and_diagnosed(db, capsys):
     assert "waiting on the loader" in capsys.readouterr().out
 
 
+class SlowDataset(torch.utils.data.Dataset):
+    """`n` samples of `width` floats; each __getitem__ sleeps `delay_s` (decode, augment)."""
+
+    def __init__(self, n: int, delay_s: float, width: int = 32) -> None:
+        self.n, self.delay_s, self.width = n, delay_s, width
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        return torch.randn(self.width)
+
+
+def train_logging(model, opt, data, log_s: float) -> None:
+    """A loop that does `log_s` of host work (logging, metrics) after each optimizer step."""
+    for x in data:
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+        time.sleep(log_s)
+
+
+def waits_of(db, run_id: int = 1) -> list[tuple]:
+    return db.rows("SELECT step, wait_ns, wait_source FROM steps WHERE run_id=? ORDER BY step",
+                   run_id)
+
+
+def rule_ids(db, run_id: int = 1) -> list[str]:
+    return [r[0] for r in db.rows("SELECT rule_id FROM insights WHERE run_id=?", run_id)]
+
+
+def test_torch_dataloader_wait_is_measured_inside_next_not_the_whole_gap(db, capsys):
+    # GIVEN a DataLoader taking ~20 ms per batch and 15 ms of logging after each step
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = torch.utils.data.DataLoader(SlowDataset(12, 0.010), batch_size=2)
+    with gpuprof.profile("dl-wait", db=db.path, gpu="none") as prof:
+        train_logging(model, opt, loader, log_s=0.015)
+        stats = prof.stats()
+    # THEN every step's wait is the time inside the DataLoader, without the logging
+    rows = waits_of(db)
+    assert len(rows) == 6
+    assert all(src == "dataloader" for _, _, src in rows), rows
+    assert all(19_000_000 <= w < 34_000_000 for _, w, _ in rows[1:]), rows
+    # AND step 0 carries its first batch's wait (it starts at that wait)
+    assert rows[0][1] >= 19_000_000
+    # AND iter() and every next() (the last one ends the epoch) went through the hook
+    assert stats["loader_calls"] == 1 + 6 + 1
+    # AND the summary blames the loader for its share and the logging as host work
+    out = capsys.readouterr().out
+    assert "waiting on the loader (inter-step gap: DataLoader next())" in out
+    assert {"dataloader_stall", "kernel_launch_overhead"} <= set(rule_ids(db))
+
+
+def test_host_work_between_steps_with_a_fast_dataloader_is_not_a_loader_stall(db, capsys):
+    # GIVEN an instant DataLoader and 25 ms of host work after every optimizer step
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = torch.utils.data.DataLoader(SlowDataset(16, 0.0), batch_size=2)
+    with gpuprof.profile("host-gap", db=db.path, gpu="none"):
+        train_logging(model, opt, loader, log_s=0.025)
+    # THEN the waits are short and measured in the loader
+    rows = waits_of(db)
+    assert len(rows) == 8 and all(src == "dataloader" for _, _, src in rows)
+    assert all(w < 10_000_000 for _, w, _ in rows[1:]), rows
+    # AND no loader stall is reported; the time outside loader and phases is
+    rules = rule_ids(db)
+    assert "dataloader_stall" not in rules and "kernel_launch_overhead" in rules
+    assert "waiting on the loader" not in capsys.readouterr().out
+
+
+def test_a_module_called_inside_the_loader_is_loader_work_not_a_forward(db):
+    # GIVEN a collate_fn that runs a module on the batch (num_workers=0: in this process)
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    normalise = nn.LayerNorm(32)
+
+    def collate(items):
+        with torch.no_grad():
+            return normalise(torch.stack(items))
+
+    loader = torch.utils.data.DataLoader(SlowDataset(10, 0.0), batch_size=2, collate_fn=collate)
+    with gpuprof.profile("collate", db=db.path, gpu="none", summary=False):
+        train(model, opt, loader)
+    # THEN each step has exactly the training model's forward
+    rows = steps_of(db)
+    assert len(rows) == 5
+    assert [r[2] for r in rows] == [1] * 5
+    assert phase_calls(db, "forward") == [1] * 5
+
+
+def test_a_wrapped_dataloader_counts_its_wait_once(db):
+    # GIVEN auto mode and a DataLoader wrapped with prof.wrap_dataloader
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = torch.utils.data.DataLoader(SlowDataset(8, 0.010), batch_size=2)
+    with gpuprof.profile("wrapped-dl", db=db.path, gpu="none", summary=False) as prof:
+        train_logging(model, opt, prof.wrap_dataloader(loader), log_s=0.010)
+        stats = prof.stats()
+    # THEN each wait is wrap_dataloader's (~20 ms), not doubled and not the whole gap
+    rows = waits_of(db)
+    assert len(rows) == 4 and all(src == "explicit" for _, _, src in rows), rows
+    assert all(19_000_000 <= w < 29_000_000 for _, w, _ in rows[1:]), rows
+    # AND one loader wait per iter()/next(): the DataLoader's own hooks nest inside
+    assert stats["loader_calls"] == 1 + 4 + 1
+
+
+def test_a_dataloader_iterated_on_another_thread_is_not_this_loops_wait(db):
+    # GIVEN a prefetch thread that drains a slow DataLoader while the loop trains
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    side = torch.utils.data.DataLoader(SlowDataset(4, 0.010), batch_size=1)
+    with gpuprof.profile("dl-thread", db=db.path, gpu="none", summary=False) as prof:
+        t = threading.Thread(target=lambda: list(side))
+        t.start()
+        t.join()
+        train(model, opt, batches(4))
+        stats = prof.stats()
+    # THEN its calls are foreign and the loop's waits stay gap waits
+    assert stats["loader_calls"] == 0 and stats["foreign_thread_calls"] >= 6
+    assert [src for _, _, src in waits_of(db)[1:]] == ["gap"] * 3
+
+
 def test_patches_are_restored_on_exit_and_on_raise(db):
+    from torch.utils.data import dataloader
     originals = (nn.Module.__dict__["__call__"], torch.Tensor.__dict__["backward"],
-                 torch.autograd.backward)
+                 torch.autograd.backward, dataloader.DataLoader.__dict__["__iter__"],
+                 dataloader._BaseDataLoaderIter.__dict__["__next__"])
+
+    def current():
+        return (nn.Module.__dict__["__call__"], torch.Tensor.__dict__["backward"],
+                torch.autograd.backward, dataloader.DataLoader.__dict__["__iter__"],
+                dataloader._BaseDataLoaderIter.__dict__["__next__"])
     # WHEN a profiled loop exits normally
     with gpuprof.profile("restore", db=db.path, gpu="none", summary=False):
-        assert nn.Module.__dict__["__call__"] is not originals[0]
-    assert (nn.Module.__dict__["__call__"], torch.Tensor.__dict__["backward"],
-            torch.autograd.backward) == originals
+        assert all(now is not was for now, was in zip(current(), originals))
+    assert current() == originals
     # AND when it raises
     with pytest.raises(KeyError):
         with gpuprof.profile("restore2", db=db.path, gpu="none", summary=False):
             raise KeyError("boom")
-    assert (nn.Module.__dict__["__call__"], torch.Tensor.__dict__["backward"],
-            torch.autograd.backward) == originals
+    assert current() == originals
     # AND no optimizer hook is left registered
     from torch.optim.optimizer import _global_optimizer_pre_hooks, _global_optimizer_post_hooks
     assert len(_global_optimizer_pre_hooks) == 0 and len(_global_optimizer_post_hooks) == 0
@@ -313,6 +443,23 @@ def test_module_calls_from_other_threads_are_not_recorded(db):
     assert phase_calls(db, "forward") == [1, 1, 1]
 
 
+def test_a_loop_on_another_thread_gets_a_summary_that_says_so(db, capsys):
+    # GIVEN profile() entered on this thread and the training run on a worker thread
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with gpuprof.profile("other-thread", db=db.path, gpu="none"):
+        t = threading.Thread(target=train, args=(model, opt, batches(4)))
+        t.start()
+        t.join()
+    # THEN no step is recorded and the summary and a diagnostic say why
+    out = capsys.readouterr().out
+    assert "No steps were recorded" in out
+    assert "ran on other threads than the one that entered profile()" in out
+    msg = db.one("SELECT message FROM diagnostics WHERE source='threads'")
+    count, rest = msg.split(" ", 1)
+    assert int(count) >= 4 * len(list(model.modules())) and rest.startswith("model, backward")
+
+
 def test_nested_profile_warns_and_records_only_the_outer(db):
     with gpuprof.profile("outer", db=db.path, gpu="none", summary=False):
         with pytest.warns(gpuprof.GpuprofWarning, match="already active"):
@@ -363,6 +510,7 @@ def test_invalid_options_name_the_problem(db, kwargs, message):
     ({"cuda_events": None}, "cuda_events must be a bool"),
     ({"db": 123}, "db must be a file path"),
     ({"db": b"x.db"}, "db must be a file path"),
+    ({"mock_gpus": "2"}, "mock_gpus must be an int in 1..64, got str '2'"),
 ])
 def test_options_of_the_wrong_type_raise_typeerror_naming_them(tmp_path, kwargs, message):
     # GIVEN an option of the wrong type (a job id read as an int, "no" for False, ...)
@@ -414,6 +562,22 @@ def test_numpy_bools_are_bools(db):
 def test_empty_run_name_is_rejected():
     with pytest.raises(ValueError, match="run_name"):
         gpuprof.profile("  ")
+    with pytest.raises(TypeError, match="run_name must be a string, got int 7"):
+        gpuprof.profile(7)
+
+
+@pytest.mark.parametrize("option", ["db", "run_name", "group"])
+def test_text_that_cannot_be_stored_as_utf8_is_rejected_naming_it(tmp_path, option):
+    # GIVEN a name holding an undecodable byte, as os.fsdecode gives it (b"\xff" -> "\udcff")
+    bad = os.fsdecode(b"r\xffn")
+    kwargs = {"db": str(tmp_path / "x.db")}
+    if option == "db":
+        kwargs["db"] = str(tmp_path / bad / "x.db")
+    elif option == "group":
+        kwargs["group"] = bad
+    # WHEN profile() is called THEN it raises at once, naming the option
+    with pytest.raises(ValueError, match=f"gpuprof.profile: {option} .* is not valid UTF-8"):
+        gpuprof.profile(bad if option == "run_name" else "ok", **kwargs)
 
 
 def test_internal_failure_becomes_a_warning_and_a_stored_diagnostic(db, monkeypatch):

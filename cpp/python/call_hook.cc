@@ -1,5 +1,5 @@
 // Native call hooks for auto-instrumentation: nn.Module.__call__, Tensor.backward,
-// torch.autograd.backward, GradScaler.step. Written against the CPython C API directly
+// torch.autograd.backward, GradScaler.step, and the DataLoader's iter()/next() (loader wait). Written against the CPython C API directly
 // (vectorcall + method-descriptor protocol) so that a nested submodule call costs one thread
 // id compare and two integer updates beyond the call itself.
 #include <Python.h>
@@ -25,10 +25,10 @@ struct CallHook {
   int kind;
 };
 
-constexpr EventKind kBegin[3] = {EventKind::kForwardBegin, EventKind::kBackwardBegin,
-                                 EventKind::kOptimizerBegin};
-constexpr EventKind kEnd[3] = {EventKind::kForwardEnd, EventKind::kBackwardEnd,
-                               EventKind::kOptimizerEnd};
+constexpr EventKind kBegin[kHookKinds] = {EventKind::kForwardBegin, EventKind::kBackwardBegin,
+                                          EventKind::kOptimizerBegin, EventKind::kWaitBegin};
+constexpr EventKind kEnd[kHookKinds] = {EventKind::kForwardEnd, EventKind::kBackwardEnd,
+                                        EventKind::kOptimizerEnd, EventKind::kWaitEnd};
 
 // Calls the boundary callback without disturbing a pending exception; a failing callback is
 // dropped (never raised into the training loop).
@@ -76,11 +76,18 @@ PyObject* CallHookVectorcall(PyObject* self, PyObject* const* args, size_t nargs
   // A module called while a backward runs on this thread is the backward's own work
   // (activation checkpointing recomputes forwards there; CPU autograd runs on the calling
   // thread): it opens no forward phase and counts no forward call.
-  if (k == 0 && st->depth[1] > 0) return PyObject_Vectorcall(h->original, args, nargsf, kwnames);
+  if (k == kHookForward && st->depth[kHookBackward] > 0) {
+    return PyObject_Vectorcall(h->original, args, nargsf, kwnames);
+  }
+  // Work inside a loader wait belongs to the loader (hook_state.h, InLoader).
+  if (k != kHookLoader && st->InLoader()) {
+    return PyObject_Vectorcall(h->original, args, nargsf, kwnames);
+  }
   const bool outermost = st->depth[k]++ == 0;
+  const int64_t value = k == kHookLoader ? kWaitDataLoader : 0;
   if (outermost) {
     const int64_t ts = clock::NowNs();
-    st->session->EmitAt(ts, kBegin[k], 0, 0);
+    st->session->EmitAt(ts, kBegin[k], 0, value);
     ++st->calls[k];
     if (h->callback) RunCallback(h, true, ts);
   }
@@ -182,8 +189,13 @@ int InitCallHookType(PyObject* module) {
 
 PyObject* NewCallHook(PyObject* owner, HookState* state, int kind, PyObject* original,
                       PyObject* callback) {
-  if (kind < 0 || kind > 2) {
-    PyErr_SetString(PyExc_ValueError, "hook kind must be 0 (forward), 1 (backward) or 2 (optimizer)");
+  if (kind < 0 || kind >= kHookKinds) {
+    PyErr_SetString(PyExc_ValueError,
+                    "hook kind must be 0 (forward), 1 (backward), 2 (optimizer) or 3 (loader)");
+    return nullptr;
+  }
+  if (kind == kHookLoader && callback != nullptr && callback != Py_None) {
+    PyErr_SetString(PyExc_ValueError, "a loader hook takes no callback");
     return nullptr;
   }
   if (!PyCallable_Check(original)) {

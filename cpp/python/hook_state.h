@@ -10,16 +10,24 @@
 
 namespace gpuprof::python {
 
-enum HookKind : int { kHookForward = 0, kHookBackward = 1, kHookOptimizer = 2 };
+enum HookKind : int { kHookForward = 0, kHookBackward = 1, kHookOptimizer = 2, kHookLoader = 3 };
+constexpr int kHookKinds = 4;
+
+// kWaitBegin's value: who measured the wait (StepAssembler turns it into steps.wait_source).
+enum WaitSource : int64_t { kWaitWrapped = 0, kWaitDataLoader = 1 };
 
 struct HookState {
   record::Session* session = nullptr;  // null once the session has stopped
   unsigned long owner_thread = 0;      // only this thread's calls are recorded
-  int depth[3] = {0, 0, 0};            // outermost-call tracking per kind
-  uint64_t calls[3] = {0, 0, 0};       // outermost calls recorded per kind
+  int depth[kHookKinds] = {};          // outermost-call tracking per kind
+  uint64_t calls[kHookKinds] = {};     // outermost calls recorded per kind
   uint64_t foreign_thread_calls = 0;   // calls seen from other threads (not recorded)
 
   bool Recording() const { return session != nullptr; }
+  // Inside a loader wait (DataLoader next()/iter(), wrap_dataloader's next()): a module, a
+  // backward or an optimizer step run there is the loader's work (a collate_fn or transform
+  // that calls a module), not a training phase.
+  bool InLoader() const { return depth[kHookLoader] > 0; }
 };
 
 // Registers the CallHook type on `module`. Returns 0 on success, -1 with a Python error set.
@@ -27,7 +35,8 @@ int InitCallHookType(PyObject* module);
 
 // A descriptor-aware callable that wraps `original`: calls through unchanged, and around the
 // outermost call (per kind) on the owner thread it records begin/end events and, when
-// `callback` is not None, calls callback(kind, is_begin, ts_ns) (used for CUDA events).
+// `callback` is not None, calls callback(kind, is_begin, ts_ns) (used for CUDA events; never
+// for kHookLoader, whose events are a loader wait: kWaitBegin/kWaitEnd, kWaitDataLoader).
 // `owner` is a strong reference that keeps `state` alive.
 PyObject* NewCallHook(PyObject* owner, HookState* state, int kind, PyObject* original,
                       PyObject* callback);

@@ -92,12 +92,35 @@ class PySession {
   void EmitAt(int64_t ts, int kind, uint32_t arg, int64_t value) {
     if (state_.Recording()) session_->EmitAt(ts, static_cast<EventKind>(kind), arg, value);
   }
+  // wrap_dataloader's next(). On the owner thread it shares the loader depth with the
+  // DataLoader hooks, so that a wrapped torch DataLoader counts its wait once (as
+  // wrap_dataloader's); the manual API on another thread (a loop run on a helper thread)
+  // records it as it does its steps and phases.
+  void WaitBegin() {
+    if (!state_.Recording()) return;
+    if (PyThread_get_thread_ident() != state_.owner_thread) {
+      session_->Emit(EventKind::kWaitBegin, 0, kWaitWrapped);
+      return;
+    }
+    if (state_.depth[kHookLoader]++ != 0) return;
+    session_->Emit(EventKind::kWaitBegin, 0, kWaitWrapped);
+    ++state_.calls[kHookLoader];
+  }
+  void WaitEnd() {
+    if (!state_.Recording()) return;
+    if (PyThread_get_thread_ident() != state_.owner_thread) {
+      session_->Emit(EventKind::kWaitEnd);
+      return;
+    }
+    if (state_.depth[kHookLoader] <= 0) return;
+    if (--state_.depth[kHookLoader] == 0) session_->Emit(EventKind::kWaitEnd);
+  }
 
   // Optimizer step pre/post hooks (torch.optim global hooks): share the optimizer depth with
   // the GradScaler.step hook so that a scaler step counts once.
   // Both return true when they recorded the outermost boundary.
   bool OptimizerPre() {
-    if (!OnOwnerThread()) return false;
+    if (!OnOwnerThread() || state_.InLoader()) return false;
     if (state_.depth[kHookOptimizer]++ != 0) return false;
     session_->Emit(EventKind::kOptimizerBegin);
     ++state_.calls[kHookOptimizer];
@@ -127,6 +150,7 @@ class PySession {
     d["forward_calls"] = state_.calls[kHookForward];
     d["backward_calls"] = state_.calls[kHookBackward];
     d["optimizer_calls"] = state_.calls[kHookOptimizer];
+    d["loader_calls"] = state_.calls[kHookLoader];
     d["foreign_thread_calls"] = state_.foreign_thread_calls;
     d["dropped_events"] = session_->recorder().dropped_events();
     d["gpu_ticks"] = session_->recorder().gpu_ticks();
@@ -220,6 +244,8 @@ NB_MODULE(_native, m) {
       .def_prop_ro("db_path", &PySession::db_path)
       .def("emit", &PySession::Emit, nb::arg("kind"), nb::arg("arg") = 0, nb::arg("value") = 0)
       .def("emit_at", &PySession::EmitAt)
+      .def("wait_begin", &PySession::WaitBegin)
+      .def("wait_end", &PySession::WaitEnd)
       .def("intern_phase",
            [](PySession& s, const std::string& name) { return s.session().InternPhase(name); })
       // torch's global optimizer step hooks: must return None (torch treats a value as new args).
@@ -300,4 +326,5 @@ NB_MODULE(_native, m) {
   kinds.attr("FORWARD") = static_cast<int>(kHookForward);
   kinds.attr("BACKWARD") = static_cast<int>(kHookBackward);
   kinds.attr("OPTIMIZER") = static_cast<int>(kHookOptimizer);
+  kinds.attr("LOADER") = static_cast<int>(kHookLoader);
 }

@@ -72,6 +72,17 @@ def _check_positive(name: str, value: Any, allow_zero: bool = False,
     return float(value)
 
 
+def _check_utf8(name: str, value: str) -> None:
+    """The store keeps text as UTF-8: a str holding surrogate escapes (a file name's
+    undecodable bytes, as os.fsdecode gives them) cannot be stored."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"gpuprof.profile: {name} {value!r} is not valid UTF-8 (character "
+                         f"{e.start} is an undecodable byte or a lone surrogate); gpuprof "
+                         f"stores it as UTF-8 text: use a name without such bytes") from None
+
+
 def _check_bool(name: str, value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -184,15 +195,19 @@ class _WrappedLoader(Iterable[T]):
 
     def __iter__(self) -> Iterator[T]:
         prof = self._prof
-        it = iter(self._iterable)
+        prof._wait_edge(True)
+        try:
+            it = iter(self._iterable)  # a torch DataLoader starts its workers here
+        finally:
+            prof._wait_edge(False)
         while True:
-            prof._emit_kind("WAIT_BEGIN")
+            prof._wait_edge(True)
             try:
                 item = next(it)
             except StopIteration:
-                prof._emit_kind("WAIT_END")
                 return
-            prof._emit_kind("WAIT_END")
+            finally:
+                prof._wait_edge(False)
             yield item
 
 
@@ -383,6 +398,13 @@ class Profile:
                     problems.append(f"resolving CUDA events failed: {e!r}")
             for p in problems:
                 self._session.add_diagnostic("warning", "auto", p)
+            foreign = int(self._session.stats().get("foreign_thread_calls", 0))
+            if foreign:
+                self._session.add_diagnostic(
+                    "warning", "threads",
+                    f"{foreign} model, backward, optimizer or DataLoader calls ran on other "
+                    "threads than the one that entered profile() and were not recorded: only "
+                    "that thread is instrumented (enter profile() on the training thread)")
             if self._stray_phases > 1:
                 self._session.add_diagnostic(
                     "warning", "steps", f"{self._stray_phases} s.phase() blocks ran outside "
@@ -463,6 +485,15 @@ class Profile:
         return _WrappedLoader(self, iterable)
 
     # ---- internals --------------------------------------------------------------------------
+    def _wait_edge(self, begin: bool) -> None:
+        """wrap_dataloader's wait: shares the native loader depth with the DataLoader hooks."""
+        s = self._session
+        if s is not None and self._state == "running":
+            if begin:
+                s.wait_begin()
+            else:
+                s.wait_end()
+
     def _emit_kind(self, kind: str, arg: int = 0, value: int = 0) -> None:
         s = self._session
         if s is not None and self._state == "running":
@@ -639,8 +670,12 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
     cuda_events: time phases on the GPU with CUDA events when CUDA is available.
     summary: print the insight summary when the block exits.
     """
-    if not isinstance(run_name, str) or not run_name.strip():
+    if not isinstance(run_name, str):
+        raise TypeError(f"gpuprof.profile: run_name must be a string, got "
+                        f"{type(run_name).__name__} {run_name!r}")
+    if not run_name.strip():
         raise ValueError("gpuprof.profile: run_name must be a non-empty string")
+    _check_utf8("run_name", run_name)
     auto = _check_bool("auto", auto)
     host = _check_bool("host", host)
     cuda_events = _check_bool("cuda_events", cuda_events)
@@ -651,6 +686,7 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
                             f"{type(group).__name__} {group!r}")
         if not group.strip():
             raise ValueError("gpuprof.profile: group must be a non-empty string or None")
+        _check_utf8("group", group)
     if gpu is None:
         env_gpu = os.environ.get("GPUPROF_GPU_BACKEND") or None  # "" = unset
         if env_gpu is not None and env_gpu not in _GPU_BACKENDS:
@@ -663,7 +699,10 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
                          f"got {gpu!r}")
     sample_hz = _check_positive("sample_hz", sample_hz, maximum=_MAX_SAMPLE_HZ)
     host_hz = _check_positive("host_hz", host_hz, allow_zero=True, maximum=_MAX_HOST_HZ)
-    if isinstance(mock_gpus, bool) or not isinstance(mock_gpus, int) or not 1 <= mock_gpus <= 64:
+    if isinstance(mock_gpus, bool) or not isinstance(mock_gpus, int):
+        raise TypeError(f"gpuprof.profile: mock_gpus must be an int in 1..64, got "
+                        f"{type(mock_gpus).__name__} {mock_gpus!r}")
+    if not 1 <= mock_gpus <= 64:
         raise ValueError(f"gpuprof.profile: mock_gpus must be an int in 1..64, got {mock_gpus!r}")
     if not isinstance(mock_scenario, str):
         raise TypeError("gpuprof.profile: mock_scenario must be a string like 'temp=88,throttle=1'")
@@ -699,6 +738,7 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
         raise TypeError(f"gpuprof.profile: db must be a str path, got {type(db_path).__name__}")
     if not db_path:
         raise ValueError("gpuprof.profile: db must be a file path")
+    _check_utf8("db", db_path)
     options: dict[str, Any] = {
         "run_name": run_name,
         "db_path": db_path,
@@ -714,7 +754,7 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
         "group_id": group,
     }
     config = {k: v for k, v in options.items() if k != "db_path"}
-    config.update(auto=auto, cuda_events=cuda_events)
+    config.update(auto=auto, cuda_events=cuda_events, summary=summary)
     if arch is not None:
         # "grad_checkpoint" is read by the gradient_checkpointing_detected rule; without an
         # arch the key is absent (not declared), never false.

@@ -8,6 +8,11 @@ Patched (and restored on exit, also when the loop raises):
                                  created lazily inside the block are caught
   GradScaler.step             -> optimizer phase (shares the optimizer depth: counts once,
                                  also when the scaler skips the inner step on inf/NaN)
+  DataLoader.__iter__,
+  _BaseDataLoaderIter.__next__ -> dataloader wait (worker start-up and each batch), so the
+                                 wait is measured where it happens and the rest of the gap
+                                 between steps is host work, not loader time; a module called
+                                 inside (a collate_fn or transform) is the loader's work
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ class TorchPatches:
         self._restore: list[tuple[Any, str, Any, Any]] = []  # (owner, attr, original, hook)
         self._handles: list[Any] = []
 
-    def _patch(self, owner: Any, attr: str, kind: int) -> None:
+    def _patch(self, owner: Any, attr: str, kind: int, timed: bool = True) -> None:
         # Take the attribute from the owner's own namespace (not an inherited one), so that
         # restoring puts back exactly what was there.
         if isinstance(owner, type):
@@ -32,7 +37,7 @@ class TorchPatches:
             original = getattr(owner, attr, None)
         if original is None:
             return
-        callback: Optional[Callable[..., Any]] = self._timer if self._timer is not None else None
+        callback: Optional[Callable[..., Any]] = self._timer if timed else None
         hook = self._session.hook(kind, original, callback)
         setattr(owner, attr, hook)
         self._restore.append((owner, attr, original, hook))
@@ -47,6 +52,12 @@ class TorchPatches:
             self._patch(GradScaler, "step", k["OPTIMIZER"])
         except ImportError:
             pass
+        try:
+            from torch.utils.data import dataloader
+            self._patch(dataloader.DataLoader, "__iter__", k["LOADER"], timed=False)
+            self._patch(dataloader._BaseDataLoaderIter, "__next__", k["LOADER"], timed=False)
+        except (ImportError, AttributeError):  # pragma: no cover - torch internals changed
+            pass  # the inter-step gap stands in for the wait
         from torch.optim.optimizer import (register_optimizer_step_post_hook,
                                            register_optimizer_step_pre_hook)
         # torch treats a hook's non-None return value as replacement arguments: these return None.

@@ -42,13 +42,6 @@ json J(const std::optional<T>& v) {
   return v ? json(*v) : json(nullptr);
 }
 
-std::string WaitSourceText(const std::optional<std::string>& s) {
-  if (!s) return "source unknown";
-  if (*s == "gap") return "inter-step gap";
-  if (*s == "explicit") return "wrap_dataloader";
-  return *s;
-}
-
 // "12.4% of 989 TFLOPs bf16 peak (H100 SXM; 123 TFLOPs achieved; FLOPs: TransformerArch)":
 // the FLOPs source says which of the three methods produced the numerator.
 std::string MfuText(const MfuResult& r) {
@@ -215,6 +208,18 @@ void EvaluateRules(bool group, const std::function<RuleResult(const RuleSpec&)>&
   for (Insight& insight : fired) insights->push_back(std::move(insight));
 }
 
+namespace {
+// The likeliest cause of a run without steps whose loop did run: it ran on another thread
+// than the instrumented one (diagnostics of source "threads", written at stop).
+std::string ThreadNotes(const RunView& v, const char* indent) {
+  std::string out;
+  for (const store::DiagnosticRow& d : v.data.diagnostics) {
+    if (d.source == "threads") out += indent + d.message + "\n";
+  }
+  return out;
+}
+}  // namespace
+
 std::string FormatSummary(const Report& report, const std::string& db_path) {
   const RunView& v = report.view;
   const store::RunInfo& run = v.run();
@@ -228,6 +233,7 @@ std::string FormatSummary(const Report& report, const std::string& db_path) {
     out +=
         "  No steps were recorded. Auto mode ends a step at each optimizer.step();\n"
         "  for loops without one, use profile(..., auto=False) and prof.step().\n";
+    out += ThreadNotes(v, "  ");
   }
   if (report.insights.empty()) {
     out += "  Insights: none (nothing crossed a rule threshold)\n";
@@ -319,6 +325,7 @@ std::string FormatFullReport(const Report& report) {
   if (!v.all) {
     out += "Steps: none recorded. Auto mode ends a step at each optimizer.step(); for other loops "
            "use the manual API (profile(..., auto=False) and prof.step()).\n";
+    out += ThreadNotes(v, "  ");
   } else {
     const DurationStats& a = *v.all;
     out += StrFormat("Steps (%zu)\n", a.count);
@@ -340,7 +347,7 @@ std::string FormatFullReport(const Report& report) {
       };
       row("loader wait",
           OrDash(b.wait_fraction, [](double f) { return FormatPercent(f, 1); }),
-          b.wait_fraction ? StrFormat("   (%s, %zu steps)", WaitSourceText(b.wait_source).c_str(),
+          b.wait_fraction ? StrFormat("   (%s, %zu steps)", WaitSourceLabel(b.wait_source).c_str(),
                                       b.wait_steps)
                           : std::string("   (not measured)"));
       bool any_gpu = false;

@@ -155,6 +155,22 @@ TEST(Summary, ZeroStepsPointsAtTheManualApi) {
   EXPECT_THAT(text, HasSubstr("Insights: none"));
 }
 
+TEST(Summary, ZeroStepsSaysTheLoopRanOnAnotherThread) {
+  // GIVEN a run without steps whose hooked calls came from another thread (noted at stop)
+  RunBuilder b;
+  b.Name("threaded").Cpu();
+  b.data().diagnostics.push_back(
+      store::DiagnosticRow{5, "warning", "threads", "44 model calls ran on other threads"});
+  b.data().diagnostics.push_back(store::DiagnosticRow{6, "info", "steps", "unrelated"});
+  const Report report = Analyze(b.Build(), RuleContext{});
+  // THEN the summary and the full report say so under "no steps", and nothing else is added
+  const std::string text = FormatSummary(report, "gpuprof.db");
+  EXPECT_THAT(text, HasSubstr("No steps were recorded"));
+  EXPECT_THAT(text, HasSubstr("\n  44 model calls ran on other threads\n"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("unrelated")));
+  EXPECT_THAT(FormatFullReport(report), HasSubstr("\n  44 model calls ran on other threads\n"));
+}
+
 TEST(Summary, QuotesADbPathWithSpaces) {
   const Report report = Analyze(HealthyRun().Build(), RuleContext{});
   EXPECT_THAT(FormatSummary(report, "my runs/g.db"),

@@ -37,7 +37,7 @@ TEST(PrefetchQueueStarved, FiresMedOnAThirdOfSteps) {
   ASSERT_TRUE(r.fired());
   EXPECT_EQ(r.insight->severity, Severity::kMed);
   EXPECT_EQ(r.insight->message,
-            "wrap_dataloader waited over " + FormatDuration(30.0 * kMs) + " for a batch on " +
+            "the loader's next() waited over " + FormatDuration(30.0 * kMs) + " for a batch on " +
                 FormatPercent(9.0 / 27) + " of steps (9 of 27, median " +
                 FormatDuration(40.0 * kMs) + "): the prefetch queue runs dry");
   EXPECT_EQ(r.insight->evidence["starved_steps"], 9);
@@ -61,11 +61,23 @@ TEST(PrefetchQueueStarved, NearMisses) {
   EXPECT_FALSE(Eval("prefetch_queue_starved", Starving(1, 30)).fired());
 }
 
-TEST(PrefetchQueueStarved, NotEvaluatedWithoutWrapDataloader) {
+TEST(PrefetchQueueStarved, DataLoaderWaitsCountLikeWrappedOnes) {
+  // GIVEN auto mode's DataLoader next() waits: 40 ms on every step after warmup
+  RunBuilder b;
+  StepShape s = Split(100, 40, 60);
+  s.wait_source = "dataloader";
+  b.Steps(30, s);
+  // THEN the queue is starved on every steady step
+  const RuleResult r = Eval("prefetch_queue_starved", b);
+  ASSERT_TRUE(r.fired());
+  EXPECT_EQ(r.insight->severity, Severity::kHigh);
+}
+
+TEST(PrefetchQueueStarved, NotEvaluatedWithoutAMeasuredWait) {
   RunBuilder gap;
   gap.Steps(30, Split(100, 40, 50));  // gap waits say nothing about the prefetch queue
   EXPECT_THAT(*Eval("prefetch_queue_starved", gap).not_evaluated,
-              HasSubstr("wrap_dataloader"));
+              HasSubstr("prof.wrap_dataloader(loader)"));
   RunBuilder none;
   EXPECT_EQ(*Eval("prefetch_queue_starved", none).not_evaluated, "no steps recorded");
 }

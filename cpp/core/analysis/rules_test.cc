@@ -136,6 +136,25 @@ TEST(DataloaderStall, FiresMedBelowTheHighThreshold) {
             FormatPercent(0.20) + " of step time waiting on the loader (wrap_dataloader)");
 }
 
+TEST(DataloaderStall, NamesADataLoaderWaitMeasuredInNext) {
+  // GIVEN auto mode's DataLoader waits: 25 ms of each 100 ms step, 20 ms of other host work
+  RunBuilder b;
+  StepShape s = Split(100, 25, 55);
+  s.wait_source = "dataloader";
+  b.Steps(20, s);
+  // THEN the stall counts the measured wait only and says where it was measured
+  const RuleResult r = Eval("dataloader_stall", b);
+  ASSERT_TRUE(r.fired());
+  EXPECT_EQ(r.insight->message, FormatPercent(0.25) +
+                                    " of step time waiting on the loader (inter-step gap: "
+                                    "DataLoader next())");
+  EXPECT_DOUBLE_EQ(r.insight->evidence["wait_fraction"].get<double>(), 0.25);
+  // AND the remaining 20% is host work outside the loader and the phases
+  const RuleResult other = Eval("kernel_launch_overhead", b);
+  ASSERT_TRUE(other.fired());
+  EXPECT_DOUBLE_EQ(other.insight->evidence["other_fraction"].get<double>(), 0.20);
+}
+
 TEST(DataloaderStall, NearMissAtTheThresholdDoesNotFire) {
   RunBuilder b;
   b.Steps(20, Split(100, 15, 80));  // exactly 15%: the rule needs more

@@ -58,6 +58,7 @@ class RunBuilder {
   }
 
   store::RunInfo& run() { return data_.run; }
+  store::RunData& data() { return data_; }
 
   RunBuilder& Name(std::string name) {
     data_.run.run_name = std::move(name);
@@ -83,7 +84,7 @@ class RunBuilder {
     return *this;
   }
   // Appends one step after the previous one. Step 0's gap wait is forced to nullopt (the
-  // recorder cannot know it) unless the source is "explicit".
+  // recorder cannot know it) unless the wait was measured ("explicit", "dataloader").
   RunBuilder& Step(const StepShape& shape) {
     store::StepRow s;
     s.step = static_cast<int64_t>(data_.steps.size());

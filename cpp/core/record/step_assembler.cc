@@ -22,9 +22,11 @@ void StepAssembler::OpenCommon(OpenStep* s, int64_t ts) {
   if (carry_wait_start_) {
     s->explicit_wait_ns = carry_wait_ns_;
     s->has_explicit_wait = true;
+    s->wait_wrapped = carry_wait_wrapped_;
   }
   carry_wait_ns_ = 0;
   carry_wait_start_.reset();
+  carry_wait_wrapped_ = false;
 }
 
 void StepAssembler::OpenAuto(int64_t ts) {
@@ -102,7 +104,7 @@ void StepAssembler::Close(int64_t end_ns) {
   row.end_ns = std::max(end_ns, s.start_ns) - anchor_;
   if (s.has_explicit_wait) {
     row.wait_ns = s.explicit_wait_ns;
-    row.wait_source = "explicit";
+    row.wait_source = s.wait_wrapped ? "explicit" : "dataloader";
   } else if (s.gap_wait_ns) {
     row.wait_ns = s.gap_wait_ns;
     row.wait_source = "gap";
@@ -240,6 +242,7 @@ void StepAssembler::OnEvent(const Event& e) {
     case EventKind::kWaitBegin:
       CloseIfPending();
       wait_begin_ = ts;
+      wait_wrapped_ = e.value == 0;
       break;
     case EventKind::kWaitEnd: {
       if (!wait_begin_) {
@@ -250,9 +253,11 @@ void StepAssembler::OnEvent(const Event& e) {
       if (open_) {
         open_->explicit_wait_ns += d;
         open_->has_explicit_wait = true;
+        open_->wait_wrapped = open_->wait_wrapped || wait_wrapped_;
       } else {
         if (!carry_wait_start_) carry_wait_start_ = *wait_begin_;
         carry_wait_ns_ += d;
+        carry_wait_wrapped_ = carry_wait_wrapped_ || wait_wrapped_;
       }
       wait_begin_.reset();
       break;

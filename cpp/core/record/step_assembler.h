@@ -11,8 +11,14 @@
 // backward_calls / optimizer_calls count its s.phase("forward"/"backward"/"optimizer") blocks
 // (or the hooked calls with auto=True, whichever is larger). In both modes steps tile the
 // timeline: step k starts where step k-1 ended, so its duration includes the dataloader wait
-// before its first forward. Step 0 starts at the first activity (or the first explicit wait)
+// before its first forward. Step 0 starts at the first activity (or the first measured wait)
 // and has no gap wait.
+//
+// Dataloader wait of a step: the time measured inside the loader (kWaitBegin/End; value 0 =
+// wrap_dataloader's next(), stored as wait_source "explicit"; 1 = torch DataLoader iter()/next()
+// patched in auto mode, "dataloader") when the step has any, else the inter-step gap ("gap").
+// A measured wait leaves the rest of the gap (logging, zero_grad, host work between steps) to
+// the step's time outside the phases, not to the loader.
 //
 // Runs on the recorder thread only. Not thread-safe.
 #pragma once
@@ -63,6 +69,7 @@ class StepAssembler {
     std::optional<int64_t> gap_wait_ns;
     int64_t explicit_wait_ns = 0;
     bool has_explicit_wait = false;
+    bool wait_wrapped = false;  // some of the wait was measured by wrap_dataloader
     int64_t forward_calls = 0, backward_calls = 0, optimizer_calls = 0;
     // Manual s.phase() blocks named forward / backward / optimizer (PhaseNames ids 0..2).
     int64_t named_phase_calls[3] = {0, 0, 0};
@@ -104,6 +111,8 @@ class StepAssembler {
   // Explicit dataloader wait seen while no step was open; belongs to the next step.
   int64_t carry_wait_ns_ = 0;
   std::optional<int64_t> carry_wait_start_;
+  bool carry_wait_wrapped_ = false;
+  bool wait_wrapped_ = false;  // the open wait's source (kWaitBegin value 0)
   std::deque<ClosedSpan> recent_;  // for late GPU times
   int64_t steps_emitted_ = 0;
   int64_t orphan_calls_ = 0;

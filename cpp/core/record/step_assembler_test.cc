@@ -286,6 +286,37 @@ TEST_F(StepAssemblerTest, ExplicitWaitInAutoModeWinsOverGap) {
   EXPECT_EQ(out_.steps[1].start_ns, 3 * kMs);
 }
 
+TEST_F(StepAssemblerTest, DataLoaderWaitIsTheMeasuredPartOfTheGap) {
+  // GIVEN auto mode with the torch DataLoader hooked (kWaitBegin value 1): 1.5 ms in iter() and
+  // next() before step 0, then per step 2 ms in next() inside a 5 ms gap (3 ms of logging)
+  At(0, EventKind::kWaitBegin, 0, 1);
+  At(1.5, EventKind::kWaitEnd);
+  double t = Iteration(2, 1, 1, 1);  // step 0: 0..5
+  At(t + 1, EventKind::kWaitBegin, 0, 1);
+  At(t + 3, EventKind::kWaitEnd);
+  t = Iteration(t + 5, 1, 1, 1);  // step 1: 5..13
+  // AND a step whose gap holds a wrap_dataloader wait (value 0) and a DataLoader wait
+  At(t + 1, EventKind::kWaitBegin, 0, 1);
+  At(t + 2, EventKind::kWaitEnd);
+  At(t + 2, EventKind::kWaitBegin, 0, 0);
+  At(t + 3, EventKind::kWaitEnd);
+  Iteration(t + 4, 1, 1, 1);
+  asm_.Finish(kAnchor + 100 * kMs);
+  // THEN step 0 starts at its first wait and carries it, from the DataLoader
+  ASSERT_EQ(out_.steps.size(), 3u);
+  EXPECT_EQ(out_.steps[0].start_ns, 0);
+  EXPECT_EQ(out_.steps[0].wait_ns, static_cast<int64_t>(1.5 * kMs));
+  EXPECT_EQ(out_.steps[0].wait_source, "dataloader");
+  // AND step 1's wait is the 2 ms inside next(), not the 5 ms gap; the step still tiles
+  EXPECT_EQ(out_.steps[1].wait_ns, 2 * kMs);
+  EXPECT_EQ(out_.steps[1].wait_source, "dataloader");
+  EXPECT_EQ(out_.steps[1].start_ns, 5 * kMs);
+  EXPECT_EQ(out_.steps[1].end_ns, 13 * kMs);
+  // AND a step with a wrap_dataloader wait is marked explicit, both waits summed
+  EXPECT_EQ(out_.steps[2].wait_ns, 2 * kMs);
+  EXPECT_EQ(out_.steps[2].wait_source, "explicit");
+}
+
 TEST_F(StepAssemblerTest, GpuTimesAttachToTheirStepEvenWhenTheyResolveLate) {
   // GIVEN step 0 whose forward GPU time resolves while step 0 is still open
   At(0, EventKind::kForwardBegin);

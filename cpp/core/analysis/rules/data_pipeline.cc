@@ -13,13 +13,6 @@ namespace {
 
 using namespace thresholds;
 
-std::string WaitSourceLabel(const std::optional<std::string>& source) {
-  if (!source) return "source unknown";
-  if (*source == "gap") return "inter-step gap";
-  if (*source == "explicit") return "wrap_dataloader";
-  return *source;
-}
-
 // "95% average across 16 cores" / "95% average".
 std::string CpuText(double pct, const std::optional<double>& ncores) {
   std::string out = FormatPercent(pct / 100) + " average";
@@ -154,10 +147,11 @@ RuleResult DataloaderStall(const RunView& view, const RuleContext&) {
                           std::move(evidence));
 }
 
-// Fires when, over the steady-state steps whose wait was measured inside wrap_dataloader, at
-// least kStarvedStepFraction waited longer than kStarvedWaitMs: the prefetch queue was empty
-// when the loop asked for the next batch. Gap waits do not count (they include anything
-// between steps); only explicit waits say the loader itself had nothing ready.
+// Fires when, over the steady-state steps whose wait was measured inside the loader (torch
+// DataLoader next() in auto mode, or wrap_dataloader), at least kStarvedStepFraction waited
+// longer than kStarvedWaitMs: the prefetch queue was empty when the loop asked for the next
+// batch. Gap waits do not count (they include anything between steps); only measured waits
+// say the loader itself had nothing ready.
 RuleResult PrefetchQueueStarved(const RunView& view, const RuleContext&) {
   if (auto why = NeedSteadyState(view)) return RuleResult::Skip(*why);
   size_t measured = 0, starved = 0;
@@ -165,7 +159,10 @@ RuleResult PrefetchQueueStarved(const RunView& view, const RuleContext&) {
   const double limit_ns = kStarvedWaitMs * 1e6;
   for (size_t i = view.steady_begin; i < view.steps.size(); ++i) {
     const StepView& s = view.steps[i];
-    if (!s.wait_ns || !s.wait_source || *s.wait_source != "explicit") continue;
+    if (!s.wait_ns || !s.wait_source ||
+        (*s.wait_source != "explicit" && *s.wait_source != "dataloader")) {
+      continue;
+    }
     ++measured;
     if (static_cast<double>(*s.wait_ns) > limit_ns) {
       ++starved;
@@ -174,8 +171,8 @@ RuleResult PrefetchQueueStarved(const RunView& view, const RuleContext&) {
   }
   if (measured == 0) {
     return RuleResult::Skip(
-        "no wrap_dataloader wait on steady-state steps (wrap the loader: "
-        "prof.wrap_dataloader(loader))");
+        "no wait measured inside the loader on steady-state steps (a torch DataLoader is "
+        "measured in auto mode; wrap any other loader: prof.wrap_dataloader(loader))");
   }
   const double share = static_cast<double>(starved) / static_cast<double>(measured);
   if (share < kStarvedStepFraction) return RuleResult::Pass();
@@ -187,8 +184,8 @@ RuleResult PrefetchQueueStarved(const RunView& view, const RuleContext&) {
   };
   return RuleResult::Fire(
       share >= kStarvedHighFraction ? Severity::kHigh : Severity::kMed,
-      StrFormat("wrap_dataloader waited over %s for a batch on %s of steps (%zu of %zu, median "
-                "%s): the prefetch queue runs dry",
+      StrFormat("the loader's next() waited over %s for a batch on %s of steps (%zu of %zu, "
+                "median %s): the prefetch queue runs dry",
                 FormatDuration(limit_ns).c_str(), FormatPercent(share).c_str(), starved, measured,
                 FormatDuration(median_wait).c_str()),
       std::move(evidence));

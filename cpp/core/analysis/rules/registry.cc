@@ -19,7 +19,8 @@ RuleSpec StallSpec() {
       .family = "data_pipeline",
       .max_severity = Severity::kHigh,
       .severity = "high ≥ " + Pct(kStallHighFraction) + " of step time, else med",
-      .fires_when = "dataloader wait (inter-step gap or wrap_dataloader) > " +
+      .fires_when = "dataloader wait (measured in DataLoader next() or wrap_dataloader, else the "
+                    "inter-step gap) > " +
                     Pct(kStallFraction) + " of steady-state step time",
       .fix = "Feed the loop faster: raise DataLoader num_workers and prefetch_factor, set "
              "pin_memory=True and persistent_workers=True, and move heavy augmentations to "
@@ -38,12 +39,12 @@ void AddDataPipeline(std::vector<RuleSpec>& r) {
       .family = "data_pipeline",
       .max_severity = Severity::kHigh,
       .severity = "high on ≥ " + Pct(kStarvedHighFraction) + " of steps, else med",
-      .fires_when = "wrap_dataloader wait > " + Num(kStarvedWaitMs) + " ms on ≥ " +
+      .fires_when = "measured loader wait > " + Num(kStarvedWaitMs) + " ms on ≥ " +
                     Pct(kStarvedStepFraction) + " of steady-state steps",
       .fix = "Keep the prefetch queue full: raise prefetch_factor and num_workers, set "
              "persistent_workers=True (no worker restart each epoch) and pin_memory=True.",
-      .inputs = "steps.wait_ns with wait_source 'explicit' (prof.wrap_dataloader) on "
-                "steady-state steps",
+      .inputs = "steps.wait_ns with wait_source 'dataloader' (torch DataLoader next(), auto "
+                "mode) or 'explicit' (prof.wrap_dataloader) on steady-state steps",
       .thresholds = {{"kStarvedWaitMs", kStarvedWaitMs, "a wait longer than this (ms) starves "
                                                         "the step"},
                      {"kStarvedStepFraction", kStarvedStepFraction,
