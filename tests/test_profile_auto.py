@@ -511,6 +511,8 @@ def test_invalid_options_name_the_problem(db, kwargs, message):
     ({"db": 123}, "db must be a file path"),
     ({"db": b"x.db"}, "db must be a file path"),
     ({"mock_gpus": "2"}, "mock_gpus must be an int in 1..64, got str '2'"),
+    ({"gpu": 0}, "gpu must be a string, one of auto, nvml, neuron, mock, none; got int 0"),
+    ({"dtype": 16}, "dtype must be a string, one of bf16, .*; got int 16"),
 ])
 def test_options_of_the_wrong_type_raise_typeerror_naming_them(tmp_path, kwargs, message):
     # GIVEN an option of the wrong type (a job id read as an int, "no" for False, ...)

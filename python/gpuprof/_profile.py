@@ -694,6 +694,9 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
                              f"{', '.join(_GPU_BACKENDS)} (it sets the default of gpu=); got "
                              f"{env_gpu!r}")
         gpu = env_gpu or "auto"
+    if not isinstance(gpu, str):
+        raise TypeError(f"gpuprof.profile: gpu must be a string, one of "
+                        f"{', '.join(_GPU_BACKENDS)}; got {type(gpu).__name__} {gpu!r}")
     if gpu not in _GPU_BACKENDS:
         raise ValueError(f"gpuprof.profile: gpu must be one of {', '.join(_GPU_BACKENDS)}; "
                          f"got {gpu!r}")
@@ -727,6 +730,9 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
     flops_method = "declared" if flops_per_step is not None else None
     if arch_flops is not None:
         flops_per_step, flops_method = float(arch_flops["model_per_step"]), "arch"
+    if dtype is not None and not isinstance(dtype, str):
+        raise TypeError(f"gpuprof.profile: dtype must be a string, one of {', '.join(_DTYPES)}; "
+                        f"got {type(dtype).__name__} {dtype!r}")
     if dtype is not None and dtype not in _DTYPES:
         raise ValueError(f"gpuprof.profile: dtype must be one of {', '.join(_DTYPES)}; "
                          f"got {dtype!r}")
