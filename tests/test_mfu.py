@@ -289,6 +289,30 @@ def test_automatic_count_covers_gradient_accumulation_and_several_optimizers(db,
     assert spy.enters == 2
 
 
+def test_module_work_inside_the_dataloader_is_not_counted(db):
+    # GIVEN a DataLoader whose collate_fn runs a Linear on the batch (num_workers=0: in this
+    # process, inside next()), feeding the model the counted step trains on
+    model = mlp()
+    expected = reference_flops(model, fixed_batch())
+    augment = nn.Linear(WIDTH, WIDTH)
+    x = fixed_batch()
+
+    def collate(_items):
+        with torch.no_grad():
+            augment(x)  # loader work: FLOPs, but not the model's
+        return x
+
+    loader = torch.utils.data.DataLoader(list(range(8)), batch_size=1, collate_fn=collate)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with gpuprof.profile("collate-flops", db=db.path, gpu="none", summary=False):
+        for batch in loader:
+            loss_of(model, batch).backward()
+            opt.step()
+            opt.zero_grad()
+    # THEN the counted FLOPs are the model's forward and backward alone
+    assert run_row(db, "flops_per_step", "flops_method") == (expected, "counted")
+
+
 def test_a_step_skipped_by_grad_scaler_does_not_double_the_count(db, spy):
     # GIVEN a GradScaler loop whose step 2 overflows, so the scaler skips its optimizer.step()
     model = mlp()

@@ -280,7 +280,7 @@ def test_torch_dataloader_wait_is_measured_inside_next_not_the_whole_gap(db, cap
     assert stats["loader_calls"] == 1 + 6 + 1
     # AND the summary blames the loader for its share and the logging as host work
     out = capsys.readouterr().out
-    assert "waiting on the loader (inter-step gap: DataLoader next())" in out
+    assert "waiting on the loader (DataLoader next())" in out
     assert {"dataloader_stall", "kernel_launch_overhead"} <= set(rule_ids(db))
 
 
@@ -319,6 +319,66 @@ def test_a_module_called_inside_the_loader_is_loader_work_not_a_forward(db):
     assert len(rows) == 5
     assert [r[2] for r in rows] == [1] * 5
     assert phase_calls(db, "forward") == [1] * 5
+
+
+def test_a_step_that_does_not_call_the_loader_waited_zero_on_it(db, capsys):
+    # GIVEN a GAN-like loop: each batch feeds a D step and a G step (each its own backward and
+    # optimizer step: two stored steps), a fast DataLoader and 15 ms of logging before G
+    disc, gen = mlp(), mlp()
+    opt_d = torch.optim.SGD(disc.parameters(), lr=0.01)
+    opt_g = torch.optim.SGD(gen.parameters(), lr=0.01)
+    loader = torch.utils.data.DataLoader(SlowDataset(16, 0.0), batch_size=2)
+    with gpuprof.profile("gan", db=db.path, gpu="none"):
+        for x in loader:
+            disc(x).square().mean().backward()
+            opt_d.step()
+            opt_d.zero_grad()
+            time.sleep(0.015)
+            gen(x).square().mean().backward()
+            opt_g.step()
+            opt_g.zero_grad()
+    # THEN the D steps carry the DataLoader's waits, the G steps a gap (no loader call)
+    rows = waits_of(db)
+    assert len(rows) == 16
+    assert [src for _, _, src in rows[2::2]] == ["dataloader"] * 7
+    assert [src for _, _, src in rows[1::2]] == ["gap"] * 8
+    # AND the analysis does not call the logging a loader stall: it is host work
+    rules = rule_ids(db)
+    assert "dataloader_stall" not in rules and "kernel_launch_overhead" in rules
+    assert "waiting on the loader" not in capsys.readouterr().out
+
+
+def test_a_wrapped_loader_stays_usable_after_next_raises(db):
+    # GIVEN a loader whose 4th batch fails, and a loop that skips a bad batch
+    class Flaky(torch.utils.data.Dataset):
+        def __len__(self):
+            return 8
+
+        def __getitem__(self, i):
+            if i == 3:
+                raise KeyError(f"bad sample {i}")
+            return torch.randn(32)
+
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    trained, skipped = 0, 0
+    with gpuprof.profile("flaky", db=db.path, gpu="none", summary=False) as prof:
+        it = iter(prof.wrap_dataloader(torch.utils.data.DataLoader(Flaky(), batch_size=1)))
+        while True:
+            try:
+                x = next(it)
+            except KeyError:
+                skipped += 1
+                continue
+            except StopIteration:
+                break
+            model(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+            trained += 1
+    # THEN it iterates like the loader itself: 7 batches trained, 1 skipped, 7 steps stored
+    assert (trained, skipped) == (7, 1)
+    assert len(waits_of(db)) == 7
 
 
 def test_a_wrapped_dataloader_counts_its_wait_once(db):

@@ -39,7 +39,8 @@ void RunCallback(CallHook* h, bool begin, int64_t ts) {
                                       static_cast<long long>(ts));
   if (r == nullptr) {
     // Record the failure (diagnostic + warning), stop calling the callback, keep training.
-    std::string what = "CUDA event callback failed";
+    const bool loader = h->kind == kHookLoader;
+    std::string what = loader ? "DataLoader callback failed" : "CUDA event callback failed";
     PyObject *et, *ev, *etb;
     PyErr_Fetch(&et, &ev, &etb);
     if (ev != nullptr) {
@@ -53,7 +54,10 @@ void RunCallback(CallHook* h, bool begin, int64_t ts) {
     Py_XDECREF(ev);
     Py_XDECREF(etb);
     if (h->state->session != nullptr) {
-      h->state->session->AddDiagnostic("error", "cuda_events", what + "; GPU phase times stop here");
+      h->state->session->AddDiagnostic(
+          "error", loader ? "flops" : "cuda_events",
+          what + (loader ? "; the FLOP count no longer leaves out work inside the loader"
+                         : "; GPU phase times stop here"));
     }
     if (PyErr_WarnEx(PyExc_RuntimeWarning, ("gpuprof: " + what).c_str(), 1) < 0) PyErr_Clear();
     Py_CLEAR(h->callback);
@@ -192,10 +196,6 @@ PyObject* NewCallHook(PyObject* owner, HookState* state, int kind, PyObject* ori
   if (kind < 0 || kind >= kHookKinds) {
     PyErr_SetString(PyExc_ValueError,
                     "hook kind must be 0 (forward), 1 (backward), 2 (optimizer) or 3 (loader)");
-    return nullptr;
-  }
-  if (kind == kHookLoader && callback != nullptr && callback != Py_None) {
-    PyErr_SetString(PyExc_ValueError, "a loader hook takes no callback");
     return nullptr;
   }
   if (!PyCallable_Check(original)) {

@@ -35,8 +35,9 @@ int InitCallHookType(PyObject* module);
 
 // A descriptor-aware callable that wraps `original`: calls through unchanged, and around the
 // outermost call (per kind) on the owner thread it records begin/end events and, when
-// `callback` is not None, calls callback(kind, is_begin, ts_ns) (used for CUDA events; never
-// for kHookLoader, whose events are a loader wait: kWaitBegin/kWaitEnd, kWaitDataLoader).
+// `callback` is not None, calls callback(kind, is_begin, ts_ns) (CUDA events for the phases;
+// for kHookLoader, whose events are a loader wait (kWaitBegin/kWaitEnd, kWaitDataLoader), the
+// automatic FLOP count's edge, so that work inside the loader is left out of the count).
 // `owner` is a strong reference that keeps `state` alive.
 PyObject* NewCallHook(PyObject* owner, HookState* state, int kind, PyObject* original,
                       PyObject* callback);

@@ -253,6 +253,12 @@ class LineTracer {
           "another tool replaced the trace function during the session (sys.settrace?); "
           "line events after that point were not recorded");
     }
+    if (restored_after_replace_) {
+      warnings_.push_back(
+          "another tool replaced the trace function during the session (sys.settrace) and "
+          "later put linescope's back: the lines that ran in between were not recorded, and "
+          "their time is on the line that replaced it");
+    }
     Py_CLEAR(prev_obj_);
 #endif
     if (!undecodable_.empty()) {
@@ -925,6 +931,10 @@ class LineTracer {
     else if (PyUnicode_CompareWithASCIIString(args[1], "return") == 0) what = PyTrace_RETURN;
     else if (PyUnicode_CompareWithASCIIString(args[1], "exception") == 0) what = PyTrace_EXCEPTION;
     else if (PyUnicode_CompareWithASCIIString(args[1], "opcode") == 0) what = PyTrace_OPCODE;
+    // Reached through CPython's trampoline with the session's object installed: a tool
+    // replaced the trace function and then put the session's back (sys.settrace(saved)).
+    // Lines that ran in between were not recorded; stop() says so.
+    if (tstate->c_tracefunc != &LineTracer::TraceFunc) self->restored_after_replace_ = true;
     PyEval_SetTrace(&LineTracer::TraceFunc, TraceObject());
     if (what >= 0 &&
         TraceFunc(TraceObject(), reinterpret_cast<PyFrameObject*>(args[0]), what, args[2]) != 0)
@@ -1046,6 +1056,7 @@ class LineTracer {
   std::set<std::string> undecodable_;  // raw names of recorded-looking files not UTF-8
   std::string undecodable_example_;
   std::vector<std::string> warnings_;
+  bool restored_after_replace_ = false;  // 3.11: see TraceCall
   State state_ = kIdle;
   uint32_t generation_ = 0;
   PyThreadState* owner_ = nullptr;

@@ -186,6 +186,7 @@ class StepFlopCounter:
         self._step_mode = False  # prof.step() blocks are the steps (see the class comment)
         self._step_blocks = 0     # prof.step() blocks begun (step mode)
         self._raised = False      # a counted prof.step() block ended by an exception
+        self._loader_saved: Optional[dict[Any, dict[Any, int]]] = None  # see loader_edge
         self.flops: Optional[int] = None
         self.counted_after: Optional[int] = None  # optimizer steps before the counted window
         self.counted_window: Optional[str] = None  # the counted step, in words
@@ -296,6 +297,26 @@ class StepFlopCounter:
                        f"FlopCounterMode counts (matmul, convolution, attention) that ended "
                        f"without an exception in {self._windows} tries; pass arch= or "
                        "flops_per_step= to profile()", inside=None, failure=False)
+
+    def loader_edge(self, begin: bool) -> None:
+        """Leaves the work inside a DataLoader's iter()/next() (a collate_fn or transform
+        that runs a module, with num_workers=0) out of the open count: the counts are saved
+        when the loader is entered and put back when it returns. Never raises."""
+        counter = self._counter
+        if counter is None:
+            self._loader_saved = None
+            return
+        try:
+            counts = counter.flop_counts
+            if begin:
+                self._loader_saved = {k: dict(v) for k, v in counts.items()}
+            elif self._loader_saved is not None:
+                saved, self._loader_saved = self._loader_saved, None
+                counts.clear()
+                for k, v in saved.items():
+                    counts[k].update(v)
+        except Exception:  # noqa: BLE001 - a torch without flop_counts: the loader is counted
+            self._loader_saved = None
 
     def _open(self, index: int) -> None:
         try:

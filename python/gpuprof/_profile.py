@@ -200,15 +200,30 @@ class _WrappedLoader(Iterable[T]):
             it = iter(self._iterable)  # a torch DataLoader starts its workers here
         finally:
             prof._wait_edge(False)
-        while True:
-            prof._wait_edge(True)
-            try:
-                item = next(it)
-            except StopIteration:
-                return
-            finally:
-                prof._wait_edge(False)
-            yield item
+        return _WrappedIterator(prof, it)
+
+
+class _WrappedIterator(Iterator[T]):
+    """The wrapped loader's iterator: a next() that raises (a bad batch the loop skips)
+    leaves it usable, as the loader's own iterator is; a generator would end there."""
+
+    def __init__(self, prof: "Profile", it: Iterator[T]) -> None:
+        self._prof = prof
+        self._it = it
+
+    def __iter__(self) -> "_WrappedIterator[T]":
+        return self
+
+    def __next__(self) -> T:
+        prof = self._prof
+        prof._wait_edge(True)
+        try:
+            return next(self._it)
+        finally:
+            prof._wait_edge(False)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._it, name)
 
 
 class Profile:
@@ -345,7 +360,10 @@ class Profile:
                 reason = ("CUDA not available: phase times are CPU wall time"
                           if self._cuda_events else "cuda_events=False")
                 self._session.set_telemetry_status("cuda_events", False, None, reason)
-            self._patches = TorchPatches(self._session, self._kinds, self._timer)
+            # Without arch= or flops_per_step= one step's FLOPs are counted (below): the
+            # loader hooks tell the count where loader work (a collate_fn's module) runs.
+            edge = self._loader_edge if self._options.get("flops_method") is None else None
+            self._patches = TorchPatches(self._session, self._kinds, self._timer, edge)
             self._patches.install(torch)
         except Exception as e:
             self._session.add_diagnostic("error", "auto", f"auto-instrumentation failed: {e!r}")
@@ -365,6 +383,12 @@ class Profile:
                 self._session.add_diagnostic(
                     "error", "flops", f"automatic FLOP count failed: installing its optimizer "
                     f"hooks raised {e!r}")
+
+    def _loader_edge(self, kind: int, begin: bool, ts: int) -> None:
+        """The outermost DataLoader iter()/next() on the training thread begins or ends."""
+        counter = self._flop_counter
+        if counter is not None:
+            counter.loader_edge(begin)
 
     def _describe_cuda(self, torch: Any) -> None:
         """A CUDA process trains on one device (one rank per GPU): gpu_count is 1 and the model

@@ -21,14 +21,17 @@ from typing import Any, Callable, Optional
 
 
 class TorchPatches:
-    def __init__(self, session: Any, kinds: dict[str, int], timer: Any) -> None:
+    def __init__(self, session: Any, kinds: dict[str, int], timer: Any,
+                 loader_callback: Optional[Callable[[int, bool, int], None]] = None) -> None:
         self._session = session
         self._kinds = kinds
         self._timer = timer
+        self._loader_callback = loader_callback  # loader wait edges (the FLOP count's)
         self._restore: list[tuple[Any, str, Any, Any]] = []  # (owner, attr, original, hook)
         self._handles: list[Any] = []
 
-    def _patch(self, owner: Any, attr: str, kind: int, timed: bool = True) -> None:
+    def _patch(self, owner: Any, attr: str, kind: int,
+               callback: Optional[Callable[..., Any]] = None) -> None:
         # Take the attribute from the owner's own namespace (not an inherited one), so that
         # restoring puts back exactly what was there.
         if isinstance(owner, type):
@@ -37,25 +40,24 @@ class TorchPatches:
             original = getattr(owner, attr, None)
         if original is None:
             return
-        callback: Optional[Callable[..., Any]] = self._timer if timed else None
         hook = self._session.hook(kind, original, callback)
         setattr(owner, attr, hook)
         self._restore.append((owner, attr, original, hook))
 
     def install(self, torch: Any) -> None:
-        k = self._kinds
-        self._patch(torch.nn.Module, "__call__", k["FORWARD"])
-        self._patch(torch.Tensor, "backward", k["BACKWARD"])
-        self._patch(torch.autograd, "backward", k["BACKWARD"])
+        k, timer, edge = self._kinds, self._timer, self._loader_callback
+        self._patch(torch.nn.Module, "__call__", k["FORWARD"], timer)
+        self._patch(torch.Tensor, "backward", k["BACKWARD"], timer)
+        self._patch(torch.autograd, "backward", k["BACKWARD"], timer)
         try:
             from torch.amp.grad_scaler import GradScaler
-            self._patch(GradScaler, "step", k["OPTIMIZER"])
+            self._patch(GradScaler, "step", k["OPTIMIZER"], timer)
         except ImportError:
             pass
         try:
             from torch.utils.data import dataloader
-            self._patch(dataloader.DataLoader, "__iter__", k["LOADER"], timed=False)
-            self._patch(dataloader._BaseDataLoaderIter, "__next__", k["LOADER"], timed=False)
+            self._patch(dataloader.DataLoader, "__iter__", k["LOADER"], edge)
+            self._patch(dataloader._BaseDataLoaderIter, "__next__", k["LOADER"], edge)
         except (ImportError, AttributeError):  # pragma: no cover - torch internals changed
             pass  # the inter-step gap stands in for the wait
         from torch.optim.optimizer import (register_optimizer_step_post_hook,

@@ -28,7 +28,7 @@ class LineStats:
 
     filename: str
     line: int
-    wall_time_ns: int
+    wall_time_ns: int | None  # None: the backend did not measure it
     hits: int | None
     self_time_ns: int | None = None
     memory_bytes: int | None = None  # net host-memory (RSS) change attributed to the line
@@ -40,8 +40,8 @@ class LineStats:
 
     @property
     def avg_time_ns(self) -> float | None:
-        """Wall time per hit; None when hits are unknown or zero."""
-        if not self.hits:
+        """Wall time per hit; None when the wall time or the hits are unknown, or hits are 0."""
+        if not self.hits or self.wall_time_ns is None:
             return None
         return self.wall_time_ns / self.hits
 
@@ -91,7 +91,7 @@ class RawLine:
 
     filename: str
     line: int
-    wall_time_ns: int
+    wall_time_ns: int | None
     hits: int | None = None
     memory: int | None = None
     gpu: GPUStats | None = None

@@ -11,6 +11,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 import warnings
 from pathlib import Path
 from collections.abc import Mapping
@@ -287,13 +288,63 @@ def _live_codes(module: Any, path: str) -> dict[str, Any]:
 _DEF = re.compile(r"\s*(?:async\s+)?def\s+(\w+)")
 
 
+def _compiled_codes(text: str, path: str) -> dict[str, list[Any]] | None:
+    """The code objects `text` compiles to, by qualname (None when it does not compile)."""
+    try:
+        top = compile(text, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    found: dict[str, list[Any]] = {}
+    stack = [top]
+    while stack:
+        code = stack.pop()
+        found.setdefault(code.co_qualname, []).append(code)
+        stack.extend(k for k in code.co_consts if isinstance(k, types.CodeType))
+    return found
+
+
+def _code_key(code: Any) -> tuple:
+    """What a function's code does, comparable across compilations of the same text: its
+    bytecode, names, constants (nested code by name) and first line."""
+    consts = tuple(k.co_qualname if isinstance(k, types.CodeType) else (type(k).__name__,
+                                                                          repr(k))
+                   for k in code.co_consts)
+    return (code.co_firstlineno, code.co_code, code.co_names, consts)
+
+
+def _rewritten(code: Any) -> bool:
+    """Bytecode an import hook rewrote (pytest's assertion rewriting adds '@py_assert'
+    names that no source can spell): its lines are the source's, its bytecode is not."""
+    return any(n.startswith("@") for n in code.co_names + code.co_varnames)
+
+
 def _source_differs(module: Any, path: str, text: str) -> bool:
-    """True when `text` no longer has the module's functions where their code says they
-    start: the file was edited after the module was imported, so the report's lines would
-    not match the code that ran. (Line positions, not bytecode, are compared: import hooks
-    such as pytest's assertion rewriting change the bytecode but keep the lines.)"""
+    """True when `text` is not the code the module's functions run: the file was edited after
+    the module was imported, so the report's lines would not match the code that ran. The
+    functions must start where their code says, and each must be what `text` compiles to
+    (bytecode, names, constants); a function whose bytecode an import hook rewrote (pytest's
+    assertion rewriting) is checked by its lines only."""
+    live = _live_codes(module, path)
+    if _lines_differ(live, text):
+        return True
+    compiled: dict[str, list[Any]] | None = None
+    for qualname, code in live.items():
+        if _rewritten(code):
+            continue
+        if compiled is None:
+            compiled = _compiled_codes(text, path)
+            if compiled is None:
+                return True  # the file no longer compiles: not what ran
+        key = _code_key(code)
+        if not any(_code_key(c) == key for c in compiled.get(qualname, ())):
+            return True
+    return False
+
+
+def _lines_differ(live: dict[str, Any], text: str) -> bool:
+    """Whether `text` no longer has the functions where their code says they start."""
     lines = [line.rstrip("\n") for line in source_lines(text)]
-    for code in _live_codes(module, path).values():
+    for code in live.values():
         i = code.co_firstlineno - 1
         if not 0 <= i < len(lines):
             return True
@@ -315,6 +366,53 @@ def _source_differs(module: Any, path: str, text: str) -> bool:
                     return True
                 break
     return False
+
+
+def _sum_known(values: list[int | None]) -> int | None:
+    """The total when every part is known, else unknown: an unknown part is not 0."""
+    return None if any(v is None for v in values) else sum(values)  # type: ignore[arg-type]
+
+
+def _max_known(values: list[int | None]) -> int | None:
+    return None if any(v is None for v in values) else max(values)  # type: ignore[type-var]
+
+
+def _merge_duplicate_lines(lines: list[LineStats],
+                           from_sampler: set[tuple[str, int]]) -> list[LineStats]:
+    """One LineStats per (file, line): a backend that reports a line twice gets it merged,
+    additive fields added and peaks maxed, each known only when every part is. Memory that
+    the session's own sampler attributed (`from_sampler`) is per line already: taken once."""
+    groups: dict[tuple[str, int], list[LineStats]] = {}
+    for s in lines:
+        groups.setdefault((s.filename, s.line), []).append(s)
+    if len(groups) == len(lines):
+        return lines
+    out = []
+    for key, parts in groups.items():
+        if len(parts) == 1:
+            out.append(parts[0])
+            continue
+        first = parts[0]
+        if key in from_sampler:
+            memory, memory_peak = first.memory_bytes, first.memory_peak_bytes
+        else:
+            memory = _sum_known([p.memory_bytes for p in parts])
+            memory_peak = _max_known([p.memory_peak_bytes for p in parts])
+        gpu = None
+        if any(p.gpu is not None for p in parts):
+            gpu = GPUStats(
+                _sum_known([p.gpu.time_ns if p.gpu else None for p in parts]),
+                _max_known([p.gpu.peak_memory_bytes if p.gpu else None for p in parts]))
+        out.append(LineStats(
+            filename=first.filename, line=first.line,
+            wall_time_ns=_sum_known([p.wall_time_ns for p in parts]),
+            hits=_sum_known([p.hits for p in parts]),
+            self_time_ns=_sum_known([p.self_time_ns for p in parts]),
+            memory_bytes=memory, gpu=gpu, memory_peak_bytes=memory_peak,
+            cpu_time_ns=_sum_known([p.cpu_time_ns for p in parts]),
+            samples=_sum_known([p.samples for p in parts]),
+            calls=_sum_known([p.calls for p in parts])))
+    return out
 
 
 class _ProfileMeta(type):
@@ -428,6 +526,7 @@ class profile(metaclass=_ProfileMeta):
         self._memory_sampler: MemorySampler | None = None
         self._warnings: list[str] = []
         self._result: ProfileResult | None = None
+        self._failure: str | None = None  # why a stopped session has no result
         self._state = "new"
         self._forked = False  # True in a forked child of the process that started it
         self._started_at = 0.0
@@ -585,6 +684,13 @@ class profile(metaclass=_ProfileMeta):
             _check_raw_result(self.backend_name, raw,
                               values=not _own_backend(self._factory))
             self._result = self._build_result(raw)
+        except BaseException as e:
+            # The session ran and stopped without a result: it is still the latest session
+            # (profile.result must not hand back an earlier one), and reading its result says
+            # why there is none.
+            self._failure = f"{type(e).__name__}: {e}"
+            type(self)._last = self
+            raise
         finally:
             # A finished session keeps only its result: the backend and the memory sampler
             # (native objects; the sampler's GPU collector holds NVML) go now, so a session
@@ -643,6 +749,9 @@ class profile(metaclass=_ProfileMeta):
     # ---- results -------------------------------------------------------------------------
     def _get_result(self) -> ProfileResult:
         if self._result is None:
+            if self._failure is not None:
+                raise RuntimeError(f"no result: the session stopped, but finishing it failed "
+                                   f"(backend {self.backend_name!r}: {self._failure})")
             raise RuntimeError("no result yet: the session "
                                + ("is still running; call stop() first" if self._state ==
                                   "running" else "has not run"))
@@ -785,6 +894,7 @@ class profile(metaclass=_ProfileMeta):
                 self_time_ns=_int(r.self_time_ns), memory_bytes=_int(net), gpu=gpu,
                 memory_peak_bytes=_int(peak), cpu_time_ns=_int(r.cpu_time_ns),
                 samples=_int(r.samples), calls=_int(r.calls)))
+        lines = _merge_duplicate_lines(lines, from_sampler=set(line_memory))
         functions = [FunctionStats(qualname=f.qualname, filename=os.fspath(f.filename),
                                    first_line=f.first_line, total_time_ns=f.total_time_ns,
                                    own_time_ns=f.own_time_ns, calls=f.calls)

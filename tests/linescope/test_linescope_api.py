@@ -418,7 +418,96 @@ def test_a_custom_backend_may_use_numpy_integers_paths_and_unknowns(tmp_path):
     assert (first.wall_time_ns, first.hits, first.memory_bytes) == (5_000, 3, -4096)
     assert (first.gpu.time_ns, first.gpu.peak_memory_bytes) == (7, 8)
     assert r.line(str(src), 2).wall_time_ns is None
+    # AND an unknown wall time gives an unknown average, not an error
+    assert r.line(str(src), 2).avg_time_ns is None
     s.save(tmp_path / "r.html")  # and the report renders them
+
+
+class _ScriptedBackend:
+    """A custom backend that returns the lines it is built with (or raises them)."""
+    capabilities = BackendCapabilities(gpu=True)
+    lines: list = []
+
+    def __init__(self, options): pass
+    def start(self): pass
+    def stop(self): pass
+
+    def result(self):
+        if isinstance(self.lines, BaseException):
+            raise self.lines
+        return RawBackendResult(lines=list(self.lines))
+
+
+def test_a_line_reported_twice_is_merged_and_unknown_parts_stay_unknown(tmp_path):
+    # GIVEN a backend that reports line 1 twice, once without hits and without GPU data
+    src = tmp_path / "dup.py"
+    src.write_text("x = 1\ny = 2\n")
+    backend = type("Dup", (_ScriptedBackend,), {"lines": [
+        RawLine(str(src), 1, 5_000_000, hits=None, gpu=None),
+        RawLine(str(src), 1, 1_000_000, hits=3, gpu=GPUStats(2_000, 64)),
+        RawLine(str(src), 2, 7, hits=1, gpu=GPUStats(10, 20)),
+        RawLine(str(src), 2, 3, hits=2, gpu=GPUStats(5, 30))]})
+    register_backend("dup-lines", backend, replace=True)
+    out = tmp_path / "dup.html"
+    with profile(backend="dup-lines", gpu=True, display="none", output=out) as s:
+        pass
+    # THEN the result holds each line once: times add; a part's unknown hits or GPU values
+    # make the merged ones unknown (not the known part's), so avg/hit is unknown too
+    r = s.result
+    assert [(l.line, l.wall_time_ns) for l in r.lines] == [(1, 6_000_000), (2, 10)]
+    one, two = r.line(str(src), 1), r.line(str(src), 2)
+    assert one.hits is None and one.avg_time_ns is None
+    assert (one.gpu.time_ns, one.gpu.peak_memory_bytes) == (None, None)
+    assert (two.hits, two.gpu.time_ns, two.gpu.peak_memory_bytes) == (3, 15, 30)
+    # AND the report shows the same
+    payload = json.loads(re.search(r'id="linescope-data">(.*?)</script>', out.read_text(),
+                                   re.S).group(1))
+    first = next(l for l in payload["lines"] if l["line"] == 1)
+    assert (first["time_ns"], first["hits"], first["avg_ns"]) == (6_000_000, None, None)
+
+
+def test_a_session_whose_backend_result_fails_is_the_latest_and_says_why(tmp_path):
+    # GIVEN a finished session, then one whose backend's result() raises
+    ok = type("Ok", (_ScriptedBackend,), {"lines": [RawLine(str(tmp_path / "a.py"), 1, 5, 1)]})
+    broken = type("Broken", (_ScriptedBackend,), {"lines": OSError("disk gone")})
+    register_backend("scripted-ok", ok, replace=True)
+    register_backend("scripted-broken", broken, replace=True)
+    with profile(backend="scripted-ok", display="none"):
+        pass
+    s = profile(backend="scripted-broken", display="none")
+    with pytest.raises(OSError, match="disk gone"):
+        with s:
+            pass
+    # THEN the session is stopped, and its result (and profile.result) say why there is none,
+    # instead of "has not run" or the earlier session's result
+    assert not s.running
+    for read in (lambda: s.result, lambda: profile.result):
+        with pytest.raises(RuntimeError, match="session stopped, but finishing it failed "
+                                               r"\(backend 'scripted-broken': OSError: disk "
+                                               "gone\)"):
+            read()
+
+
+def test_a_module_whose_body_was_edited_before_the_session_is_flagged(ws):
+    # GIVEN a module imported, then edited without reloading: same line layout, another body
+    mod = ws.module("edited_body.py", """
+        import time
+        def work():
+            time.sleep(0.01)
+    """)
+    (ws.root / "edited_body.py").write_text("import time\ndef work():\n    pass  # edited\n")
+    untouched = ws.module("untouched.py", """
+        def same():
+            return 1
+    """)
+    # WHEN it is profiled
+    with profile(root=ws.root, display="none") as session:
+        mod.work()
+        untouched.same()
+    # THEN the report's text is not what ran, and a warning says so; the other file is fine
+    warnings_ = session.result.warnings
+    assert any("edited_body.py changed after it was imported" in w for w in warnings_), warnings_
+    assert not any("untouched.py" in w for w in warnings_)
 
 
 def test_pyproject_values_are_checked_and_errors_name_the_file(tmp_path, monkeypatch):

@@ -123,7 +123,7 @@ std::string FormatRatio(double ratio) { return StrFormat("%.1f×", ratio); }
 std::string WaitSourceLabel(const std::optional<std::string>& source) {
   if (!source) return "source unknown";
   if (*source == "gap") return "inter-step gap";
-  if (*source == "dataloader") return "inter-step gap: DataLoader next()";
+  if (*source == "dataloader") return "DataLoader next()";
   if (*source == "explicit") return "wrap_dataloader";
   return *source;
 }

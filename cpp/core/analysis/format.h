@@ -38,7 +38,7 @@ std::string PadRight(const std::string& text, size_t width);
 std::string PadLeft(const std::string& text, size_t width);
 // `s` as one shell word: unchanged when it needs no quoting, else in single quotes.
 std::string ShellQuoteIfNeeded(const std::string& s);
-// steps.wait_source for a reader: "inter-step gap", "inter-step gap: DataLoader next()",
+// steps.wait_source for a reader: "inter-step gap", "DataLoader next()",
 // "wrap_dataloader"; "source unknown" when null.
 std::string WaitSourceLabel(const std::optional<std::string>& source);
 // "1 sample", "3 samples".

@@ -145,14 +145,37 @@ TEST(DataloaderStall, NamesADataLoaderWaitMeasuredInNext) {
   // THEN the stall counts the measured wait only and says where it was measured
   const RuleResult r = Eval("dataloader_stall", b);
   ASSERT_TRUE(r.fired());
-  EXPECT_EQ(r.insight->message, FormatPercent(0.25) +
-                                    " of step time waiting on the loader (inter-step gap: "
-                                    "DataLoader next())");
+  EXPECT_EQ(r.insight->message,
+            FormatPercent(0.25) + " of step time waiting on the loader (DataLoader next())");
   EXPECT_DOUBLE_EQ(r.insight->evidence["wait_fraction"].get<double>(), 0.25);
   // AND the remaining 20% is host work outside the loader and the phases
   const RuleResult other = Eval("kernel_launch_overhead", b);
   ASSERT_TRUE(other.fired());
   EXPECT_DOUBLE_EQ(other.insight->evidence["other_fraction"].get<double>(), 0.20);
+}
+
+TEST(DataloaderStall, AStepThatDidNotCallTheLoaderWaitedZeroNotItsGap) {
+  // GIVEN a GAN-like loop: each batch feeds a D step (its next() measured: 1 ms) and a G step
+  // (no next(): its wait is the 30 ms of logging before it, a gap)
+  RunBuilder b;
+  StepShape d = Split(60, 1, 59);
+  d.wait_source = "dataloader";
+  const StepShape g = Split(60, 30, 30);
+  for (int i = 0; i < 10; ++i) b.Step(d).Step(g);
+  // THEN no loader stall: the G steps' loader wait is 0 ...
+  const RuleResult r = Eval("dataloader_stall", b);
+  EXPECT_FALSE(r.fired());
+  EXPECT_FALSE(r.skipped());
+  // ... and their gap is host work outside the loader and the phases
+  const RuleResult other = Eval("kernel_launch_overhead", b);
+  ASSERT_TRUE(other.fired());
+  // (steady steps 3..19: 9 G steps with 30 ms of it each, 8 D steps with none)
+  EXPECT_NEAR(other.insight->evidence["other_fraction"].get<double>(), 9 * 30.0 / (17 * 60.0),
+              1e-9);
+  // AND where every wait is a gap (no loader measured), the gap still counts as the wait
+  RunBuilder gaps;
+  for (int i = 0; i < 10; ++i) gaps.Step(Split(60, 1, 59)).Step(g);
+  EXPECT_TRUE(Eval("dataloader_stall", gaps).fired());
 }
 
 TEST(DataloaderStall, NearMissAtTheThresholdDoesNotFire) {

@@ -140,17 +140,33 @@ Breakdown ComputeBreakdown(const std::vector<StepView>& steps, size_t begin) {
   Breakdown b;
   std::map<std::string, size_t> source_counts;
   std::unordered_map<std::string, size_t> index;  // phase name -> position in b.phases
+  // Whether the loop's loader wait was measured inside the loader (DataLoader next() in auto
+  // mode, wrap_dataloader) on some steady step: then a step whose wait is only a gap did not
+  // call the loader (several optimizer steps per batch), and its loader wait is 0.
+  const bool measured = std::any_of(steps.begin() + static_cast<std::ptrdiff_t>(
+                                                        std::min(begin, steps.size())),
+                                    steps.end(), [](const StepView& s) {
+                                      return s.wait_ns && s.wait_source &&
+                                             (*s.wait_source == "dataloader" ||
+                                              *s.wait_source == "explicit");
+                                    });
   for (size_t i = begin; i < steps.size(); ++i) {
     const StepView& s = steps[i];
     b.total_ns += s.duration_ns;
     if (s.wait_ns) {
+      const bool no_loader_call = measured && s.wait_source && *s.wait_source == "gap";
+      const int64_t wait = no_loader_call ? 0 : *s.wait_ns;
       ++b.wait_steps;
-      b.wait_total_ns += *s.wait_ns;
+      b.wait_total_ns += wait;
       b.wait_duration_ns += s.duration_ns;
-      if (s.wait_source) ++source_counts[*s.wait_source];
+      if (no_loader_call) {
+        ++b.gap_steps_without_loader;
+      } else if (s.wait_source) {
+        ++source_counts[*s.wait_source];
+      }
       if (!s.phases.empty()) {
         ++b.other_steps;
-        b.other_total_ns += static_cast<double>(s.duration_ns - *s.wait_ns - s.phase_wall_ns);
+        b.other_total_ns += static_cast<double>(s.duration_ns - wait - s.phase_wall_ns);
         b.other_duration_ns += s.duration_ns;
       }
     }

@@ -85,6 +85,10 @@ struct Breakdown {
   double wait_duration_ns = 0;  // step time of those steps
   std::optional<double> wait_fraction;
   std::optional<std::string> wait_source;  // the most common source among those steps
+  // Steps whose wait is a gap in a run whose loader wait was measured (a GAN's G step, the
+  // second update on one batch): the loader was not called, so their loader wait is 0 and
+  // their gap is host work ("other"), not loader time.
+  size_t gap_steps_without_loader = 0;
   // Phases: forward, backward, optimizer first, then other names by first appearance.
   std::vector<PhaseSummary> phases;
   // Time in neither the wait nor any phase, over the steady steps that have both a measured

@@ -87,7 +87,8 @@ json J(const std::optional<T>& v) {
   return v ? json(*v) : json(nullptr);
 }
 
-// Unknown + x = x: a merged field is known when any part is known.
+// Totals over lines: unknown + x = x (the sum of what was measured; a section says how many
+// lines it covers).
 OptInt Add(OptInt a, OptInt b) {
   if (!a) return b;
   if (!b) return a;
@@ -96,6 +97,16 @@ OptInt Add(OptInt a, OptInt b) {
 OptInt Max(OptInt a, OptInt b) {
   if (!a) return b;
   if (!b) return a;
+  return std::max(*a, *b);
+}
+// Parts of ONE line reported twice: unknown + x = unknown, since an unknown part is not 0 (nor
+// is the peak of a part that was not measured below the others').
+OptInt AddParts(OptInt a, OptInt b) {
+  if (!a || !b) return std::nullopt;
+  return *a + *b;
+}
+OptInt MaxParts(OptInt a, OptInt b) {
+  if (!a || !b) return std::nullopt;
   return std::max(*a, *b);
 }
 
@@ -153,14 +164,14 @@ bool Under(const std::string& path, const std::string& dir) {
          path[dir.size()] == '/';
 }
 
-// Display names: relative to the profile root when a file lies under it; otherwise relative
-// to the deepest directory all files share (or the path itself).
-void AssignDisplayNames(std::vector<File>* files, const std::optional<std::string>& root) {
+// The deepest directory that holds every path for which `take` is true ("" when none does).
+template <typename Pred>
+std::string CommonDirectory(const std::vector<File>& files, Pred take) {
   std::string common;
   bool first = true;
-  for (const File& f : *files) {
-    if (root && Under(f.path, *root)) continue;
-    std::string dir = Directory(f.path);
+  for (const File& f : files) {
+    if (!take(f)) continue;
+    const std::string dir = Directory(f.path);
     if (first) {
       common = dir;
       first = false;
@@ -168,14 +179,35 @@ void AssignDisplayNames(std::vector<File>* files, const std::optional<std::strin
     }
     while (!common.empty() && !(dir == common || Under(dir, common))) common = Directory(common);
   }
+  return common;
+}
+
+std::string RelativeTo(const std::string& path, const std::string& dir) {
+  return Under(path, dir) ? path.substr(dir.size() + 1) : path;
+}
+
+// Display names: relative to the profile root when a file lies under it; otherwise relative
+// to the deepest directory the files outside the root share (or the path itself). A file
+// outside the root whose name would be another file's (proj/util.py under the root and
+// vendor/util.py beside it both "util.py") is named relative to the directory all files
+// share instead, or by its full path: two files never show the same name.
+void AssignDisplayNames(std::vector<File>* files, const std::optional<std::string>& root) {
+  auto under_root = [&](const File& f) { return root && Under(f.path, *root); };
+  const std::string outside =
+      CommonDirectory(*files, [&](const File& f) { return !under_root(f); });
   for (File& f : *files) {
-    if (root && Under(f.path, *root)) {
-      f.display = f.path.substr(root->size() + 1);
-    } else if (!common.empty() && Under(f.path, common)) {
-      f.display = f.path.substr(common.size() + 1);
-    } else {
-      f.display = f.path;
-    }
+    f.display = under_root(f) ? RelativeTo(f.path, *root) : RelativeTo(f.path, outside);
+  }
+  std::map<std::string, int> uses;
+  for (const File& f : *files) ++uses[f.display];
+  const std::string all = CommonDirectory(*files, [](const File&) { return true; });
+  for (File& f : *files) {
+    if (uses[f.display] > 1 && !under_root(f)) f.display = RelativeTo(f.path, all);
+  }
+  uses.clear();
+  for (const File& f : *files) ++uses[f.display];
+  for (File& f : *files) {
+    if (uses[f.display] > 1 && !under_root(f)) f.display = f.path;
   }
 }
 
@@ -314,16 +346,16 @@ Result Read(const json& doc) {
     Line& m = it->second;  // the same line reported twice: additive fields add, peaks max
     m.time_ns += s.time_ns;
     m.time_known = m.time_known && s.time_known;
-    m.self_ns = Add(m.self_ns, s.self_ns);
-    m.hits = Add(m.hits, s.hits);
-    m.calls = Add(m.calls, s.calls);
-    m.cpu_ns = Add(m.cpu_ns, s.cpu_ns);
-    m.samples = Add(m.samples, s.samples);
-    m.mem_bytes = Add(m.mem_bytes, s.mem_bytes);
-    m.mem_peak_bytes = Max(m.mem_peak_bytes, s.mem_peak_bytes);
+    m.self_ns = AddParts(m.self_ns, s.self_ns);
+    m.hits = AddParts(m.hits, s.hits);
+    m.calls = AddParts(m.calls, s.calls);
+    m.cpu_ns = AddParts(m.cpu_ns, s.cpu_ns);
+    m.samples = AddParts(m.samples, s.samples);
+    m.mem_bytes = AddParts(m.mem_bytes, s.mem_bytes);
+    m.mem_peak_bytes = MaxParts(m.mem_peak_bytes, s.mem_peak_bytes);
     m.gpu_present = m.gpu_present || s.gpu_present;
-    m.gpu_time_ns = Add(m.gpu_time_ns, s.gpu_time_ns);
-    m.gpu_peak_bytes = Max(m.gpu_peak_bytes, s.gpu_peak_bytes);
+    m.gpu_time_ns = AddParts(m.gpu_time_ns, s.gpu_time_ns);
+    m.gpu_peak_bytes = MaxParts(m.gpu_peak_bytes, s.gpu_peak_bytes);
   }
   for (auto& [key, line] : merged) r.lines.push_back(line);
 

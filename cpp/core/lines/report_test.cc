@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
@@ -82,6 +84,25 @@ TEST(ReportPayload, FileNamesFollowTheRootTheSessionUsedWhenNoneWasGiven) {
   EXPECT_EQ(p["files"][1]["display"], "util.py");
 }
 
+TEST(ReportPayload, TwoFilesNeverShareADisplayName) {
+  // GIVEN util.py under the root and another util.py beside it, outside the root, plus a
+  // third outside file that collides with nothing
+  json r = Result();
+  r["options"]["root"] = "/w/proj";
+  r["run"]["lines"] = {Line("/w/proj/util.py", 1, 10, 1), Line("/w/vendor/util.py", 1, 10, 1),
+                       Line("/w/vendor/x/only.py", 1, 10, 1)};
+  r["run"]["functions"] = json::array();
+  r["sources"] = json::object();
+  // WHEN the payload is built
+  json p = Build(r);
+  // THEN the file under the root keeps its short name, the outside one that would repeat it
+  // is named from the directory all files share, the other from the outside files' one
+  ASSERT_EQ(p["files"].size(), 3u);
+  std::set<std::string> names;
+  for (const json& f : p["files"]) names.insert(f["display"].get<std::string>());
+  EXPECT_EQ(names, (std::set<std::string>{"util.py", "vendor/util.py", "x/only.py"}));
+}
+
 TEST(ReportPayload, OverviewCardsFilesAndTopLines) {
   // GIVEN a result with 4 lines in two files under the root
   // WHEN the payload is built
@@ -156,6 +177,20 @@ TEST(ReportPayload, DuplicateLinesAreMerged) {
   ASSERT_EQ(p["lines"].size(), 1u);
   EXPECT_EQ(p["lines"][0]["time_ns"], 5'000);
   EXPECT_EQ(p["lines"][0]["hits"], 3);
+}
+
+TEST(ReportPayload, AMergedFieldWithAnUnknownPartIsUnknown) {
+  // GIVEN a line reported twice, once without a hit count
+  json r = Result();
+  json unknown_hits = Line("/proj/app.py", 5, 5'000'000, 1);
+  unknown_hits["hits"] = nullptr;
+  r["run"]["lines"] = {unknown_hits, Line("/proj/app.py", 5, 1'000'000, 3)};
+  json p = Build(r);
+  // THEN its time adds, its hits (and so its avg/hit) are unknown, not 3
+  ASSERT_EQ(p["lines"].size(), 1u);
+  EXPECT_EQ(p["lines"][0]["time_ns"], 6'000'000);
+  EXPECT_TRUE(p["lines"][0]["hits"].is_null());
+  EXPECT_TRUE(p["lines"][0]["avg_ns"].is_null());
 }
 
 TEST(ReportPayload, HeatLevelsFollowTime) {

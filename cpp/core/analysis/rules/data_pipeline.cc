@@ -138,6 +138,7 @@ RuleResult DataloaderStall(const RunView& view, const RuleContext&) {
       {"steps", b.wait_steps},
       {"mean_wait_ns", b.wait_total_ns / static_cast<double>(b.wait_steps)},
       {"wait_source", b.wait_source ? nlohmann::json(*b.wait_source) : nlohmann::json()},
+      {"gap_steps_without_loader", b.gap_steps_without_loader},
       {"threshold", kStallFraction},
   };
   return RuleResult::Fire(stall.severity(),
