@@ -413,6 +413,25 @@ def test_a_dataloader_iterated_on_another_thread_is_not_this_loops_wait(db):
     assert [src for _, _, src in waits_of(db)[1:]] == ["gap"] * 3
 
 
+def test_a_finished_run_is_freed_without_waiting_for_the_garbage_collector(db):
+    # GIVEN a run with every hook installed (DataLoader, FLOP count), with the collector off
+    import gc
+    import weakref
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = torch.utils.data.DataLoader(SlowDataset(8, 0.0), batch_size=2)
+    gc.disable()
+    try:
+        with gpuprof.profile("freed", db=db.path, gpu="none", summary=False) as prof:
+            train(model, opt, loader)
+        ref = weakref.ref(prof)
+        del prof
+        # THEN nothing of gpuprof's keeps it (and its native session) alive in a cycle
+        assert ref() is None
+    finally:
+        gc.enable()
+
+
 def test_patches_are_restored_on_exit_and_on_raise(db):
     from torch.utils.data import dataloader
     originals = (nn.Module.__dict__["__call__"], torch.Tensor.__dict__["backward"],
@@ -737,3 +756,37 @@ def test_a_run_that_imports_torch_dynamo_leaves_nothing_on_stderr_at_exit(tmp_pa
     # THEN it exits cleanly with nothing on stderr (no binding-layer "leaked instance" report)
     assert done.returncode == 0
     assert done.stderr == ""
+
+
+@pytest.mark.parametrize("counting", ["counted", "declared"])
+def test_torch_dynamo_never_records_the_hooks_and_the_run_is_freed(tmp_path, counting):
+    # GIVEN a fresh process that has imported torch but not torch._dynamo, and an auto run
+    # that counts one step's FLOPs (its FlopCounterMode imports torch._dynamo) or declares them
+    import subprocess
+    import sys
+    declared = ", flops_per_step=1e6" if counting == "declared" else ""
+    script = tmp_path / "dyn_tables.py"
+    script.write_text(f"""
+import gc, sys, weakref
+import torch, gpuprof
+assert "torch._dynamo" not in sys.modules
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+with gpuprof.profile("dyn", db={str(tmp_path / 'd.db')!r}, gpu="none", summary=False{declared}) as prof:
+    for _ in range(4):
+        model(torch.randn(2, 8)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+ref = weakref.ref(prof)
+del prof
+gc.collect()
+import torch._dynamo.utils  # a program that compiles after the run
+hooks = [o for o in gc.get_objects() if type(o).__name__ == "CallHook"]
+print(ref() is None, len(hooks), torch.nn.Module.__call__ is torch.nn.Module._wrapped_call_impl)
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    # THEN no gpuprof hook survives the run (torch._dynamo was imported before the patches
+    # went in, so its tables hold torch's own functions), and the finished run is freed
+    assert done.stdout.split() == ["True", "0", "True"]

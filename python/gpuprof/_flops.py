@@ -8,6 +8,7 @@ runs ``torch.utils.flop_counter.FlopCounterMode`` around one training step.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -126,13 +127,31 @@ def _count_globally_only(counter: Any) -> None:
         counter.mod_tracker = _GlobalOnlyTracker()
 
 
-def _warm_up_flop_counter() -> None:
-    """The first FlopCounterMode of a process imports torch._dynamo (about a second on a CPU
-    machine): imported at profile start, so that no step is timed with it."""
-    try:
-        import torch._dynamo  # noqa: F401
-    except Exception:  # noqa: BLE001 - the count itself reports what fails
-        pass
+def import_dynamo() -> None:
+    """Imports torch._dynamo (1-2 s on a CPU machine) at the start of an auto-mode run, BEFORE
+    torch is patched: at import it records torch's functions in tables of its own
+    (nn.Module.__call__, Tensor.backward, torch.autograd.backward), and imported while the
+    patches are in, it would record gpuprof's hooks there — torch.compile would then see
+    them after the run, and they would keep the run's native session alive for the life of
+    the process. It is imported anyway by the first FlopCounterMode (the automatic FLOP
+    count) and by torch.compile; this way no step is timed with the import either.
+
+    The import runs on a thread of its own: torch keeps exceptions it caught while importing
+    (optional dependencies it probes), whose tracebacks hold the importing frames and, through
+    them, every caller's (the user's training function and its model, the Profile) for the
+    life of the process."""
+    if "torch._dynamo" in sys.modules:
+        return
+
+    def load() -> None:
+        try:
+            import torch._dynamo  # noqa: F401
+        except Exception:  # noqa: BLE001 - the count itself reports what fails
+            pass
+
+    thread = threading.Thread(target=load, name="gpuprof-import-dynamo", daemon=True)
+    thread.start()
+    thread.join()
 
 
 class StepFlopCounter:
@@ -195,7 +214,7 @@ class StepFlopCounter:
         self.failed = False  # the problem is a failure (warning), not just a short run
 
     def install(self) -> None:
-        _warm_up_flop_counter()
+        import_dynamo()  # a no-op when profile() imported it before patching
         from torch.optim.optimizer import (register_optimizer_step_post_hook,
                                            register_optimizer_step_pre_hook)
         self._handles["pre"] = register_optimizer_step_pre_hook(self._pre)

@@ -12,11 +12,12 @@ import signal
 import socket
 import sys
 import threading
+import weakref
 import warnings
 from types import TracebackType
-from typing import Any, Iterable, Iterator, Optional, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar
 
-from ._flops import StepFlopCounter, TransformerArch
+from ._flops import StepFlopCounter, TransformerArch, import_dynamo
 
 T = TypeVar("T")
 
@@ -180,6 +181,44 @@ class _Phase:
             self._step._prof._phase_edge(self._id, False)
 
 
+def _import_torch() -> Any:
+    """torch, imported for auto mode when the program has not imported it yet; None when it
+    is not installed. The import runs on a thread of its own, as the FLOP count's import of
+    torch._dynamo does (_flops.import_dynamo): what an import keeps (exceptions it
+    caught, with their tracebacks) must not hold this thread's frames — the Profile and the
+    frame of the user's code that entered profile(), with its locals — for the life of the
+    process. If that thread cannot import it, this one tries."""
+    def load() -> None:
+        try:
+            import torch  # noqa: F401
+        except Exception:  # noqa: BLE001 - retried below, on this thread
+            pass
+
+    thread = threading.Thread(target=load, name="gpuprof-import-torch", daemon=True)
+    thread.start()
+    thread.join()
+    torch = sys.modules.get("torch")
+    if torch is None:
+        try:
+            import torch  # noqa: F811
+        except ImportError:
+            return None
+    return torch
+
+
+def _weak_loader_edge(prof: "Profile") -> Callable[[int, bool, int], None]:
+    """The DataLoader hooks' callback, holding the Profile weakly: the hooks must not keep
+    a finished run (and its native session, NVML included) alive in a reference cycle."""
+    ref = weakref.ref(prof)
+
+    def edge(kind: int, begin: bool, ts: int) -> None:
+        p = ref()
+        if p is not None:
+            p._loader_edge(kind, begin, ts)
+
+    return edge
+
+
 class _WrappedLoader(Iterable[T]):
     """Iterates like the wrapped loader; time spent in next() is the step's explicit wait."""
 
@@ -295,10 +334,7 @@ class Profile:
         self._kinds = {k: getattr(_native.kind, k) for k in dir(_native.kind) if k.isupper()}
         torch = sys.modules.get("torch")
         if torch is None and self._auto:
-            try:
-                import torch  # noqa: F811
-            except ImportError:
-                torch = None
+            torch = _import_torch()
         opts = dict(self._options)
         env = _environment(torch)
         if opts.get("group_id") is not None:
@@ -362,7 +398,8 @@ class Profile:
                 self._session.set_telemetry_status("cuda_events", False, None, reason)
             # Without arch= or flops_per_step= one step's FLOPs are counted (below): the
             # loader hooks tell the count where loader work (a collate_fn's module) runs.
-            edge = self._loader_edge if self._options.get("flops_method") is None else None
+            edge = _weak_loader_edge(self) if self._options.get("flops_method") is None else None
+            import_dynamo()  # before the patches, which it must not record (see there)
             self._patches = TorchPatches(self._session, self._kinds, self._timer, edge)
             self._patches.install(torch)
         except Exception as e:
@@ -415,6 +452,7 @@ class Profile:
             self._finish_flop_count()
             if self._patches is not None:
                 problems += self._patches.uninstall()
+                self._patches = None
             if self._timer is not None:
                 try:
                     self._timer.finish()
