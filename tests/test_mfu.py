@@ -289,7 +289,8 @@ def test_automatic_count_covers_gradient_accumulation_and_several_optimizers(db,
     assert spy.enters == 2
 
 
-def test_module_work_inside_the_dataloader_is_not_counted(db):
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_module_work_inside_the_dataloader_is_not_counted(db, wrapped):
     # GIVEN a DataLoader whose collate_fn runs a Linear on the batch (num_workers=0: in this
     # process, inside next()), feeding the model the counted step trains on
     model = mlp()
@@ -304,8 +305,8 @@ def test_module_work_inside_the_dataloader_is_not_counted(db):
 
     loader = torch.utils.data.DataLoader(list(range(8)), batch_size=1, collate_fn=collate)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    with gpuprof.profile("collate-flops", db=db.path, gpu="none", summary=False):
-        for batch in loader:
+    with gpuprof.profile("collate-flops", db=db.path, gpu="none", summary=False) as prof:
+        for batch in (prof.wrap_dataloader(loader) if wrapped else loader):
             loss_of(model, batch).backward()
             opt.step()
             opt.zero_grad()

@@ -714,6 +714,18 @@ def test_torchrun_without_rdzv_id_sets_no_group(db, monkeypatch, run_id):
     assert db.one("SELECT group_id FROM runs") is None
 
 
+def test_an_undecodable_torchelastic_run_id_is_stored_escaped(db, monkeypatch):
+    # GIVEN $TORCHELASTIC_RUN_ID holding a byte that is not UTF-8 (every rank reads the same)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", os.fsdecode(b"job-\xff"))
+    # WHEN a run starts
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "could not start recording"
+        with gpuprof.profile("elastic", db=db.path, gpu="none", summary=False):
+            pass
+    # THEN it is recorded, its group the variable's text with the byte escaped
+    assert db.one("SELECT group_id FROM runs") == "job-\\udcff"
+
+
 def test_an_empty_gpu_backend_variable_counts_as_unset(db, monkeypatch):
     # GIVEN GPUPROF_GPU_BACKEND= (set, empty)
     monkeypatch.setenv("GPUPROF_GPU_BACKEND", "")

@@ -171,6 +171,7 @@ class LineTracer {
     owner_ = PyThreadState_Get();
     owner_id_ = owner_->id;
     start_ns_ = clock::NowNs();
+    last_event_ns_ = start_ns_;
     t_owner_exit_watch.armed = true;
     g_owner_thread.store(ThisThread(), std::memory_order_relaxed);
 #if GPUPROF_MONITORING
@@ -923,18 +924,29 @@ class LineTracer {
       Py_RETURN_NONE;
     }
     // Called as a frame's local trace function while another tool's trace function is
-    // installed (it replaced the session's): that tool's, nothing to do here.
-    if (tstate->c_traceobj != TraceObject()) Py_RETURN_NONE;
+    // installed (it replaced the session's): that tool's, nothing to do here — but an event
+    // of a recorded frame went to it, not to the session.
+    if (tstate->c_traceobj != TraceObject()) {
+      self->missed_while_replaced_ = true;
+      Py_RETURN_NONE;
+    }
     int what = -1;
     if (PyUnicode_CompareWithASCIIString(args[1], "call") == 0) what = PyTrace_CALL;
     else if (PyUnicode_CompareWithASCIIString(args[1], "line") == 0) what = PyTrace_LINE;
     else if (PyUnicode_CompareWithASCIIString(args[1], "return") == 0) what = PyTrace_RETURN;
     else if (PyUnicode_CompareWithASCIIString(args[1], "exception") == 0) what = PyTrace_EXCEPTION;
     else if (PyUnicode_CompareWithASCIIString(args[1], "opcode") == 0) what = PyTrace_OPCODE;
-    // Reached through CPython's trampoline with the session's object installed: a tool
-    // replaced the trace function and then put the session's back (sys.settrace(saved)).
-    // Lines that ran in between were not recorded; stop() says so.
-    if (tstate->c_tracefunc != &LineTracer::TraceFunc) self->restored_after_replace_ = true;
+    // Reached through CPython's trampoline with the session's object installed: the session's
+    // tracer was put back through sys.settrace(saved). Lines were lost if another tool's
+    // tracer got a recorded frame's events meanwhile, or if no tracer ran for a while
+    // (sys.settrace(None) around some work): nothing reached the session for over
+    // kRestoreGapNs. A plain `sys.settrace(sys.gettrace())` loses nothing and says nothing.
+    if (tstate->c_tracefunc != &LineTracer::TraceFunc &&
+        (self->missed_while_replaced_ ||
+         clock::NowNs() - self->last_event_ns_ > kRestoreGapNs)) {
+      self->restored_after_replace_ = true;
+    }
+    self->missed_while_replaced_ = false;
     PyEval_SetTrace(&LineTracer::TraceFunc, TraceObject());
     if (what >= 0 &&
         TraceFunc(TraceObject(), reinterpret_cast<PyFrameObject*>(args[0]), what, args[2]) != 0)
@@ -989,6 +1001,7 @@ class LineTracer {
     switch (what) {
       case PyTrace_LINE: {
         int64_t now = clock::NowNs();
+        last_event_ns_ = now;
         int32_t line = PyFrame_GetLineNumber(frame);
         if (agg_.Line(key, line, now)) return 0;
         int32_t idx = CodeOf(frame);
@@ -1005,6 +1018,7 @@ class LineTracer {
       }
       case PyTrace_CALL: {
         int64_t now = clock::NowNs();
+        last_event_ns_ = now;
         int32_t idx = CodeOf(frame);
         if (idx == kExcluded) {
           // No line events for this frame; its time stays on the calling recorded line.
@@ -1056,7 +1070,11 @@ class LineTracer {
   std::set<std::string> undecodable_;  // raw names of recorded-looking files not UTF-8
   std::string undecodable_example_;
   std::vector<std::string> warnings_;
-  bool restored_after_replace_ = false;  // 3.11: see TraceCall
+  // 3.11, see TraceCall: whether lines were lost while another tracer (or none) ran.
+  bool restored_after_replace_ = false;
+  bool missed_while_replaced_ = false;
+  int64_t last_event_ns_ = 0;  // the last line event the session handled
+  static constexpr int64_t kRestoreGapNs = 1'000'000;
   State state_ = kIdle;
   uint32_t generation_ = 0;
   PyThreadState* owner_ = nullptr;

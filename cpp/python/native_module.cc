@@ -95,25 +95,29 @@ class PySession {
   // wrap_dataloader's next(). On the owner thread it shares the loader depth with the
   // DataLoader hooks, so that a wrapped torch DataLoader counts its wait once (as
   // wrap_dataloader's); the manual API on another thread (a loop run on a helper thread)
-  // records it as it does its steps and phases.
-  void WaitBegin() {
-    if (!state_.Recording()) return;
+  // records it as it does its steps and phases. Both return whether they were the owner
+  // thread's outermost loader edge (the FLOP count's cue).
+  bool WaitBegin() {
+    if (!state_.Recording()) return false;
     if (PyThread_get_thread_ident() != state_.owner_thread) {
       session_->Emit(EventKind::kWaitBegin, 0, kWaitWrapped);
-      return;
+      return false;
     }
-    if (state_.depth[kHookLoader]++ != 0) return;
+    if (state_.depth[kHookLoader]++ != 0) return false;
     session_->Emit(EventKind::kWaitBegin, 0, kWaitWrapped);
     ++state_.calls[kHookLoader];
+    return true;
   }
-  void WaitEnd() {
-    if (!state_.Recording()) return;
+  bool WaitEnd() {
+    if (!state_.Recording()) return false;
     if (PyThread_get_thread_ident() != state_.owner_thread) {
       session_->Emit(EventKind::kWaitEnd);
-      return;
+      return false;
     }
-    if (state_.depth[kHookLoader] <= 0) return;
-    if (--state_.depth[kHookLoader] == 0) session_->Emit(EventKind::kWaitEnd);
+    if (state_.depth[kHookLoader] <= 0) return false;
+    if (--state_.depth[kHookLoader] != 0) return false;
+    session_->Emit(EventKind::kWaitEnd);
+    return true;
   }
 
   // Optimizer step pre/post hooks (torch.optim global hooks): share the optimizer depth with

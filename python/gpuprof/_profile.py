@@ -551,10 +551,9 @@ class Profile:
         """wrap_dataloader's wait: shares the native loader depth with the DataLoader hooks."""
         s = self._session
         if s is not None and self._state == "running":
-            if begin:
-                s.wait_begin()
-            else:
-                s.wait_end()
+            outermost = s.wait_begin() if begin else s.wait_end()
+            if outermost:
+                self._loader_edge(0, begin, 0)  # the FLOP count leaves the loader's work out
 
     def _emit_kind(self, kind: str, arg: int = 0, value: int = 0) -> None:
         s = self._session
@@ -650,7 +649,7 @@ def _finish_at_exit() -> None:
 
 def _environment(torch: Any) -> dict[str, Any]:
     env: dict[str, Any] = {
-        "hostname": socket.gethostname(),
+        "hostname": _storable_text(socket.gethostname()),
         "python_version": platform.python_version(),
     }
     if torch is not None:
@@ -666,7 +665,9 @@ def _environment(torch: Any) -> dict[str, Any]:
     # it is treated as unset like "" (every such job would otherwise share one group).
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "").strip()
     if run_id and run_id.lower() != "none":
-        env["group_id"] = run_id
+        # Undecodable bytes (surrogate escapes) are stored as backslash escapes: every rank
+        # reads the same variable, so the ranks still share one group.
+        env["group_id"] = _storable_text(run_id)
     return env
 
 

@@ -268,18 +268,42 @@ def _output_path(out: Any) -> str:
 
 
 def _live_codes(module: Any, path: str) -> dict[str, Any]:
-    """Code objects of the module's functions, classes' methods included, by qualname."""
+    """Code objects of the module's functions — methods (static, class, property accessors)
+    of the classes defined in it included, nested classes too — by qualname. Read from the
+    module's and classes' own dicts by type, never through attribute access on the values:
+    a global whose __getattr__ raises or imports (an attribute-dict config, a lazy-import
+    proxy) is not touched."""
     out: dict[str, Any] = {}
+    seen: set[int] = set()
 
     def add(obj: Any) -> None:
-        code = getattr(obj, "__code__", None)
-        if code is not None and code.co_filename == path:
-            out[code.co_qualname] = code
+        if type(obj) is types.FunctionType:
+            code = obj.__code__
+            if code.co_filename == path:
+                out[code.co_qualname] = code
+
+    def visit_class(cls: type, depth: int) -> None:
+        if depth > 16 or id(cls) in seen:
+            return
+        seen.add(id(cls))
+        own = type.__dict__["__dict__"].__get__(cls)  # cls.__dict__, no metaclass hooks
+        if own.get("__module__") != module.__name__:
+            return  # imported, not defined here
+        for member in list(own.values()):
+            kind = type(member)
+            if kind is staticmethod or kind is classmethod:
+                add(member.__func__)
+            elif kind is property:
+                for accessor in (member.fget, member.fset, member.fdel):
+                    add(accessor)
+            elif issubclass(kind, type):
+                visit_class(member, depth + 1)
+            else:
+                add(member)
 
     for value in list(vars(module).values()):
-        if isinstance(value, type) and getattr(value, "__module__", None) == module.__name__:
-            for member in list(vars(value).values()):
-                add(getattr(member, "__func__", member))  # staticmethod / classmethod
+        if issubclass(type(value), type):
+            visit_class(value, 0)
         else:
             add(value)
     return out
@@ -303,19 +327,36 @@ def _compiled_codes(text: str, path: str) -> dict[str, list[Any]] | None:
     return found
 
 
+def _const_key(value: Any) -> Any:
+    """A constant, comparable across compilations: a frozenset by its members (a .pyc's set
+    literal may iterate in another order than a fresh compile's), a float by its repr (nan,
+    -0.0), nested code by everything it does."""
+    kind = type(value)
+    if kind is types.CodeType:
+        return ("code", _code_key(value))
+    if kind is tuple:
+        return ("tuple", tuple(_const_key(v) for v in value))
+    if kind is frozenset:
+        return ("frozenset", frozenset(_const_key(v) for v in value))
+    if kind is float or kind is complex:
+        return (kind.__name__, repr(value))
+    return (kind.__name__, value)
+
+
 def _code_key(code: Any) -> tuple:
     """What a function's code does, comparable across compilations of the same text: its
-    bytecode, names, constants (nested code by name) and first line."""
-    consts = tuple(k.co_qualname if isinstance(k, types.CodeType) else (type(k).__name__,
-                                                                          repr(k))
-                   for k in code.co_consts)
-    return (code.co_firstlineno, code.co_code, code.co_names, consts)
+    bytecode, names, constants (nested functions and classes included) and first line."""
+    return (code.co_firstlineno, code.co_code, code.co_names,
+            tuple(_const_key(k) for k in code.co_consts))
 
 
 def _rewritten(code: Any) -> bool:
     """Bytecode an import hook rewrote (pytest's assertion rewriting adds '@py_assert'
-    names that no source can spell): its lines are the source's, its bytecode is not."""
-    return any(n.startswith("@") for n in code.co_names + code.co_varnames)
+    names that no source can spell), here or in a nested function: its lines are the
+    source's, its bytecode is not."""
+    if any(n.startswith("@") for n in code.co_names + code.co_varnames):
+        return True
+    return any(type(k) is types.CodeType and _rewritten(k) for k in code.co_consts)
 
 
 def _source_differs(module: Any, path: str, text: str) -> bool:
@@ -324,19 +365,28 @@ def _source_differs(module: Any, path: str, text: str) -> bool:
     functions must start where their code says, and each must be what `text` compiles to
     (bytecode, names, constants); a function whose bytecode an import hook rewrote (pytest's
     assertion rewriting) is checked by its lines only."""
-    live = _live_codes(module, path)
+    try:
+        return _differs(_live_codes(module, path), path, text)
+    except Exception:  # noqa: BLE001 - a module's odd contents: no verdict, no failure
+        return False
+
+
+def _differs(live: dict[str, Any], path: str, text: str) -> bool:
+    if not live:
+        return False
+    compiled = _compiled_codes(text, path)
+    if compiled is None:
+        return True  # the file no longer compiles: not what ran
+    # A function the text does not define was not compiled from it (exec'd under the file's
+    # name, say): no verdict on it.
+    live = {q: c for q, c in live.items() if q in compiled}
     if _lines_differ(live, text):
         return True
-    compiled: dict[str, list[Any]] | None = None
     for qualname, code in live.items():
         if _rewritten(code):
             continue
-        if compiled is None:
-            compiled = _compiled_codes(text, path)
-            if compiled is None:
-                return True  # the file no longer compiles: not what ran
         key = _code_key(code)
-        if not any(_code_key(c) == key for c in compiled.get(qualname, ())):
+        if not any(_code_key(c) == key for c in compiled[qualname]):
             return True
     return False
 

@@ -484,7 +484,7 @@ def test_a_session_whose_backend_result_fails_is_the_latest_and_says_why(tmp_pat
     for read in (lambda: s.result, lambda: profile.result):
         with pytest.raises(RuntimeError, match="session stopped, but finishing it failed "
                                                r"\(backend 'scripted-broken': OSError: disk "
-                                               "gone\)"):
+                                               r"gone\)"):
             read()
 
 
@@ -754,3 +754,103 @@ def test_a_summary_without_an_elapsed_time_says_it_is_unknown(capsys):
     assert s.result.run.elapsed_ns is None
     first = capsys.readouterr().err.splitlines()[0]
     assert first.startswith("linescope (no-elapsed): elapsed time unknown, 1 line in 1 file")
+
+
+def test_globals_whose_attribute_access_raises_do_not_break_the_edit_check(ws):
+    # GIVEN a module with an attribute-dict config and a lazy proxy whose __getattr__ raises
+    mod = ws.module("odd_globals.py", """
+        class Config(dict):
+            def __getattr__(self, key):
+                return self[key]          # KeyError for anything missing
+        class Lazy:
+            def __getattr__(self, name):
+                raise ModuleNotFoundError("no module named 'heavy'")
+        config = Config(lr=0.1)
+        heavy = Lazy()
+        def work():
+            return config.lr
+    """)
+    # WHEN it is profiled
+    with profile(root=ws.root, display="none") as session:
+        mod.work()
+    # THEN the session stops with its result and no warning about the module
+    r = session.result
+    assert r.line(str(ws.root / "odd_globals.py"), 10).hits == 1
+    assert not any("odd_globals.py" in w for w in r.warnings), r.warnings
+
+
+def test_edits_inside_closures_and_nested_classes_are_flagged_and_exec_code_is_not(ws):
+    # GIVEN three modules imported and then edited without reloading, keeping the layout:
+    # a closure's body, a nested class's method; and one untouched module that generates a
+    # function with exec(compile(..., __file__, ...))
+    closure = ws.module("closure_edit.py", """
+        def outer():
+            def inner():
+                return 1
+            return inner()
+    """)
+    (ws.root / "closure_edit.py").write_text(
+        "def outer():\n    def inner():\n        return 2\n    return inner()\n")
+    nested = ws.module("nested_edit.py", """
+        class A:
+            class B:
+                def m(self):
+                    return 1
+    """)
+    (ws.root / "nested_edit.py").write_text(
+        "class A:\n    class B:\n        def m(self):\n            return 2\n")
+    generated = ws.module("generated.py", """
+        ns = {}
+        exec(compile("def getter(o):\\n    return o.x\\n", __file__, "exec"), ns)
+        getter = ns["getter"]
+        def use():
+            return getter(type("O", (), {"x": 1}))
+    """)
+    # WHEN they run under a session
+    with profile(root=ws.root, display="none") as session:
+        closure.outer()
+        nested.A.B().m()
+        generated.use()
+    warns = session.result.warnings
+    # THEN both edits are flagged; the generated function is no edit
+    assert any("closure_edit.py changed after it was imported" in w for w in warns), warns
+    assert any("nested_edit.py changed after it was imported" in w for w in warns), warns
+    assert not any("generated.py" in w for w in warns), warns
+
+
+def test_a_module_loaded_from_a_pyc_of_another_hash_seed_is_not_flagged(tmp_path):
+    # GIVEN an unedited module with set literals whose .pyc an earlier process wrote under
+    # another hash seed (a set literal's frozenset then iterates in another order than a
+    # fresh compile of the same text)
+    (tmp_path / "setmod.py").write_text(
+        "def classify(word):\n"
+        "    if word in {'alpha', 'beta', 'gamma', 'delta', 'epsilon'}:\n"
+        "        return 1\n"
+        "    if word in {'red', 'green', 'blue', 'cyan', 'magenta', 'yellow'}:\n"
+        "        return 2\n"
+        "    return 0\n")
+    (tmp_path / "run.py").write_text(
+        "import os, sys\n"
+        "sys.path.insert(0, os.getcwd())\n"
+        "import setmod\n"
+        "from linescope import profile\n"
+        "fresh = compile(open('setmod.py').read(), 'setmod.py', 'exec')\n"
+        "def sets(code):\n"
+        "    return [list(k) for c in code.co_consts if hasattr(c, 'co_consts')\n"
+        "            for k in c.co_consts if isinstance(k, frozenset)]\n"
+        "differs = sets(fresh) != sets(setmod.classify.__code__) or None\n"
+        "with profile(root=os.getcwd(), display='none') as p:\n"
+        "    setmod.classify('beta')\n"
+        "print(bool(differs), any('setmod.py' in w for w in p.result.warnings))\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, '.'); import setmod"],
+                   cwd=tmp_path, env={**env, "PYTHONHASHSEED": "1"}, check=True, timeout=60)
+    outcomes = []
+    for seed in ("17", "21", "27", "28", "5"):
+        done = subprocess.run([sys.executable, "run.py"], cwd=tmp_path, capture_output=True,
+                              text=True, env={**env, "PYTHONHASHSEED": seed}, timeout=120)
+        assert done.returncode == 0, done.stderr
+        outcomes.append(done.stdout.split())
+    # THEN no run is flagged, also those whose .pyc sets iterate in another order
+    assert all(flagged == "False" for _, flagged in outcomes), outcomes
+    assert any(differs == "True" for differs, _ in outcomes), outcomes  # the case was hit
