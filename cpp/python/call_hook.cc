@@ -35,8 +35,19 @@ constexpr EventKind kEnd[kHookKinds] = {EventKind::kForwardEnd, EventKind::kBack
 void RunCallback(CallHook* h, bool begin, int64_t ts) {
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
-  PyObject* r = PyObject_CallFunction(h->callback, "iOL", h->kind, begin ? Py_True : Py_False,
-                                      static_cast<long long>(ts));
+  // Held across the call: a failing callback is cleared below, and the call must not outlive
+  // the object it runs.
+  PyObject* callback = Py_NewRef(h->callback);
+  PyObject* r = nullptr;
+  PyObject* kind = PyLong_FromLong(h->kind);
+  PyObject* when = PyLong_FromLongLong(static_cast<long long>(ts));
+  if (kind != nullptr && when != nullptr) {
+    PyObject* args[3] = {kind, begin ? Py_True : Py_False, when};
+    r = PyObject_Vectorcall(callback, args, 3, nullptr);
+  }
+  Py_XDECREF(kind);
+  Py_XDECREF(when);
+  Py_DECREF(callback);
   if (r == nullptr) {
     // Record the failure (diagnostic + warning), stop calling the callback, keep training.
     const bool loader = h->kind == kHookLoader;

@@ -317,13 +317,12 @@ class StepFlopCounter:
                        f"without an exception in {self._windows} tries; pass arch= or "
                        "flops_per_step= to profile()", inside=None, failure=False)
 
-    def loader_edge(self, begin: bool) -> None:
+    def loader_edge(self, kind: int, begin: bool, ts: int) -> None:
         """Leaves the work inside a DataLoader's iter()/next() (a collate_fn or transform
         that runs a module, with num_workers=0) out of the open count: the counts are saved
         when the loader is entered and put back when it returns. Never raises."""
         counter = self._counter
-        if counter is None:
-            self._loader_saved = None
+        if counter is None:  # no window open: the common case, kept to one test
             return
         try:
             counts = counter.flop_counts

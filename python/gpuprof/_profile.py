@@ -12,10 +12,9 @@ import signal
 import socket
 import sys
 import threading
-import weakref
 import warnings
 from types import TracebackType
-from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar
+from typing import Any, Iterable, Iterator, Optional, TypeVar
 
 from ._flops import StepFlopCounter, TransformerArch, import_dynamo
 
@@ -206,19 +205,6 @@ def _import_torch() -> Any:
     return torch
 
 
-def _weak_loader_edge(prof: "Profile") -> Callable[[int, bool, int], None]:
-    """The DataLoader hooks' callback, holding the Profile weakly: the hooks must not keep
-    a finished run (and its native session, NVML included) alive in a reference cycle."""
-    ref = weakref.ref(prof)
-
-    def edge(kind: int, begin: bool, ts: int) -> None:
-        p = ref()
-        if p is not None:
-            p._loader_edge(kind, begin, ts)
-
-    return edge
-
-
 class _WrappedLoader(Iterable[T]):
     """Iterates like the wrapped loader; time spent in next() is the step's explicit wait."""
 
@@ -398,7 +384,12 @@ class Profile:
                 self._session.set_telemetry_status("cuda_events", False, None, reason)
             # Without arch= or flops_per_step= one step's FLOPs are counted (below): the
             # loader hooks tell the count where loader work (a collate_fn's module) runs.
-            edge = _weak_loader_edge(self) if self._options.get("flops_method") is None else None
+            # (The counter holds no reference to this Profile: no cycle through the hooks.)
+            counter: Optional[StepFlopCounter] = None
+            if self._options.get("flops_method") is None:
+                session = self._session
+                counter = StepFlopCounter(lambda: int(session.stats()["optimizer_calls"]))
+            edge = counter.loader_edge if counter is not None else None
             import_dynamo()  # before the patches, which it must not record (see there)
             self._patches = TorchPatches(self._session, self._kinds, self._timer, edge)
             self._patches.install(torch)
@@ -409,9 +400,7 @@ class Profile:
                 self._patches.uninstall()
                 self._patches = None
             return
-        if self._options.get("flops_method") is None:  # neither arch= nor flops_per_step=
-            session = self._session
-            counter = StepFlopCounter(lambda: int(session.stats()["optimizer_calls"]))
+        if counter is not None:  # neither arch= nor flops_per_step=
             try:
                 counter.install()
                 self._flop_counter = counter
@@ -425,7 +414,7 @@ class Profile:
         """The outermost DataLoader iter()/next() on the training thread begins or ends."""
         counter = self._flop_counter
         if counter is not None:
-            counter.loader_edge(begin)
+            counter.loader_edge(kind, begin, ts)
 
     def _describe_cuda(self, torch: Any) -> None:
         """A CUDA process trains on one device (one rank per GPU): gpu_count is 1 and the model
