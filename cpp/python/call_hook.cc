@@ -1,7 +1,8 @@
 // Native call hooks for auto-instrumentation: nn.Module.__call__, Tensor.backward,
-// torch.autograd.backward, GradScaler.step, and the DataLoader's iter()/next() (loader wait). Written against the CPython C API directly
-// (vectorcall + method-descriptor protocol) so that a nested submodule call costs one thread
-// id compare and two integer updates beyond the call itself.
+// torch.autograd.backward, GradScaler.step, and the DataLoader's iter()/next() (loader wait).
+// Written against the CPython C API directly (vectorcall + method-descriptor protocol) so
+// that a nested submodule call costs one thread id compare and two integer updates beyond
+// the call itself.
 #include <Python.h>
 #include <pythread.h>
 
@@ -99,10 +100,9 @@ PyObject* CallHookVectorcall(PyObject* self, PyObject* const* args, size_t nargs
     return PyObject_Vectorcall(h->original, args, nargsf, kwnames);
   }
   const bool outermost = st->depth[k]++ == 0;
-  const int64_t value = k == kHookLoader ? kWaitDataLoader : 0;
   if (outermost) {
     const int64_t ts = clock::NowNs();
-    st->session->EmitAt(ts, kBegin[k], 0, value);
+    st->session->EmitAt(ts, kBegin[k], 0, k == kHookLoader ? kWaitDataLoader : 0);
     ++st->calls[k];
     if (h->callback) RunCallback(h, true, ts);
   }

@@ -99,25 +99,20 @@ class PySession {
   // thread's outermost loader edge (the FLOP count's cue).
   bool WaitBegin() {
     if (!state_.Recording()) return false;
-    if (PyThread_get_thread_ident() != state_.owner_thread) {
-      session_->Emit(EventKind::kWaitBegin, 0, kWaitWrapped);
-      return false;
-    }
-    if (state_.depth[kHookLoader]++ != 0) return false;
+    const bool owner = PyThread_get_thread_ident() == state_.owner_thread;
+    if (owner && state_.depth[kHookLoader]++ != 0) return false;
     session_->Emit(EventKind::kWaitBegin, 0, kWaitWrapped);
-    ++state_.calls[kHookLoader];
-    return true;
+    if (owner) ++state_.calls[kHookLoader];
+    return owner;
   }
   bool WaitEnd() {
     if (!state_.Recording()) return false;
-    if (PyThread_get_thread_ident() != state_.owner_thread) {
-      session_->Emit(EventKind::kWaitEnd);
+    const bool owner = PyThread_get_thread_ident() == state_.owner_thread;
+    if (owner && (state_.depth[kHookLoader] <= 0 || --state_.depth[kHookLoader] != 0)) {
       return false;
     }
-    if (state_.depth[kHookLoader] <= 0) return false;
-    if (--state_.depth[kHookLoader] != 0) return false;
     session_->Emit(EventKind::kWaitEnd);
-    return true;
+    return owner;
   }
 
   // Optimizer step pre/post hooks (torch.optim global hooks): share the optimizer depth with

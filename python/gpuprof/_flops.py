@@ -8,6 +8,7 @@ runs ``torch.utils.flop_counter.FlopCounterMode`` around one training step.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import sys
 import threading
 from dataclasses import dataclass
@@ -140,18 +141,24 @@ def import_dynamo() -> None:
     (optional dependencies it probes), whose tracebacks hold the importing frames and, through
     them, every caller's (the user's training function and its model, the Profile) for the
     life of the process."""
-    if "torch._dynamo" in sys.modules:
-        return
+    import_off_thread("torch._dynamo")  # a failure: the count itself reports what fails
 
-    def load() -> None:
-        try:
-            import torch._dynamo  # noqa: F401
-        except Exception:  # noqa: BLE001 - the count itself reports what fails
-            pass
 
-    thread = threading.Thread(target=load, name="gpuprof-import-dynamo", daemon=True)
-    thread.start()
-    thread.join()
+def import_off_thread(name: str) -> Any:
+    """The module `name`, imported (when not yet) on a short-lived thread of its own, so that
+    what the import keeps (exceptions it caught, with their tracebacks) holds that thread's
+    frames, not the caller's. None when the import fails there."""
+    if name not in sys.modules:
+        def load() -> None:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - the caller decides what a missing module means
+                pass
+
+        thread = threading.Thread(target=load, name=f"gpuprof-import-{name}", daemon=True)
+        thread.start()
+        thread.join()
+    return sys.modules.get(name)
 
 
 class StepFlopCounter:

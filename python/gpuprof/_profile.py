@@ -16,7 +16,7 @@ import warnings
 from types import TracebackType
 from typing import Any, Iterable, Iterator, Optional, TypeVar
 
-from ._flops import StepFlopCounter, TransformerArch, import_dynamo
+from ._flops import StepFlopCounter, TransformerArch, import_dynamo, import_off_thread
 
 T = TypeVar("T")
 
@@ -182,21 +182,11 @@ class _Phase:
 
 def _import_torch() -> Any:
     """torch, imported for auto mode when the program has not imported it yet; None when it
-    is not installed. The import runs on a thread of its own, as the FLOP count's import of
-    torch._dynamo does (_flops.import_dynamo): what an import keeps (exceptions it
-    caught, with their tracebacks) must not hold this thread's frames — the Profile and the
-    frame of the user's code that entered profile(), with its locals — for the life of the
-    process. If that thread cannot import it, this one tries."""
-    def load() -> None:
-        try:
-            import torch  # noqa: F401
-        except Exception:  # noqa: BLE001 - retried below, on this thread
-            pass
-
-    thread = threading.Thread(target=load, name="gpuprof-import-torch", daemon=True)
-    thread.start()
-    thread.join()
-    torch = sys.modules.get("torch")
+    is not installed. Imported off this thread (_flops.import_off_thread): what the import
+    keeps must not hold the Profile and the frame of the user's code that entered profile(),
+    with its locals, for the life of the process. If that thread cannot import it, this one
+    tries."""
+    torch = import_off_thread("torch")
     if torch is None:
         try:
             import torch  # noqa: F811
