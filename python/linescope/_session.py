@@ -378,8 +378,12 @@ def _differs(live: dict[str, Any], path: str, text: str) -> bool:
     if compiled is None:
         return True  # the file no longer compiles: not what ran
     # A function the text does not define was not compiled from it (exec'd under the file's
-    # name, say): no verdict on it.
-    live = {q: c for q, c in live.items() if q in compiled}
+    # name, say): no verdict on it — unless the text defines none of them, when it is not
+    # the file that ran (rewritten since).
+    defined = {q: c for q, c in live.items() if q in compiled}
+    if not defined:
+        return True
+    live = defined
     if _lines_differ(live, text):
         return True
     for qualname, code in live.items():
