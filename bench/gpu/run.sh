@@ -11,7 +11,7 @@
 #   checks   bench/gpu/checks.py (the GPU checks; before the CPU suites so
 #            that a slow test suite can never eat the GPU time)              -> checks.log
 #   ctest    ctest --test-dir build/py                                       -> ctest.log
-#   pytest   pytest tests/                                                   -> pytest.log
+#   pytest   pytest on the GPU-relevant suites (GPU_PYTEST_ARGS=tests: all)  -> pytest.log
 #   report   $OUT/report.md + $OUT/results.json (always; also after failures)
 #
 # $OUT (default ./bench/gpu/out) receives at most 8 files: the 5 logs, report.md, results.json
@@ -56,21 +56,97 @@ note() {  # note STEP TEXT: one line shown in the step table of report.md
 }
 
 # ---- prerequisites ------------------------------------------------------------------------
+# The GPU machine has no package registry. Debian packages of the C++ dev dependencies can travel
+# with the tree in $GPUPROF_GPU_DEBS (default .debs/, git-ignored; the run tool's `carry`):
+#   mkdir -p .debs && (cd .debs && apt-get download libsqlite3-dev libsqlite3-0 \
+#     nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev)
+# Those the machine lacks are unpacked (dpkg -x, never into /) under $DEPS and found by CMake
+# through CMAKE_PREFIX_PATH; libsqlite3.so.0 goes on LD_LIBRARY_PATH only if the system has none.
+DEBS_DIR="${GPUPROF_GPU_DEBS:-$REPO/.debs}"
+DEPS="$GPUPROF_GPU_WORK/deps"
+DEPS_LIB="$DEPS/usr/lib/x86_64-linux-gnu"
 pkg_ok() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-find_cmake_config() {  # find_cmake_config NAME: a <NAME>Config.cmake / <name>-config.cmake
-  local lower
-  lower="$(echo "$1" | tr '[:upper:]' '[:lower:]')"
-  find /usr/lib /usr/share /usr/local/lib /usr/local/share /opt -maxdepth 6 \
-    \( -name "${1}Config.cmake" -o -name "${lower}-config.cmake" \) 2>/dev/null | head -1
+find_cmake_config() {  # find_cmake_config NAME [ROOTS...]: a <NAME>Config.cmake / <name>-config.cmake
+  local name=$1 lower
+  shift
+  lower="$(echo "$name" | tr '[:upper:]' '[:lower:]')"
+  local roots=("$@")
+  [ ${#roots[@]} -gt 0 ] || roots=(/usr/lib /usr/share /usr/local/lib /usr/local/share /opt)
+  find "${roots[@]}" -maxdepth 6 \
+    \( -name "${name}Config.cmake" -o -name "${lower}-config.cmake" \) 2>/dev/null | head -1
+}
+sys_sqlite_dev() {
+  pkg_ok libsqlite3-dev || { [ -f /usr/include/sqlite3.h ] &&
+    ls /usr/lib/*/libsqlite3.so /usr/lib/libsqlite3.so >/dev/null 2>&1; }
+}
+sys_has() {  # sys_has sqlite|json|cli11|gtest: the machine itself provides it
+  case $1 in
+    sqlite) sys_sqlite_dev ;;
+    json) pkg_ok nlohmann-json3-dev || [ -n "$(find_cmake_config nlohmann_json)" ] ;;
+    cli11) pkg_ok libcli11-dev || [ -n "$(find_cmake_config CLI11)" ] ;;
+    gtest) { pkg_ok libgtest-dev && pkg_ok libgmock-dev; } || [ -n "$(find_cmake_config GTest)" ] ;;
+  esac
+}
+deps_has() {  # deps_has sqlite|json|cli11|gtest: unpacked under $DEPS
+  case $1 in
+    sqlite) [ -f "$DEPS/usr/include/sqlite3.h" ] && [ -e "$DEPS_LIB/libsqlite3.so" ] ;;
+    json) [ -n "$(find_cmake_config nlohmann_json "$DEPS")" ] ;;
+    cli11) [ -n "$(find_cmake_config CLI11 "$DEPS")" ] ;;
+    gtest) [ -n "$(find_cmake_config GTest "$DEPS")" ] ;;
+  esac
+}
+unpack_carried_deps() {  # runs once, in the driver, before any step
+  [ "$GPU_RUN_DRY" = 1 ] && return 0
+  if [ ! -d "$DEBS_DIR" ]; then echo "deps: nothing carried ($DEBS_DIR absent)"; return 0; fi
+  rm -rf "$DEPS"
+  local what debs deb used=()
+  for what in sqlite json cli11 gtest; do
+    sys_has $what && continue
+    case $what in
+      sqlite) debs="libsqlite3-dev_ libsqlite3-0_" ;;
+      json) debs="nlohmann-json3-dev_" ;;
+      cli11) debs="libcli11-dev_" ;;
+      gtest) debs="libgtest-dev_ libgmock-dev_" ;;
+    esac
+    for deb in $debs; do
+      for f in "$DEBS_DIR/$deb"*.deb; do
+        [ -f "$f" ] || { echo "deps: $what missing and no $deb*.deb carried"; continue; }
+        mkdir -p "$DEPS"
+        dpkg -x "$f" "$DEPS" && used+=("$(basename "$f")") || echo "deps: dpkg -x $f failed"
+      done
+    done
+  done
+  if [ ${#used[@]} -eq 0 ]; then echo "deps: the machine has every dev package"; return 0; fi
+  export CMAKE_PREFIX_PATH="$DEPS/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+  if [ -e "$DEPS_LIB/libsqlite3.so.0" ] && ! ldconfig -p 2>/dev/null | grep -q 'libsqlite3\.so\.0 '; then
+    export LD_LIBRARY_PATH="$DEPS_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+  echo "deps: unpacked ${used[*]} under $DEPS (CMAKE_PREFIX_PATH=$CMAKE_PREFIX_PATH${LD_LIBRARY_PATH:+, LD_LIBRARY_PATH=$LD_LIBRARY_PATH})"
+  mkdir -p "$GPUPROF_GPU_WORK/notes"
+  echo "carried dev packages: ${used[*]}" >"$GPUPROF_GPU_WORK/notes/deps"
+}
+# Optional Python packages the image lacks (Scalene and what it needs beyond the image) travel as
+# cp312 wheels in $GPUPROF_GPU_WHEELS (default .whl/, git-ignored; see README.md); they are
+# installed with --target into scratch and put on PYTHONPATH. Without them the scalene check skips.
+WHL_DIR="${GPUPROF_GPU_WHEELS:-$REPO/.whl}"
+install_carried_wheels() {  # runs once, in the driver, before any step
+  [ "$GPU_RUN_DRY" = 1 ] && return 0
+  if ! ls "$WHL_DIR"/*.whl >/dev/null 2>&1; then echo "wheels: none carried ($WHL_DIR)"; return 0; fi
+  local site="$GPUPROF_GPU_WORK/site"
+  rm -rf "$site"
+  if "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --target "$site" "$WHL_DIR"/*.whl; then
+    export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+    echo "wheels: $(cd "$WHL_DIR" && ls -- *.whl | tr '\n' ' ')-> $site (PYTHONPATH)"
+  else
+    echo "wheels: pip install --target failed; the checks that need them skip"
+  fi
 }
 detect_prereqs() {  # sets HAVE_* and MISSING_HARD / MISSING_SOFT
   HAVE_SQLITE=0; HAVE_JSON=0; HAVE_CLI11=0; HAVE_GTEST=0; HAVE_PYH=0; HAVE_CMAKE=0; HAVE_CXX=0
-  { pkg_ok libsqlite3-dev || { [ -f /usr/include/sqlite3.h ] &&
-      ls /usr/lib/*/libsqlite3.so /usr/lib/libsqlite3.so >/dev/null 2>&1; }; } && HAVE_SQLITE=1
-  { pkg_ok nlohmann-json3-dev || [ -n "$(find_cmake_config nlohmann_json)" ]; } && HAVE_JSON=1
-  { pkg_ok libcli11-dev || [ -n "$(find_cmake_config CLI11)" ]; } && HAVE_CLI11=1
-  { { pkg_ok libgtest-dev && pkg_ok libgmock-dev; } || [ -n "$(find_cmake_config GTest)" ]; } &&
-    HAVE_GTEST=1
+  { sys_has sqlite || deps_has sqlite; } && HAVE_SQLITE=1
+  { sys_has json || deps_has json; } && HAVE_JSON=1
+  { sys_has cli11 || deps_has cli11; } && HAVE_CLI11=1
+  { sys_has gtest || deps_has gtest; } && HAVE_GTEST=1
   local inc
   inc="$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)"
   [ -n "$inc" ] && [ -f "$inc/Python.h" ] && HAVE_PYH=1
@@ -127,6 +203,9 @@ EOF
     [ -e "$h" ] && echo "present  $h" || echo "MISSING  $h"
   done
   for c in nlohmann_json CLI11 GTest; do echo "$c config: $(find_cmake_config "$c")"; done
+  echo; echo "== carried packages"
+  echo "CMAKE_PREFIX_PATH=${CMAKE_PREFIX_PATH:-} LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} PYTHONPATH=${PYTHONPATH:-}"
+  cat "$GPUPROF_GPU_WORK/notes/deps" 2>/dev/null || echo "no dev packages unpacked"
   echo; echo "== tools"
   for t in cmake ninja g++ c++ ctest nvcc; do printf '%-6s %s\n' "$t" "$(command -v "$t" || echo MISSING)"; done
   cmake --version 2>&1 | head -1; ninja --version 2>&1 | head -1; g++ --version 2>&1 | head -1
@@ -181,7 +260,12 @@ step_build() {
   "$VPY" -m pip --version || { note build "pip not usable in the venv"; return 4; }
   echo "build: pip install --no-build-isolation --no-deps . (tests=$tests cli=$cli, -j$CMAKE_BUILD_PARALLEL_LEVEL)"
   local t0=$SECONDS
-  "$VPY" -m pip install -v --no-build-isolation --no-deps \
+  local sqlite_defs=()
+  if ! sys_has sqlite && deps_has sqlite; then  # FindSQLite3 pointed at the unpacked package
+    sqlite_defs=(-Ccmake.define.SQLite3_INCLUDE_DIR="$DEPS/usr/include"
+                 -Ccmake.define.SQLite3_LIBRARY="$DEPS_LIB/libsqlite3.so")
+  fi
+  "$VPY" -m pip install -v --no-build-isolation --no-deps "${sqlite_defs[@]}" \
     -Ccmake.define.GPUPROF_BUILD_TESTS=$tests -Ccmake.define.GPUPROF_BUILD_CLI=$cli \
     -Cbuild.verbose=false -Cbuild-dir="$BUILD_DIR" . ||
     { note build "pip install failed (see build.log)"; return 5; }
@@ -205,8 +289,10 @@ step_checks() {
   local py dry=()
   py="$(check_python)"
   [ "$GPU_RUN_DRY" = 1 ] && dry=(--dry-run)
-  echo "checks: $py bench/gpu/checks.py ${dry[*]}"
-  "$py" "$HERE/checks.py" --out "$OUT" --work "$GPUPROF_GPU_WORK" "${dry[@]}"
+  local only=()
+  [ -n "${GPU_CHECKS_ONLY:-}" ] && only=(--only "$GPU_CHECKS_ONLY")
+  echo "checks: $py bench/gpu/checks.py ${dry[*]} ${only[*]}"
+  "$py" "$HERE/checks.py" --out "$OUT" --work "$GPUPROF_GPU_WORK" "${dry[@]}" "${only[@]}"
 }
 
 step_ctest() {
@@ -228,7 +314,17 @@ step_pytest() {
   if ! (cd /tmp && "$py" -c "import gpuprof._native") >/dev/null 2>&1; then
     note pytest "gpuprof not importable from $py (build failed)"; return 7
   fi
-  "$py" -m pytest tests -q -ra -p no:cacheprovider
+  # The suites that touch what differs on a GPU machine (telemetry, CUDA events, MFU, the
+  # sampler's CUPTI/NVML paths); GPU_PYTEST_ARGS=tests runs everything (many minutes there:
+  # each child process imports the CUDA build of torch). A hanging test is cut at 60 s when
+  # pytest-timeout is installed (its thread method: the signal method arms an interval timer,
+  # which the sampler's no-timer test sees), so the tracebacks still reach pytest.log.
+  local extra=()
+  "$py" -c "import pytest_timeout" >/dev/null 2>&1 && extra=(--timeout=60 --timeout-method=thread)
+  # shellcheck disable=SC2086
+  "$py" -m pytest ${GPU_PYTEST_ARGS:-tests/test_telemetry.py tests/test_cuda_timing.py \
+    tests/test_mfu.py tests/linescope/test_linescope_sampler.py} \
+    -q -ra --tb=short -p no:cacheprovider "${extra[@]}"
 }
 
 step_report() {
@@ -252,6 +348,13 @@ echo "[gpu-run +0s] OUT=$OUT WORK=$GPUPROF_GPU_WORK PYTHON=$PYTHON dry=$GPU_RUN_
 run_step() {  # run_step NAME CAP_S RESERVE_S: timeout = min(CAP, budget - elapsed - RESERVE)
   local name=$1 cap=$2 reserve=$3 log="$OUT/$1.log" t start rc status
   [ "$name" = report ] && log="$GPUPROF_GPU_WORK/report.log"
+  if [[ " ${GPU_RUN_SKIP:-} " == *" $name "* ]]; then
+    echo "[gpu-run +${SECONDS}s] $name: skipped (GPU_RUN_SKIP)"
+    note "$name" "skipped: GPU_RUN_SKIP"
+    printf '%s\tskipped\t-\t0\t0\t%s\t%s\n' "$name" "$(basename "$log")" \
+      "$(note_of "$name")" >>"$GPUPROF_GPU_WORK/steps.tsv"
+    return
+  fi
   t=$((GPU_RUN_BUDGET_S - SECONDS - reserve))
   [ "$t" -gt "$cap" ] && t=$cap
   start=$SECONDS
@@ -277,6 +380,8 @@ run_step() {  # run_step NAME CAP_S RESERVE_S: timeout = min(CAP, budget - elaps
     "$(basename "$log")" "$n" >>"$GPUPROF_GPU_WORK/steps.tsv"
 }
 
+unpack_carried_deps
+install_carried_wheels
 run_step env 45 420
 if [ "$GPU_RUN_DRY" = 1 ]; then
   note build "dry run: build skipped; using $PYTHON with the installed gpuprof"
@@ -287,7 +392,7 @@ else
 fi
 run_step checks 300 45     # leaves time for ctest + report
 run_step ctest 60 35
-run_step pytest 150 15
+run_step pytest 100 15
 run_step report 30 0
 echo "[gpu-run +${SECONDS}s] done; files in $OUT:"
 ls -la "$OUT"
