@@ -42,7 +42,11 @@ def db(tmp_path: Path) -> Db:
 
 @pytest.fixture
 def fake_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """Returns write(scenario_text) that points gpuprof's NVML loader at the fake library."""
+    """Returns write(scenario_text) that points gpuprof's NVML loader at the fake library.
+
+    The fake GPU world has no CUPTI: on a machine with CUDA's CUPTI (torch's nvidia-cuda-cupti
+    wheel) linescope's sampler would otherwise measure the real driver's kernels beside the
+    fake NVML. Tests of CUPTI turn it back on with GPUPROF_CUPTI=1 and a library of their own."""
     assert FAKE_NVML.exists(), f"{FAKE_NVML} missing: the test build makes it (make setup)"
 
     def write(text: str) -> Path:
@@ -50,6 +54,7 @@ def fake_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         scenario.write_text(text)
         monkeypatch.setenv("GPUPROF_NVML_LIBRARY", str(FAKE_NVML))
         monkeypatch.setenv("GPUPROF_FAKE_NVML_SCENARIO", str(scenario))
+        monkeypatch.setenv("GPUPROF_CUPTI", "0")
         return scenario
 
     return write

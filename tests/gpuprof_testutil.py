@@ -26,3 +26,12 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None,
     if check:
         assert proc.returncode == 0, proc.stderr + proc.stdout
     return proc
+
+
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device (False when torch is missing)."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())

@@ -481,6 +481,7 @@ def fake_cupti(fake_nvml, monkeypatch):
     assert FAKE_CUPTI.exists(), f"{FAKE_CUPTI} missing: the test build makes it (make setup)"
     fake_nvml("devices 1\ngpu * name NVIDIA H200\ngpu * util 30\ngpu 0 process self 2000000\n")
     monkeypatch.setenv("GPUPROF_CUPTI_LIBRARY", str(FAKE_CUPTI))
+    monkeypatch.setenv("GPUPROF_CUPTI", "1")
     lib = ctypes.PyDLL(str(FAKE_CUPTI))
     lib.fake_cupti_launch.argtypes = [ctypes.c_char_p, ctypes.c_uint64, ctypes.c_uint32]
     lib.fake_cupti_launch.restype = ctypes.c_uint32
@@ -584,6 +585,7 @@ def test_cupti_charges_a_launch_to_its_line_before_any_sample_saw_the_code(ws, f
 def test_without_cupti_gpu_time_stays_estimated_and_says_why(ws, fake_nvml, monkeypatch, tmp_path):
     fake_nvml("devices 1\ngpu * util 50\ngpu 0 process self 1000\n")
     monkeypatch.setenv("GPUPROF_CUPTI_LIBRARY", str(tmp_path / "nope" / "libcupti.so"))
+    monkeypatch.setenv("GPUPROF_CUPTI", "1")
     r = run(ws, spin_for, 0.1, gpu=True, include=[__file__])
     assert r.gpu.method == "nvml-sampled"
     assert any("CUPTI kernel tracing unavailable" in d and "nope" in d
