@@ -136,6 +136,15 @@ def _trainer(ctx: Any, dtype: Any) -> Any:
     return train
 
 
+def _timed(fn: Any, session: Any = None) -> float:
+    """Seconds fn() takes, inside the profiling session when one is given (its start and stop
+    are not timed)."""
+    with session if session is not None else contextlib.nullcontext():
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+
 def _interleaved(rounds: int, variants: dict[str, Any], run: Any) -> dict[str, float]:
     """Median seconds of run(variant) per variant, order reversed every other round."""
     times: dict[str, list[float]] = {k: [] for k in variants}
@@ -234,16 +243,13 @@ def check_linescope(ctx: Any, c: Any) -> None:
 
     def run(v: Any) -> float:
         if v is None:
-            t0 = time.perf_counter()
-            train()
-            return time.perf_counter() - t0
+            return _timed(train)
         import linescope
 
-        with _cupti_env(v[2]), linescope.profile(backend="sampler", gpu=v[0], sample_rate=v[1],
-                                                 root=str(ctx.work), display="none"):
-            t0 = time.perf_counter()
-            train()
-            return time.perf_counter() - t0
+        with _cupti_env(v[2]):
+            return _timed(train, linescope.profile(backend="sampler", gpu=v[0],
+                                                   sample_rate=v[1], root=str(ctx.work),
+                                                   display="none"))
 
     med = _interleaved(OVERHEAD_ROUNDS if ctx.cuda else 1, variants, run)
     ratios = {k: med[k] / med["plain"] for k in med}
@@ -331,13 +337,9 @@ def check_scalene(ctx: Any, c: Any) -> None:
 
     def run(gpu: Any) -> float:
         if gpu is None:
-            t0 = time.perf_counter()
-            train()
-            return time.perf_counter() - t0
-        with linescope.profile(backend="scalene", gpu=gpu, root=str(ctx.work), display="none"):
-            t0 = time.perf_counter()
-            train()
-            return time.perf_counter() - t0
+            return _timed(train)
+        return _timed(train, linescope.profile(backend="scalene", gpu=gpu, root=str(ctx.work),
+                                               display="none"))
 
     med = _interleaved(OVERHEAD_ROUNDS if ctx.cuda else 1, {"plain": None, "gpu=False": False,
                                               "gpu=True": True}, run)
