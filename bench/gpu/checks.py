@@ -1010,6 +1010,8 @@ def breakdown(ctx: Ctx, c: Check, step: Callable[[], None], rounds: int,
                   "first_step_ms": rnd(statistics.median(first[n]) * 1e3, 3),
                   "block_ratio": rnd(bm / base_block, 4), "step_cpu_ratio": rnd(sm / base_step, 4)}
     return out
+
+
 def interleaved(ctx: Ctx, c: Check, run_name: str, step: Callable[[], None], rounds: int,
                 block: int) -> dict[str, Any]:
     """Median per-step time (sync-bracketed blocks) plain vs gpuprof, interleaved."""

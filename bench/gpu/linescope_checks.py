@@ -18,7 +18,6 @@ import contextlib
 import importlib.util
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any

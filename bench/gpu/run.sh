@@ -75,13 +75,10 @@ find_cmake_config() {  # find_cmake_config NAME [ROOTS...]: a <NAME>Config.cmake
   find "${roots[@]}" -maxdepth 6 \
     \( -name "${name}Config.cmake" -o -name "${lower}-config.cmake" \) 2>/dev/null | head -1
 }
-sys_sqlite_dev() {
-  pkg_ok libsqlite3-dev || { [ -f /usr/include/sqlite3.h ] &&
-    ls /usr/lib/*/libsqlite3.so /usr/lib/libsqlite3.so >/dev/null 2>&1; }
-}
 sys_has() {  # sys_has sqlite|json|cli11|gtest: the machine itself provides it
   case $1 in
-    sqlite) sys_sqlite_dev ;;
+    sqlite) pkg_ok libsqlite3-dev || { [ -f /usr/include/sqlite3.h ] &&
+              ls /usr/lib/*/libsqlite3.so /usr/lib/libsqlite3.so >/dev/null 2>&1; } ;;
     json) pkg_ok nlohmann-json3-dev || [ -n "$(find_cmake_config nlohmann_json)" ] ;;
     cli11) pkg_ok libcli11-dev || [ -n "$(find_cmake_config CLI11)" ] ;;
     gtest) { pkg_ok libgtest-dev && pkg_ok libgmock-dev; } || [ -n "$(find_cmake_config GTest)" ] ;;
@@ -345,24 +342,25 @@ rm -rf "$GPUPROF_GPU_WORK/notes" "$GPUPROF_GPU_WORK/steps.tsv"
 rm -f "$OUT"/*.log "$OUT/report.md" "$OUT/results.json" "$OUT/gpuprof_checks.db"
 echo "[gpu-run +0s] OUT=$OUT WORK=$GPUPROF_GPU_WORK PYTHON=$PYTHON dry=$GPU_RUN_DRY budget=${GPU_RUN_BUDGET_S}s"
 
+skip_step() {  # skip_step NAME TIMEOUT_S LOG REASON: a "skipped" row in the step table
+  echo "[gpu-run +${SECONDS}s] $1: SKIPPED ($4)"
+  note "$1" "skipped: $4"
+  printf '%s\tskipped\t-\t0\t%s\t%s\t%s\n' "$1" "$2" "$(basename "$3")" "$(note_of "$1")" \
+    >>"$GPUPROF_GPU_WORK/steps.tsv"
+}
+
 run_step() {  # run_step NAME CAP_S RESERVE_S: timeout = min(CAP, budget - elapsed - RESERVE)
   local name=$1 cap=$2 reserve=$3 log="$OUT/$1.log" t start rc status
   [ "$name" = report ] && log="$GPUPROF_GPU_WORK/report.log"
   if [[ " ${GPU_RUN_SKIP:-} " == *" $name "* ]]; then
-    echo "[gpu-run +${SECONDS}s] $name: skipped (GPU_RUN_SKIP)"
-    note "$name" "skipped: GPU_RUN_SKIP"
-    printf '%s\tskipped\t-\t0\t0\t%s\t%s\n' "$name" "$(basename "$log")" \
-      "$(note_of "$name")" >>"$GPUPROF_GPU_WORK/steps.tsv"
+    skip_step "$name" 0 "$log" "GPU_RUN_SKIP"
     return
   fi
   t=$((GPU_RUN_BUDGET_S - SECONDS - reserve))
   [ "$t" -gt "$cap" ] && t=$cap
   start=$SECONDS
   if [ "$t" -lt 5 ]; then
-    echo "[gpu-run +${SECONDS}s] $name: SKIPPED (no time left in the ${GPU_RUN_BUDGET_S}s budget)"
-    note "$name" "skipped: no time left in the ${GPU_RUN_BUDGET_S}s budget"
-    printf '%s\tskipped\t-\t0\t%s\t%s\t%s\n' "$name" "$t" "$(basename "$log")" \
-      "$(note_of "$name")" >>"$GPUPROF_GPU_WORK/steps.tsv"
+    skip_step "$name" "$t" "$log" "no time left in the ${GPU_RUN_BUDGET_S}s budget"
     return
   fi
   echo "[gpu-run +${SECONDS}s] $name: start (timeout ${t}s, log $(basename "$log"))"
@@ -384,9 +382,7 @@ unpack_carried_deps
 install_carried_wheels
 run_step env 45 420
 if [ "$GPU_RUN_DRY" = 1 ]; then
-  note build "dry run: build skipped; using $PYTHON with the installed gpuprof"
-  printf 'build\tskipped\t-\t0\t0\tbuild.log\t%s\n' "$(note_of build)" \
-    >>"$GPUPROF_GPU_WORK/steps.tsv"
+  skip_step build 0 "$OUT/build.log" "dry run: using $PYTHON with the installed gpuprof"
 else
   run_step build 300 200   # leaves >= 200 s for checks (>= 150) + report
 fi
