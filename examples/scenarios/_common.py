@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Iterable
 
 import torch
@@ -24,6 +25,19 @@ def model_and_optimizer(width: int = 128, depth: int = 3):
         layers += [nn.Linear(width, width), nn.ReLU()]
     model = nn.Sequential(*layers)
     return model, torch.optim.SGD(model.parameters(), lr=1e-3)
+
+
+class GpuBound(nn.Module):
+    """The model with 5 ms of 'GPU work' (a sleep) per forward: the loop is paced by compute, not by its
+    input (a sleep between batches would be a loader stall)."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        time.sleep(0.005)
+        return self.inner(x)
 
 
 def train(model: nn.Module, opt: torch.optim.Optimizer, batches: Iterable) -> None:

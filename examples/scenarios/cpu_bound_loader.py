@@ -1,5 +1,6 @@
 """Scenario: dataloader workers burn CPU on augmentation; every core is busy, the disk idle.
-Expect: dataloader_stall and cpu_bound_dataloader."""
+Expect: cpu_bound_dataloader, which explains the stall (dataloader_stall, folded under it: more
+num_workers would not help, so its advice is not printed)."""
 
 import os
 import time

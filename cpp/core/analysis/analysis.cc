@@ -16,6 +16,7 @@ Expected<Report> AnalyzeRun(store::SqliteStore& store, int64_t run_id,
   Expected<store::RunData> data = store.LoadRun(run_id);
   if (!data) return data.status();
   RuleContext context = MakeRuleContextFromEnv(options);
+  ApplyStoredRate(data->run, options, &context);
   Expected<std::vector<PriorRun>> prior = LoadPriorRuns(store, data->run);
   if (!prior) return prior.status();
   context.previous_runs = std::move(prior).value();
@@ -52,7 +53,28 @@ Expected<std::string> FinalizeRun(store::SqliteStore& store, int64_t run_id,
   if (!report) return report.status();
   Status written = store.ReplaceInsights(run_id, ToInsightRows(*report));
   if (!written.ok()) return written;
+  if (Status rate = StoreCostRate(store, *report); !rate.ok()) return rate;
   return FormatSummary(*report, db_path);
+}
+
+Status StoreCostRate(store::SqliteStore& store, const Report& report) {
+  if (!report.cost_rate_usd_per_hour) return Status::Ok();
+  store::RunInfo info = report.view.run();
+  nlohmann::json config = nlohmann::json::object();
+  if (info.config_json) {
+    config = nlohmann::json::parse(*info.config_json, nullptr, /*allow_exceptions=*/false);
+    // A config that is not a JSON object is left alone rather than replaced.
+    if (!config.is_object()) return Status::Ok();
+  }
+  auto same = config.find(kStoredRateKey);
+  if (same != config.end() && same->is_number() &&
+      same->get<double>() == *report.cost_rate_usd_per_hour) {
+    return Status::Ok();  // already stored (a report of a stored run prices it the same way)
+  }
+  config[kStoredRateKey] = *report.cost_rate_usd_per_hour;
+  config[kStoredRateSourceKey] = report.cost_rate_source;
+  info.config_json = config.dump();
+  return store.UpdateRunFields(info);
 }
 
 }  // namespace gpuprof::analysis

@@ -41,9 +41,15 @@ Expected<GroupReport> AnalyzeStoredGroup(store::SqliteStore& store, const std::s
 Expected<std::string> SummaryText(store::SqliteStore& store, int64_t run_id,
                                   const std::string& db_path, const AnalysisOptions& options);
 
-// Runs the analysis, replaces the run's rows in the insights table, then returns the summary
-// block printed at the end of `with gpuprof.profile(...)`.
+// Runs the analysis, replaces the run's rows in the insights table, stores the rate the cost
+// line used with the run (StoreCostRate), then returns the summary block printed at the end of
+// `with gpuprof.profile(...)`.
 Expected<std::string> FinalizeRun(store::SqliteStore& store, int64_t run_id,
                                   const std::string& db_path, const AnalysisOptions& options);
+
+// Writes report.cost_rate_* into the run's config_json (kStoredRateKey, kStoredRateSourceKey;
+// report.h), which AnalyzeRun reads back (ApplyStoredRate). Nothing to do without a rate, when
+// it is stored already, or when config_json is not a JSON object.
+Status StoreCostRate(store::SqliteStore& store, const Report& report);
 
 }  // namespace gpuprof::analysis

@@ -243,7 +243,10 @@ std::string FlopsMethodLabel(std::string_view method) {
 MfuResult ComputeMfu(const RunView& view) {
   const store::RunInfo& run = view.run();
   auto unknown = [](std::string why) { return MfuResult{std::nullopt, "MFU unknown: " + why}; };
-  if (view.IsCpuRun()) return unknown("CPU run");
+  if (view.IsCpuRun()) {
+    return unknown("CPU run (MFU compares with a GPU's peak; `gpuprof rules --reference` lists "
+                   "the GPUs)");
+  }
   if (run.gpu_backend && *run.gpu_backend == "mock") {
     return unknown("the GPU is simulated (gpu=\"mock\"), so it has no real peak");
   }
@@ -262,13 +265,17 @@ MfuResult ComputeMfu(const RunView& view) {
     if (gpu && !gpu->available && gpu->reason) {
       return unknown("GPU model unknown (GPU telemetry unavailable: " + *gpu->reason + ")");
     }
-    return unknown("GPU model unknown");
+    return unknown("GPU model unknown (the GPU collector did not name the GPU; the cost line "
+                   "and MFU need it)");
   }
   if (!run.dtype) return unknown("compute dtype not declared (pass dtype= to profile())");
   const std::optional<Dtype> dtype = ParseDtype(*run.dtype);
   if (!dtype) return unknown("unrecognized dtype '" + *run.dtype + "'");
   const PeakTflopsEntry* entry = FindPeakEntry(*run.gpu_model);
-  if (!entry) return unknown("no peak TFLOPs listed for '" + *run.gpu_model + "'");
+  if (!entry) {
+    return unknown("no peak TFLOPs listed for '" + *run.gpu_model +
+                   "' (`gpuprof rules --reference` lists the GPUs with a peak)");
+  }
   if (entry->For(*dtype) <= 0) {
     return unknown(StrFormat("no %s peak listed for %s", std::string(DtypeName(*dtype)).c_str(),
                              std::string(entry->label).c_str()));

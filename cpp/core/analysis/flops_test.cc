@@ -97,7 +97,7 @@ TEST(Flops, MfuOfASimulatedGpuIsUnknown) {
 TEST(Flops, MfuUnknownSaysWhy) {
   RunBuilder cpu;
   cpu.Steps(5, StepShape{}).Flops(1e12, "bf16").Cpu();
-  EXPECT_EQ(ComputeMfu(BuildRunView(cpu.Build())).reason, "MFU unknown: CPU run");
+  EXPECT_EQ(ComputeMfu(BuildRunView(cpu.Build())).reason, "MFU unknown: CPU run (MFU compares with a GPU's peak; `gpuprof rules --reference` lists the GPUs)");
 
   RunBuilder no_flops;
   no_flops.Steps(5, StepShape{});

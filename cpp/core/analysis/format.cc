@@ -23,18 +23,36 @@ std::string StrFormat(const char* fmt, ...) {
   return out;
 }
 
-std::string FormatDuration(double ns) {
+std::string FormatDuration(double ns, int extra_digits) {
   const double a = std::fabs(ns);
-  if (a < 1e3) return StrFormat("%.0f ns", ns);
-  if (a < 1e6) return StrFormat("%.1f µs", ns / 1e3);
-  if (a < 1e9) return StrFormat("%.1f ms", ns / 1e6);
-  if (a < 60e9) return StrFormat("%.2f s", ns / 1e9);
-  if (a < 3600e9) return StrFormat("%.1f min", ns / 60e9);
-  return StrFormat("%.1f h", ns / 3600e9);
+  const int e = extra_digits < 0 ? 0 : extra_digits;
+  if (a < 1e3) return StrFormat("%.*f ns", e, ns);
+  if (a < 1e6) return StrFormat("%.*f µs", 1 + e, ns / 1e3);
+  if (a < 1e9) return StrFormat("%.*f ms", 1 + e, ns / 1e6);
+  if (a < 60e9) return StrFormat("%.*f s", 2 + e, ns / 1e9);
+  if (a < 3600e9) return StrFormat("%.*f min", 1 + e, ns / 60e9);
+  return StrFormat("%.*f h", 1 + e, ns / 3600e9);
+}
+
+std::pair<std::string, std::string> FormatDurations(double a_ns, double b_ns) {
+  std::pair<std::string, std::string> out{FormatDuration(a_ns), FormatDuration(b_ns)};
+  for (int extra = 1; extra <= 3 && a_ns != b_ns && out.first == out.second; ++extra) {
+    out = {FormatDuration(a_ns, extra), FormatDuration(b_ns, extra)};
+  }
+  return out;
+}
+
+bool DurationsDiffer(double a_ns, double b_ns) {
+  const auto [a, b] = FormatDurations(a_ns, b_ns);
+  return a != b;
 }
 
 std::string FormatMinutes(double ns) {
-  if (std::fabs(ns) < 59.5e9) return StrFormat("%.0f s", ns / 1e9);
+  const double a = std::fabs(ns);
+  if (a == 0) return "0 s";
+  if (a < 1e9) return FormatDuration(ns);
+  if (a < 9.95e9) return StrFormat("%.1f s", ns / 1e9);
+  if (a < 59.5e9) return StrFormat("%.0f s", ns / 1e9);
   return StrFormat("%.0f min", ns / 60e9);
 }
 

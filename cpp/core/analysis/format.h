@@ -6,15 +6,23 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace gpuprof::analysis {
 
 // printf into a std::string (format checked by the compiler).
 std::string StrFormat(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
-// 850 ns, 12.3 µs, 121.3 ms, 2.41 s, 3.5 min, 2.1 h.
-std::string FormatDuration(double ns);
-// Run length for the cost line: "41 s" below a minute, else whole minutes ("231 min").
+// 850 ns, 12.3 µs, 121.3 ms, 2.41 s, 3.5 min, 2.1 h. `extra_digits` adds decimals (for telling
+// two close values apart: FormatDurations).
+std::string FormatDuration(double ns, int extra_digits = 0);
+// Two durations that a sentence compares ("from A to B", "A vs B"), each as FormatDuration, with
+// as many extra decimals (up to 3) as it takes for different values to read differently. Values
+// that still read the same are equal for a reader: DurationsDiffer says whether they do.
+std::pair<std::string, std::string> FormatDurations(double a_ns, double b_ns);
+bool DurationsDiffer(double a_ns, double b_ns);
+// Run length for the cost line: "366.0 ms" below a second, "4.2 s" below 10 s, "41 s" below a
+// minute, else whole minutes ("231 min"). A non-zero length never reads "0 s".
 std::string FormatMinutes(double ns);
 // A fraction (0.3412) as a percentage with `decimals` digits: "34%", "34.1%".
 std::string FormatPercent(double fraction, int decimals = 0);

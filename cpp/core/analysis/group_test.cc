@@ -64,7 +64,7 @@ TEST(CommDominant, NotEvaluatedForARankWithoutTimings) {
   RunBuilder b;
   b.Rank("job", 3, 8).Steps(20, Split(100, 5, 90));
   EXPECT_THAT(*Eval("comm_dominant", b).not_evaluated,
-              HasSubstr("no collective timings recorded for this rank of 8"));
+              HasSubstr("rank of 8: gpuprof does not time DDP's collectives yet"));
   RunBuilder none;
   EXPECT_EQ(*Eval("comm_dominant", none).not_evaluated, "no steps recorded");
 }
@@ -147,6 +147,11 @@ TEST(BucketSkew, NotEvaluated) {
   no_comm.Rank("job", 1, 2).Steps(20, Split(100, 5, 90));
   EXPECT_EQ(*EvalGroup("bucket_skew", {Bucketed(0, 0, kOnTime), no_comm}).not_evaluated,
             "collective timings (comm_buckets) recorded on 1 of 2 ranks; needs at least 2");
+  // AND with none recorded anywhere, the reason says gpuprof does not time them yet
+  RunBuilder no_comm0;
+  no_comm0.Rank("job", 0, 2).Steps(20, Split(100, 5, 90));
+  EXPECT_THAT(*EvalGroup("bucket_skew", {no_comm0, no_comm}).not_evaluated,
+              HasSubstr("gpuprof does not time DDP's collectives yet"));
   EXPECT_EQ(*EvalGroup("bucket_skew", {Bucketed(0, 0, kOnTime, 4), Bucketed(1, 0, kOnTime, 4)})
                  .not_evaluated,
             "no bucket was timed on 2+ ranks on at least 5 steps");

@@ -68,13 +68,16 @@ struct AnalysisOptions {
   std::optional<double> gpu_rate_usd_per_hour;
 };
 
-// What the regression rule needs of one earlier run of the same run_name. Loaded by AnalyzeRun
-// (analysis.h) from the store; only the steps are read.
+// What the regression rule needs of one earlier run of the same run_name: its throughput
+// (analysis::Throughput, run_view.h). Loaded by AnalyzeRun (analysis.h) from the store; only the
+// steps are read.
 struct PriorRun {
   int64_t run_id = 0;
-  std::string status;                      // ok | failed
-  size_t steps = 0;
-  std::optional<double> steady_median_ns;  // nullopt: the run has no steady state
+  std::string status;                    // ok | failed
+  size_t steps = 0;                      // every step
+  size_t steady_steps = 0;
+  std::optional<double> steady_mean_ns;  // wall time per steady step; nullopt: no steady state
+  std::optional<double> spread;          // Throughput::spread
 };
 
 // Inputs to rules that do not come from the run itself. Built once per analysis by

@@ -1,12 +1,14 @@
 #include "analysis/report.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <ctime>
 
 #include "analysis/format.h"
 #include "analysis/pricing.h"
 #include "analysis/rules/registry.h"
+#include "analysis/rules/rules.h"
 
 namespace gpuprof::analysis {
 namespace {
@@ -158,6 +160,25 @@ RuleContext MakeRuleContextFromEnv(const AnalysisOptions& options) {
   return MakeRuleContext(options, std::getenv("GPUPROF_GPU_RATE"));
 }
 
+void ApplyStoredRate(const store::RunInfo& run, const AnalysisOptions& options,
+                     RuleContext* context) {
+  if (options.gpu_rate_usd_per_hour || !run.config_json) return;
+  const json config = json::parse(*run.config_json, nullptr, /*allow_exceptions=*/false);
+  if (!config.is_object()) return;
+  auto rate = config.find(kStoredRateKey);
+  if (rate == config.end() || !rate->is_number() || !std::isfinite(rate->get<double>()) ||
+      rate->get<double>() < 0) {
+    return;
+  }
+  std::string source = "stored with the run";
+  if (auto it = config.find(kStoredRateSourceKey); it != config.end() && it->is_string()) {
+    source = it->get<std::string>() + ", stored with the run";
+  }
+  context->gpu_rate_usd_per_hour = rate->get<double>();
+  context->gpu_rate_source = std::move(source);
+  context->gpu_rate_error.reset();
+}
+
 Report Analyze(store::RunData data, const RuleContext& context) {
   Report report;
   report.view = BuildRunView(std::move(data));
@@ -166,21 +187,90 @@ Report Analyze(store::RunData data, const RuleContext& context) {
   EvaluateRules(
       /*group=*/false,
       [&](const RuleSpec& spec) { return EvaluateRule(spec, report.view, context); },
-      &report.insights, &report.not_evaluated);
+      &report.insights, &report.not_evaluated, &report.explained);
+  std::string why;
+  if (auto rate = rules::ResolveCostRate(report.view, context, &why)) {
+    report.cost_rate_usd_per_hour = rate->usd_per_hour;
+    report.cost_rate_source = rate->source;
+  }
   return report;
 }
 
-nlohmann::json InsightsJson(const std::vector<Insight>& insights) {
+namespace {
+nlohmann::json InsightJson(const Insight& in) {
+  return {{"rule_id", in.rule_id},   {"family", in.family}, {"severity", SeverityName(in.severity)},
+          {"message", in.message},   {"fix", in.fix},       {"evidence", in.evidence}};
+}
+
+// The rule ids that `rule_id`'s finding explains.
+std::vector<std::string> ExplainedBy(const std::vector<Explained>& explained,
+                                     const std::string& rule_id) {
+  std::vector<std::string> ids;
+  for (const Explained& e : explained) {
+    if (e.by == rule_id) ids.push_back(e.insight.rule_id);
+  }
+  return ids;
+}
+}  // namespace
+
+nlohmann::json InsightsJson(const std::vector<Insight>& insights,
+                            const std::vector<Explained>& explained) {
   nlohmann::json out = nlohmann::json::array();
   for (const Insight& in : insights) {
-    out.push_back({{"rule_id", in.rule_id},
-                   {"family", in.family},
-                   {"severity", SeverityName(in.severity)},
-                   {"message", in.message},
-                   {"fix", in.fix},
-                   {"evidence", in.evidence}});
+    nlohmann::json j = InsightJson(in);
+    j["explains"] = ExplainedBy(explained, in.rule_id);
+    out.push_back(std::move(j));
   }
   return out;
+}
+
+nlohmann::json ExplainedJson(const std::vector<Explained>& explained) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Explained& e : explained) {
+    nlohmann::json j = InsightJson(e.insight);
+    j["explained_by"] = e.by;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+void ApplyPrecedence(std::vector<Insight>* fired, std::vector<Explained>* explained) {
+  constexpr size_t kNone = static_cast<size_t>(-1);
+  const size_t n = fired->size();
+  std::vector<size_t> by(n, kNone);
+  for (size_t i = 0; i < n; ++i) {
+    const Insight& x = (*fired)[i];
+    for (size_t j = 0; j < n && by[i] == kNone; ++j) {
+      const RuleSpec* spec = j == i ? nullptr : FindRule((*fired)[j].rule_id);
+      if (!spec) continue;
+      for (const RuleExplains& e : spec->explains) {
+        if (e.rule_id != x.rule_id) continue;
+        if (!e.when.empty()) {
+          auto it = x.evidence.find(e.when);
+          if (it == x.evidence.end() || !it->is_boolean() || !it->get<bool>()) continue;
+        }
+        by[i] = j;
+        break;
+      }
+    }
+  }
+  // Each finding's root: the first finding of its chain that nothing explains. The registry's
+  // relation is acyclic (tested); the bound only guards against a bad edit (a cycle is kept).
+  std::vector<std::string> root_id(n);
+  for (size_t i = 0; i < n; ++i) {
+    size_t root = i;
+    for (size_t hops = 0; by[root] != kNone && hops < n; ++hops) root = by[root];
+    if (root != i && by[root] == kNone) root_id[i] = (*fired)[root].rule_id;
+  }
+  std::vector<Insight> kept;
+  for (size_t i = 0; i < n; ++i) {
+    if (root_id[i].empty()) {
+      kept.push_back(std::move((*fired)[i]));
+    } else {
+      explained->push_back({root_id[i], std::move((*fired)[i])});
+    }
+  }
+  *fired = std::move(kept);
 }
 
 nlohmann::json NotEvaluatedJson(const std::vector<NotEvaluated>& not_evaluated) {
@@ -192,7 +282,8 @@ nlohmann::json NotEvaluatedJson(const std::vector<NotEvaluated>& not_evaluated) 
 }
 
 void EvaluateRules(bool group, const std::function<RuleResult(const RuleSpec&)>& evaluate,
-                   std::vector<Insight>* insights, std::vector<NotEvaluated>* not_evaluated) {
+                   std::vector<Insight>* insights, std::vector<NotEvaluated>* not_evaluated,
+                   std::vector<Explained>* explained) {
   std::vector<Insight> fired;
   for (const RuleSpec& spec : Rules()) {
     if (spec.group() != group) continue;
@@ -203,6 +294,7 @@ void EvaluateRules(bool group, const std::function<RuleResult(const RuleSpec&)>&
       not_evaluated->push_back({spec.id, spec.family, *r.not_evaluated});
     }
   }
+  if (explained) ApplyPrecedence(&fired, explained);
   std::stable_sort(fired.begin(), fired.end(),
                    [](const Insight& a, const Insight& b) { return a.severity > b.severity; });
   for (Insight& insight : fired) insights->push_back(std::move(insight));
@@ -246,6 +338,12 @@ std::string FormatSummary(const Report& report, const std::string& db_path) {
       // The fix rides along for the findings that need action (HIGH/MED).
       if ((in.severity == Severity::kHigh || in.severity == Severity::kMed) && !in.fix.empty()) {
         out += "          → " + in.fix + "\n";
+      }
+      // Findings of the same cause, folded under this one (the registry's precedence).
+      if (const auto ids = ExplainedBy(report.explained, in.rule_id); !ids.empty()) {
+        std::string list;
+        for (size_t k = 0; k < ids.size(); ++k) list += (k ? ", " : "") + ids[k];
+        out += "          (same cause, also explains: " + list + ")\n";
       }
     }
     if (shown < report.insights.size()) {
@@ -395,6 +493,11 @@ std::string FormatFullReport(const Report& report) {
       out += StrFormat("  %-8s%s\n", Tag(in.severity).c_str(), in.message.c_str());
       out += "          fix: " + in.fix + "\n";
       out += "          rule: " + in.rule_id + " (" + in.family + ")\n";
+      for (const Explained& e : report.explained) {
+        if (e.by == in.rule_id) {
+          out += "          explains: " + e.insight.rule_id + " — " + e.insight.message + "\n";
+        }
+      }
     }
   }
   if (!report.not_evaluated.empty()) {
@@ -512,7 +615,7 @@ json ReportJson(const Report& report) {
                {"max_disk_read_iops", J(h.max_disk_read_iops)},
                {"mean_proc_cpu_pct", J(h.mean_proc_cpu_pct)},
                {"peak_proc_rss_bytes", J(h.peak_proc_rss_bytes)}};
-  json insights = InsightsJson(report.insights);
+  json insights = InsightsJson(report.insights, report.explained);
   json not_evaluated = NotEvaluatedJson(report.not_evaluated);
   return json{{"format", "gpuprof.insights/1"},
               {"run", run},
@@ -522,6 +625,7 @@ json ReportJson(const Report& report) {
               {"gpu", gpu},
               {"host", host},
               {"insights", insights},
+              {"explained", ExplainedJson(report.explained)},
               {"not_evaluated", not_evaluated}};
 }
 

@@ -25,22 +25,53 @@ struct NotEvaluated {
   std::string reason;
 };
 
+// A finding that fired but is folded under the finding that explains it (RuleExplains in
+// rules/registry.h): same cause, so it is not reported on its own.
+struct Explained {
+  std::string by;   // rule_id of the reported finding that explains it
+  Insight insight;
+};
+
+// The `insights` / `not_evaluated` / `explained` arrays of the --json outputs (single run and
+// group). Each insight lists the rule ids it explains ("explains").
+nlohmann::json InsightsJson(const std::vector<Insight>& insights,
+                            const std::vector<Explained>& explained = {});
+nlohmann::json NotEvaluatedJson(const std::vector<NotEvaluated>& not_evaluated);
+nlohmann::json ExplainedJson(const std::vector<Explained>& explained);
+
 // Evaluates every registry rule of one kind (per-run when `group` is false, multi-rank when
 // true) with `evaluate(spec)`, appending what fired (most severe first, registry order within
-// a severity) and what could not be evaluated (registry order).
-// The `insights` / `not_evaluated` arrays of the --json outputs (single run and group).
-nlohmann::json InsightsJson(const std::vector<Insight>& insights);
-nlohmann::json NotEvaluatedJson(const std::vector<NotEvaluated>& not_evaluated);
-
+// a severity) and what could not be evaluated (registry order). With `explained`, a fired
+// finding that another fired finding explains (the registry's precedence) goes there instead
+// of `insights`, in registry order.
 void EvaluateRules(bool group, const std::function<RuleResult(const RuleSpec&)>& evaluate,
-                   std::vector<Insight>* insights, std::vector<NotEvaluated>* not_evaluated);
+                   std::vector<Insight>* insights, std::vector<NotEvaluated>* not_evaluated,
+                   std::vector<Explained>* explained = nullptr);
+
+// Applies the registry's precedence to findings in registry order: moves each one that another
+// finding explains to `explained` (by the first finding of its chain that nothing explains).
+void ApplyPrecedence(std::vector<Insight>* fired, std::vector<Explained>* explained);
 
 struct Report {
   RunView view;
   MfuResult mfu;
   std::vector<Insight> insights;  // most severe first; ties in registry order
   std::vector<NotEvaluated> not_evaluated;  // registry order
+  std::vector<Explained> explained;         // registry order
+  // The rate the cost line used (rules::ResolveCostRate), per GPU-hour or machine-hour; nullopt
+  // when the run could not be priced. FinalizeRun stores it with the run (runs.config_json
+  // keys kStoredRateKey / kStoredRateSourceKey) so that later reports price it the same way.
+  std::optional<double> cost_rate_usd_per_hour;
+  std::string cost_rate_source;
 };
+
+inline constexpr const char* kStoredRateKey = "gpu_rate_usd_per_hour";
+inline constexpr const char* kStoredRateSourceKey = "gpu_rate_source";
+// Sets `context`'s rate from the one stored with `run` (kStoredRateKey in its config_json) unless
+// `options` gives one: what the run's summary used is what later reports use. A stored rate
+// also overrides an unusable $GPUPROF_GPU_RATE.
+void ApplyStoredRate(const store::RunInfo& run, const AnalysisOptions& options,
+                     RuleContext* context);
 
 // Resolves the rate override: options.gpu_rate_usd_per_hour wins; else `env_rate` (the value
 // of $GPUPROF_GPU_RATE, null when unset). An unparsable env value sets gpu_rate_error.

@@ -306,6 +306,18 @@ TEST(Format, Helpers) {
   EXPECT_EQ(FormatDuration(210e9), "3.5 min");
   EXPECT_EQ(FormatMinutes(41e9), "41 s");
   EXPECT_EQ(FormatMinutes(231 * 60e9), "231 min");
+  // A short run never reads "0 s".
+  EXPECT_EQ(FormatMinutes(366e6), "366.0 ms");
+  EXPECT_EQ(FormatMinutes(4.24e9), "4.2 s");
+  EXPECT_EQ(FormatMinutes(0.4e6), "400.0 µs");
+  EXPECT_EQ(FormatMinutes(0), "0 s");
+  // Two close values compared in one sentence never read the same.
+  EXPECT_EQ(FormatDurations(1.2e6, 1.2049e6), std::make_pair(std::string("1.200 ms"),
+                                                             std::string("1.205 ms")));
+  EXPECT_EQ(FormatDurations(121.3e6, 80e6), std::make_pair(std::string("121.3 ms"),
+                                                           std::string("80.0 ms")));
+  EXPECT_TRUE(DurationsDiffer(1.2e6, 1.2049e6));
+  EXPECT_FALSE(DurationsDiffer(1.2e6, 1.2e6 + 1));  // 1 ns apart: equal to a reader
   EXPECT_EQ(FormatPercent(0.3412), "34%");
   EXPECT_EQ(FormatPercent(0.124, 1), "12.4%");
   EXPECT_EQ(FormatCompact(989), "989");

@@ -196,9 +196,14 @@ TEST(SdpaSuboptimal, NearMisses) {
 TEST(SdpaSuboptimal, NotEvaluatedWithoutKernelTimings) {
   RunBuilder b;
   b.Steps(5, StepShape{});
-  EXPECT_THAT(*Eval("sdpa_suboptimal", b).not_evaluated, HasSubstr("kernel timings not recorded"));
+  // The reason says what to use meanwhile.
+  EXPECT_THAT(*Eval("sdpa_suboptimal", b).not_evaluated,
+              HasSubstr("needs per-kernel GPU times, which gpuprof does not record yet; for GPU "
+                        "time per source line now, run the script under `linescope --backend "
+                        "sampler --gpu`"));
   b.Cpu();
-  EXPECT_EQ(*Eval("sdpa_suboptimal", b).not_evaluated, "kernel timings not recorded (CPU run)");
+  EXPECT_EQ(*Eval("sdpa_suboptimal", b).not_evaluated,
+            "needs per-kernel GPU times; a CPU run has no GPU kernels");
 }
 
 // ---------------------------------------------------------------- kernel_drift
@@ -242,7 +247,7 @@ TEST(KernelDrift, NearMisses) {
 TEST(KernelDrift, NotEvaluatedOnTooFewWindows) {
   RunBuilder b;
   b.Steps(5, StepShape{});
-  EXPECT_THAT(*Eval("kernel_drift", b).not_evaluated, HasSubstr("kernel timings not recorded"));
+  EXPECT_THAT(*Eval("kernel_drift", b).not_evaluated, HasSubstr("needs per-kernel GPU times"));
   for (int64_t w = 0; w < 3; ++w) b.Kernel(w * kSec, (w + 1) * kSec, "aten::mm", 10, kMs);
   EXPECT_EQ(*Eval("kernel_drift", b).not_evaluated,
             "kernel timings cover 3 windows; drift needs at least 2 in each half of the run");
@@ -386,7 +391,8 @@ TEST(ThermalThrottling, NotEvaluatedWithoutTemperatureOrReasons) {
   RunBuilder cpu;
   cpu.Cpu().Steps(10, StepShape{});
   EXPECT_EQ(*Eval("thermal_throttling", cpu).not_evaluated,
-            "GPU temperature with SM clock, or clock-event reasons (CPU run)");
+            "GPU temperature with SM clock, or clock-event reasons not sampled: a CPU run has no "
+            "GPU telemetry");
 }
 
 }  // namespace

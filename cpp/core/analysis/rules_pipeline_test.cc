@@ -255,7 +255,8 @@ TEST(CpuBoundDataloader, NotEvaluatedFromTooFewHostReadings) {
   ASSERT_TRUE(r.skipped());
   EXPECT_EQ(*r.not_evaluated, "only 1 host CPU reading covering " +
                                   FormatDuration(15.0 * kMs) + " in the steady state; deciding "
-                                  "needs at least 5 covering " + FormatDuration(1e9));
+                                  "needs at least 5 covering " + FormatDuration(1e9) +
+                                  " (run longer, or raise profile(host_hz=))");
   // AND at the edges: 5 readings over 1.0 s decide; 4 readings (over 1.2 s) or 11 over 0.55 s
   // do not
   EXPECT_TRUE(Eval("cpu_bound_dataloader", Sampled(13, 200, 95, 3e6)).fired());
@@ -266,7 +267,7 @@ TEST(CpuBoundDataloader, NotEvaluatedFromTooFewHostReadings) {
   EXPECT_EQ(*Eval("cpu_bound_dataloader", Sampled(8, 50, 95, 3e6)).not_evaluated,
             "the 11 host CPU readings cover only " + FormatDuration(550.0 * kMs) +
                 " in the steady state; deciding needs them to cover at least " +
-                FormatDuration(1e9));
+                FormatDuration(1e9) + " (run longer)");
   // AND io_bound_dataloader, deciding from the same readings, waits for as many
   EXPECT_THAT(*Eval("io_bound_dataloader", Sampled(8, 50, 30, 900e6)).not_evaluated,
               HasSubstr("the 11 host CPU readings cover only"));
@@ -429,7 +430,7 @@ TEST(PcieSaturation, NearMiss) {
 TEST(PcieSaturation, NotEvaluatedWithoutPcieReadings) {
   RunBuilder cpu;
   cpu.Cpu().Steps(5, StepShape{});
-  EXPECT_EQ(*Eval("pcie_saturation", cpu).not_evaluated, "PCIe throughput (CPU run)");
+  EXPECT_EQ(*Eval("pcie_saturation", cpu).not_evaluated, "PCIe throughput not sampled: a CPU run has no GPU telemetry");
   RunBuilder no_nvml;
   no_nvml.Steps(5, StepShape{});
   no_nvml.Telemetry("gpu", false, std::nullopt, "libnvidia-ml.so.1 not found");

@@ -88,6 +88,69 @@ TEST(Registry, MarkdownIsGeneratedFromTheConstants) {
   EXPECT_THAT(RulesText(), HasSubstr("bucket_skew (group)"));
 }
 
+TEST(Registry, PrecedenceNamesRealRulesAndHasNoCycle) {
+  for (const RuleSpec& r : Rules()) {
+    for (const RuleExplains& e : r.explains) {
+      const RuleSpec* other = FindRule(e.rule_id);
+      ASSERT_NE(other, nullptr) << r.id << " explains unknown " << e.rule_id;
+      EXPECT_NE(other, &r) << r.id << " explains itself";
+      EXPECT_EQ(other->group(), r.group()) << r.id << " / " << e.rule_id;
+      EXPECT_EQ(e.when.empty(), e.when_text.empty()) << r.id << " / " << e.rule_id;
+    }
+  }
+  // No rule reaches itself through "explains" (depth-first from each rule).
+  for (const RuleSpec& start : Rules()) {
+    std::vector<const RuleSpec*> stack = {&start};
+    std::set<std::string> seen;
+    while (!stack.empty()) {
+      const RuleSpec* r = stack.back();
+      stack.pop_back();
+      for (const RuleExplains& e : r->explains) {
+        ASSERT_NE(e.rule_id, start.id) << "cycle through " << start.id;
+        if (seen.insert(e.rule_id).second) stack.push_back(FindRule(e.rule_id));
+      }
+    }
+  }
+  // The documented precedence: a specific loader diagnosis explains the general stall.
+  const std::string md = RulesMarkdown();
+  EXPECT_THAT(md, HasSubstr("| `cpu_bound_dataloader` | `dataloader_stall`, "
+                            "`prefetch_queue_starved`, `high_step_variance` (when its slow steps "
+                            "are mostly loader wait) |"));
+  EXPECT_THAT(RulesText(), HasSubstr("explains:   `compilation_warmup`"));
+}
+
+TEST(Registry, PrecedenceFoldsChainsUnderTheirRootInRegistryOrder) {
+  // GIVEN findings of a CPU-bound loader: the stall, its starved queue and its slow steps
+  auto finding = [](const std::string& id, nlohmann::json evidence = nlohmann::json::object()) {
+    Insight in;
+    in.rule_id = id;
+    in.evidence = std::move(evidence);
+    return in;
+  };
+  std::vector<Insight> fired = {finding("dataloader_stall"), finding("prefetch_queue_starved"),
+                                finding("cpu_bound_dataloader"),
+                                finding("high_step_variance", {{"loader_caused", true}}),
+                                finding("low_mfu")};
+  std::vector<Explained> explained;
+  ApplyPrecedence(&fired, &explained);
+  // THEN the specific diagnosis leads, everything it explains (directly or through the stall)
+  // is folded under it, and the unrelated finding stays
+  ASSERT_EQ(fired.size(), 2u);
+  EXPECT_EQ(fired[0].rule_id, "cpu_bound_dataloader");
+  EXPECT_EQ(fired[1].rule_id, "low_mfu");
+  ASSERT_EQ(explained.size(), 3u);
+  for (const Explained& e : explained) EXPECT_EQ(e.by, "cpu_bound_dataloader");
+  EXPECT_EQ(explained[0].insight.rule_id, "dataloader_stall");
+  EXPECT_EQ(explained[2].insight.rule_id, "high_step_variance");
+  // AND a conditional fold needs its condition: variance not caused by the loader stays
+  std::vector<Insight> other = {finding("dataloader_stall"),
+                                finding("high_step_variance", {{"loader_caused", false}})};
+  explained.clear();
+  ApplyPrecedence(&other, &explained);
+  EXPECT_EQ(other.size(), 2u);
+  EXPECT_TRUE(explained.empty());
+}
+
 TEST(Registry, NvmlThermalBitsAreNvmlsDocumentedValues) {
   // nvml.h: nvmlClocksEventReasonSwThermalSlowdown 0x20, ...HwThermalSlowdown 0x40.
   EXPECT_EQ(thresholds::kNvmlSwThermalSlowdown, 0x20);
@@ -287,7 +350,7 @@ TEST(LowMfu, NearMissDoesNotFire) {
 TEST(LowMfu, NotEvaluatedWhenAnInputIsMissing) {
   RunBuilder cpu = MfuRun(0.1);
   cpu.Cpu();
-  EXPECT_EQ(*Eval("low_mfu", cpu).not_evaluated, "MFU unknown: CPU run");
+  EXPECT_EQ(*Eval("low_mfu", cpu).not_evaluated, "MFU unknown: CPU run (MFU compares with a GPU's peak; `gpuprof rules --reference` lists the GPUs)");
   RunBuilder no_flops = MfuRun(0.1);
   no_flops.run().flops_per_step.reset();
   EXPECT_THAT(*Eval("low_mfu", no_flops).not_evaluated, HasSubstr("flops_per_step not declared"));
@@ -305,20 +368,45 @@ TEST(CompilationWarmup, FiresWhenFirstStepIsFourTimesSteady) {
   const RuleResult r = Eval("compilation_warmup", b);
   ASSERT_TRUE(r.fired());
   EXPECT_EQ(r.insight->severity, Severity::kLow);
+  // Steps are judged outside their loader wait: 95 ms of each steady step, all 400 ms of step 0
+  // (its gap wait is unknown).
   EXPECT_THAT(r.insight->message,
-              HasSubstr("Step 0 took " + FormatDuration(400.0 * kMs) + ", " + FormatRatio(4.0) +
-                        " the steady-state median of " + FormatDuration(100.0 * kMs)));
-  // Steps 0-2 are warmup; only step 0 exceeds the median, by 300 ms.
+              HasSubstr("Step 0 ran for " + FormatDuration(400.0 * kMs) + " outside the loader, " +
+                        FormatRatio(400.0 / 95) + " the steady-state median of " +
+                        FormatDuration(95.0 * kMs)));
+  // Steps 0-2 are warmup; only step 0 exceeds the median, by 305 ms: 13% of the run's 2.3 s.
   EXPECT_THAT(r.insight->message,
-              HasSubstr("warmup (steps 0–2) cost " + FormatDuration(300.0 * kMs)));
+              HasSubstr("warmup (steps 0–2) cost " + FormatDuration(305.0 * kMs) +
+                        " over steady pace (" + FormatPercent(305.0 / 2300) + " of step time)"));
 }
 
 TEST(CompilationWarmup, NearMissDoesNotFire) {
   RunBuilder b;
-  b.Step(Split(290, 0, 200)).Steps(19, Split(100, 5, 90));
+  b.Step(Split(280, 0, 200)).Steps(19, Split(100, 5, 90));  // 2.95× the 95 ms median
   const RuleResult r = Eval("compilation_warmup", b);
   EXPECT_FALSE(r.fired());
   EXPECT_FALSE(r.skipped());
+}
+
+TEST(CompilationWarmup, AWarmupTooSmallToMatterDoesNotFire) {
+  // GIVEN the same 4× step 0, in a run of 200 steps: its 305 ms are 1.5% of the step time
+  RunBuilder b;
+  b.Step(Split(400, 0, 300)).Steps(199, Split(100, 5, 90));
+  const RuleResult r = Eval("compilation_warmup", b);
+  EXPECT_FALSE(r.fired());
+  EXPECT_FALSE(r.skipped());
+}
+
+TEST(CompilationWarmup, LoaderStartUpIsNotCompilation) {
+  // GIVEN a DataLoader whose workers take 300 ms to start: step 0 waits for its first batch,
+  // then computes like every other step
+  RunBuilder b;
+  StepShape first = Split(400, 305, 90), rest = Split(100, 5, 90);
+  first.wait_source = rest.wait_source = "dataloader";
+  b.Step(first).Steps(19, rest);
+  // THEN neither warmup rule calls it a one-time compute cost
+  EXPECT_FALSE(Eval("compilation_warmup", b).fired());
+  EXPECT_FALSE(Eval("first_step_outlier", b).fired());
 }
 
 TEST(CompilationWarmup, NotEvaluatedOnTwoSteps) {
@@ -337,29 +425,53 @@ TEST(FirstStepOutlier, FiresAtFifteenTimesTheRest) {
   ASSERT_TRUE(r.fired());
   const double mean_all = (1500.0 + 9 * 100) / 10;
   EXPECT_THAT(r.insight->message,
-              HasSubstr("Step 0 (" + FormatDuration(1500.0 * kMs) + ") is " + FormatRatio(15.0) +
-                        " the median of the other 9 steps (" + FormatDuration(100.0 * kMs) + ")"));
+              HasSubstr("Step 0 ran for " + FormatDuration(1500.0 * kMs) + " outside the loader, " +
+                        FormatRatio(1500.0 / 95) + " the median of the other 9 steps (" +
+                        FormatDuration(95.0 * kMs) + ")"));
   EXPECT_THAT(r.insight->message, HasSubstr("from " + FormatDuration(100.0 * kMs) + " to " +
-                                            FormatDuration(mean_all * kMs)));
+                                            FormatDuration(mean_all * kMs) + " (" +
+                                            FormatRatio(mean_all / 100) + ")"));
 }
 
 TEST(FirstStepOutlier, NearMissDoesNotFire) {
   RunBuilder b;
-  b.Step(Split(950, 0, 900)).Steps(9, Split(100, 5, 90));
+  b.Step(Split(950, 0, 900)).Steps(9, Split(100, 5, 90));  // exactly 10× the 95 ms median
   EXPECT_FALSE(Eval("first_step_outlier", b).fired());
   // ...while the softer warmup rule does see it.
   EXPECT_TRUE(Eval("compilation_warmup", b).fired());
 }
 
-TEST(FirstStepOutlier, TheWarmupRuleDefersToIt) {
+TEST(FirstStepOutlier, AStepZeroThatBarelyMovesTheMeanDoesNotFire) {
+  // GIVEN a 12 ms step 0 before 999 steps of 1.2 ms: 10.5× the rest, but the mean step time
+  // moves from 1.2 ms to 1.211 ms (+0.9%): nothing to filter out of an average
+  RunBuilder b;
+  StepShape first, rest;
+  first.duration_ns = 12 * kMs;
+  first.wait_ns.reset();
+  first.phases = {{"forward", 12 * kMs, std::nullopt}};
+  rest.duration_ns = 1200 * 1000;
+  rest.wait_ns = 50 * 1000;
+  rest.phases = {{"forward", 1100 * 1000, std::nullopt}};
+  b.Step(first).Steps(999, rest);
+  EXPECT_FALSE(Eval("first_step_outlier", b).fired());
+  EXPECT_FALSE(Eval("compilation_warmup", b).fired());
+}
+
+TEST(FirstStepOutlier, TheWarmupRuleIsFoldedUnderIt) {
   // GIVEN a step 0 far beyond both thresholds
   RunBuilder b;
   b.Step(Split(1500, 0, 1400)).Steps(9, Split(100, 5, 90));
-  // THEN it is reported once, by first_step_outlier
   EXPECT_TRUE(Eval("first_step_outlier", b).fired());
-  const RuleResult warm = Eval("compilation_warmup", b);
-  EXPECT_FALSE(warm.fired());
-  EXPECT_FALSE(warm.skipped());
+  EXPECT_TRUE(Eval("compilation_warmup", b).fired());
+  // THEN the report names it once, by first_step_outlier, which explains compilation_warmup
+  const Report report = Analyze(b.Build(), RuleContext{});
+  std::set<std::string> reported;
+  for (const Insight& in : report.insights) reported.insert(in.rule_id);
+  EXPECT_TRUE(reported.count("first_step_outlier"));
+  EXPECT_FALSE(reported.count("compilation_warmup"));
+  ASSERT_EQ(report.explained.size(), 1u);
+  EXPECT_EQ(report.explained[0].insight.rule_id, "compilation_warmup");
+  EXPECT_EQ(report.explained[0].by, "first_step_outlier");
 }
 
 TEST(FirstStepOutlier, NotEvaluatedOnOneStep) {
@@ -419,6 +531,50 @@ TEST(HighStepVariance, FewCheapSpikesAreLow) {
   ASSERT_TRUE(r.fired());
   EXPECT_EQ(r.insight->severity, Severity::kLow);
   EXPECT_NEAR(r.insight->evidence["lost_share"].get<double>(), 300.0 / 10300.0, 1e-9);
+}
+
+// `spikes` steady steps out of 100 that wait `extra_wait_ms` longer on the DataLoader.
+RunBuilder LoaderSpikes(size_t spikes, int64_t extra_wait_ms) {
+  RunBuilder b;
+  StepShape normal = Split(100, 5, 90);
+  normal.wait_source = "dataloader";
+  StepShape slow = Split(100 + extra_wait_ms, 5 + extra_wait_ms, 90);
+  slow.wait_source = "dataloader";
+  b.Steps(kWarmupSteps, normal);
+  for (size_t i = 0; i < 100; ++i) b.Step(i % 20 == 7 && i / 20 < spikes ? slow : normal);
+  return b;
+}
+
+TEST(HighStepVariance, SlowStepsThatWaitOnTheLoaderSayItAndGetTheLoadersFix) {
+  // GIVEN 5 steps in 100 that wait 200 ms longer for their batch
+  const RuleResult r = Eval("high_step_variance", LoaderSpikes(5, 200));
+  ASSERT_TRUE(r.fired());
+  // THEN the slow steps are blamed on the loader, not on logging or GC
+  EXPECT_THAT(r.insight->message, HasSubstr("5 of 100 steady-state steps took over 2× the "
+                                            "median, 100% of their extra time waiting on the "
+                                            "loader"));
+  EXPECT_EQ(r.insight->evidence["loader_caused"], true);
+  EXPECT_THAT(r.insight->fix, HasSubstr("more num_workers"));
+  EXPECT_THAT(r.insight->fix, ::testing::Not(HasSubstr("GC")));
+  // AND spikes outside the loader (SpikyRun: the time is in the step, not the wait) are not
+  const RuleResult other = Eval("high_step_variance", SpikyRun(5));
+  ASSERT_TRUE(other.fired());
+  EXPECT_EQ(other.insight->evidence["loader_caused"], false);
+  EXPECT_EQ(other.insight->fix, FindRule("high_step_variance")->fix);
+}
+
+TEST(HighStepVariance, ALoaderRuleThatFiresExplainsLoaderSpikes) {
+  // GIVEN loader spikes large enough that the loader also stalls the run (5 steps in 100 wait
+  // 2 s more: half the run's time): dataloader_stall fires too
+  const Report report = Analyze(LoaderSpikes(5, 2000).Build(), RuleContext{});
+  std::set<std::string> reported, folded;
+  for (const Insight& in : report.insights) reported.insert(in.rule_id);
+  for (const Explained& e : report.explained) folded.insert(e.insight.rule_id);
+  // THEN one finding names the cause, and the variance is folded under it
+  EXPECT_TRUE(reported.count("dataloader_stall"));
+  EXPECT_FALSE(reported.count("high_step_variance"));
+  EXPECT_TRUE(folded.count("high_step_variance"));
+  for (const Explained& e : report.explained) EXPECT_EQ(e.by, "dataloader_stall");
 }
 
 TEST(HighStepVariance, NotEvaluatedOnFewSteadySteps) {

@@ -27,9 +27,11 @@ Expected<std::vector<PriorRun>> LoadPriorRuns(store::SqliteStore& store,
     p.run_id = info.run_id;
     p.status = info.status;
     p.steps = v.steps.size();
-    if (v.steady) {
-      p.steady_median_ns = v.steady->p50_ns;
-      ++comparable;
+    if (const auto t = MeasureThroughput(v)) {
+      p.steady_steps = t->steps;
+      p.steady_mean_ns = t->mean_ns;
+      p.spread = t->spread;
+      if (t->steps >= thresholds::kRegressionMinSteps) ++comparable;
     }
     out.push_back(std::move(p));
   }

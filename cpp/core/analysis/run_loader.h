@@ -15,8 +15,9 @@
 namespace gpuprof::analysis {
 
 // The earlier finished runs with `run`'s run_name (SqliteStore::PreviousRunsNamed), newest
-// first, at most thresholds::kRegressionLookback, each with its steady-state median step time.
-// Stops once thresholds::kRegressionRuns runs with a steady state are listed.
+// first, at most thresholds::kRegressionLookback, each with its throughput (MeasureThroughput).
+// Stops once thresholds::kRegressionRuns runs long enough to compare (kRegressionMinSteps
+// steady-state steps) are listed.
 Expected<std::vector<PriorRun>> LoadPriorRuns(store::SqliteStore& store,
                                               const store::RunInfo& run);
 

@@ -330,4 +330,37 @@ RunView BuildRunView(store::RunData data) {
   return v;
 }
 
+std::optional<Throughput> MeasureThroughput(const RunView& view) {
+  if (!view.steady || view.steady_count() == 0) return std::nullopt;
+  Throughput t;
+  t.steps = view.steady_count();
+  t.mean_ns = view.steady->mean_ns;
+  t.blocks = std::min(kThroughputBlocks, t.steps / kThroughputBlockSteps);
+  if (t.blocks < 2 || t.mean_ns <= 0) {
+    t.blocks = 0;
+    return t;
+  }
+  // Block b holds steady steps [b*n/B, (b+1)*n/B): sizes differ by at most one.
+  std::vector<double> block_means;
+  for (size_t b = 0; b < t.blocks; ++b) {
+    const size_t lo = view.steady_begin + b * t.steps / t.blocks;
+    const size_t hi = view.steady_begin + (b + 1) * t.steps / t.blocks;
+    double sum = 0;
+    for (size_t i = lo; i < hi; ++i) sum += static_cast<double>(view.steps[i].duration_ns);
+    block_means.push_back(sum / static_cast<double>(hi - lo));
+  }
+  double mean = 0;
+  for (double m : block_means) mean += m;
+  mean /= static_cast<double>(t.blocks);
+  double var = 0;
+  for (double m : block_means) var += (m - mean) * (m - mean);
+  var /= static_cast<double>(t.blocks - 1);
+  // Two-sided 95% Student's t for 1..4 degrees of freedom (kThroughputBlocks - 1 at most).
+  static constexpr double kT975[] = {12.706, 4.303, 3.182, 2.776};
+  static_assert(kThroughputBlocks - 1 <= sizeof kT975 / sizeof kT975[0]);
+  const double se = std::sqrt(var / static_cast<double>(t.blocks));
+  t.spread = kT975[t.blocks - 2] * se / t.mean_ns;
+  return t;
+}
+
 }  // namespace gpuprof::analysis

@@ -171,4 +171,24 @@ struct RunView {
 // Builds the view. Rows need not be sorted; steps are ordered by step number.
 RunView BuildRunView(store::RunData data);
 
+// What the user pays per step over the steady state, and how steady that is: for comparing runs
+// (the regression rule). Step durations tile the timeline and include the loader wait before
+// each step, so their mean is the steady window's wall time per step (the inverse of
+// throughput), whatever the distribution looks like (a loader that delivers batches in pairs
+// makes steps alternate between a long wait and none; their median says little).
+struct Throughput {
+  size_t steps = 0;      // steady-state steps
+  double mean_ns = 0;    // steady-state wall time per step
+  // The steady steps cut into `blocks` contiguous runs of steps (kThroughputBlocks at most, each
+  // of at least kThroughputBlockSteps steps): the relative half-width of the 95% interval of
+  // mean_ns from the spread of the blocks' time per step (batch means, Student's t with
+  // blocks - 1 degrees of freedom). nullopt with fewer than 2 blocks.
+  size_t blocks = 0;
+  std::optional<double> spread;
+};
+inline constexpr size_t kThroughputBlocks = 5;
+inline constexpr size_t kThroughputBlockSteps = 4;
+// nullopt without a steady state.
+std::optional<Throughput> MeasureThroughput(const RunView& view);
+
 }  // namespace gpuprof::analysis

@@ -301,9 +301,16 @@ TEST_P(StoreRoundTrip, RulesFireTheSameAfterLoadRun) {
   const Report before = Analyze(b.Build(), RuleContext{});
   const Report after = Analyze(std::move(loaded).value(), RuleContext{});
 
+  // It fired: reported, or folded under the finding that explains it (precedence).
   bool fired = false;
   for (const Insight& in : after.insights) fired = fired || in.rule_id == sc.must_fire;
+  for (const Explained& e : after.explained) fired = fired || e.insight.rule_id == sc.must_fire;
   EXPECT_TRUE(fired) << sc.must_fire << " did not fire after the round trip";
+  ASSERT_EQ(before.explained.size(), after.explained.size());
+  for (size_t i = 0; i < before.explained.size(); ++i) {
+    EXPECT_EQ(before.explained[i].by, after.explained[i].by);
+    EXPECT_EQ(before.explained[i].insight.message, after.explained[i].insight.message);
+  }
 
   ASSERT_EQ(before.insights.size(), after.insights.size());
   for (size_t i = 0; i < before.insights.size(); ++i) {
@@ -363,7 +370,7 @@ TEST(StoreRoundTrip, NotEvaluatedReasonsSurviveNulls) {
   const Report after = Analyze(std::move(loaded).value(), RuleContext{});
   std::map<std::string, std::string> skipped;
   for (const auto& n : after.not_evaluated) skipped[n.rule_id] = n.reason;
-  EXPECT_EQ(skipped["low_mfu"], "MFU unknown: CPU run");
+  EXPECT_EQ(skipped["low_mfu"], "MFU unknown: CPU run (MFU compares with a GPU's peak; `gpuprof rules --reference` lists the GPUs)");
   EXPECT_THAT(skipped["dataloader_stall"], ::testing::HasSubstr("not measured"));
   EXPECT_THAT(skipped["kernel_launch_overhead"], ::testing::HasSubstr("no phase timings"));
   EXPECT_THAT(skipped["cost"], ::testing::HasSubstr("CPU run"));

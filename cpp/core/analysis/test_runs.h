@@ -285,16 +285,20 @@ inline RunBuilder HealthyFullRun() {
   return b;
 }
 
-// A RuleContext whose previous runs of the same name ran at `median_ms` per step.
-inline RuleContext WithPreviousRuns(std::vector<double> medians_ms, int64_t first_id = 100) {
+// A RuleContext whose previous runs of the same name ran at `mean_ms` per step over 47 steady
+// steps, each with a spread (relative half-width of its 95% interval) of `spread`.
+inline RuleContext WithPreviousRuns(std::vector<double> mean_ms, int64_t first_id = 100,
+                                    double spread = 0.02) {
   RuleContext ctx;
   ctx.previous_runs.emplace();
-  for (size_t i = 0; i < medians_ms.size(); ++i) {
+  for (size_t i = 0; i < mean_ms.size(); ++i) {
     PriorRun p;
     p.run_id = first_id - static_cast<int64_t>(i);  // newest first
     p.status = "ok";
     p.steps = 50;
-    p.steady_median_ns = medians_ms[i] * kMs;
+    p.steady_steps = 47;
+    p.steady_mean_ns = mean_ms[i] * kMs;
+    p.spread = spread;
     ctx.previous_runs->push_back(p);
   }
   return ctx;

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <thread>
 #include <nlohmann/json.hpp>
 #include <type_traits>
 #include <utility>
@@ -529,11 +530,26 @@ Expected<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path
   // WAL: readers (the insights CLI, a second connection) never block the writer and vice
   // versa. synchronous=NORMAL: a commit survives a process crash; a power loss may lose the
   // last commits but never corrupts the file.
+  //
+  // Switching a new file to WAL takes an exclusive lock, and SQLite does not always wait on the
+  // busy handler for it: several processes opening one new file at once (the ranks of a
+  // distributed job) would see "database is locked" at once. So a busy switch is retried, with
+  // short sleeps, for as long as the busy timeout.
   {
-    Stmt wal;
-    rc = sqlite3_prepare_v2(db, "PRAGMA journal_mode=WAL", -1, wal.out(), nullptr);
-    if (rc == SQLITE_OK) rc = sqlite3_step(wal.get());
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return store->Error("enable WAL journal");
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(kBusyTimeoutMs);
+    for (int attempt = 0;; ++attempt) {
+      Stmt wal;
+      rc = sqlite3_prepare_v2(db, "PRAGMA journal_mode=WAL", -1, wal.out(), nullptr);
+      if (rc == SQLITE_OK) rc = sqlite3_step(wal.get());
+      if (rc == SQLITE_ROW || rc == SQLITE_DONE) break;
+      const int primary = rc & 0xff;
+      if ((primary != SQLITE_BUSY && primary != SQLITE_LOCKED) ||
+          std::chrono::steady_clock::now() >= deadline) {
+        return store->Error("enable WAL journal");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(2 + attempt * 2, 50)));
+    }
   }
   if (Status st = store->Exec("PRAGMA synchronous=NORMAL", "set synchronous"); !st.ok()) {
     return st;

@@ -227,6 +227,59 @@ TEST_F(StoreTest, OpenCreatesSchemaMetaAndWal) {
   EXPECT_FALSE(latest->has_value());
 }
 
+TEST_F(StoreTest, ManyProcessesCreatingOneNewFileAtOnceAllOpenIt) {
+  // GIVEN 8 processes released at the same moment (the ranks of a job starting together),
+  // five times over, each time on a file that does not exist yet
+  constexpr int kProcs = 8;
+  for (int round = 0; round < 5; ++round) {
+    const std::string path = Path("shared" + std::to_string(round) + ".db");
+    int gate[2];
+    ASSERT_EQ(pipe(gate), 0);
+    std::vector<pid_t> pids;
+    for (int i = 0; i < kProcs; ++i) {
+      pid_t pid = fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        close(gate[1]);
+        char c;
+        (void)!read(gate[0], &c, 1);  // returns 0 when the parent closes its end
+        // WHEN each starts a run there as a profiling session does: the control connection
+        // begins the run, then a StoreWriter opens its own connection and writes
+        auto store = SqliteStore::Open(path);
+        if (!store.ok()) {
+          std::fprintf(stderr, "open: %s\n", store.error().c_str());
+          _exit(3);
+        }
+        auto id = (*store)->BeginRun(MinimalRun("rank" + std::to_string(i)));
+        if (!id.ok()) _exit(4);
+        auto writer = StoreWriter::Start(path, *id);
+        if (!writer.ok()) {
+          std::fprintf(stderr, "writer: %s\n", writer.error().c_str());
+          _exit(5);
+        }
+        (*writer)->Push(FullGpuSample(1, 0));
+        (*writer)->Stop();
+        if ((*writer)->dropped() != 0) _exit(6);
+        _exit((*store)->FinishRun(*id, "ok", 10, std::nullopt).ok() ? 0 : 7);
+      }
+      pids.push_back(pid);
+    }
+    close(gate[0]);
+    close(gate[1]);
+    // THEN every process succeeds
+    for (pid_t pid : pids) {
+      int wstatus = 0;
+      ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+      ASSERT_TRUE(WIFEXITED(wstatus));
+      EXPECT_EQ(WEXITSTATUS(wstatus), 0) << "round " << round;
+    }
+    // AND the file holds one schema and every run, with its row
+    EXPECT_EQ(CountRows(path, "runs"), kProcs);
+    EXPECT_EQ(CountRows(path, "gpu_samples"), kProcs);
+    EXPECT_EQ(CountRows(path, "meta"), 2);
+  }
+}
+
 TEST_F(StoreTest, ReopenKeepsRunsAndMeta) {
   // GIVEN a DB with one run
   const std::string path = Path("gpuprof.db");

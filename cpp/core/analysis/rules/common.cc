@@ -39,8 +39,8 @@ std::string WithCause(const std::string& what, const store::TelemetryStatusRow* 
 std::optional<std::string> NeedSteps(const RunView& view, size_t min_steps) {
   if (view.steps.empty()) return std::string("no steps recorded");
   if (view.steps.size() < min_steps) {
-    return StrFormat("only %zu step%s recorded; needs at least %zu", view.steps.size(),
-                     view.steps.size() == 1 ? "" : "s", min_steps);
+    return StrFormat("only %zu step%s recorded; needs at least %zu (run more steps)",
+                     view.steps.size(), view.steps.size() == 1 ? "" : "s", min_steps);
   }
   return std::nullopt;
 }
@@ -48,13 +48,13 @@ std::optional<std::string> NeedSteps(const RunView& view, size_t min_steps) {
 std::optional<std::string> NeedSteadyState(const RunView& view) {
   if (view.steps.empty()) return std::string("no steps recorded");
   if (view.steady_count() == 0) {
-    return std::string("only 1 step recorded; the steady state needs at least 2");
+    return std::string("only 1 step recorded; the steady state needs at least 2 (run more steps)");
   }
   return std::nullopt;
 }
 
 std::string GpuMissing(const RunView& view, const std::string& what) {
-  if (view.IsCpuRun()) return what + " (CPU run)";
+  if (view.IsCpuRun()) return what + " not sampled: a CPU run has no GPU telemetry";
   return WithCause(what + " not sampled", view.Telemetry("gpu"));
 }
 
@@ -99,8 +99,8 @@ Stall MeasureStall(const RunView& view) {
     s.reason = *why;
   } else if (!view.breakdown.wait_fraction) {
     s.reason =
-        "dataloader wait not measured on any steady-state step (no inter-step gap or "
-        "wrap_dataloader timing)";
+        "dataloader wait not measured on any steady-state step (iterate a torch DataLoader in "
+        "auto mode, or wrap the loader: prof.wrap_dataloader(loader))";
   } else {
     s.fraction = view.breakdown.wait_fraction;
   }

@@ -19,12 +19,15 @@ RuleResult KernelLaunchOverhead(const RunView& view, const RuleContext&) {
   if (auto why = NeedSteadyState(view)) return RuleResult::Skip(*why);
   const Breakdown& b = view.breakdown;
   if (b.phases.empty()) {
-    return RuleResult::Skip("no phase timings recorded (forward/backward/optimizer)");
+    return RuleResult::Skip(
+        "no phase timings recorded (auto mode times forward/backward/optimizer; with "
+        "auto=False, open s.phase(\"forward\") etc. inside prof.step())");
   }
   if (!b.other_fraction) {
     return RuleResult::Skip(
         "dataloader wait not measured, so time outside the phases cannot be told apart from "
-        "loader wait");
+        "loader wait (iterate a torch DataLoader in auto mode, or wrap the loader: "
+        "prof.wrap_dataloader(loader))");
   }
   const double f = *b.other_fraction;
   if (f <= kOverheadFraction) return RuleResult::Pass();
@@ -103,8 +106,9 @@ bool IsFusedAttention(const std::string& lower) {
 }
 
 std::string KernelsMissing(const RunView& view) {
-  if (view.IsCpuRun()) return "kernel timings not recorded (CPU run)";
-  return "kernel timings not recorded (no kernel trace source wrote the kernels table)";
+  if (view.IsCpuRun()) return "needs per-kernel GPU times; a CPU run has no GPU kernels";
+  return "needs per-kernel GPU times, which gpuprof does not record yet; for GPU time per source "
+         "line now, run the script under `linescope --backend sampler --gpu`";
 }
 
 }  // namespace
@@ -142,8 +146,8 @@ RuleResult SmallBatch(const RunView& view, const RuleContext&) {
 // when measured; wall times only on a CPU run, where they are the compute time.
 RuleResult GradientCheckpointing(const RunView& view, const RuleContext&) {
   const char* kNotDeclared =
-      "gradient checkpointing not declared (runs.config_json has no boolean "
-      "\"grad_checkpoint\"; declare it in the model arch)";
+      "gradient checkpointing not declared: pass "
+      "arch=gpuprof.TransformerArch(..., grad_checkpoint=True or False) to profile()";
   if (!view.run().config_json) return RuleResult::Skip(kNotDeclared);
   const nlohmann::json config = nlohmann::json::parse(*view.run().config_json, nullptr, false);
   if (config.is_discarded() || !config.is_object()) {
@@ -159,7 +163,11 @@ RuleResult GradientCheckpointing(const RunView& view, const RuleContext&) {
     if (p.name == "forward") fwd = &p;
     if (p.name == "backward") bwd = &p;
   }
-  if (!fwd || !bwd) return RuleResult::Skip("forward and backward phase times not recorded");
+  if (!fwd || !bwd) {
+    return RuleResult::Skip(
+        "forward and backward phase times not recorded (auto mode times them; with auto=False, "
+        "open s.phase(\"forward\") and s.phase(\"backward\") inside prof.step())");
+  }
   bool gpu = false;
   std::string basis;
   if (fwd->gpu_mean_ns && bwd->gpu_mean_ns) {
@@ -169,8 +177,8 @@ RuleResult GradientCheckpointing(const RunView& view, const RuleContext&) {
     basis = "CPU time";
   } else {
     return RuleResult::Skip(
-        "GPU time of forward/backward not measured (CUDA events off); CPU-side times of GPU "
-        "work are launch times");
+        "GPU time of forward/backward not measured (CUDA events off: profile(cuda_events=True) "
+        "measures it); CPU-side times of GPU work are launch times");
   }
   // Medians over the steady steps that have both phases: one slow backward (a stall, a GC
   // pause) must not read as a recompute.

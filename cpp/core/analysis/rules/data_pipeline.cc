@@ -60,12 +60,12 @@ std::optional<std::string> NeedHostCoverage(const RunView& view, const HostWindo
   const char* where = w.steady ? "in the steady state" : "in the run";
   if (readings >= kHostMinSamples) {  // enough readings: the span is what is short
     return StrFormat("the %zu host CPU readings cover only %s %s; deciding needs them to "
-                     "cover at least %s",
+                     "cover at least %s (run longer)",
                      readings, FormatDuration(static_cast<double>(covered_ns)).c_str(), where,
                      FormatDuration(kHostMinCoverageS * 1e9).c_str());
   }
   return StrFormat("only %zu host CPU reading%s covering %s %s; deciding needs at least %zu "
-                   "covering %s",
+                   "covering %s (run longer, or raise profile(host_hz=))",
                    readings, readings == 1 ? "" : "s",
                    FormatDuration(static_cast<double>(covered_ns)).c_str(), where,
                    kHostMinSamples,
@@ -235,6 +235,7 @@ RuleResult CpuBoundDataloader(const RunView& view, const RuleContext&) {
       {"tree_usable_cores", tree ? nlohmann::json(tree->usable_cores) : nlohmann::json()},
       {"tree_processes", tree ? nlohmann::json(tree->processes) : nlohmann::json()},
       {"tree_workers", tree ? nlohmann::json(tree->workers) : nlohmann::json()},
+
       {"window", w.steady ? "steady" : "run"},
       {"threshold_cpu_pct", kCpuBoundPct},
       {"threshold_tree_busy", kCpuBoundTreeBusy},

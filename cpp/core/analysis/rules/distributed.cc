@@ -26,8 +26,9 @@ RuleResult CommDominant(const RunView& view, const RuleContext&) {
     }
     const auto& ws = view.run().world_size;
     if (!ws || *ws <= 1) return RuleResult::Pass();
-    return RuleResult::Skip(StrFormat("no collective timings recorded for this rank of %lld "
-                                      "(comm_buckets is filled by the DDP comm hook)",
+    return RuleResult::Skip(StrFormat("rank of %lld: gpuprof does not time DDP's collectives "
+                                      "yet; torch.profiler shows the NCCL / gloo kernels "
+                                      "meanwhile",
                                       static_cast<long long>(*ws)));
   }
   const double f = share->fraction();
@@ -72,6 +73,10 @@ RuleResult BucketSkew(const GroupView& group, const RuleContext&) {
       return std::tie(a.step, a.bucket, a.start) < std::tie(b.step, b.bucket, b.start);
     });
     if (!rows[r].empty()) ++with_buckets;
+  }
+  if (with_buckets == 0) {
+    return RuleResult::Skip("gpuprof does not time DDP's collectives yet; torch.profiler on two "
+                            "ranks shows which one starts the NCCL / gloo kernels last");
   }
   if (with_buckets < 2) {
     return RuleResult::Skip(StrFormat("collective timings (comm_buckets) recorded on %zu of %zu "

@@ -39,7 +39,7 @@ RuleResult WorkerImbalance(const RunView& view, const RuleContext&) {
   }
   if (by_pid.size() < 2) {
     return RuleResult::Skip(StrFormat("only %zu dataloader worker with a CPU reading; imbalance "
-                                      "needs at least 2",
+                                      "needs at least 2 (num_workers >= 2, sampled for 1 s+)",
                                       by_pid.size()));
   }
   double total = 0, hottest = -1;

@@ -13,6 +13,10 @@ std::string Times(double r) { return FormatCompact(r) + "×"; }
 
 std::string Num(double v) { return FormatCompact(v); }
 
+// A loader rule explains high_step_variance when the slow steps are mostly loader wait.
+const RuleExplains kLoaderVariance{"high_step_variance", "loader_caused",
+                                   "its slow steps are mostly loader wait"};
+
 RuleSpec StallSpec() {
   return RuleSpec{
       .id = "dataloader_stall",
@@ -28,6 +32,7 @@ RuleSpec StallSpec() {
       .inputs = "steps.wait_ns on steady-state steps",
       .thresholds = {{"kStallFraction", kStallFraction, "fires above this share of step time"},
                      {"kStallHighFraction", kStallHighFraction, "high at or above this share"}},
+      .explains = {{"prefetch_queue_starved", "", ""}, kLoaderVariance},
       .evaluate = rules::DataloaderStall,
   };
 }
@@ -50,6 +55,7 @@ void AddDataPipeline(std::vector<RuleSpec>& r) {
                      {"kStarvedStepFraction", kStarvedStepFraction,
                       "fires at or above this share of steps"},
                      {"kStarvedHighFraction", kStarvedHighFraction, "high at or above this share"}},
+      .explains = {kLoaderVariance},
       .evaluate = rules::PrefetchQueueStarved,
   });
   r.push_back(RuleSpec{
@@ -80,6 +86,8 @@ void AddDataPipeline(std::vector<RuleSpec>& r) {
                       "io_bound_dataloader)"},
                      {"kHostMinCoverageS", kHostMinCoverageS,
                       "...covering at least this many seconds"}},
+      .explains = {{"dataloader_stall", "", ""}, {"prefetch_queue_starved", "", ""},
+                   kLoaderVariance},
       .evaluate = rules::CpuBoundDataloader,
   });
   r.push_back(RuleSpec{
@@ -99,6 +107,8 @@ void AddDataPipeline(std::vector<RuleSpec>& r) {
                      {"kIoBoundIops", kIoBoundIops, "...or above this mean IOPS"},
                      {"kIoCpuHeadroomPct", kIoCpuHeadroomPct,
                       "only with mean host CPU below this (%)"}},
+      .explains = {{"dataloader_stall", "", ""}, {"prefetch_queue_starved", "", ""},
+                   kLoaderVariance},
       .evaluate = rules::IoBoundDataloader,
   });
   r.push_back(RuleSpec{
@@ -220,6 +230,7 @@ void AddCompute(std::vector<RuleSpec>& r) {
       .thresholds = {{"kSmallBatchUtilPct", kSmallBatchUtilPct,
                       "fires above this mean GPU utilization (%)"},
                      {"kSmallBatchMfu", kSmallBatchMfu, "...with MFU below this"}},
+      .explains = {{"low_mfu", "", ""}},
       .evaluate = rules::SmallBatch,
   });
   r.push_back(RuleSpec{
@@ -346,14 +357,16 @@ void AddWarmup(std::vector<RuleSpec>& r) {
       .family = "warmup",
       .max_severity = Severity::kLow,
       .severity = "low",
-      .fires_when = "first step > " + Times(kWarmupRatio) +
-                    " the steady-state median step time (up to " + Times(kFirstStepRatio) +
-                    " the other steps' median; beyond that first_step_outlier reports it)",
+      .fires_when = "step 0's time outside the loader wait > " + Times(kWarmupRatio) +
+                    " the steady-state median (the same, loader waits left out), the warmup "
+                    "steps' excess being ≥ " + Pct(kWarmupMinShare) + " of the run's step time",
       .fix = "Leave the warmup steps out of throughput numbers (gpuprof's steady-state stats "
              "already skip them); with torch.compile, warm up before timing and avoid "
              "recompiles (e.g. mark dynamic shapes).",
       .inputs = "at least " + std::to_string(kWarmupMinSteps) + " steps",
       .thresholds = {{"kWarmupRatio", kWarmupRatio, "fires above this multiple"},
+                     {"kWarmupMinShare", kWarmupMinShare,
+                      "...when the warmup's excess is at least this share of the run's step time"},
                      {"kWarmupMinSteps", static_cast<double>(kWarmupMinSteps),
                       "evaluated with at least this many steps"}},
       .evaluate = rules::CompilationWarmup,
@@ -363,14 +376,19 @@ void AddWarmup(std::vector<RuleSpec>& r) {
       .family = "warmup",
       .max_severity = Severity::kLow,
       .severity = "low",
-      .fires_when = "step 0 > " + Times(kFirstStepRatio) + " the median of the other steps",
+      .fires_when = "step 0's time outside the loader wait > " + Times(kFirstStepRatio) +
+                    " the other steps' median (the same), lifting the mean step time by ≥ " +
+                    Pct(kFirstStepMinLift),
       .fix = "Step 0 pays one-time costs (CUDA context, cuBLAS/cuDNN autotuning, torch.compile "
              "graph capture): filter it out of benchmarks and averages; it is not a "
              "steady-state problem.",
       .inputs = "at least " + std::to_string(kWarmupMinSteps) + " steps",
       .thresholds = {{"kFirstStepRatio", kFirstStepRatio, "fires above this multiple"},
+                     {"kFirstStepMinLift", kFirstStepMinLift,
+                      "...lifting the mean step time by at least this share"},
                      {"kWarmupMinSteps", static_cast<double>(kWarmupMinSteps),
                       "evaluated with at least this many steps"}},
+      .explains = {{"compilation_warmup", "", ""}},
       .evaluate = rules::FirstStepOutlier,
   });
   r.push_back(RuleSpec{
@@ -392,7 +410,11 @@ void AddWarmup(std::vector<RuleSpec>& r) {
                      {"kVarianceMinSpikes", static_cast<double>(kVarianceMinSpikes),
                       "slow steps needed to fire"},
                      {"kVarianceMedShare", kVarianceMedShare,
-                      "med at or above this share of steady-state time lost to slow steps"}},
+                      "med at or above this share of steady-state time lost to slow steps"},
+                     {"kVarianceLoaderShare", kVarianceLoaderShare,
+                      "the slow steps are the loader's when at least this share of their extra "
+                      "time is loader wait (then the loader's fix; a firing loader rule "
+                      "explains it)"}},
       .evaluate = rules::HighStepVariance,
   });
 }
@@ -464,20 +486,24 @@ std::vector<RuleSpec> BuildRules() {
       .family = "regression",
       .max_severity = Severity::kMed,
       .severity = "med when slower, info when faster",
-      .fires_when = "steady-state median step > " + Pct(kRegressionSlower) +
-                    " slower (or > " + Pct(kImprovementFaster) +
+      .fires_when = "steady-state time per step (loader wait included) > " +
+                    Pct(kRegressionSlower) + " slower (or > " + Pct(kImprovementFaster) +
                     " faster) than the median of the last " + std::to_string(kRegressionRuns) +
-                    " runs with the same run_name",
+                    " runs with the same run_name, and beyond the noise of both (95% intervals "
+                    "from blocks of steps; else inconclusive)",
       .fix = "Diff this run against the baseline runs (code, config, batch size, data, driver, "
              "GPU); the other insights show where the time goes.",
-      .inputs = "an earlier finished run with the same run_name and a steady state, in the same "
-                "DB",
+      .inputs = "an earlier finished run with the same run_name and at least " +
+                std::to_string(kRegressionMinSteps) +
+                " steady-state steps, in the same DB; as many in this run",
       .thresholds = {{"kRegressionSlower", kRegressionSlower, "med above this slowdown"},
                      {"kImprovementFaster", kImprovementFaster, "info above this speed-up"},
                      {"kRegressionRuns", static_cast<double>(kRegressionRuns),
                       "baseline: median of up to this many previous runs"},
                      {"kRegressionLookback", static_cast<double>(kRegressionLookback),
-                      "looking back at most this many runs"}},
+                      "looking back at most this many runs"},
+                     {"kRegressionMinSteps", static_cast<double>(kRegressionMinSteps),
+                      "steady-state steps each run needs (fewer: inconclusive)"}},
       .evaluate = rules::Regression,
   });
   r.push_back(RuleSpec{
@@ -496,6 +522,20 @@ std::vector<RuleSpec> BuildRules() {
   });
   return r;
 }
+
+}  // namespace
+
+std::string ExplainsText(const RuleSpec& spec) {
+  std::string out;
+  for (size_t i = 0; i < spec.explains.size(); ++i) {
+    const RuleExplains& e = spec.explains[i];
+    out += (i ? ", " : "") + ("`" + e.rule_id + "`");
+    if (!e.when.empty()) out += " (when " + e.when_text + ")";
+  }
+  return out;
+}
+
+namespace {
 
 std::string EscapePipes(const std::string& s) {
   std::string out;
@@ -595,6 +635,11 @@ std::string RulesMarkdown() {
   for (const RuleSpec& s : Rules()) {
     out += "| `" + s.id + "` | " + EscapePipes(s.inputs) + " |\n";
   }
+  out += "\n| Rule | Explains (when both fire, reported under it) |\n";
+  out += "|---|---|\n";
+  for (const RuleSpec& s : Rules()) {
+    if (!s.explains.empty()) out += "| `" + s.id + "` | " + EscapePipes(ExplainsText(s)) + " |\n";
+  }
   return out;
 }
 
@@ -610,6 +655,7 @@ std::string RulesText() {
     out += "    fires when: " + s.fires_when + "\n";
     out += "    needs:      " + s.inputs + "\n";
     out += "    fix:        " + s.fix + "\n";
+    if (!s.explains.empty()) out += "    explains:   " + ExplainsText(s) + "\n";
   }
   return out;
 }

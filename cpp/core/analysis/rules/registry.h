@@ -124,10 +124,16 @@ inline constexpr int64_t kNvmlSwThermalSlowdown = 0x20;
 inline constexpr int64_t kNvmlHwThermalSlowdown = 0x40;
 static_assert((kNvmlSwThermalSlowdown | kNvmlHwThermalSlowdown) == store::kRollupThermalReasonBits);
 // ---- warmup & tail
-// compilation_warmup: step 0 longer than this multiple of the steady-state median fires.
+// Both warmup rules judge a step by its work: its time outside the loader wait before it (a
+// worker start-up or a slow first batch is the loader's, not a compile).
+// compilation_warmup: step 0's work longer than this multiple of the steady-state median fires...
 inline constexpr double kWarmupRatio = 3.0;
-// first_step_outlier: step 0 longer than this multiple of the median of steps 1..n-1 fires.
+// ...when the warmup steps' work above that median is at least this share of the run's step time.
+inline constexpr double kWarmupMinShare = 0.05;
+// first_step_outlier: step 0's work longer than this multiple of the median of steps 1..n-1...
 inline constexpr double kFirstStepRatio = 10.0;
+// ...lifting the run's mean step time by at least this share fires.
+inline constexpr double kFirstStepMinLift = 0.05;
 // Both warmup rules need at least this many steps.
 inline constexpr size_t kWarmupMinSteps = 3;
 // high_step_variance: steady-state p99 / p50 above this ratio fires...
@@ -140,6 +146,10 @@ inline constexpr size_t kVarianceMinSpikes = 2;
 // ...med when the spikes' time above the median is at least this share of steady-state time,
 // else low.
 inline constexpr double kVarianceMedShare = 0.05;
+// The slow steps are the loader's doing when at least this share of their time above the median
+// is loader wait (measured inside the loader, above its median): the insight then says so and
+// gives the loader's fix, and a loader rule that fires too explains it (precedence).
+inline constexpr double kVarianceLoaderShare = 0.5;
 // ---- distributed
 // comm_dominant: collectives in flight for more than this share of step time fires.
 inline constexpr double kCommFraction = 0.20;
@@ -157,15 +167,21 @@ inline constexpr size_t kBucketSkewMinSteps = 5;
 // medians by more than this fires.
 inline constexpr double kRankSkewFraction = 0.20;
 // ---- regression
-// The baseline is the median of the steady-state median step time of up to this many previous
-// finished runs of the same run_name...
+// A run is compared by its throughput: the steady-state wall time per step, loader wait
+// included (analysis::Throughput). The baseline is the median of that of up to this many
+// previous finished runs of the same run_name...
 inline constexpr size_t kRegressionRuns = 3;
-// ...looking back at most this many runs (runs without a steady state are passed over).
+// ...looking back at most this many runs (runs too short to compare are passed over)...
 inline constexpr size_t kRegressionLookback = 10;
+// ...each, like this run, with at least this many steady-state steps (fewer: inconclusive).
+inline constexpr size_t kRegressionMinSteps = 10;
 // More than this much slower than the baseline fires MED...
 inline constexpr double kRegressionSlower = 0.10;
-// ...more than this much faster is reported as INFO.
+// ...more than this much faster is reported as INFO...
 inline constexpr double kImprovementFaster = 0.10;
+// ...when the change is also beyond the noise: the 95% intervals of this run's time per step
+// and of the baseline's (its runs' own intervals, and how far apart their means lie), combined
+// in log space. A change past the threshold but inside the noise is "inconclusive".
 }  // namespace thresholds
 
 struct GroupView;  // group.h
@@ -180,6 +196,20 @@ struct RuleThreshold {
   std::string meaning;
 };
 
+// Precedence between rules. A rule that names a cause explains the general findings that cause
+// also produces (cpu_bound_dataloader explains dataloader_stall). When both fire, the explained
+// finding is folded under the one that explains it (Report::explained) instead of being reported
+// on its own: the report leads with the specific diagnosis and its fix, and never prints the
+// general finding's contradicting advice beside it. `when` names a boolean evidence key of the
+// explained insight that must be true for the fold (empty: always), for a general rule whose
+// finding is only sometimes the same cause (high_step_variance's "loader_caused"). The relation
+// is acyclic; chains resolve to the first finding that nothing explains.
+struct RuleExplains {
+  std::string rule_id;
+  std::string when;
+  std::string when_text;  // `when` for a reader ("its slow steps are mostly loader wait")
+};
+
 struct RuleSpec {
   std::string id;
   // data_pipeline | host | compute | memory_thermal | warmup | distributed | regression | cost
@@ -190,6 +220,7 @@ struct RuleSpec {
   std::string fix;         // default fix text
   std::string inputs;      // what must have been measured; otherwise "not evaluated"
   std::vector<RuleThreshold> thresholds;
+  std::vector<RuleExplains> explains;    // precedence (see RuleExplains)
   RuleFn evaluate = nullptr;             // per-run rules
   GroupRuleFn evaluate_group = nullptr;  // group rules (exactly one of the two is set)
   bool group() const { return evaluate_group != nullptr; }
@@ -208,9 +239,11 @@ RuleResult EvaluateGroupRule(const RuleSpec& spec, const GroupView& group,
                              const RuleContext& context);
 
 // The registry as a Markdown table (id, family, severity, fires when, fix; group rules are
-// marked "(group)" after the id) followed by the thresholds and inputs tables; stable output
-// for docs generation.
+// marked "(group)" after the id) followed by the thresholds, inputs and precedence tables;
+// stable output for docs generation.
 std::string RulesMarkdown();
+// "`dataloader_stall`, `high_step_variance` (when its slow steps are mostly loader wait)".
+std::string ExplainsText(const RuleSpec& spec);
 // The registry as plain text for a terminal.
 std::string RulesText();
 

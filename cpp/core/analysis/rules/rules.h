@@ -48,6 +48,15 @@ RuleResult RankSkew(const GroupView& group, const RuleContext& context);
 RuleResult Regression(const RunView& view, const RuleContext& context);
 // cost.cc
 RuleResult Cost(const RunView& view, const RuleContext& context);
+// The rate the cost rule prices a run at: USD per GPU-hour (per machine-hour on a CPU run) and
+// where it comes from ("GPUPROF_GPU_RATE", "option", "reference: <instance>", ...). nullopt
+// with `why` set ("cost unknown: ...") when none applies.
+struct CostRate {
+  double usd_per_hour = 0;
+  std::string source;
+};
+std::optional<CostRate> ResolveCostRate(const RunView& view, const RuleContext& context,
+                                        std::string* why);
 
 // Shared preconditions. Return a reason when the run has too few steps, else nullopt.
 std::optional<std::string> NeedSteps(const RunView& view, size_t min_steps);

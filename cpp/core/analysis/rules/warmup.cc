@@ -17,73 +17,110 @@ std::string WarmupRange(const RunView& view) {
                    static_cast<long long>(last));
 }
 
+// A step's own work: its duration without the loader wait before it, when that wait was
+// measured (the DataLoader's iter()/next(), wrap_dataloader, or the inter-step gap). Step 0's
+// gap wait is unknown, so all of it counts. Worker start-up and a first batch that takes long to
+// build are the loader's warmup: dataloader_stall and prefetch_queue_starved judge those.
+double WorkNs(const StepView& s) {
+  const double d = static_cast<double>(s.duration_ns);
+  return s.wait_ns ? std::max(0.0, d - static_cast<double>(*s.wait_ns)) : d;
+}
+
+bool AnyWait(const RunView& view) {
+  return std::any_of(view.steps.begin(), view.steps.end(),
+                     [](const StepView& s) { return s.wait_ns && *s.wait_ns > 0; });
+}
+
+// "Step 0 took 1.62 s" or, when loader waits were left out, "Step 0 ran for 1.62 s outside the
+// loader".
+std::string StepTook(const RunView& view, const std::string& time) {
+  const long long step = static_cast<long long>(view.steps.front().step);
+  if (AnyWait(view)) return StrFormat("Step %lld ran for %s outside the loader", step, time.c_str());
+  return StrFormat("Step %lld took %s", step, time.c_str());
+}
+
 }  // namespace
 
-// Fires when the first step is longer than kWarmupRatio × the steady-state median.
+// Fires when the first step's work (outside the loader wait) is longer than kWarmupRatio × the
+// steady-state median work, and the warmup steps' work above that median is at least
+// kWarmupMinShare of the run's step time (a few ms of first-call overhead in a long run is not
+// worth a line).
 RuleResult CompilationWarmup(const RunView& view, const RuleContext&) {
   using namespace thresholds;
   if (auto why = NeedSteps(view, kWarmupMinSteps)) return RuleResult::Skip(*why);
-  const double median = view.steady->p50_ns;
+  std::vector<double> steady;
+  for (size_t i = view.steady_begin; i < view.steps.size(); ++i) {
+    steady.push_back(WorkNs(view.steps[i]));
+  }
+  const double median = *Median(steady);
   if (median <= 0) return RuleResult::Skip("steady-state median step time is 0");
-  const double first = static_cast<double>(view.steps.front().duration_ns);
+  const double first = WorkNs(view.steps.front());
   const double ratio = first / median;
   if (ratio <= kWarmupRatio) return RuleResult::Pass();
-  // A step 0 beyond first_step_outlier's threshold is that rule's finding: say it once.
-  std::vector<double> rest;
-  for (size_t i = 1; i < view.steps.size(); ++i) {
-    rest.push_back(static_cast<double>(view.steps[i].duration_ns));
-  }
-  if (auto rest_median = Median(rest); rest_median && *rest_median > 0 &&
-                                       first / *rest_median > kFirstStepRatio) {
-    return RuleResult::Pass();
-  }
   double excess = 0;
   for (size_t i = 0; i < view.steady_begin; ++i) {
-    excess += std::max(0.0, view.steps[i].duration_ns - median);
+    excess += std::max(0.0, WorkNs(view.steps[i]) - median);
   }
+  const double run_total = view.all->total_ns;
+  const double share = run_total > 0 ? excess / run_total : 0.0;
+  if (share < kWarmupMinShare) return RuleResult::Pass();
   nlohmann::json evidence = {
-      {"first_step_ns", first},        {"steady_median_ns", median},
+      {"first_step_ns", static_cast<double>(view.steps.front().duration_ns)},
+      {"first_step_work_ns", first},   {"steady_median_work_ns", median},
       {"ratio", ratio},                {"warmup_steps", view.steady_begin},
-      {"warmup_excess_ns", excess},    {"threshold", kWarmupRatio},
+      {"warmup_excess_ns", excess},    {"warmup_share", share},
+      {"threshold", kWarmupRatio},     {"threshold_share", kWarmupMinShare},
   };
+  const auto [first_text, median_text] = FormatDurations(first, median);
   return RuleResult::Fire(
       Severity::kLow,
-      StrFormat("Step %lld took %s, %s the steady-state median of %s; warmup (%s) cost %s "
-                "over steady pace",
-                static_cast<long long>(view.steps.front().step), FormatDuration(first).c_str(),
-                FormatRatio(ratio).c_str(), FormatDuration(median).c_str(),
-                WarmupRange(view).c_str(), FormatDuration(excess).c_str()),
+      StrFormat("%s, %s the steady-state median of %s; warmup (%s) cost %s over steady pace "
+                "(%s of step time)",
+                StepTook(view, first_text).c_str(), FormatRatio(ratio).c_str(),
+                median_text.c_str(), WarmupRange(view).c_str(), FormatDuration(excess).c_str(),
+                FormatPercent(share).c_str()),
       std::move(evidence));
 }
 
-// Fires when step 0 is longer than kFirstStepRatio × the median of all the other steps.
+// Fires when step 0's work (outside the loader wait) is longer than kFirstStepRatio × the median
+// work of all the other steps, and it lifts the run's mean step time by at least
+// kFirstStepMinLift.
 RuleResult FirstStepOutlier(const RunView& view, const RuleContext&) {
   using namespace thresholds;
   if (auto why = NeedSteps(view, kWarmupMinSteps)) return RuleResult::Skip(*why);
   std::vector<double> rest;
   double rest_total = 0;
   for (size_t i = 1; i < view.steps.size(); ++i) {
-    rest.push_back(static_cast<double>(view.steps[i].duration_ns));
-    rest_total += rest.back();
+    rest.push_back(WorkNs(view.steps[i]));
+    rest_total += static_cast<double>(view.steps[i].duration_ns);
   }
   const double median = *Median(rest);
   if (median <= 0) return RuleResult::Skip("median step time of steps after step 0 is 0");
-  const double first = static_cast<double>(view.steps.front().duration_ns);
+  const double first = WorkNs(view.steps.front());
   const double ratio = first / median;
   if (ratio <= kFirstStepRatio) return RuleResult::Pass();
   const double mean_rest = rest_total / static_cast<double>(rest.size());
+  const double mean_all = view.all->mean_ns;
+  const double lift = mean_rest > 0 ? mean_all / mean_rest - 1 : 0.0;
+  if (lift < kFirstStepMinLift) return RuleResult::Pass();
   nlohmann::json evidence = {
-      {"first_step_ns", first},           {"median_rest_ns", median},
-      {"ratio", ratio},                   {"mean_all_ns", view.all->mean_ns},
-      {"mean_rest_ns", mean_rest},        {"threshold", kFirstStepRatio},
+      {"first_step_ns", static_cast<double>(view.steps.front().duration_ns)},
+      {"first_step_work_ns", first},      {"median_rest_work_ns", median},
+      {"ratio", ratio},                   {"mean_all_ns", mean_all},
+      {"mean_rest_ns", mean_rest},        {"mean_lift", lift},
+      {"threshold", kFirstStepRatio},     {"threshold_lift", kFirstStepMinLift},
   };
+  const auto [first_text, median_text] = FormatDurations(first, median);
+  const auto [rest_text, all_text] = FormatDurations(mean_rest, mean_all);
+  // "+12%", or a multiple once the mean more than doubles ("44.1×").
+  const std::string lift_text =
+      lift >= 1 ? FormatRatio(1 + lift) : "+" + FormatPercent(lift);
   return RuleResult::Fire(
       Severity::kLow,
-      StrFormat("Step %lld (%s) is %s the median of the other %zu steps (%s); it lifts the mean "
-                "step time from %s to %s",
-                static_cast<long long>(view.steps.front().step), FormatDuration(first).c_str(),
-                FormatRatio(ratio).c_str(), rest.size(), FormatDuration(median).c_str(),
-                FormatDuration(mean_rest).c_str(), FormatDuration(view.all->mean_ns).c_str()),
+      StrFormat("%s, %s the median of the other %zu steps (%s); it lifts the mean step time "
+                "from %s to %s (%s)",
+                StepTook(view, first_text).c_str(), FormatRatio(ratio).c_str(), rest.size(),
+                median_text.c_str(), rest_text.c_str(), all_text.c_str(), lift_text.c_str()),
       std::move(evidence));
 }
 
@@ -114,19 +151,57 @@ RuleResult HighStepVariance(const RunView& view, const RuleContext&) {
   }
   if (spikes < kVarianceMinSpikes) return RuleResult::Pass();
   const double lost_share = steady_total > 0 ? lost / steady_total : 0.0;
+  // How much of the spikes' extra time is loader wait: per spike, its wait measured inside the
+  // loader (DataLoader next(), wrap_dataloader) above the steady-state median of such waits.
+  // Inter-step gaps do not count: they also hold logging and checkpoints.
+  std::vector<double> loader_waits;
+  for (size_t i = view.steady_begin; i < view.steps.size(); ++i) {
+    const StepView& st = view.steps[i];
+    if (st.wait_ns && st.wait_source && *st.wait_source != "gap") {
+      loader_waits.push_back(static_cast<double>(*st.wait_ns));
+    }
+  }
+  std::optional<double> loader_share;
+  if (const auto median_wait = Median(loader_waits); median_wait && lost > 0) {
+    double loader_excess = 0;
+    for (size_t i = view.steady_begin; i < view.steps.size(); ++i) {
+      const StepView& st = view.steps[i];
+      const double d = static_cast<double>(st.duration_ns);
+      if (d <= kVarianceRatio * s.p50_ns || !st.wait_ns || !st.wait_source ||
+          *st.wait_source == "gap") {
+        continue;
+      }
+      loader_excess += std::clamp(static_cast<double>(*st.wait_ns) - *median_wait, 0.0,
+                                  d - s.p50_ns);
+    }
+    loader_share = loader_excess / lost;
+  }
+  const bool loader_caused = loader_share && *loader_share >= kVarianceLoaderShare;
   nlohmann::json evidence = {
       {"p50_ns", s.p50_ns}, {"p99_ns", s.p99_ns},         {"ratio", ratio},
       {"spikes", spikes},   {"steady_steps", s.count},    {"spike_excess_ns", lost},
       {"threshold", kVarianceRatio}, {"lost_share", lost_share},
+      {"loader_share", loader_share ? nlohmann::json(*loader_share) : nlohmann::json()},
+      {"loader_caused", loader_caused},
   };
-  return RuleResult::Fire(
-      lost_share >= kVarianceMedShare ? Severity::kMed : Severity::kLow,
-      StrFormat("Step time p99 is %s p50 (%s vs %s); %zu of %zu steady-state steps took over %s "
-                "the median",
-                FormatRatio(ratio).c_str(), FormatDuration(s.p99_ns).c_str(),
-                FormatDuration(s.p50_ns).c_str(), spikes, s.count,
-                (FormatCompact(kVarianceRatio) + "×").c_str()),
-      std::move(evidence));
+  const auto [p99_text, p50_text] = FormatDurations(s.p99_ns, s.p50_ns);
+  std::string message = StrFormat(
+      "Step time p99 is %s p50 (%s vs %s); %zu of %zu steady-state steps took over %s the median",
+      FormatRatio(ratio).c_str(), p99_text.c_str(), p50_text.c_str(), spikes, s.count,
+      (FormatCompact(kVarianceRatio) + "×").c_str());
+  if (loader_caused) {
+    message += StrFormat(", %s of their extra time waiting on the loader",
+                         FormatPercent(*loader_share).c_str());
+  }
+  RuleResult r = RuleResult::Fire(lost_share >= kVarianceMedShare ? Severity::kMed : Severity::kLow,
+                                  std::move(message), std::move(evidence));
+  if (loader_caused) {
+    r.insight->fix =
+        "The slow steps wait for batches that the loader delivers in bursts (workers finishing "
+        "together, uneven samples): keep the prefetch queue full with more num_workers and a "
+        "larger prefetch_factor, and even out the per-sample cost.";
+  }
+  return r;
 }
 
 }  // namespace gpuprof::analysis::rules
