@@ -23,6 +23,7 @@
 
 #include "analysis/analysis.h"
 #include "analysis/flops.h"
+#include "analysis/format.h"
 #include "analysis/pricing.h"
 #include "analysis/rules/registry.h"
 #include "store/rows.h"
@@ -35,7 +36,7 @@ constexpr int kDataError = 1;
 constexpr int kUsageError = 2;
 
 int Fail(const std::string& message, int code = kDataError) {
-  std::cerr << "gpuprof: " << message << "\n";
+  std::cerr << "gpuprof: " << analysis::ValidUtf8(message) << "\n";
   return code;
 }
 
@@ -55,12 +56,25 @@ std::string IdRanges(const std::vector<int64_t>& ids) {
   return out;
 }
 
+// A run id as typed: digits only ("42"). One that does not fit in 64 bits is still a run id,
+// of a run that cannot exist.
+bool LooksLikeRunId(const std::string& text) {
+  return !text.empty() &&
+         std::all_of(text.begin(), text.end(), [](unsigned char c) { return c >= '0' && c <= '9'; });
+}
+
 std::optional<int64_t> ParseRunId(const std::string& text) {
   int64_t v = 0;
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, v);
   if (ec != std::errc() || ptr != end) return std::nullopt;
   return v;
+}
+
+// JSON for stdout. Text read from a DB may hold invalid UTF-8 (an edited or damaged file):
+// such bytes become U+FFFD instead of aborting the dump.
+std::string DumpJson(const nlohmann::json& doc) {
+  return doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 struct InsightsArgs {
@@ -75,7 +89,7 @@ int RunInsights(InsightsArgs args) {
   std::error_code ec;
   // `gpuprof insights 42` means run 42 of ./gpuprof.db unless a file named "42" exists; so
   // does `gpuprof insights latest` (the latest run) unless a file named "latest" exists.
-  if (args.run.empty() && (ParseRunId(args.db) || args.db == "latest") &&
+  if (args.run.empty() && (LooksLikeRunId(args.db) || args.db == "latest") &&
       !std::filesystem::exists(args.db, ec)) {
     args.run = args.db;
     args.db = "gpuprof.db";
@@ -111,7 +125,7 @@ int RunInsights(InsightsArgs args) {
     auto group = analysis::AnalyzeStoredGroup(**store, *args.group, options);
     if (!group) return Fail(group.error());
     if (args.json) {
-      std::cout << analysis::GroupReportJson(*group).dump(2) << "\n";
+      std::cout << DumpJson(analysis::GroupReportJson(*group)) << "\n";
     } else {
       std::cout << analysis::FormatGroupReport(*group, args.db);
     }
@@ -122,20 +136,20 @@ int RunInsights(InsightsArgs args) {
 
   int64_t run_id = ids.back();
   if (!args.run.empty() && args.run != "latest") {
-    const std::optional<int64_t> parsed = ParseRunId(args.run);
-    if (!parsed) {
+    if (!LooksLikeRunId(args.run)) {
       return UsageError("RUN must be a run id (an integer) or 'latest', got '" + args.run +
                         "'");
     }
-    run_id = *parsed;
-    if (std::find(ids.begin(), ids.end(), run_id) == ids.end()) {
+    const std::optional<int64_t> parsed = ParseRunId(args.run);
+    if (!parsed || std::find(ids.begin(), ids.end(), *parsed) == ids.end()) {
       return Fail("no run " + args.run + " in " + args.db + " (run ids: " + IdRanges(ids) + ")");
     }
+    run_id = *parsed;
   }
   auto report = analysis::AnalyzeRun(**store, run_id, options);
   if (!report) return Fail(report.error());
   if (args.json) {
-    std::cout << analysis::ReportJson(*report).dump(2) << "\n";
+    std::cout << DumpJson(analysis::ReportJson(*report)) << "\n";
   } else {
     std::cout << analysis::FormatFullReport(*report);
   }
@@ -210,4 +224,15 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace gpuprof::cli
 
-int main(int argc, char** argv) { return gpuprof::cli::Main(argc, argv); }
+// No C++ exception leaves the CLI: whatever escapes (a bug, a damaged DB that trips a library)
+// is one line on stderr and exit status 1, never an abort.
+int main(int argc, char** argv) {
+  try {
+    return gpuprof::cli::Main(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "gpuprof: internal error: " << e.what() << "\n";
+  } catch (...) {
+    std::cerr << "gpuprof: internal error (unknown exception)\n";
+  }
+  return 1;
+}

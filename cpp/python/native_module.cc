@@ -6,8 +6,11 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/tuple.h>
+#include <pthread.h>
 #include <pythread.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -37,7 +40,22 @@ std::optional<T> Opt(const nb::dict& d, const char* key) {
   return nb::cast<T>(v);
 }
 
+class PySession;
+
+// Live sessions, for the fork handler. A forked child (a DataLoader worker, a process that saves a
+// checkpoint) inherits a copy of the session but none of its threads, and possibly mutexes that
+// those threads held: it must never stop, flush or destroy that copy. Lock-free slots, because
+// the child may not take a lock that another thread of the parent held at fork.
+constexpr int kLiveSlots = 16;
+std::atomic<PySession*> g_live[kLiveSlots];
+
 // The Python-facing session. Holds the native Session and the hook state the call hooks share.
+//
+// Fork: in a child of the process that created it, the session is inert. The pthread_atfork
+// child handler stops the hooks from recording (HookState::session = null, no getpid on the hot
+// path), and every cold path checks Forked(): Stop() returns without touching the run (it is the
+// parent's), the diagnostics and run updates are dropped, and the destructor leaks the native
+// Session instead of joining threads that do not exist in the child.
 class PySession {
  public:
   explicit PySession(nb::dict options) {
@@ -72,15 +90,39 @@ class PySession {
     session_ = std::move(s.value());
     state_.session = session_.get();
     state_.owner_thread = PyThread_get_thread_ident();
+    for (auto& slot : g_live) {
+      PySession* expected = nullptr;
+      if (slot.compare_exchange_strong(expected, this)) break;
+    }
   }
 
   ~PySession() {
+    for (auto& slot : g_live) {
+      PySession* expected = this;
+      slot.compare_exchange_strong(expected, nullptr);
+    }
     state_.session = nullptr;
+    if (Forked()) {
+      (void)session_.release();  // the parent's: never joined, flushed or closed here
+      return;
+    }
     if (session_ && !session_->stopped()) {
       nb::gil_scoped_release release;
       session_->Stop("failed", std::string("session object collected before stop()"));
     }
   }
+
+  // Called in the child right after fork() (pthread_atfork): no recording from here on.
+  static void AfterForkInChild() {
+    for (auto& slot : g_live) {
+      if (PySession* s = slot.load()) {
+        s->forked_ = true;
+        s->state_.session = nullptr;
+      }
+    }
+  }
+  // True in a child process of the one that created the session.
+  bool Forked() const { return forked_ || getpid() != pid_; }
 
   HookState* state() { return &state_; }
   int64_t run_id() const { return session_->run_id(); }
@@ -136,6 +178,10 @@ class PySession {
   std::pair<std::string, std::optional<std::string>> Stop(const std::string& status,
                                                           std::optional<std::string> error) {
     state_.session = nullptr;
+    if (Forked()) {
+      return {"", std::string("not stopped: this is a forked child of the process that started "
+                              "the run, which the run belongs to")};
+    }
     record::StopResult r;
     {
       nb::gil_scoped_release release;
@@ -172,6 +218,8 @@ class PySession {
 
   std::unique_ptr<record::Session> session_;
   HookState state_;
+  const pid_t pid_ = getpid();
+  bool forked_ = false;
 };
 
 // profile(arch=...): TransformerArch fields (a dict; None = the field's default) -> per-token
@@ -232,6 +280,7 @@ NB_MODULE(_native, m) {
   nb::set_leak_warnings(false);
 
   if (InitCallHookType(m.ptr()) < 0) throw nb::python_error();
+  pthread_atfork(nullptr, nullptr, &PySession::AfterForkInChild);
   RegisterLineTracer(m);
   RegisterLineSampler(m);
   RegisterLineReport(m);
@@ -246,7 +295,9 @@ NB_MODULE(_native, m) {
       .def("wait_begin", &PySession::WaitBegin)
       .def("wait_end", &PySession::WaitEnd)
       .def("intern_phase",
-           [](PySession& s, const std::string& name) { return s.session().InternPhase(name); })
+           [](PySession& s, const std::string& name) -> uint32_t {
+             return s.Forked() ? 0 : s.session().InternPhase(name);
+           })
       // torch's global optimizer step hooks: must return None (torch treats a value as new args).
       .def("optimizer_pre_hook", [](PySession& s, nb::args, nb::kwargs) { s.OptimizerPre(); })
       .def("optimizer_post_hook", [](PySession& s, nb::args, nb::kwargs) { s.OptimizerPost(); })
@@ -264,11 +315,13 @@ NB_MODULE(_native, m) {
            nb::arg("kind"), nb::arg("original"), nb::arg("callback").none() = nb::none())
       .def("add_diagnostic",
            [](PySession& s, const std::string& level, const std::string& source,
-              const std::string& message) { s.session().AddDiagnostic(level, source, message); })
+              const std::string& message) {
+             if (!s.Forked()) s.session().AddDiagnostic(level, source, message);
+           })
       .def("set_telemetry_status",
            [](PySession& s, const std::string& source, bool available,
               std::optional<std::string> backend, std::optional<std::string> reason) {
-             s.session().SetTelemetryStatus(source, available, backend, reason);
+             if (!s.Forked()) s.session().SetTelemetryStatus(source, available, backend, reason);
            },
            nb::arg("source"), nb::arg("available"), nb::arg("backend").none() = nb::none(),
            nb::arg("reason").none() = nb::none())
@@ -288,6 +341,7 @@ NB_MODULE(_native, m) {
               std::optional<std::string> gpu_model, std::optional<int64_t> gpu_count,
               std::optional<double> flops_per_step, std::optional<std::string> flops_method,
               std::optional<std::string> dtype, std::optional<std::string> config_json) {
+             if (s.Forked()) return;
              gpuprof::Status st = s.session().UpdateRun([&](gpuprof::store::RunInfo* r) {
                if (device_kind) r->device_kind = device_kind;
                if (gpu_model) r->gpu_model = gpu_model;

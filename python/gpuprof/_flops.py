@@ -70,6 +70,9 @@ class TransformerArch:
                 kind = "an int or None" if name in _OPTIONAL_INTS else "an int"
                 raise TypeError(f"gpuprof.TransformerArch: {name} must be {kind}, got "
                                 f"{type(value).__name__} {value!r}")
+            if abs(value) > 2**62:  # the native formula takes 64-bit integers
+                raise ValueError(f"gpuprof.TransformerArch: {name} must be at most 2**62, got "
+                                 f"{value}")
         for name in _BOOLS:
             value = getattr(self, name)
             if not isinstance(value, bool):

@@ -62,6 +62,9 @@ def _check_positive(name: str, value: Any, allow_zero: bool = False,
     """A finite number > 0 (>= 0 with allow_zero), at most ``maximum``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"gpuprof.profile: {name} must be a number, got {type(value).__name__}")
+    if isinstance(value, int) and abs(value) > 2**1000:  # beyond any float: no OverflowError
+        raise ValueError(f"gpuprof.profile: {name} must be a finite number, got an int of "
+                         f"{len(str(abs(value)))} digits")
     if not math.isfinite(value):
         raise ValueError(f"gpuprof.profile: {name} must be a finite number, got {value!r}")
     if value < 0 or (value == 0 and not allow_zero):
@@ -74,7 +77,11 @@ def _check_positive(name: str, value: Any, allow_zero: bool = False,
 
 def _check_utf8(name: str, value: str) -> None:
     """The store keeps text as UTF-8: a str holding surrogate escapes (a file name's
-    undecodable bytes, as os.fsdecode gives them) cannot be stored."""
+    undecodable bytes, as os.fsdecode gives them) cannot be stored. NUL ends a C string: a
+    path or name holding one would be cut there ("a\x00b.db" would write a file named "a")."""
+    if "\x00" in value:
+        raise ValueError(f"gpuprof.profile: {name} {value!r} contains a NUL character "
+                         f"(at {value.index(chr(0))}); remove it")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as e:
@@ -95,6 +102,8 @@ def _check_bool(name: str, value: Any) -> bool:
 # Step numbers are stored as signed 64-bit integers and may be moved past the index (a
 # repeated index takes the next free number): 2**62 leaves room for that.
 _MAX_STEP_INDEX = 2**62
+# tokens_per_step goes to the native FLOP count as a signed 64-bit integer.
+_MAX_TOKENS_PER_STEP = 2**62
 
 
 def _error_text(exc: BaseException) -> str:
@@ -295,17 +304,30 @@ class Profile:
         self._state = "running"
         self._pid = os.getpid()
         with _active_lock:
-            if _active is not None:
-                _warn(f"gpuprof: a profile ({_active.run_name!r}) is already active in this "
-                      f"process; {self.run_name!r} will not be recorded")
-                self._state = "disabled"
-                return self
-            _active = self
+            other = _active
+            if other is None:
+                _active = self
+        if other is not None:
+            self._state = "disabled"
+            _warn(f"gpuprof: a profile ({other.run_name!r}) is already active in this "
+                  f"process; {self.run_name!r} will not be recorded")
+            return self
+        # Whatever interrupts the start (Ctrl-C, a GpuprofWarning turned into an error by
+        # -W error or pytest's filterwarnings) leaves nothing behind: the active marker, the
+        # patches, the handler and the run are undone, then it propagates.
+        try:
+            self._start()
+        except BaseException as e:
+            self._abort_start(e)
+            raise
+        return self
+
+    def _start(self) -> None:
         try:
             from . import _native
         except ImportError as e:
             self._disable(f"gpuprof's native core failed to import ({e}); reinstall gpuprof")
-            return self
+            return
         self._native = _native
         self._kinds = {k: getattr(_native.kind, k) for k in dir(_native.kind) if k.isupper()}
         torch = sys.modules.get("torch")
@@ -320,7 +342,7 @@ class Profile:
             self._session = _native.Session(opts)
         except Exception as e:  # a profiler failure never breaks the training
             self._disable(f"gpuprof could not start recording: {e}")
-            return self
+            return
         self.run_id = self._session.run_id
         if self._auto:
             if torch is None:
@@ -332,7 +354,30 @@ class Profile:
             else:
                 self._install_torch(torch)
         self._install_sigterm()
-        return self
+
+    def _abort_start(self, exc: BaseException) -> None:
+        """Undoes a start that `exc` interrupted. Never raises: `exc` is what propagates. The
+        run, when it was begun, is stored as failed with the interruption as its error."""
+        global _active
+        self._state = "disabled"
+        try:
+            self._restore_sigterm()
+            counter, self._flop_counter = self._flop_counter, None
+            if counter is not None:
+                counter.finish()
+            patches, self._patches = self._patches, None
+            if patches is not None:
+                patches.uninstall()
+            session, self._session = self._session, None
+            if session is not None:
+                session.stop("failed", _storable_text(
+                    f"profile() start interrupted: {_error_text(exc)}"))
+        except BaseException:  # noqa: BLE001 - a second interruption must not hide the first
+            pass
+        finally:
+            with _active_lock:
+                if _active is self:
+                    _active = None
 
     def _install_sigterm(self) -> None:
         """With the default SIGTERM action (terminate), a SIGTERM first ends the run (status
@@ -420,6 +465,9 @@ class Profile:
         global _active
         if self._state != "running":
             return self.summary
+        if os.getpid() != self._pid:
+            self._leave_forked_child()
+            return None
         if error is not None:
             error = _storable_text(str(error))
         self._state = "stopped"
@@ -469,6 +517,27 @@ class Profile:
                 if _active is self:
                     _active = None
 
+    def _leave_forked_child(self) -> None:
+        """stop() in a forked child (a process that saves a checkpoint, then leaves the block):
+        the run belongs to the parent, which goes on recording it. The child restores torch for
+        itself and lets go, touching nothing of the run: its native session is inert there (no
+        threads, no writes, never closed)."""
+        global _active
+        self._state = "stopped"
+        self._prev_sigterm = None  # the child has the default SIGTERM action (register_at_fork)
+        counter, self._flop_counter = self._flop_counter, None
+        patches, self._patches = self._patches, None
+        self._timer = None  # CUDA cannot be used in a forked child
+        try:
+            if counter is not None:
+                counter.finish()
+            if patches is not None:
+                patches.uninstall()
+        except Exception:  # noqa: BLE001 - never raise into the child's code
+            pass
+        if _active is self:  # the child has one thread, and a fresh _active_lock (_after_fork)
+            _active = None
+
     def _finish_flop_count(self) -> None:
         """Ends the automatic FLOP count (restoring torch) and records its outcome: runs.
         flops_per_step with flops_method "counted", or a diagnostic (source "flops") that the
@@ -494,11 +563,11 @@ class Profile:
 
     def _disable(self, reason: str) -> None:
         global _active
-        _warn(reason)
         self._session = None
         with _active_lock:
             if _active is self:
                 _active = None
+        _warn(reason)  # last: a warning turned into an error leaves nothing behind
 
     def stats(self) -> dict[str, int]:
         """Counters of the recorder (hook calls, dropped events, telemetry ticks, steps)."""
@@ -597,9 +666,12 @@ def _on_sigterm(signum: int, frame: Any) -> None:
     signal.raise_signal(signal.SIGTERM)
 
 
-def _sigterm_after_fork() -> None:
+def _after_fork_in_child() -> None:
     """A forked child (a DataLoader worker) keeps the default SIGTERM action: it is not the
-    process that owns the run."""
+    process that owns the run. It gets its own _active_lock: another thread of the parent may
+    have held the inherited one at fork, and would never release it here."""
+    global _active_lock
+    _active_lock = threading.Lock()
     try:
         if signal.getsignal(signal.SIGTERM) is _on_sigterm:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -608,7 +680,7 @@ def _sigterm_after_fork() -> None:
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_sigterm_after_fork)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @atexit.register
@@ -663,6 +735,9 @@ def _arch_flops(arch: Optional[TransformerArch], tokens_per_step: Optional[int],
                         f"{type(tokens_per_step).__name__}")
     if tokens_per_step is not None and tokens_per_step <= 0:
         raise ValueError(f"gpuprof.profile: tokens_per_step must be > 0, got {tokens_per_step}")
+    if tokens_per_step is not None and tokens_per_step > _MAX_TOKENS_PER_STEP:
+        raise ValueError(f"gpuprof.profile: tokens_per_step must be at most 2**62, got "
+                         f"{tokens_per_step}")
     if arch is None:
         if tokens_per_step is not None:
             raise ValueError("gpuprof.profile: tokens_per_step only applies with arch=")
@@ -751,6 +826,7 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
         raise ValueError(f"gpuprof.profile: mock_gpus must be an int in 1..64, got {mock_gpus!r}")
     if not isinstance(mock_scenario, str):
         raise TypeError("gpuprof.profile: mock_scenario must be a string like 'temp=88,throttle=1'")
+    _check_utf8("mock_scenario", mock_scenario)
     if mock_scenario:
         try:
             from . import _native

@@ -15,6 +15,9 @@ Expected<Report> AnalyzeRun(store::SqliteStore& store, int64_t run_id,
   }
   Expected<store::RunData> data = store.LoadRun(run_id);
   if (!data) return data.status();
+  for (const store::DiagnosticRow& d : options.unstored_diagnostics) {
+    data->diagnostics.push_back(d);
+  }
   RuleContext context = MakeRuleContextFromEnv(options);
   ApplyStoredRate(data->run, options, &context);
   Expected<std::vector<PriorRun>> prior = LoadPriorRuns(store, data->run);
@@ -48,12 +51,19 @@ Expected<std::string> SummaryText(store::SqliteStore& store, int64_t run_id,
 }
 
 Expected<std::string> FinalizeRun(store::SqliteStore& store, int64_t run_id,
-                                  const std::string& db_path, const AnalysisOptions& options) {
+                                  const std::string& db_path, const AnalysisOptions& options,
+                                  std::optional<std::string>* not_stored) {
   Expected<Report> report = AnalyzeRun(store, run_id, options);
   if (!report) return report.status();
   Status written = store.ReplaceInsights(run_id, ToInsightRows(*report));
-  if (!written.ok()) return written;
-  if (Status rate = StoreCostRate(store, *report); !rate.ok()) return rate;
+  if (written.ok()) written = StoreCostRate(store, *report);
+  if (!written.ok()) {
+    // The store refused (locked, full): the summary is still printed, and says so.
+    if (not_stored) *not_stored = written.message();
+    report->view.data.diagnostics.push_back(store::DiagnosticRow{
+        std::nullopt, "warning", "store",
+        "this summary's insights were not stored with the run: " + written.message()});
+  }
   return FormatSummary(*report, db_path);
 }
 
@@ -73,7 +83,7 @@ Status StoreCostRate(store::SqliteStore& store, const Report& report) {
   }
   config[kStoredRateKey] = *report.cost_rate_usd_per_hour;
   config[kStoredRateSourceKey] = report.cost_rate_source;
-  info.config_json = config.dump();
+  info.config_json = config.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return store.UpdateRunFields(info);
 }
 

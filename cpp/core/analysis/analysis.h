@@ -43,9 +43,11 @@ Expected<std::string> SummaryText(store::SqliteStore& store, int64_t run_id,
 
 // Runs the analysis, replaces the run's rows in the insights table, stores the rate the cost
 // line used with the run (StoreCostRate), then returns the summary block printed at the end of
-// `with gpuprof.profile(...)`.
+// `with gpuprof.profile(...)`. When the store refuses those writes (locked, disk full) the
+// summary is still returned, with a data-loss line, and `not_stored` (if given) gets the error.
 Expected<std::string> FinalizeRun(store::SqliteStore& store, int64_t run_id,
-                                  const std::string& db_path, const AnalysisOptions& options);
+                                  const std::string& db_path, const AnalysisOptions& options,
+                                  std::optional<std::string>* not_stored = nullptr);
 
 // Writes report.cost_rate_* into the run's config_json (kStoredRateKey, kStoredRateSourceKey;
 // report.h), which AnalyzeRun reads back (ApplyStoredRate). Nothing to do without a rate, when

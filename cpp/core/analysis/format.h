@@ -49,6 +49,9 @@ std::string ShellQuoteIfNeeded(const std::string& s);
 // steps.wait_source for a reader: "inter-step gap", "DataLoader next()",
 // "wrap_dataloader"; "source unknown" when null.
 std::string WaitSourceLabel(const std::optional<std::string>& source);
+// `text` with every byte sequence that is not valid UTF-8 replaced by U+FFFD, so that text read
+// from a damaged or hand-edited DB prints (and converts to a Python str) cleanly.
+std::string ValidUtf8(const std::string& text);
 // "1 sample", "3 samples".
 std::string Plural(size_t n, const char* singular, const char* plural);
 // "—" for an unknown value, else f(value).

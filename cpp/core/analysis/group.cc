@@ -143,7 +143,7 @@ std::string FormatGroupReport(const GroupReport& report, const std::string& db_p
                      ShellQuoteIfNeeded(db_path).c_str(),
                      static_cast<long long>(g.ranks.front().run().run_id));
   }
-  return out;
+  return ValidUtf8(out);
 }
 
 json GroupReportJson(const GroupReport& report) {

@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "store/rows.h"
+
 namespace gpuprof::analysis {
 
 // Ordered: a larger value is more severe.
@@ -66,6 +68,9 @@ struct RuleResult {
 struct AnalysisOptions {
   // USD per GPU-hour; nullopt = $GPUPROF_GPU_RATE if set, else the reference table.
   std::optional<double> gpu_rate_usd_per_hour;
+  // Diagnostics of the run that could not be written to the store (it was locked or full when
+  // the run ended): the analysis reads them as if stored, so the summary still says so.
+  std::vector<store::DiagnosticRow> unstored_diagnostics;
 };
 
 // What the regression rule needs of one earlier run of the same run_name: its throughput

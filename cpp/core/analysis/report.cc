@@ -301,6 +301,20 @@ void EvaluateRules(bool group, const std::function<RuleResult(const RuleSpec&)>&
 }
 
 namespace {
+// What was measured but not recorded (rows the store could not take, events the ring dropped):
+// the diagnostics of source "store" and "recorder" at level warning or error. Every figure of
+// the report is computed without them, so the report says so up front.
+std::vector<std::string> DataLoss(const RunView& v) {
+  std::vector<std::string> out;
+  for (const store::DiagnosticRow& d : v.data.diagnostics) {
+    if ((d.source == "store" || d.source == "recorder") &&
+        (d.level == "warning" || d.level == "error")) {
+      out.push_back(d.message);
+    }
+  }
+  return out;
+}
+
 // The likeliest cause of a run without steps whose loop did run: it ran on another thread
 // than the instrumented one (diagnostics of source "threads", written at stop).
 std::string ThreadNotes(const RunView& v, const char* indent) {
@@ -321,6 +335,7 @@ std::string FormatSummary(const Report& report, const std::string& db_path) {
     header += " · failed: " + OneLine(run.error.value_or("no error recorded"));
   }
   out += header + "\n";
+  for (const std::string& loss : DataLoss(v)) out += "  Data loss: " + loss + "\n";
   if (v.steps.empty()) {
     out +=
         "  No steps were recorded. Auto mode ends a step at each optimizer.step();\n"
@@ -375,7 +390,7 @@ std::string FormatSummary(const Report& report, const std::string& db_path) {
   out += StrFormat("  Full report: gpuprof insights %s %lld\n", ShellQuoteIfNeeded(db_path).c_str(),
                    static_cast<long long>(run.run_id));
   out += Rule();
-  return out;
+  return ValidUtf8(out);
 }
 
 std::string FormatFullReport(const Report& report) {
@@ -392,6 +407,7 @@ std::string FormatFullReport(const Report& report) {
     status += " (no end recorded: still running, or the process was killed)";
   }
   out += "  status     " + status + "\n";
+  for (const std::string& loss : DataLoss(v)) out += "  data loss  " + loss + "\n";
   out += "  started    " + UtcTime(run.start_unix_ns) + "\n";
   out += "  duration   " +
          OrDash(v.duration_ns, [](int64_t ns) { return FormatDuration(static_cast<double>(ns)); }) +
@@ -510,7 +526,7 @@ std::string FormatFullReport(const Report& report) {
                        n.reason.c_str());
     }
   }
-  return out;
+  return ValidUtf8(out);
 }
 
 json ReportJson(const Report& report) {
@@ -615,6 +631,13 @@ json ReportJson(const Report& report) {
                {"max_disk_read_iops", J(h.max_disk_read_iops)},
                {"mean_proc_cpu_pct", J(h.mean_proc_cpu_pct)},
                {"peak_proc_rss_bytes", J(h.peak_proc_rss_bytes)}};
+  json diagnostics = json::array();
+  for (const store::DiagnosticRow& d : v.data.diagnostics) {
+    diagnostics.push_back({{"ts_ns", J(d.ts_ns)},
+                           {"level", d.level},
+                           {"source", d.source},
+                           {"message", d.message}});
+  }
   json insights = InsightsJson(report.insights, report.explained);
   json not_evaluated = NotEvaluatedJson(report.not_evaluated);
   return json{{"format", "gpuprof.insights/1"},
@@ -626,6 +649,8 @@ json ReportJson(const Report& report) {
               {"host", host},
               {"insights", insights},
               {"explained", ExplainedJson(report.explained)},
+              {"data_loss", DataLoss(v)},
+              {"diagnostics", diagnostics},
               {"not_evaluated", not_evaluated}};
 }
 
@@ -640,7 +665,7 @@ std::vector<store::InsightRow> ToInsightRows(const Report& report) {
     row.severity = std::string(SeverityName(in.severity));
     row.message = in.message;
     row.fix = in.fix;
-    row.evidence_json = in.evidence.dump();
+    row.evidence_json = in.evidence.dump(-1, ' ', false, json::error_handler_t::replace);
     rows.push_back(std::move(row));
   }
   return rows;

@@ -306,6 +306,12 @@ TEST(Format, Helpers) {
   EXPECT_EQ(FormatDuration(210e9), "3.5 min");
   EXPECT_EQ(FormatMinutes(41e9), "41 s");
   EXPECT_EQ(FormatMinutes(231 * 60e9), "231 min");
+  // Text from a damaged DB prints as valid UTF-8.
+  EXPECT_EQ(ValidUtf8("A\xff" "B"), "A\xEF\xBF\xBD" "B");
+  EXPECT_EQ(ValidUtf8("caf\xC3\xA9 · ok"), "caf\xC3\xA9 · ok");
+  EXPECT_EQ(ValidUtf8("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");        // overlong '/'
+  EXPECT_EQ(ValidUtf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
+  EXPECT_EQ(ValidUtf8("\xE2\x82"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // cut short
   // A short run never reads "0 s".
   EXPECT_EQ(FormatMinutes(366e6), "366.0 ms");
   EXPECT_EQ(FormatMinutes(4.24e9), "4.2 s");

@@ -1,12 +1,17 @@
 #include "record/recorder.h"
 
+#include <algorithm>
 #include <chrono>
 #include <unistd.h>
 
 namespace gpuprof::record {
 namespace {
+// The sampling period for a rate, within [kMinPeriod, kMaxPeriod]: a rate below one sample an
+// hour samples once an hour (1e9 / 1e-10 Hz would overflow the nanosecond count and spin).
 std::chrono::nanoseconds PeriodFor(double hz) {
-  return std::chrono::nanoseconds(static_cast<int64_t>(1e9 / hz));
+  const double ns = 1e9 / hz;
+  if (!(ns < static_cast<double>(kMaxSamplePeriod.count()))) return kMaxSamplePeriod;
+  return std::max(std::chrono::nanoseconds(static_cast<int64_t>(ns)), kMinSamplePeriod);
 }
 }  // namespace
 

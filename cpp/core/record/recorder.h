@@ -10,6 +10,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -28,6 +29,11 @@
 #include "util/periodic_thread.h"
 
 namespace gpuprof::record {
+
+// Sampling periods are kept within these bounds whatever the rate asked for: sample_hz /
+// host_hz below one sample an hour sample once an hour.
+inline constexpr std::chrono::nanoseconds kMinSamplePeriod{1000};             // 1 µs
+inline constexpr std::chrono::nanoseconds kMaxSamplePeriod{3'600'000'000'000};  // 1 h
 
 struct RecorderOptions {
   double sample_hz = 100.0;    // GPU telemetry; <= 0 disables the thread

@@ -4,7 +4,28 @@
 
 #include <exception>
 
+#include "analysis/format.h"
+
 namespace gpuprof::record {
+
+std::string LostRowsMessage(const std::vector<store::LostRows>& lost, uint64_t dropped,
+                            const std::optional<std::string>& error) {
+  using analysis::FormatDuration;
+  std::string out = std::to_string(dropped) + " rows of this run were not stored";
+  for (size_t i = 0; i < lost.size(); ++i) {
+    const store::LostRows& l = lost[i];
+    out += (i ? ", " : ": ") + l.table + " " + std::to_string(l.rows);
+    if (l.first_ns && l.last_ns) {
+      out += *l.first_ns == *l.last_ns
+                 ? " (at " + FormatDuration(static_cast<double>(*l.first_ns)) + ")"
+                 : " (" + FormatDuration(static_cast<double>(*l.first_ns)) + " to " +
+                       FormatDuration(static_cast<double>(*l.last_ns)) + ")";
+    }
+  }
+  if (error) out += "; first failure: " + *error;
+  out += ". Figures from those tables miss them.";
+  return out;
+}
 
 Expected<std::unique_ptr<Session>> Session::Start(SessionConfig config) {
   std::unique_ptr<Session> s(new Session(std::move(config)));
@@ -41,7 +62,7 @@ Expected<std::unique_ptr<Session>> Session::Start(SessionConfig config) {
   info.run_id = run_id.value();
   s->info_ = info;
 
-  auto writer = store::StoreWriter::Start(s->config_.db_path, info.run_id);
+  auto writer = store::StoreWriter::Start(s->config_.db_path, info.run_id, s->config_.writer);
   if (!writer) return Status::Error(writer.error());
   s->writer_ = std::move(writer.value());
 
@@ -120,8 +141,15 @@ StopResult Session::Stop(const std::string& status, const std::optional<std::str
     }
     writer_->Stop();
     if (writer_->dropped() > 0) {
-      problems += std::to_string(writer_->dropped()) + " rows were not stored";
-      if (auto e = writer_->error()) problems += ": " + *e;
+      const std::string lost = LostRowsMessage(writer_->lost(), writer_->dropped(),
+                                               writer_->error());
+      problems += lost;
+      // Recorded with the run through the control connection (the writer has given up); when
+      // the store refuses that too, the analysis gets it directly so the summary says so.
+      store::DiagnosticRow diag{RelNow(), "warning", kStoreDiagnosticSource, lost};
+      if (!control_->WriteRows(info_.run_id, {diag}).ok()) {
+        config_.analysis.unstored_diagnostics.push_back(diag);
+      }
     }
     const int64_t end_ns = RelNow();
     info_.end_ns = end_ns;
@@ -129,14 +157,20 @@ StopResult Session::Stop(const std::string& status, const std::optional<std::str
     info_.error = error;
     if (Status st = control_->FinishRun(info_.run_id, status, end_ns, error); !st.ok()) {
       problems += (problems.empty() ? "" : "; ") + st.message();
+      config_.analysis.unstored_diagnostics.push_back(store::DiagnosticRow{
+          end_ns, "warning", kStoreDiagnosticSource,
+          "the end of the run (status " + status + ") was not stored: " + st.message() +
+              "; the DB shows the run as still running"});
     }
+    std::optional<std::string> not_stored;
     auto summary = analysis::FinalizeRun(*control_, info_.run_id, config_.db_path,
-                                         config_.analysis);
+                                         config_.analysis, &not_stored);
     if (summary) {
       result_.summary = summary.value();
     } else {
       problems += (problems.empty() ? "" : "; ") + summary.error();
     }
+    if (not_stored) problems += (problems.empty() ? "" : "; ") + *not_stored;
   } catch (const std::exception& e) {
     problems += (problems.empty() ? "" : "; ") + std::string(e.what());
   }

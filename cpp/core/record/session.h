@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "analysis/analysis.h"
 #include "record/phase_names.h"
@@ -24,11 +25,19 @@ struct SessionConfig {
   std::string db_path = "gpuprof.db";
   store::RunInfo run;  // run_name and the descriptive fields; ids/times are filled in
   RecorderOptions recorder;
+  store::StoreWriter::Options writer;  // queue, batching, retries (defaults: StoreWriter)
   telemetry::GpuCollectorOptions gpu;
   bool host_telemetry = true;  // profile(host=); host sampling also needs recorder.host_hz > 0
   std::string proc_root = "/proc";
   analysis::AnalysisOptions analysis;
 };
+
+// The diagnostics source of rows the store could not take (StoreWriter::lost()).
+inline constexpr const char* kStoreDiagnosticSource = "store";
+// "1234 rows of this run were not stored: gpu_samples 1100 (12.3 s to 17.8 s), steps 134 (...);
+// first failure: <error>. Figures from those tables miss them."
+std::string LostRowsMessage(const std::vector<store::LostRows>& lost, uint64_t dropped,
+                            const std::optional<std::string>& error);
 
 struct StopResult {
   std::string summary;             // the block printed at exit ("" if analysis failed)

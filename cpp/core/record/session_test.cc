@@ -3,6 +3,7 @@
 #include "record/session.h"
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <chrono>
 #include <filesystem>
@@ -68,6 +69,47 @@ class SessionTest : public ::testing::Test {
 
   fs::path dir_;
 };
+
+TEST_F(SessionTest, RowsTheStoreCouldNotTakeAreRecordedAndReported) {
+  // GIVEN a session whose writer may hold 20 rows behind a failing commit, and a DB that another
+  // connection locks for 400 ms in the middle of the run (past the writer's busy timeout)
+  SessionConfig c = Config("locked");
+  c.recorder.sample_hz = 500;
+  c.writer.busy_timeout_ms = 20;
+  c.writer.retry_backoff_ms = 10;
+  c.writer.retry_capacity = 20;
+  auto s = Session::Start(c);
+  ASSERT_TRUE(s.ok()) << s.error();
+  Session& session = *s.value();
+  for (int i = 0; i < 3; ++i) Iteration(&session, 5, 2);
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(c.db_path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
+    for (int i = 0; i < 20; ++i) Iteration(&session, 10, 10);
+    sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr);
+    sqlite3_close(db);
+  }
+  for (int i = 0; i < 5; ++i) Iteration(&session, 5, 2);
+  const StopResult r = session.Stop("ok", std::nullopt);
+  // THEN the run is stored with a diagnostic that counts what was lost, per table, with when
+  const store::RunData d = Load(session.run_id());
+  const store::DiagnosticRow* loss = nullptr;
+  for (const auto& diag : d.diagnostics) {
+    if (diag.source == kStoreDiagnosticSource) loss = &diag;
+  }
+  ASSERT_NE(loss, nullptr);
+  EXPECT_EQ(loss->level, "warning");
+  EXPECT_NE(loss->message.find("rows of this run were not stored: "), std::string::npos)
+      << loss->message;
+  EXPECT_NE(loss->message.find("gpu_samples "), std::string::npos) << loss->message;
+  EXPECT_NE(loss->message.find(" to "), std::string::npos) << loss->message;
+  EXPECT_NE(loss->message.find("first failure: "), std::string::npos) << loss->message;
+  // AND the summary says so, and the caller is told
+  EXPECT_NE(r.summary.find("  Data loss: " + loss->message), std::string::npos) << r.summary;
+  ASSERT_TRUE(r.error.has_value());
+  EXPECT_NE(r.error->find("were not stored"), std::string::npos);
+}
 
 TEST_F(SessionTest, RecordsStepsTelemetryAndInsightsAndPrintsTheSummary) {
   // GIVEN a session with two mock GPUs

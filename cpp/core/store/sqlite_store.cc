@@ -399,8 +399,11 @@ std::string ImmutableUri(const std::string& path) {
 // ---- SqliteStore: errors and helpers ---------------------------------------------------------
 
 Status SqliteStore::Error(const std::string& purpose) const {
+  last_error_code_ = sqlite3_extended_errcode(db_);
   return Status::Error(path_ + ": " + purpose + ": " + sqlite3_errmsg(db_));
 }
+
+void SqliteStore::SetBusyTimeout(int ms) { sqlite3_busy_timeout(db_, ms); }
 
 Status SqliteStore::Exec(const char* sql, const std::string& purpose) {
   if (sqlite3_exec(db_, sql, nullptr, nullptr, nullptr) != SQLITE_OK) return Error(purpose);
@@ -503,12 +506,25 @@ Expected<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path
   };
 
   Expected<FileState> fs = inspect();
-  // A WAL database that this user may read but whose directory it may not write: SQLite
-  // cannot create the -shm file and reports "attempt to write a readonly database". With no
-  // un-checkpointed -wal content there is nothing a writer could be adding, so the file is
-  // read as immutable.
-  if (!fs.ok() && read_only && (sqlite3_errcode(db) & 0xff) == SQLITE_READONLY &&
-      !HasWalContent(path)) {
+  // A WAL database that this user may read but whose directory it may not write (another
+  // user's directory: "attempt to write a readonly database"; a read-only mount: "unable to
+  // open database file"): SQLite cannot create the -shm file it needs. With no un-checkpointed
+  // -wal content there is nothing a writer could be adding, so the file is read as immutable.
+  // With -wal content (a run killed before SQLite folded its log into the file), reading the
+  // file alone would miss what the log holds: the error says so and what to do.
+  const int open_error = sqlite3_errcode(db) & 0xff;
+  const bool cannot_write_beside =
+      !fs.ok() && read_only && (open_error == SQLITE_READONLY || open_error == SQLITE_CANTOPEN);
+  if (cannot_write_beside && HasWalContent(path)) {
+    return Status::Error(
+        path + ": cannot be read here: its write-ahead log (" + path +
+        "-wal) holds data not yet folded into the file (a run that was killed, or is still "
+        "writing), and SQLite needs to create " + path +
+        "-shm beside it to read that log, which this directory does not allow (read-only "
+        "mount or permissions). Copy the file with its -wal to a writable directory, or read "
+        "it once where it is writable");
+  }
+  if (cannot_write_beside) {
     store.reset();
     db = nullptr;
     rc = sqlite3_open_v2(ImmutableUri(path).c_str(), &db,
@@ -1224,6 +1240,54 @@ std::optional<int64_t> RawTimestamp(const Row& row) {
   return std::nullopt;
 }
 
+// The table a queued row goes to, and the run-relative time it describes (for LostRows).
+const char* RowTable(const Row& row) {
+  static constexpr const char* kNames[] = {
+      "steps",       "phases",       "phases",         "gpus",
+      "gpu_samples", "host_samples", "worker_samples", "kernels",
+      "comm_buckets", "telemetry_status", "diagnostics", "gpu_samples_1s",
+      "worker_samples_10s"};
+  static_assert(std::size(kNames) == std::variant_size_v<Row>);
+  return kNames[row.index()];
+}
+
+std::optional<int64_t> RowTime(const Row& row) {
+  return std::visit(
+      [](const auto& r) -> std::optional<int64_t> {
+        using T = std::decay_t<decltype(r)>;
+        if constexpr (std::is_same_v<T, StepRow>) {
+          return r.end_ns;
+        } else if constexpr (std::is_same_v<T, KernelRow>) {
+          return r.window_start_ns;
+        } else if constexpr (std::is_same_v<T, CommBucketRow>) {
+          return r.start_ns;
+        } else if constexpr (std::is_same_v<T, DiagnosticRow>) {
+          return r.ts_ns;
+        } else if constexpr (requires { r.ts_ns; }) {
+          return r.ts_ns;
+        } else {
+          return std::nullopt;
+        }
+      },
+      row);
+}
+
+// Failures that may pass if the commit is tried again later: a lock held by another connection
+// past the busy timeout, a full disk, an I/O error, no memory.
+bool Retryable(int code) {
+  switch (code & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+    case SQLITE_FULL:
+    case SQLITE_IOERR:
+    case SQLITE_NOMEM:
+    case SQLITE_CANTOPEN:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // "10 min", "90 s", "1.5 s".
 std::string StrMinutes(int64_t ns) {
   char buf[48];
@@ -1247,6 +1311,7 @@ Expected<std::unique_ptr<StoreWriter>> StoreWriter::Start(const std::string& pat
   Expected<bool> exists = (*store)->RunExists(run_id);
   if (!exists.ok()) return exists.status();
   if (!*exists) return Status::Error(path + ": store writer: no run " + std::to_string(run_id));
+  (*store)->SetBusyTimeout(options.busy_timeout_ms);
   std::unique_ptr<StoreWriter> writer(new StoreWriter(std::move(*store), run_id, options));
   writer->thread_ = std::thread(&StoreWriter::Loop, writer.get());
   return writer;
@@ -1267,6 +1332,10 @@ bool StoreWriter::Push(Row row) noexcept {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_ || queue_.size() >= options_.capacity) {
       dropped_.fetch_add(1, std::memory_order_relaxed);
+      try {
+        RecordLost(row);
+      } catch (...) {  // allocation failure: counted in dropped() only
+      }
       return false;
     }
     try {
@@ -1289,7 +1358,9 @@ void StoreWriter::Flush() {
   if (committed_seq_ >= target || exited_) return;
   flush_target_seq_ = std::max(flush_target_seq_, target);
   cv_.notify_one();
-  flushed_cv_.wait(lock, [&] { return committed_seq_ >= target || exited_; });
+  // A failing commit ends the wait too: its rows are kept for a retry, and a flush must not
+  // block its caller for as long as another process holds the lock.
+  flushed_cv_.wait(lock, [&] { return committed_seq_ >= target || exited_ || retrying_; });
 }
 
 void StoreWriter::Stop() {
@@ -1312,56 +1383,125 @@ std::optional<std::string> StoreWriter::error() const {
   return error_;
 }
 
+std::vector<LostRows> StoreWriter::lost() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lost_;
+}
+
+bool StoreWriter::retrying() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return retrying_;
+}
+
+void StoreWriter::RecordLost(const Row& row) {
+  const char* table = RowTable(row);
+  auto it = std::find_if(lost_.begin(), lost_.end(),
+                         [&](const LostRows& l) { return l.table == table; });
+  if (it == lost_.end()) it = lost_.insert(lost_.end(), LostRows{table, 0, {}, {}});
+  ++it->rows;
+  if (const std::optional<int64_t> t = RowTime(row)) {
+    it->first_ns = std::min(it->first_ns.value_or(*t), *t);
+    it->last_ns = std::max(it->last_ns.value_or(*t), *t);
+  }
+}
+
+bool StoreWriter::CommitFront() {
+  const size_t n = std::min(pending_.size(), options_.max_batch);
+  const auto end = pending_.begin() + static_cast<ptrdiff_t>(n);
+  Status st = store_->WriteRange(run_id_, pending_.begin(), end);
+  const bool retry = !st.ok() && Retryable(store_->last_error_code());
+  if (st.ok()) {
+    for (auto it = pending_.begin(); it != end; ++it) {
+      if (std::optional<int64_t> ts = RawTimestamp(*it)) {
+        newest_raw_ns_ = std::max(newest_raw_ns_.value_or(*ts), *ts);
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!st.ok() && !error_) error_ = st.message();
+  retrying_ = retry;
+  if (retry) return false;
+  if (st.ok()) {
+    written_.fetch_add(n, std::memory_order_relaxed);
+  } else {  // this batch fails whatever the timing: give it up, keep the writer going
+    dropped_.fetch_add(n, std::memory_order_relaxed);
+    for (auto it = pending_.begin(); it != end; ++it) RecordLost(*it);
+  }
+  pending_.erase(pending_.begin(), end);
+  committed_seq_ += n;
+  flushed_cv_.notify_all();
+  return true;
+}
+
 void StoreWriter::Loop() {
   using Clock = std::chrono::steady_clock;
   const auto interval = std::chrono::milliseconds(options_.flush_interval_ms);
-  std::deque<Row> batch;
   std::unique_lock<std::mutex> lock(mu_);
-  // Rows handed to the writer but not yet taken = queue_.size(); taken = pushed - queued.
+  // Rows not yet committed: queue_ (not taken yet) and pending_ (taken). Commit at once when a
+  // batch is full, a flush waits, or the writer stops; otherwise once per interval.
   auto urgent = [&] {
-    return stopping_ || queue_.size() >= batch_trigger_ ||
-           pushed_seq_ - queue_.size() < flush_target_seq_;
+    return stopping_ || queue_.size() + pending_.size() >= batch_trigger_ ||
+           committed_seq_ < flush_target_seq_;
+  };
+  auto backoff = std::chrono::milliseconds(std::max(1, options_.retry_backoff_ms));
+  std::optional<Clock::time_point> give_up_at;  // set once Stop() finds a failing commit
+  // Gives up every row the writer holds or has queued (Stop() could not commit them in time).
+  auto give_up_all = [&] {
+    for (const Row& r : pending_) RecordLost(r);
+    for (const Row& r : queue_) RecordLost(r);
+    const uint64_t n = pending_.size() + queue_.size();
+    dropped_.fetch_add(n, std::memory_order_relaxed);
+    committed_seq_ += n;
+    pending_.clear();
+    queue_.clear();
+    retrying_ = false;
   };
   while (true) {
-    // Idle until the first row; then the oldest queued row waits at most one interval.
-    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) break;  // stopping and drained
-    cv_.wait_until(lock, Clock::now() + interval, urgent);
-
-    while (!queue_.empty()) {
-      // Take the batch out under the lock; O(1) when the whole queue fits in one batch.
-      const size_t n = std::min(queue_.size(), options_.max_batch);
-      if (n == queue_.size()) {
-        batch.swap(queue_);
-      } else {
-        batch.insert(batch.end(), std::make_move_iterator(queue_.begin()),
-                     std::make_move_iterator(queue_.begin() + static_cast<ptrdiff_t>(n)));
-        queue_.erase(queue_.begin(), queue_.begin() + static_cast<ptrdiff_t>(n));
+    if (!retrying_) {
+      // Idle until the first row; then the oldest queued row waits at most one interval.
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !pending_.empty(); });
+      if (queue_.empty() && pending_.empty()) break;  // stopping and drained
+      cv_.wait_until(lock, Clock::now() + interval, urgent);
+    } else {
+      // The last commit failed with a lock held elsewhere or a full disk: pause, then retry.
+      if (stopping_ && !give_up_at) {
+        give_up_at = Clock::now() + std::chrono::milliseconds(options_.stop_retry_ms);
       }
-      lock.unlock();
-      Status st = store_->WriteRange(run_id_, batch.begin(), batch.end());
-      if (st.ok()) {
-        for (const Row& row : batch) {
-          if (std::optional<int64_t> ts = RawTimestamp(row)) {
-            newest_raw_ns_ = std::max(newest_raw_ns_.value_or(*ts), *ts);
-          }
-        }
+      if (give_up_at && Clock::now() >= *give_up_at) {
+        give_up_all();
+        break;
       }
-      batch.clear();
-      Prune(/*final=*/false);
-      lock.lock();
-      committed_seq_ += n;
-      if (st.ok()) {
-        written_.fetch_add(n, std::memory_order_relaxed);
-      } else {
-        dropped_.fetch_add(n, std::memory_order_relaxed);
-        if (!error_) error_ = st.message();
-      }
-      flushed_cv_.notify_all();
-      // Keep committing only while a full batch, a flush or a stop is pending; otherwise go
-      // back to collecting for one interval.
-      if (!urgent()) break;
+      auto until = Clock::now() + backoff;
+      if (give_up_at) until = std::min(until, *give_up_at);
+      cv_.wait_until(lock, until, [&] { return stopping_ && !give_up_at; });
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(4000));
     }
+    // Takes what is queued behind the rows already held; when a failing commit holds more
+    // than retry_capacity rows, the oldest go. Caller holds mu_.
+    auto take_queued = [&] {
+      for (Row& r : queue_) pending_.push_back(std::move(r));
+      queue_.clear();
+      while (pending_.size() > options_.retry_capacity) {
+        RecordLost(pending_.front());
+        pending_.pop_front();
+        dropped_.fetch_add(1, std::memory_order_relaxed);
+        ++committed_seq_;
+      }
+    };
+    take_queued();
+    // The first batch goes now (its interval elapsed, or something was urgent); more only while
+    // something is urgent: a part batch waits for the next interval.
+    bool failed = false;
+    for (bool first = true; !pending_.empty() && (first || urgent()); first = false) {
+      lock.unlock();
+      failed = !CommitFront();
+      if (!failed) Prune(/*final=*/false);
+      lock.lock();
+      if (failed) break;
+      take_queued();
+    }
+    if (!failed) backoff = std::chrono::milliseconds(std::max(1, options_.retry_backoff_ms));
+    flushed_cv_.notify_all();
   }
   lock.unlock();
   Prune(/*final=*/true);  // before Stop() returns: the stored tail is exactly tail_ns

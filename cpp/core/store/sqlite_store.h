@@ -127,6 +127,11 @@ class SqliteStore {
 
   const std::string& path() const { return path_; }
   sqlite3* handle() { return db_; }
+  // How long a write waits for another connection's lock (default 5 s).
+  void SetBusyTimeout(int ms);
+  // The SQLite result code of the last error this connection returned as a Status (0 if none):
+  // lets a caller tell a lock or a full disk (worth retrying) from a bad statement.
+  int last_error_code() const { return last_error_code_; }
 
  private:
   friend class StoreWriter;  // writes its queue through WriteRange without copying
@@ -147,10 +152,20 @@ class SqliteStore {
 
   sqlite3* db_ = nullptr;
   std::string path_;
+  mutable int last_error_code_ = 0;
   // WriteRows' prepared statements, one per Row alternative (indexed by Row::index()), plus
   // the host_core_samples insert that a HostSampleRow with per-core CPU adds.
   std::array<sqlite3_stmt*, std::variant_size_v<Row>> row_stmts_{};
   sqlite3_stmt* core_stmt_ = nullptr;
+};
+
+// Rows that were never stored, per table: how many and the run-relative time span they cover
+// (the row's own timestamp: ts_ns, a step's end, a kernel window's start; none for phase rows).
+struct LostRows {
+  std::string table;
+  uint64_t rows = 0;
+  std::optional<int64_t> first_ns;
+  std::optional<int64_t> last_ns;
 };
 
 // Bounded queue + one writer thread that commits rows of one run in batched transactions on
@@ -158,8 +173,16 @@ class SqliteStore {
 // Push() may be called from any thread (samplers, recorder); it never blocks on I/O: when the
 // queue is full the row is dropped and counted. A row is committed at most about
 // flush_interval_ms after it was queued (sooner when a batch fills up or on Flush), so a killed
-// process loses at most that much. A failing batch is rolled back; its rows count as dropped,
-// error() keeps the first message and the writer goes on with the next batch.
+// process loses at most that much.
+//
+// A batch that fails for a reason that may pass (another connection holding the write lock past
+// the busy timeout, a full disk, an I/O error) is rolled back and kept: the writer retries it,
+// oldest rows first, with growing pauses (retry_backoff_ms, doubling up to 4 s), while new rows
+// keep queueing behind it. Rows are given up only when more than retry_capacity wait behind a
+// failing commit (the oldest go), when the batch fails for another reason (a bad row: retrying
+// would not help), or when Stop() is still failing after stop_retry_ms. Every row given up or
+// dropped at Push is counted per table with its time span (lost()); error() keeps the first
+// message.
 // The writer enforces the raw-tier retention (RawRetention) after its commits, on its own
 // thread: producers never wait for it.
 class StoreWriter {
@@ -171,6 +194,10 @@ class StoreWriter {
     // if that is smaller) are queued.
     size_t max_batch = 8192;
     RawRetention retention;
+    size_t retry_capacity = 1 << 18;  // rows held for retry behind a failing commit
+    int retry_backoff_ms = 250;       // first pause before a retry (doubles, at most 4 s)
+    int stop_retry_ms = 5000;         // how long Stop() keeps retrying before giving rows up
+    int busy_timeout_ms = 5000;       // wait for another connection's lock, per attempt
   };
 
   // Fails if the file cannot be opened for writing or has no run `run_id`.
@@ -197,10 +224,19 @@ class StoreWriter {
   uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
   // First write error, if any (the writer keeps going and counts failed rows as dropped).
   std::optional<std::string> error() const;
+  // Rows dropped or given up so far, per table (in table order of first loss).
+  std::vector<LostRows> lost() const;
+  // Whether the last commit failed and its rows wait for a retry.
+  bool retrying() const;
 
  private:
   StoreWriter(std::unique_ptr<SqliteStore> store, int64_t run_id, Options options);
   void Loop();
+  // Counts `row` as lost (caller holds mu_).
+  void RecordLost(const Row& row);
+  // Writes up to max_batch rows from the front of pending_; returns false when the commit
+  // failed and should be retried later (the rows stay). Writer thread, mu_ not held.
+  bool CommitFront();
   // Deletes raw rows between the head and the tail once the cut has moved far enough (or, with
   // `final`, whenever it moved). Writer thread only.
   void Prune(bool final);
@@ -220,6 +256,9 @@ class StoreWriter {
   bool stopping_ = false;
   bool exited_ = false;
   std::optional<std::string> error_;
+  std::vector<LostRows> lost_;  // guarded by mu_
+  bool retrying_ = false;       // guarded by mu_
+  std::deque<Row> pending_;     // writer thread only: taken from queue_, not yet committed
   std::atomic<uint64_t> written_{0};
   std::atomic<uint64_t> dropped_{0};
   // Retention state, writer thread only.

@@ -1195,6 +1195,123 @@ TEST_F(StoreTest, WriterFailedBatchRecordsErrorAndKeepsGoing) {
   EXPECT_EQ(CountRows(path, "gpu_samples"), 1);
 }
 
+// A raw connection that holds the write lock of `path` until Release() (another process
+// writing, a backup tool, a user with the sqlite3 shell open in a transaction).
+class LockHolder {
+ public:
+  explicit LockHolder(const std::string& path) {
+    EXPECT_EQ(sqlite3_open(path.c_str(), &db_), SQLITE_OK);
+    ExecSql(db_, "BEGIN EXCLUSIVE");
+  }
+  void Release() {
+    if (db_) {
+      ExecSql(db_, "COMMIT");
+      sqlite3_close(db_);
+      db_ = nullptr;
+    }
+  }
+  ~LockHolder() { Release(); }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
+StoreWriter::Options QuickRetries() {
+  StoreWriter::Options opt;
+  opt.flush_interval_ms = 10;
+  opt.busy_timeout_ms = 30;
+  opt.retry_backoff_ms = 10;
+  return opt;
+}
+
+TEST_F(StoreTest, WriterRetriesABatchWhileTheLockIsHeldAndLosesNothing) {
+  // GIVEN a writer whose DB another connection locks for longer than the busy timeout
+  const std::string path = Path("gpuprof.db");
+  const int64_t id = CreateRun(path);
+  auto w = StoreWriter::Start(path, id, QuickRetries());
+  ASSERT_TRUE(w.ok()) << w.error();
+  LockHolder lock(path);
+  // WHEN rows arrive while it is held
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE((*w)->Push(FullGpuSample(i, 0)));
+  // THEN the commit fails and waits for a retry
+  ASSERT_TRUE(WaitFor([&] { return (*w)->retrying(); }, milliseconds(5000)));
+  EXPECT_EQ((*w)->written(), 0u);
+  // WHEN the lock is released
+  lock.Release();
+  (*w)->Push(FullGpuSample(100, 0));
+  ASSERT_TRUE(WaitFor([&] { return (*w)->written() == 101; }, milliseconds(5000)));
+  // THEN every row is stored, none lost
+  (*w)->Stop();
+  EXPECT_EQ((*w)->dropped(), 0u);
+  EXPECT_TRUE((*w)->lost().empty());
+  EXPECT_EQ(CountRows(path, "gpu_samples"), 101);
+  // (the failed attempt is still remembered as the first error)
+  ASSERT_TRUE((*w)->error().has_value());
+  EXPECT_NE((*w)->error()->find("locked"), std::string::npos) << *(*w)->error();
+}
+
+TEST_F(StoreTest, WriterStoppedUnderALockGivesRowsUpAndCountsThemPerTable) {
+  // GIVEN a lock that outlives the writer's stop retries
+  const std::string path = Path("gpuprof.db");
+  const int64_t id = CreateRun(path);
+  StoreWriter::Options opt = QuickRetries();
+  opt.stop_retry_ms = 200;
+  auto w = StoreWriter::Start(path, id, opt);
+  ASSERT_TRUE(w.ok()) << w.error();
+  LockHolder lock(path);
+  for (int i = 10; i < 20; ++i) ASSERT_TRUE((*w)->Push(FullGpuSample(i * 1'000'000, 0)));
+  ASSERT_TRUE((*w)->Push(StepRow{7, 3'000'000, 5'000'000, 1, "gap", 1, 1, 1}));
+  ASSERT_TRUE((*w)->Push(PhaseRow{7, "forward", 100, std::nullopt, 1}));
+  // WHEN it stops
+  const auto t0 = Clock::now();
+  (*w)->Stop();
+  // THEN it gives up within its bound, and says what was lost: rows per table, time spans
+  EXPECT_LT(Clock::now() - t0, milliseconds(3000));
+  EXPECT_EQ((*w)->dropped(), 12u);
+  const std::vector<LostRows> lost = (*w)->lost();
+  ASSERT_EQ(lost.size(), 3u);
+  EXPECT_EQ(lost[0].table, "gpu_samples");
+  EXPECT_EQ(lost[0].rows, 10u);
+  EXPECT_EQ(lost[0].first_ns, 10'000'000);
+  EXPECT_EQ(lost[0].last_ns, 19'000'000);
+  EXPECT_EQ(lost[1].table, "steps");
+  EXPECT_EQ(lost[1].last_ns, 5'000'000);
+  EXPECT_EQ(lost[2].table, "phases");
+  EXPECT_EQ(lost[2].first_ns, std::nullopt);
+  lock.Release();
+  EXPECT_EQ(CountRows(path, "gpu_samples"), 0);
+}
+
+TEST_F(StoreTest, WriterHoldsAtMostItsRetryCapacityAndKeepsTheNewestRows) {
+  // GIVEN a writer that may hold 50 rows behind a failing commit
+  const std::string path = Path("gpuprof.db");
+  const int64_t id = CreateRun(path);
+  StoreWriter::Options opt = QuickRetries();
+  opt.retry_capacity = 50;
+  opt.max_batch = 20;
+  auto w = StoreWriter::Start(path, id, opt);
+  ASSERT_TRUE(w.ok()) << w.error();
+  LockHolder lock(path);
+  // WHEN 200 rows arrive while the DB is locked
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_TRUE((*w)->Push(FullGpuSample(i, 0)));
+    if (i % 20 == 0) std::this_thread::sleep_for(milliseconds(2));
+  }
+  ASSERT_TRUE(WaitFor([&] { return (*w)->retrying() && (*w)->queued() == 0; },
+                      milliseconds(5000)));
+  lock.Release();
+  (*w)->Stop();
+  // THEN at most 50 rows were held, the oldest were given up, and every row is accounted for
+  EXPECT_EQ((*w)->written() + (*w)->dropped(), 200u);
+  EXPECT_EQ((*w)->written(), 50u);
+  const std::vector<LostRows> lost = (*w)->lost();
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].rows, 150u);
+  EXPECT_EQ(lost[0].first_ns, 0);
+  EXPECT_EQ(lost[0].last_ns, 149);
+  EXPECT_EQ(CountRows(path, "gpu_samples"), 50);
+}
+
 // ---- retention -------------------------------------------------------------------------------
 
 // Pushes 10 s of a run at 10 Hz: raw GPU samples (2 GPUs), host samples with per-core CPU,

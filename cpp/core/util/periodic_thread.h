@@ -3,6 +3,7 @@
 // last tick, and joins; the destructor calls Stop().
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -19,9 +20,12 @@ class PeriodicThread {
   PeriodicThread& operator=(const PeriodicThread&) = delete;
 
   // Starts the thread. Must be called at most once.
+  // `period` is taken within [1 µs, 1 day]: a zero, negative or overflowed period never spins,
+  // a huge one never overflows the clock.
   void Start(std::chrono::nanoseconds period, std::function<void()> tick,
              std::function<void()> on_stop = {}) {
-    period_ = period;
+    period_ = std::clamp(period, std::chrono::nanoseconds(1000),
+                         std::chrono::nanoseconds(std::chrono::hours(24)));
     tick_ = std::move(tick);
     on_stop_ = std::move(on_stop);
     thread_ = std::thread([this] { Loop(); });
