@@ -10,6 +10,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -59,11 +60,33 @@ def insights_json(db: Path, run_id: int) -> dict:
     return json.loads(run_cli("insights", str(db), str(run_id), "--json", check=True).stdout)
 
 
+def busy_cpu_share(interval: float = 0.3) -> float:
+    """The machine's busy CPU share over `interval` seconds (/proc/stat)."""
+    def read() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+        idle = fields[3] + fields[4]  # idle + iowait
+        return sum(fields), idle
+    total0, idle0 = read()
+    time.sleep(interval)
+    total1, idle1 = read()
+    return 1 - (idle1 - idle0) / max(1, total1 - total0)
+
+
+def wait_for_a_quiet_machine(timeout: float = 15.0) -> None:
+    """The scenarios judge CPU load and step-time spikes, so each starts on a machine the
+    previous one (its DataLoader workers, its interpreter's exit) no longer keeps busy."""
+    deadline = time.monotonic() + timeout
+    while busy_cpu_share() > 0.3 and time.monotonic() < deadline:
+        pass
+
+
 @pytest.fixture(scope="module")
 def scenario_runs(tmp_path_factory) -> dict[str, tuple[set[str], str, Path]]:
     """Every scenario, run once: (reported rule ids, stdout, DB)."""
     out = {}
     for script in sorted(CASES):
+        wait_for_a_quiet_machine()
         db = tmp_path_factory.mktemp("scenario") / "s.db"
         proc = run_scenario(script, db)
         out[script] = (reported(db, 1), proc.stdout, db)

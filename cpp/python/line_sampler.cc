@@ -32,6 +32,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -92,6 +93,7 @@ class SamplerSession {
     sampler_.reset();  // joins the thread before the collector goes
     collector_.reset();
     for (auto& [code, entry] : codes_) Py_DECREF(code);
+    Py_CLEAR(fork_caller_);
   }
 
   // On the main thread when `attribute` (the samples are taken there); anywhere otherwise
@@ -177,9 +179,57 @@ class SamplerSession {
     if (self.is_valid()) self.inc_ref();
   }
 
+  // Around os.fork() (linescope's at-fork hooks; GIL held, on the forking thread). CPython
+  // 3.12+ warns when os.fork() finds other threads in the process; this sampler's thread is
+  // not the program's, so it is not there when the interpreter counts them:
+  //
+  // PauseForFork (before=): the interval so far is charged as a sample when the forking
+  // thread is the measured one (to the line calling os.fork()), then the sampler thread is
+  // joined (lines::LineSampler::Pause). `caller` is the frame that called os.fork() when the
+  // forking thread is the main thread, else None.
+  //
+  // ResumeAfterFork (after_in_parent=): a fresh thread takes over once os.fork() has
+  // returned. 3.12 counts the threads before the after_in_parent hooks run (3.11 does not
+  // warn): the thread restarts in the hook. 3.13 and 3.14 before CPython gh-137109's fix
+  // count them after the hooks, so on 3.13+ with a `caller` the restart waits for a queued
+  // call on the main thread that finds the caller's os.fork() call finished (it is queued
+  // again while that call is still on the stack, i.e. while later hooks run, for at most
+  // kForkResumeWait, 1 s); the interval of the fork itself goes to the calling line. (3.13+
+  // runs a pending call inside its eval-breaker check and goes on with the instruction; 3.11
+  // under a trace function re-dispatches the same RESUME while the breaker is set, so a call
+  // that queues itself again would never let the hook run on there.) Without a `caller` (a
+  // fork on another thread, where the process has several threads anyway) the thread
+  // restarts at once.
+  void PauseForFork(nb::handle caller) {
+    if (state_ != kRunning || !sampler_ || sampler_->paused()) return;
+    if (pthread_equal(pthread_self(), main_thread_)) Sample();
+    sampler_->Pause();
+    Py_CLEAR(fork_caller_);
+    if (!caller.is_none() && PyFrame_Check(caller.ptr())) {
+      fork_caller_ = Py_NewRef(caller.ptr());
+      fork_lasti_ = PyFrame_GetLasti(reinterpret_cast<PyFrameObject*>(fork_caller_));
+    }
+  }
+
+  void ResumeAfterFork() {
+    if (state_ != kRunning || !sampler_ || !sampler_->paused() || resume_queued_) return;
+#if PY_VERSION_HEX >= 0x030D0000
+    nb::handle self = nb::find(this);
+    if (fork_caller_ != nullptr && self.is_valid() &&
+        gpuprof_call_on_main_thread(&SamplerSession::ResumeCall, this) == 0) {
+      self.inc_ref();  // alive until the queued call has run
+      resume_queued_ = true;
+      resume_deadline_ = std::chrono::steady_clock::now() + kForkResumeWait;
+      return;
+    }
+#endif
+    Resume();
+  }
+
   void Stop() {
     if (state_ != kRunning) throw std::runtime_error("the sampler is not running");
-    sampler_->Stop();
+    sampler_->Stop();  // also when paused for a fork
+    Py_CLEAR(fork_caller_);
     Sample();  // the interval up to now, on the stopping line
     g_active = nullptr;
     state_ = kStopped;
@@ -424,6 +474,55 @@ class SamplerSession {
   // Timeline only: the one request stays outstanding and nothing is attributed.
   static bool NoRequest(void*) noexcept { return true; }
 
+  // The queued restart after a fork (main thread, GIL held; see PauseForFork).
+  static int ResumeCall(void* arg) {
+    auto* self = static_cast<SamplerSession*>(arg);
+    if (self->state_ == kRunning && self->sampler_ && self->sampler_->paused() &&
+        std::chrono::steady_clock::now() < self->resume_deadline_ && self->InsideForkCall() &&
+        gpuprof_call_on_main_thread(&SamplerSession::ResumeCall, arg) == 0)
+      return 0;  // asked again (the reference stays with the new call)
+    self->resume_queued_ = false;
+    self->Resume();
+    nb::handle h = nb::find(self);
+    if (h.is_valid()) h.dec_ref();  // may destroy *self: nothing after this
+    return 0;
+  }
+
+  // Whether the main thread is still inside the os.fork() call made by fork_caller_: that
+  // frame is on the stack below the innermost one, at the instruction of the call.
+  bool InsideForkCall() noexcept {
+    auto* caller = reinterpret_cast<PyFrameObject*>(fork_caller_);
+    PyFrameObject* frame = PyEval_GetFrame();  // borrowed
+    if (caller == nullptr || frame == nullptr || frame == caller ||
+        PyFrame_GetLasti(caller) != fork_lasti_)
+      return false;
+    Py_INCREF(frame);
+    bool inside = false;
+    for (int depth = 0; frame != nullptr && depth < kMaxStackWalk && !inside; ++depth) {
+      PyFrameObject* back = PyFrame_GetBack(frame);  // new reference
+      Py_DECREF(frame);
+      frame = back;
+      inside = frame == caller;
+    }
+    Py_XDECREF(frame);
+    if (PyErr_Occurred()) PyErr_Clear();
+    return inside;
+  }
+
+  // The sampler thread again after a fork, the fork's interval charged first (GIL held).
+  void Resume() noexcept {
+    Py_CLEAR(fork_caller_);
+    if (state_ != kRunning || !sampler_ || !sampler_->paused()) return;
+    if (pthread_equal(pthread_self(), main_thread_)) Sample();
+    Status s = sampler_->Resume();
+    if (!s.ok()) {
+      try {
+        notes_.push_back(s.message() + "; no samples were taken after os.fork()");
+      } catch (...) {
+      }
+    }
+  }
+
   // The queued call (main thread, GIL held). Never raises into user code.
   static int OnMainThread(void* arg) {
     auto* self = static_cast<SamplerSession*>(arg);
@@ -539,6 +638,13 @@ class SamplerSession {
   uint64_t stamp_ = 0;
   int64_t elapsed_ns_ = 0;
   State state_ = kIdle;
+  PyObject* fork_caller_ = nullptr;  // the frame that called os.fork() (PauseForFork)
+  int fork_lasti_ = -1;
+  bool resume_queued_ = false;
+  // The queued restart stops waiting for os.fork() to return after this long (a hook that
+  // never ends must not end sampling).
+  static constexpr std::chrono::seconds kForkResumeWait{1};
+  std::chrono::steady_clock::time_point resume_deadline_{};
 };
 
 }  // namespace
@@ -558,6 +664,8 @@ void RegisterLineSampler(nb::module_& m) {
       .def("start", &SamplerSession::Start)
       .def("stop", &SamplerSession::Stop)
       .def("detach_after_fork", &SamplerSession::DetachAfterFork)
+      .def("pause_for_fork", &SamplerSession::PauseForFork, nb::arg("caller").none())
+      .def("resume_after_fork", &SamplerSession::ResumeAfterFork)
       .def("lines", &SamplerSession::Lines)
       .def("functions", &SamplerSession::Functions)
       .def("timeline", &SamplerSession::Timeline)

@@ -75,6 +75,7 @@ if __name__ == "__main__":
             marks.append(time.perf_counter_ns())
             if step + 1 == a.steps:
                 break
+    del loader  # stops the persistent workers now, not seconds after the process exits
     steady = marks[2:]  # like gpuprof: steps 3.. (step k ends at marks[k])
     per_step = (steady[-1] - steady[0]) / (len(steady) - 1)
     print(f"loop: {per_step:.0f} ns/step over {len(steady) - 1} steps", flush=True)

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from ._text import source_lines
+from ._text import file_reader_error, read_text, source_lines
 
 if TYPE_CHECKING:
     from ._session import profile
@@ -178,12 +178,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"unknown option {script}")
         if not os.path.exists(script):
             parser.error(f"can't open file {script!r}: no such file or directory")
-        if not (os.path.isfile(script) or os.path.isdir(script)):
-            parser.error(f"can't open file {script!r}: not a regular file or directory")
 
     # The target is always recorded, also when it lies outside the root: the script, or
-    # every file of a directory or zip archive run by its __main__.py.
-    runs_path = script is not None and (os.path.isdir(script) or zipfile.is_zipfile(script))
+    # every file of a directory or zip archive run by its __main__.py. Anything else that
+    # python opens as a script (a FIFO such as <(...), /dev/stdin, a device) is one too; only
+    # a regular file can be a zip archive (python's zipimporter takes no other).
+    runs_path = script is not None and (
+        os.path.isdir(script) or (os.path.isfile(script) and zipfile.is_zipfile(script)))
     record = ([] if script is None else
               [os.path.join(os.path.abspath(script), "*")] if runs_path else
               [os.path.abspath(script)])
@@ -208,9 +209,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         run = partial(_run_main_of, path0)
     else:
         # python: __file__ absolute, sys.path[0] the directory of the resolved script.
-        argv0, path0 = script, os.path.dirname(os.path.realpath(script))
-        main_module = _main_module(os.path.abspath(script))
-        run = partial(_run_script, main_module)
+        argv0, path0 = script, _script_directory(script)
+        filename = os.path.abspath(script)
+        main_module = _main_module(filename)
+        try:
+            # Read once, before the session starts (a pipe cannot be read again), and
+            # registered for the session's source snapshot.
+            contents = _read_script(filename)
+        except OSError as e:
+            parser.error(f"can't open file {script!r}: [Errno {e.errno}] {e.strerror}")
+        run = partial(_run_script, main_module, contents)
     with _target_process_state([argv0, *target_args], path0, main_module):
         try:
             _start(session)
@@ -313,17 +321,52 @@ def _run_main_of(path: str) -> None:
     exec(code, module.__dict__)
 
 
-def _run_script(main_module: types.ModuleType) -> None:
-    """Compiles and runs the script of ``main_module``. The decoded text of the bytes that were
-    compiled is registered in linecache (mtime None: never re-read), so the report's source
-    snapshot and tracebacks show the code as it ran even if the file changes meanwhile."""
-    filename = main_module.__file__
-    assert filename is not None
+def _script_directory(script: str) -> str:
+    """sys.path[0] for ``script`` as python computes it (``_PyPathConfig_ComputeSysPath0``):
+    one symbolic link of the script itself followed, then the real path when it resolves, and
+    its directory. A script read from a pipe (``/dev/fd/63``, ``/dev/stdin``) names no real
+    file: its own directory then."""
+    path0 = script
+    try:
+        link = os.readlink(script)
+    except (OSError, ValueError):
+        link = ""
+    if link.startswith(os.sep):
+        path0 = link
+    elif os.sep in link:
+        path0 = os.path.join(os.path.dirname(script), link)
+    try:
+        path0 = os.path.realpath(path0, strict=True)
+    except (OSError, ValueError):
+        pass
+    return os.path.dirname(path0)
+
+
+def _read_script(filename: str) -> tuple[bytes, bool]:
+    """The bytes of the script, read once, and whether the file is seekable (not a pipe).
+    Their decoded text is registered in linecache (mtime None: never re-read), so the report's
+    source snapshot and tracebacks show the code as it ran even if the file changes
+    meanwhile, and a script read from a pipe or a device (which cannot be read again) has its
+    source too."""
     with open(filename, "rb") as f:
         source = f.read()
-    code = compile(source, filename, "exec", dont_inherit=True)
-    text = importlib.util.decode_source(source)
+        seekable = f.seekable()
+    text = read_text(source)
     linecache.cache[filename] = (len(text), None, source_lines(text), filename)
+    return source, seekable
+
+
+def _run_script(main_module: types.ModuleType, script: tuple[bytes, bool]) -> None:
+    """Compiles the script of ``main_module`` (its bytes and whether its file is seekable,
+    from _read_script) and runs it. A source that python's file reader refuses raises the
+    SyntaxError python gives for the file."""
+    filename = main_module.__file__
+    assert filename is not None
+    source, seekable = script
+    refused = file_reader_error(source, filename, seekable)
+    if refused is not None:
+        raise refused
+    code = compile(source, filename, "exec", dont_inherit=True)
     exec(code, main_module.__dict__)
 
 

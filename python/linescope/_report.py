@@ -43,6 +43,15 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
+# The most characters of a source line the summary shows: a longer one (generated code, a
+# data literal megabytes long) is cut with "…" and keeps its place and line number.
+SUMMARY_SOURCE_WIDTH = 100
+
+
+def _clip(text: str, width: int = SUMMARY_SOURCE_WIDTH) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
 def render_text(result: ProfileResult, top: int = 15) -> str:
     """A plain-text summary: the most expensive lines and functions. When the result has GPU
     values (a GPU collection or per-line GPUStats), the lines table has GPU time and GPU peak
@@ -59,6 +68,7 @@ def render_text(result: ProfileResult, top: int = 15) -> str:
     gpu = result.gpu is not None or any(s.gpu is not None for s in run.lines)
     # Most expensive first; what has an unknown time after everything known.
     lines = sorted(run.lines, key=lambda s: _known_first(s.wall_time_ns), reverse=True)[:top]
+    rows_of: dict[str, list[str]] = {}  # each file split once
     if lines:
         gpu_head = f" {'GPU ms':>10} {'GPU peak':>10}" if gpu else ""
         time_head = "driver ms" if gpu else "time ms"  # GPU time is its own column
@@ -67,9 +77,11 @@ def render_text(result: ProfileResult, top: int = 15) -> str:
             src = ""
             text = result.sources.get(s.filename)
             if text is not None:
-                rows = source_lines(text)
+                rows = rows_of.get(s.filename)
+                if rows is None:
+                    rows = rows_of[s.filename] = source_lines(text)
                 if 0 < s.line <= len(rows):
-                    src = rows[s.line - 1].strip()
+                    src = _clip(rows[s.line - 1].strip())
             hits = "—" if s.hits is None else str(s.hits)
             gpu_cols = ""
             if gpu:

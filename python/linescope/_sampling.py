@@ -125,6 +125,15 @@ class SamplerBackend:
         """In a child of os.fork() made during the session (see SamplerSession)."""
         self._native.detach_after_fork()
 
+    def _pause_for_fork(self, caller: Any) -> None:
+        """Before os.fork(): the sampler thread is joined (see SamplerSession.PauseForFork);
+        ``caller`` is the frame calling os.fork() on the main thread, else None."""
+        self._native.pause_for_fork(caller)
+
+    def _resume_after_fork(self) -> None:
+        """After os.fork(), in the parent: sampling goes on once os.fork() has returned."""
+        self._native.resume_after_fork()
+
     def result(self) -> RawBackendResult:
         n = self._native
         want_gpu = self._options.gpu
@@ -209,6 +218,12 @@ class MemorySampler:
 
     def _detach_after_fork(self) -> None:
         self._native.detach_after_fork()
+
+    def _pause_for_fork(self, caller: Any) -> None:
+        self._native.pause_for_fork(caller)
+
+    def _resume_after_fork(self) -> None:
+        self._native.resume_after_fork()
 
     @property
     def warnings(self) -> list[str]:

@@ -36,8 +36,9 @@ def _after_fork_in_child() -> None:
     """A child made with os.fork() during a session does not own it: the session becomes
     inert there (leaving its `with` block does nothing, no report is written) and the child
     may start a session of its own."""
-    global _active, _active_lock
+    global _active, _active_lock, _paused_for_fork
     _active_lock = threading.Lock()  # it may have been held by another thread at the fork
+    _paused_for_fork = None
     if _active is not None:
         _active._forked = True
         # The native hooks and samplers leave the child's way: it runs untraced (a fork-based
@@ -52,7 +53,52 @@ def _after_fork_in_child() -> None:
         _active = None
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+_paused_for_fork: "profile | None" = None
+
+
+def _fork_parts(session: "profile") -> tuple[Any, ...]:
+    return (session._backend, session._memory_sampler)
+
+
+def _before_fork() -> None:
+    """Before os.fork(): the session's native sampler threads (the `sampler` backend, the
+    memory sampler) are joined, so that the fork happens in a process with no thread of
+    linescope's (Python 3.12+ warns about fork() in a multi-threaded process, and the child
+    would inherit whatever locks those threads held). The parent restarts them."""
+    global _paused_for_fork
+    session = _paused_for_fork = _active
+    if session is None:
+        return
+    # The frame that called os.fork() (this hook is called from inside it), on the main
+    # thread: the parent's sampler restarts once that call has returned.
+    caller = sys._getframe(1) if threading.current_thread() is threading.main_thread() else None
+    for part in _fork_parts(session):
+        pause = getattr(part, "_pause_for_fork", None)
+        if callable(pause):
+            try:
+                pause(caller)
+            except Exception:  # noqa: BLE001 - never raise into the forking program
+                pass
+
+
+def _after_fork_in_parent() -> None:
+    """After os.fork(), in the parent: the threads _before_fork paused take over again (on
+    3.13+ once os.fork() has returned: see SamplerSession::ResumeAfterFork)."""
+    global _paused_for_fork
+    session, _paused_for_fork = _paused_for_fork, None
+    if session is None:
+        return
+    for part in _fork_parts(session):
+        resume = getattr(part, "_resume_after_fork", None)
+        if callable(resume):
+            try:
+                resume()
+            except Exception:  # noqa: BLE001 - never raise into the forking program
+                pass
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                    after_in_child=_after_fork_in_child)
 
 
 
@@ -901,6 +947,10 @@ class profile(metaclass=_ProfileMeta):
                              "the code that ran")
             return self._snapshots[name]
         if not os.path.isfile(name):
+            if os.path.exists(name) and len(linecache.cache.get(name, ())) != 4:
+                # A script read from a pipe or a device (/dev/fd/63, /dev/stdin) whose text is
+                # no longer registered: it cannot be read again (opening a FIFO can block).
+                return ""
             # <string> sources linecache knows; a module inside a zip archive through its
             # loader (module globals with __loader__)
             lines = linecache.getlines(name)

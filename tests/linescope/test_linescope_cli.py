@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -518,3 +519,171 @@ def test_a_script_whose_name_is_not_utf8_runs_and_the_result_says_it_was_not_rec
     assert p.stdout == "ran\n"
     warnings = json.loads((tmp_path / "out.json").read_text())["warnings"]
     assert any("not valid UTF-8" in w and "n\\udce9.py" in w for w in warnings), warnings
+
+
+# A script that forks three times (the last through multiprocessing's fork start method), with
+# an after-fork hook of its own that runs Python code, then spins in the parent.
+FORKER = """
+    import logging, multiprocessing, os, time
+
+    def spin(seconds):
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    def hook():
+        total = 0
+        for i in range(1000):
+            total += i
+
+    def child():
+        pass
+
+    if __name__ == "__main__":
+        os.register_at_fork(after_in_parent=hook)
+        for _ in range(2):
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+        worker = multiprocessing.get_context("fork").Process(target=child)
+        worker.start()
+        worker.join()
+        spin(0.3)
+        print("exit code", worker.exitcode)
+    """
+
+
+@pytest.mark.parametrize("options", [("--backend", "sampler"), ("--memory",),
+                                     ("--backend", "sampler", "--memory")])
+def test_forking_under_a_native_sampler_prints_what_plain_python_prints(tmp_path, options):
+    # GIVEN a script that forks (Python 3.12+ warns about os.fork() in a process with several
+    # threads; the sampler's thread must not count)
+    write(tmp_path / "forker.py", FORKER)
+    # WHEN it runs under python, and under linescope with a sampler thread
+    plain = python("forker.py", cwd=tmp_path)
+    p = linescope(*options, "-d", "none", "-o", "out.json", "forker.py", cwd=tmp_path)
+    # THEN the output and the status are the same: no DeprecationWarning about threads
+    assert plain.returncode == 0 and plain.stderr == "", plain.stderr
+    assert (p.returncode, p.stdout, p.stderr) == (0, plain.stdout, "")
+    # AND the parent is measured after the forks: its spin loop (lines 5-6) carries the 0.3 s
+    # it took, taken in many samples (sampler) / covered by the RSS timeline (memory)
+    data = json.loads((tmp_path / "out.json").read_text())
+    spin = [l for l in data["run"]["lines"] if l["line"] in (5, 6)]
+    assert sum(l["wall_time_ns"] for l in spin) >= 250_000_000, spin
+    if "sampler" in options:
+        assert sum(l["samples"] for l in spin) >= 30, spin
+        assert not any("os.fork()" in w for w in data["warnings"]), data["warnings"]
+    if "--memory" in options:
+        assert data["memory"]["timeline"][-1][0] >= 250_000_000
+
+
+@pytest.mark.parametrize("name, source", [
+    ("in_a_string.py", b'x = "caf\xe9"\nprint(x)\n'),
+    ("in_a_comment.py", b"a = 1\n# caf\xe9\nprint(a)\n"),  # compile() of these bytes runs
+    ("no_newline_at_end.py", b"a = 1\n\xe9"),
+    ("coding_too_late.py", b"#!/usr/bin/env python\n# \xe9\n# coding: latin-1\n"),
+    ("after_a_syntax_error.py", b"x = = 1\n# \xff\n"),
+    ("unknown_coding.py", b"# -*- coding: nope -*-\nx = 1\n"),
+    ("null_byte.py", b"x = 1\ny = 2\x00\n"),
+])
+def test_a_file_python_refuses_to_read_fails_with_python_s_syntax_error(tmp_path, name, source):
+    # GIVEN a source file that python's file reader refuses (not UTF-8 without a coding line,
+    # an unknown coding, a null byte)
+    (tmp_path / name).write_bytes(source)
+    # WHEN it runs under python and under linescope
+    plain = python(name, cwd=tmp_path)
+    p = linescope("-d", "none", name, cwd=tmp_path)
+    # THEN linescope prints the interpreter's SyntaxError, word for word, with its status
+    assert plain.returncode == 1 and "SyntaxError" in plain.stderr, plain.stderr
+    assert (p.returncode, p.stdout, p.stderr) == (plain.returncode, plain.stdout, plain.stderr)
+
+
+def test_a_declared_encoding_still_runs_as_under_python(tmp_path):
+    (tmp_path / "latin.py").write_bytes(b"# coding: latin-1\nprint('caf\xe9')\n")
+    plain = python("latin.py", cwd=tmp_path)
+    p = linescope("-d", "none", "latin.py", cwd=tmp_path)
+    assert plain.returncode == 0, plain.stderr
+    assert (p.returncode, p.stdout, p.stderr) == (0, plain.stdout, "")
+
+
+PIPED = """\
+import sys
+def work():
+    return sum(i * i for i in range(20000))
+work()
+print(sys.argv, sys.path[0], __file__, __name__)
+"""
+
+
+def _run_from(kind: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """The command `args` + the script's path, the script fed through `kind`: /dev/stdin (a
+    pipe) or a named FIFO (what a shell's <(...) gives), read as it is written."""
+    if kind == "stdin":
+        return subprocess.run([*args, "/dev/stdin"], input=PIPED, capture_output=True,
+                              text=True, cwd=tmp_path, timeout=60)
+    fifo = tmp_path / "script.fifo"
+    if not fifo.exists():
+        os.mkfifo(fifo)
+
+    def feed() -> None:
+        with open(fifo, "w") as f:  # blocks until the command opens it
+            f.write(PIPED)
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    try:
+        return subprocess.run([*args, str(fifo)], capture_output=True, text=True, cwd=tmp_path,
+                              timeout=60)
+    finally:
+        writer.join(timeout=5)
+
+
+@pytest.mark.parametrize("kind", ["stdin", "fifo"])
+def test_a_script_read_from_a_pipe_runs_and_the_report_shows_the_source_it_read(tmp_path, kind):
+    exe = str(Path(sys.executable).parent / "linescope")
+    # WHEN the script comes through a pipe, to python and to linescope
+    plain = _run_from(kind, tmp_path, sys.executable)
+    p = _run_from(kind, tmp_path, exe, "-o", "out.html")
+    # THEN it runs once, as under python (argv, sys.path[0], __file__, status)
+    assert plain.returncode == 0, plain.stderr
+    assert (p.returncode, p.stdout) == (0, plain.stdout), p.stderr
+    # AND the summary and the report show the source that was read (there is no file to
+    # read it again)
+    shown = "/dev/stdin" if kind == "stdin" else "script.fifo"  # relative to the cwd
+    assert f"{shown}:3  return sum(" in p.stderr
+    html = (tmp_path / "out.html").read_text()
+    assert "return sum(i * i for i in range(20000))" in html
+
+
+def test_dev_null_runs_as_an_empty_script(tmp_path):
+    plain = python("/dev/null", cwd=tmp_path)
+    p = linescope("-o", "out.html", "/dev/null", cwd=tmp_path)
+    assert plain.returncode == 0 and p.returncode == 0, p.stderr
+    assert p.stdout == plain.stdout == ""
+    assert "nothing was recorded" in p.stderr and "Traceback" not in p.stderr
+    assert (tmp_path / "out.html").read_text().startswith("<!")
+
+
+def test_a_long_source_line_is_cut_in_the_summary_and_the_report(tmp_path):
+    # GIVEN a script with a 2.7 MB line (a generated data literal) that takes time
+    big = "a" * 2_700_000
+    (tmp_path / "big.py").write_text(f"import time\nDATA = '{big}'; time.sleep(0.05)\n"
+                                     "n = len(DATA)\n")
+    # WHEN it is profiled with the summary and an HTML report
+    p = linescope("-o", "out.html", "big.py", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[:2000]
+    # THEN the summary's row for line 2 keeps its line number and shows the start of the line,
+    # cut with an ellipsis to a terminal's width
+    row = next(r for r in p.stderr.splitlines() if "big.py:2 " in r)
+    source = row.split("big.py:2  ", 1)[1]
+    assert source.startswith("DATA = 'aaaa") and source.endswith("…") and len(source) <= 100
+    assert len(p.stderr) < 5_000
+    # AND the report holds the line once, cut as well, so the page stays small
+    html = (tmp_path / "out.html").read_text()
+    assert len(html) < 1_000_000 and big not in html
+    assert html.count("a" * 900) == 1
+    # AND the JSON result keeps the source whole
+    p = linescope("-d", "none", "-o", "out.json", "big.py", cwd=tmp_path)
+    data = json.loads((tmp_path / "out.json").read_text())
+    assert big in data["sources"][str(tmp_path / "big.py")]

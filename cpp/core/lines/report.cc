@@ -314,7 +314,10 @@ Result Read(const json& doc) {
     index[path] = static_cast<int>(r.files.size());
     File file;
     file.path = path;
-    if (text) file.source = SplitLines(*text);
+    if (text) {
+      file.source = SplitLines(*text);
+      for (auto& row : *file.source) row = ClipSourceLine(std::move(row));
+    }
     r.files.push_back(std::move(file));
   }
   AssignDisplayNames(&r.files, r.root);
@@ -752,6 +755,21 @@ bool IsIdent(const std::string& s) {
 }
 
 }  // namespace
+
+std::string ClipSourceLine(std::string line) {
+  size_t chars = 0;
+  size_t keep = line.size();
+  for (size_t i = 0; i < line.size(); ++i) {
+    if ((static_cast<unsigned char>(line[i]) & 0xC0) == 0x80) continue;  // within a character
+    if (chars == kMaxSourceLineChars - 1) keep = i;  // the end of the characters kept
+    if (++chars > kMaxSourceLineChars) {
+      line.resize(keep);
+      line += "\xE2\x80\xA6";  // U+2026 HORIZONTAL ELLIPSIS
+      return line;
+    }
+  }
+  return line;
+}
 
 int HeatLevel(int64_t value, int64_t max_value) {
   if (value <= 0 || max_value <= 0) return 0;

@@ -36,10 +36,17 @@ inline constexpr int kHeatLevels = 10;
 inline constexpr size_t kTopLines = 50;
 // The memory timeline is reduced to at most this many points (peak-preserving).
 inline constexpr size_t kMaxTimelinePoints = 2000;
+// A source line longer than this many characters (code points) is cut in the payload to its
+// first kMaxSourceLineChars - 1 followed by "…" (U+2026): a generated line megabytes long
+// would otherwise fill the page (and every table that shows it) with one cell.
+inline constexpr size_t kMaxSourceLineChars = 1000;
 
 // Parses a linescope-result/1 document and computes the linescope-report/1 payload (compact
 // JSON). Errors (not JSON, wrong format, wrong field types) name the problem.
 Expected<std::string> BuildReportPayload(std::string_view result_json);
+
+// `line` (UTF-8, one source line) cut to kMaxSourceLineChars as the payload holds it.
+std::string ClipSourceLine(std::string line);
 
 // The level of `value` on the heat scale whose top is `max_value` (see kHeatLevels).
 int HeatLevel(int64_t value, int64_t max_value);

@@ -539,6 +539,31 @@ TEST(ReportDownsample, KeepsPeaksEndsAndTheBound) {
   EXPECT_EQ(DownsampleKeepPeaks(pts, 20'000).size(), pts.size());
 }
 
+TEST(ReportPayload, LongSourceLinesAreCutWithAnEllipsis) {
+  // GIVEN a snapshot with a 2.7 MB generated line, a line of exactly the limit, and a long
+  // line of two-byte characters
+  json r = Result();
+  const std::string huge = "x = '" + std::string(2'700'000, 'a') + "'";
+  const std::string limit(kMaxSourceLineChars, 'b');
+  std::string wide;
+  for (size_t i = 0; i < kMaxSourceLineChars + 5; ++i) wide += "\xC3\xA9";  // é
+  r["sources"]["/proj/lib/util.py"] = "a = 1\n" + huge + "\n" + limit + "\n" + wide + "\n";
+  // WHEN the payload is built
+  const json src = Build(r)["files"][1]["source"];
+  // THEN the long lines keep their first kMaxSourceLineChars - 1 characters and end in "…",
+  // the others are whole, and no line number moves
+  ASSERT_EQ(src.size(), 4u);
+  EXPECT_EQ(src[0], "a = 1");
+  EXPECT_EQ(src[1], huge.substr(0, kMaxSourceLineChars - 1) + "\xE2\x80\xA6");
+  EXPECT_EQ(src[2], limit);
+  std::string cut;
+  for (size_t i = 0; i + 1 < kMaxSourceLineChars; ++i) cut += "\xC3\xA9";
+  EXPECT_EQ(src[3], cut + "\xE2\x80\xA6");
+  // and the page stays small: the huge line is not in it, whole or repeated
+  const std::string html = RenderReportHtml(Build(r).dump());
+  EXPECT_LT(html.size(), 2'000'000u);
+}
+
 // ---- rendering ---------------------------------------------------------------------------
 
 size_t Count(const std::string& hay, const std::string& needle) {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #ifdef __linux__
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #endif
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <climits>
 #include <initializer_list>
 #include <ctime>
+#include <system_error>
 
 #include "clock/clock.h"
 #include "telemetry/nvml_collector.h"
@@ -120,7 +122,7 @@ void LineSampler::AtomicMax(std::atomic<int64_t>& a, int64_t v) noexcept {
 }
 
 Status LineSampler::Start() {
-  if (thread_.joinable()) return Status::Error("the sampler is already running");
+  if (thread_.joinable() || paused_) return Status::Error("the sampler is already running");
   if (options_.memory) {
     Status s = rss_.Open();
     if (!s.ok()) {
@@ -146,18 +148,61 @@ Status LineSampler::Start() {
     }
   }
   stop_ = false;
+  loop_start_ns_ = start_ns_;
   thread_ = std::thread([this] { Loop(); });
   return Status::Ok();
 }
 
-void LineSampler::Stop() {
-  if (!thread_.joinable()) return;
+void LineSampler::JoinThread() {
   {
     std::lock_guard lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
   thread_.join();
+}
+
+void LineSampler::Pause() {
+  if (!thread_.joinable()) return;
+  JoinThread();
+  paused_ = true;
+#ifdef __linux__
+  // pthread_join returns once the kernel has cleared the thread's id (when its memory is
+  // released), a little before the thread leaves the thread group that /proc/self/stat
+  // counts. tgkill(pid, tid, 0) fails with ESRCH from the moment it has left.
+  const int64_t tid = thread_tid_.exchange(0);
+  if (tid > 0) {
+    const int64_t deadline = clock::NowNs() + 50'000'000;
+    while (syscall(SYS_tgkill, getpid(), static_cast<pid_t>(tid), 0) == 0 &&
+           clock::NowNs() < deadline) {
+      const timespec nap{0, 20'000};
+      nanosleep(&nap, nullptr);
+    }
+  }
+#endif
+}
+
+Status LineSampler::Resume() {
+  if (!paused_) return Status::Ok();
+  paused_ = false;
+  {
+    std::lock_guard lock(mu_);
+    stop_ = false;
+  }
+  loop_start_ns_ = clock::NowNs();
+  try {
+    thread_ = std::thread([this] { Loop(); });
+  } catch (const std::system_error& e) {
+    paused_ = true;  // Stop() still closes the session
+    return Status::Error(std::string("cannot restart the sampler thread: ") + e.what());
+  }
+  return Status::Ok();
+}
+
+void LineSampler::Stop() {
+  if (!thread_.joinable() && !paused_) return;
+  if (thread_.joinable()) JoinThread();
+  paused_ = false;
   if (rss_ok_) {
     auto rss = rss_.Read();
     if (rss) {
@@ -182,9 +227,13 @@ void LineSampler::Loop() noexcept {
   // ~5 % fewer samples than asked for); 1 us keeps the rate.
   prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
 #endif
-  int64_t next_request = start_ns_ + options_.interval_ns;
-  int64_t next_rss = rss_ok_ ? start_ns_ + options_.memory_interval_ns : kNever;
-  int64_t next_gpu = gpu ? start_ns_ : kNever;  // the GPU is read at once
+#ifdef __linux__
+  thread_tid_.store(static_cast<int64_t>(syscall(SYS_gettid)));
+#endif
+  const int64_t begin = loop_start_ns_;
+  int64_t next_request = begin + options_.interval_ns;
+  int64_t next_rss = rss_ok_ ? begin + options_.memory_interval_ns : kNever;
+  int64_t next_gpu = gpu ? begin : kNever;  // the GPU is read at once
   // clock::NowNs is CLOCK_MONOTONIC, as is steady_clock on Linux: deadlines convert 1:1.
   const int64_t offset = clock::NowNs() - std::chrono::duration_cast<nanoseconds>(
                                               Clock::now().time_since_epoch()).count();

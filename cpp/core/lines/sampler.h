@@ -156,8 +156,20 @@ class LineSampler {
 
   // Cold. Must be called on the measured thread (its CPU clock is taken from the caller).
   Status Start();
-  void Stop();  // idempotent; joins the thread
-  bool running() const { return thread_.joinable(); }
+  void Stop();  // idempotent; joins the thread (also from Pause()d)
+  // Between Start() and Stop(): true also while paused.
+  bool running() const { return thread_.joinable() || paused_; }
+
+  // Around os.fork(), from the controlling thread: Pause() joins the sampler thread and, on
+  // Linux, waits (at most ~50 ms) until the kernel no longer counts it among the process's
+  // threads (pthread_join can return a moment before), so the process is single-threaded
+  // again as far as this sampler goes; nothing is read, requested or reset while paused, and
+  // the open interval simply goes on. Resume() starts a fresh thread on the same state, its
+  // request and read deadlines counted from now. Both are no-ops when not applicable
+  // (Pause when not running or already paused, Resume when not paused).
+  void Pause();
+  Status Resume();
+  bool paused() const { return paused_; }
 
   // Measured thread: closes the current interval, opens the next, and lets the sampler
   // thread request again. noexcept, no allocation.
@@ -185,6 +197,7 @@ class LineSampler {
 
  private:
   void Loop() noexcept;
+  void JoinThread();  // asks the thread to stop and joins it (it must be joinable)
   void ReadRss(int64_t now) noexcept;
   void ChargeSourceLine(int64_t rss) noexcept;
   void SampleGpu(int64_t now) noexcept;
@@ -196,6 +209,9 @@ class LineSampler {
   void* ctx_;
   RequestFn remind_;
   std::thread thread_;
+  bool paused_ = false;       // controlling thread only
+  int64_t loop_start_ns_ = 0;  // the deadlines of a (re)started thread count from here
+  std::atomic<int64_t> thread_tid_{0};  // the sampler thread's kernel id (Linux), 0 unknown
   std::mutex mu_;  // guards stop_ and the waits (the measured thread only notifies)
   std::condition_variable cv_;
   bool stop_ = false;

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <mutex>
 #include <optional>
@@ -170,6 +172,66 @@ TEST(LineSamplerTest, IntervalsTileWallTimeAndMeasureCpu) {
   EXPECT_LE(cpu, wall + 2'000'000);
   EXPECT_EQ(s.failed_requests(), 0);
 }
+
+#ifdef __linux__
+// The number of threads the kernel counts for this process (field 20 of /proc/self/stat), as
+// CPython 3.12+'s os.fork() reads it before warning about forking a multi-threaded process.
+int OsThreads() {
+  std::FILE* f = std::fopen("/proc/self/stat", "r");
+  if (f == nullptr) return -1;
+  char buf[1024];
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  const char* p = std::strrchr(buf, ')');  // the command name may hold spaces
+  for (int field = 2; p != nullptr && field < 20; ++field) p = std::strchr(p + 1, ' ');
+  return p == nullptr ? -1 : std::atoi(p + 1);
+}
+
+TEST(LineSamplerTest, PauseLeavesNoThreadAndResumeSamplesOnOverTheSameIntervals) {
+  // GIVEN a running 1 kHz sampler whose requests are answered
+  const int threads = OsThreads();
+  ASSERT_GT(threads, 0);
+  Pump pump;
+  SamplerOptions o;
+  o.interval_ns = 1'000'000;
+  o.memory = true;
+  LineSampler s(o, &Pump::Request, &pump);
+  const int64_t after_start = [&] {
+    EXPECT_TRUE(s.Start().ok());
+    return clock::NowNs();
+  }();
+  EXPECT_EQ(OsThreads(), threads + 1);
+  int64_t wall = 0;
+  auto take = [&] { wall += s.TakeInterval().wall_ns; };
+  auto idle = [] { std::this_thread::sleep_for(std::chrono::microseconds(100)); };
+  ASSERT_GE(pump.AnswerFor(20, take, idle), 2);
+  // WHEN it is paused (as before os.fork())
+  s.Pause();
+  s.Pause();  // a no-op
+  // THEN the kernel counts no thread of it at once, it stays running, and nothing is asked
+  EXPECT_EQ(OsThreads(), threads);
+  EXPECT_TRUE(s.running() && s.paused());
+  const int requested = pump.requested.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(pump.requested.load(), requested);
+  // AND after Resume() requests come again, the answered intervals still tile the time since
+  // Start() (the pause included, in the first interval after it), and Stop() ends it all
+  ASSERT_TRUE(s.Resume().ok());
+  EXPECT_TRUE(s.Resume().ok());  // a no-op
+  EXPECT_FALSE(s.paused());
+  ASSERT_GE(pump.AnswerFor(20, take, idle), requested + 2);
+  const int64_t before_last = clock::NowNs();
+  take();
+  EXPECT_GE(wall, before_last - after_start);
+  s.Pause();
+  s.Stop();  // from paused
+  s.Stop();
+  EXPECT_FALSE(s.running());
+  EXPECT_EQ(OsThreads(), threads);
+  EXPECT_TRUE(s.rss_end().has_value());  // the final reading was taken
+}
+#endif
 
 TEST(LineSamplerTest, OneUnansweredRequestAtATimeAndNoWakeupsWhileItWaits) {
   // GIVEN a 5 kHz sampler with nothing to read and a measured thread that does not answer
