@@ -81,22 +81,47 @@ def wait_for_a_quiet_machine(timeout: float = 15.0) -> None:
         pass
 
 
+# What the machine, not the scenario, can add to a run: the process held off the CPU
+# (host_stalls) or its threads queued behind other processes for a CPU (cpu_contention), both
+# measured, so the finding is true of the run; and the timing findings a pause of the machine
+# produces when neither measure sees it (a pause of the main thread alone: memory reclaim in a
+# container at its limit, say).
+MACHINE = {"host_stalls", "cpu_contention"}
+MACHINE_TIMING = {"high_step_variance", "compilation_warmup", "first_step_outlier"}
+ATTEMPTS = 3
+
+
+def accepted(script: str, fired: set[str]) -> set[str]:
+    """The findings the scenario must report: its own, plus the machine's when they fired."""
+    return CASES[script] | (fired & MACHINE)
+
+
 @pytest.fixture(scope="module")
 def scenario_runs(tmp_path_factory) -> dict[str, tuple[set[str], str, Path]]:
-    """Every scenario, run once: (reported rule ids, stdout, DB)."""
+    """Every scenario: (reported rule ids, stdout, DB). A scenario whose run differs from its
+    expected findings only by timing findings of a machine pause is run again (at most
+    ATTEMPTS times): a wrong rule fails every attempt, a shared machine's pause does not
+    repeat on cue. Each attempt's stdout is kept for the failure message."""
     out = {}
     for script in sorted(CASES):
-        wait_for_a_quiet_machine()
-        db = tmp_path_factory.mktemp("scenario") / "s.db"
-        proc = run_scenario(script, db)
-        out[script] = (reported(db, 1), proc.stdout, db)
+        stdouts = []
+        for attempt in range(ATTEMPTS):
+            wait_for_a_quiet_machine()
+            db = tmp_path_factory.mktemp("scenario") / "s.db"
+            proc = run_scenario(script, db)
+            fired = reported(db, 1)
+            stdouts.append(f"attempt {attempt + 1}:\n{proc.stdout}")
+            extra = fired - accepted(script, fired)
+            if not extra or not extra <= MACHINE_TIMING or CASES[script] - fired:
+                break
+        out[script] = (fired, "\n".join(stdouts), db)
     return out
 
 
 @pytest.mark.parametrize("script", sorted(CASES))
 def test_scenario_reports_exactly_its_insights(script, scenario_runs):
     fired, stdout, _ = scenario_runs[script]
-    assert fired == CASES[script], stdout
+    assert fired == accepted(script, fired), stdout
     assert "gpuprof · " in stdout
 
 
@@ -108,7 +133,7 @@ def test_precision_and_recall_over_all_scenarios(scenario_runs):
     for script, expected in sorted(CASES.items()):
         fired = scenario_runs[script][0]
         tp += len(fired & expected)
-        fp += len(fired - expected)
+        fp += len(fired - accepted(script, fired))
         fn += len(expected - fired)
         lines.append(f"{script}: extra {sorted(fired - expected)}, "
                      f"missing {sorted(expected - fired)}")

@@ -4,6 +4,10 @@
 //   gpuprof insights [DB] --group NAME [--json]              every rank of a multi-rank run
 //   gpuprof rules [--markdown | --reference]                 the rule registry / MFU and
 //                                                            cost reference tables
+//   gpuprof serve [--host H] [--port P] --api-key K... [--api-key-file F] [--storage-url U]
+//                                                            the team server (ingest)
+//   gpuprof push [DB] [RUN] --server URL [--api-key K]       send a stored run to a server
+//   gpuprof drain --server URL [--api-key K] [--dir D]       send the live push's spool files
 //   gpuprof version
 //
 // Exit status: 0 on success (also --help), 1 when the data cannot be read or does not hold
@@ -26,8 +30,18 @@
 #include "analysis/format.h"
 #include "analysis/pricing.h"
 #include "analysis/rules/registry.h"
+#include "server/http_server.h"
+#include "server/ingest_api.h"
+#include "server/live_push.h"
+#include "server/push.h"
 #include "store/rows.h"
 #include "store/sqlite_store.h"
+
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <pthread.h>
+#include <thread>
 
 namespace gpuprof::cli {
 namespace {
@@ -156,6 +170,169 @@ int RunInsights(InsightsArgs args) {
   return 0;
 }
 
+struct ServeArgs {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::vector<std::string> api_keys;
+  std::string api_key_file;
+  std::string storage_url = "sqlite://gpuprof-server.db";
+  double max_body_mb = 32;
+};
+
+// The SQLite file of a storage URL: sqlite://PATH (sqlite:///abs/path.db is /abs/path.db).
+std::optional<std::string> SqlitePath(const std::string& url, std::string* why) {
+  const std::string scheme = "sqlite://";
+  if (url.rfind(scheme, 0) == 0 && url.size() > scheme.size()) return url.substr(scheme.size());
+  if (url.rfind("postgres://", 0) == 0 || url.rfind("postgresql://", 0) == 0) {
+    *why = "--storage-url: PostgreSQL storage is not built yet; use sqlite://PATH";
+  } else {
+    *why = "--storage-url '" + url + "' is not sqlite://PATH";
+  }
+  return std::nullopt;
+}
+
+int RunServe(const ServeArgs& args) {
+  server::ApiOptions api_options;
+  for (const std::string& k : args.api_keys) {
+    if (k.empty()) return UsageError("--api-key: a write key cannot be empty");
+    api_options.api_keys.push_back(k);
+  }
+  if (!args.api_key_file.empty()) {
+    std::ifstream in(args.api_key_file);
+    if (!in) return UsageError("--api-key-file " + args.api_key_file + ": cannot be read");
+    std::string line;
+    size_t found = 0;
+    while (std::getline(in, line)) {
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+      if (line.empty() || line[0] == '#') continue;
+      api_options.api_keys.push_back(line);
+      ++found;
+    }
+    if (found == 0) {
+      return UsageError("--api-key-file " + args.api_key_file +
+                        " holds no key (one per line; # starts a comment)");
+    }
+  }
+  if (api_options.api_keys.empty()) {
+    return UsageError("serve needs at least one write key: --api-key KEY or --api-key-file F "
+                      "(clients send it in X-API-Key)");
+  }
+  if (!(args.max_body_mb > 0) || args.max_body_mb > 4096) {
+    return UsageError("--max-body-mb must be in (0, 4096]");
+  }
+  api_options.max_body_bytes = static_cast<size_t>(args.max_body_mb * (1 << 20));
+  if (args.port < 0 || args.port > 65535) return UsageError("--port must be 0-65535");
+  std::string why;
+  const auto path = SqlitePath(args.storage_url, &why);
+  if (!path) return UsageError(why);
+  auto api = server::IngestApi::Open(*path, api_options);
+  if (!api) return Fail(api.error());
+
+  // SIGINT / SIGTERM stop the server: blocked here, awaited by one thread.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  server::ServerOptions options;
+  options.host = args.host;
+  options.port = static_cast<uint16_t>(args.port);
+  auto http = server::HttpServer::Listen(options, api->get());
+  if (!http) return Fail(http.error());
+  std::cout << "gpuprof serve: listening on http://" << args.host << ":" << (*http)->port()
+            << " (storage sqlite://" << *path << ", " << api_options.api_keys.size()
+            << " write key" << (api_options.api_keys.size() == 1 ? "" : "s") << ")" << std::endl;
+  server::HttpServer* raw = http->get();
+  std::thread waiter([raw, stop_signals] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    raw->Stop();
+  });
+  raw->Serve();
+  // Serve() returned: a signal stopped it (the waiter is done).
+  waiter.join();
+  std::cout << "gpuprof serve: stopped" << std::endl;
+  return 0;
+}
+
+struct PushArgs {
+  std::string db = "gpuprof.db";
+  std::string run;
+  std::string server;
+  std::string api_key;
+  int batch_rows = 5000;
+};
+
+int RunPush(PushArgs args) {
+  if (args.run.empty() && (LooksLikeRunId(args.db) || args.db == "latest") &&
+      !std::filesystem::exists(args.db)) {
+    args.run = args.db;
+    args.db = "gpuprof.db";
+  }
+  if (args.api_key.empty()) {
+    if (const char* env = std::getenv("GPUPROF_API_KEY")) args.api_key = env;
+  }
+  if (args.api_key.empty()) {
+    return UsageError("push needs a write key: --api-key KEY or $GPUPROF_API_KEY");
+  }
+  if (args.batch_rows < 1) return UsageError("--batch-rows must be at least 1");
+  if (!std::filesystem::exists(args.db)) return Fail("no such file: " + args.db);
+  auto store = store::SqliteStore::Open(args.db, store::SqliteStore::Mode::kReadOnly);
+  if (!store) return Fail(store.error());
+  auto runs = (*store)->ListRuns();
+  if (!runs) return Fail(runs.error());
+  if (runs->empty()) return Fail(args.db + " holds no runs yet");
+  std::vector<int64_t> ids;
+  for (const auto& r : *runs) ids.push_back(r.run_id);
+  int64_t run_id = ids.back();
+  if (!args.run.empty() && args.run != "latest") {
+    const std::optional<int64_t> parsed =
+        LooksLikeRunId(args.run) ? ParseRunId(args.run) : std::nullopt;
+    if (!LooksLikeRunId(args.run)) {
+      return UsageError("RUN must be a run id (an integer) or 'latest', got '" + args.run + "'");
+    }
+    if (!parsed || std::find(ids.begin(), ids.end(), *parsed) == ids.end()) {
+      return Fail("no run " + args.run + " in " + args.db + " (run ids: " + IdRanges(ids) + ")");
+    }
+    run_id = *parsed;
+  }
+  store->reset();
+  server::PushOptions options;
+  options.server_url = args.server;
+  options.api_key = args.api_key;
+  options.batch_rows = static_cast<size_t>(args.batch_rows);
+  auto pushed = server::PushRun(args.db, run_id, options);
+  if (!pushed) return Fail(pushed.error());
+  std::cout << "pushed run " << run_id << " of " << args.db << " to " << args.server
+            << ": server run " << pushed->server_run_id << " (" << pushed->run_uuid << "), "
+            << pushed->batches << " batches, " << pushed->rows << " rows stored";
+  if (pushed->duplicate_batches > 0) {
+    std::cout << " (" << pushed->duplicate_batches << " batches were already there)";
+  }
+  std::cout << "\n";
+  return 0;
+}
+
+struct DrainArgs {
+  std::string server;
+  std::string api_key;
+  std::string dir;
+};
+
+int RunDrain(DrainArgs args) {
+  if (args.api_key.empty()) {
+    if (const char* env = std::getenv("GPUPROF_API_KEY")) args.api_key = env;
+  }
+  if (args.api_key.empty()) {
+    return UsageError("drain needs a write key: --api-key KEY or $GPUPROF_API_KEY");
+  }
+  if (args.dir.empty()) args.dir = server::DefaultSpoolDir();
+  const server::DrainResult r = server::DrainSpool(args.dir, args.server, args.api_key);
+  for (const std::string& line : r.lines) std::cout << line << "\n";
+  return r.files_failed > 0 ? kDataError : 0;
+}
+
 int Main(int argc, char** argv) {
   CLI::App app{"gpuprof: diagnoses why a training run is slow, in one sentence per problem."};
   app.name("gpuprof");
@@ -189,6 +366,41 @@ int Main(int argc, char** argv) {
                   "Print the reference tables instead: dense peak TFLOPs per GPU model and "
                   "dtype (MFU) and USD per GPU-hour (cost), as Markdown");
 
+  ServeArgs serve_args;
+  CLI::App* serve = app.add_subcommand(
+      "serve", "Run the team server: clients push runs to it (docs/server.md).");
+  serve->add_option("--host", serve_args.host, "Address to listen on (default 127.0.0.1)");
+  serve->add_option("--port", serve_args.port, "Port (default 8000; 0 picks a free one)");
+  serve->add_option("--api-key", serve_args.api_keys,
+                    "A write key clients send in X-API-Key (repeat for several: rotation)")
+      ->type_name("KEY");
+  serve->add_option("--api-key-file", serve_args.api_key_file,
+                    "File of write keys, one per line (# comments)")
+      ->type_name("FILE");
+  serve->add_option("--storage-url", serve_args.storage_url,
+                    "Where runs are stored: sqlite://PATH (default sqlite://gpuprof-server.db)")
+      ->type_name("URL");
+  serve->add_option("--max-body-mb", serve_args.max_body_mb,
+                    "Largest request body accepted, after gzip inflation (default 32)");
+
+  PushArgs push_args;
+  CLI::App* push = app.add_subcommand("push", "Send a stored run to a gpuprof server.");
+  push->add_option("db", push_args.db, "gpuprof SQLite file (default: ./gpuprof.db)");
+  push->add_option("run", push_args.run, "Run id or 'latest' (the default)");
+  push->add_option("--server", push_args.server, "Server URL, http://HOST:PORT")->required();
+  push->add_option("--api-key", push_args.api_key, "Write key (default: $GPUPROF_API_KEY)")
+      ->type_name("KEY");
+  push->add_option("--batch-rows", push_args.batch_rows, "Rows per request (default 5000)");
+
+  DrainArgs drain_args;
+  CLI::App* drain = app.add_subcommand(
+      "drain", "Send the runs a live push could not deliver (its spool files) to a server.");
+  drain->add_option("--server", drain_args.server, "Server URL, http://HOST:PORT")->required();
+  drain->add_option("--api-key", drain_args.api_key, "Write key (default: $GPUPROF_API_KEY)")
+      ->type_name("KEY");
+  drain->add_option("--dir", drain_args.dir,
+                    "Spool directory (default: $GPUPROF_BUFFER_DIR, else ~/.gpuprof/buffer)");
+
   CLI::App* version = app.add_subcommand("version", "Print the gpuprof version.");
 
   app.footer("Exit status: 0 ok, 1 data error (no such DB, run or group), 2 usage error.");
@@ -202,6 +414,9 @@ int Main(int argc, char** argv) {
   }
 
   if (insights->parsed()) return RunInsights(insights_args);
+  if (serve->parsed()) return RunServe(serve_args);
+  if (push->parsed()) return RunPush(push_args);
+  if (drain->parsed()) return RunDrain(drain_args);
   if (rules->parsed()) {
     if (reference) {
       std::cout << "Peak TFLOPs (dense, per GPU)\n\n"

@@ -23,6 +23,7 @@
 #include "line_tracer.h"
 #include "report_binding.h"
 #include "record/session.h"
+#include "server/live_push.h"
 #include "telemetry/mock_collector.h"
 
 namespace nb = nanobind;
@@ -85,9 +86,23 @@ class PySession {
     c.host_telemetry = Opt<bool>(options, "host").value_or(true);
     c.proc_root = Opt<std::string>(options, "proc_root").value_or("/proc");
     c.analysis.gpu_rate_usd_per_hour = Opt<double>(options, "gpu_rate");
+    // The live push to a team server: every row the writer takes is teed to it.
+    if (auto url = Opt<std::string>(options, "server_url")) {
+      server::LivePushOptions p;
+      p.server_url = *url;
+      p.api_key = Opt<std::string>(options, "api_key").value_or("");
+      p.spool_dir = Opt<std::string>(options, "buffer_dir").value_or(server::DefaultSpoolDir());
+      if (auto wait = Opt<double>(options, "push_exit_wait_s")) {
+        p.exit_wait = std::chrono::milliseconds(static_cast<int64_t>(*wait * 1000));
+      }
+      push_ = std::make_unique<server::LivePush>(std::move(p));
+      server::LivePush* push = push_.get();
+      c.writer.tee = [push](const store::Row& row) { push->Add(row); };
+    }
     auto s = record::Session::Start(std::move(c));
     if (!s) throw std::runtime_error(s.error());
     session_ = std::move(s.value());
+    if (push_) push_->Start(session_->info());
     state_.session = session_.get();
     state_.owner_thread = PyThread_get_thread_ident();
     for (auto& slot : g_live) {
@@ -104,11 +119,13 @@ class PySession {
     state_.session = nullptr;
     if (Forked()) {
       (void)session_.release();  // the parent's: never joined, flushed or closed here
+      (void)push_.release();     // likewise its push thread
       return;
     }
     if (session_ && !session_->stopped()) {
       nb::gil_scoped_release release;
       session_->Stop("failed", std::string("session object collected before stop()"));
+      if (push_) FinishPush();
     }
   }
 
@@ -186,8 +203,15 @@ class PySession {
     {
       nb::gil_scoped_release release;
       r = session_->Stop(status, error);
+      if (push_) FinishPush();
     }
     return {r.summary, r.error};
+  }
+
+  // Why the live push did not deliver everything (and where the rest is), or None.
+  std::optional<std::string> PushWarning() const { return push_warning_; }
+  std::optional<std::string> PushRunUuid() const {
+    return push_ ? std::optional<std::string>(push_->run_uuid()) : std::nullopt;
   }
 
   nb::dict Stats() const {
@@ -200,6 +224,18 @@ class PySession {
     d["dropped_events"] = session_->recorder().dropped_events();
     d["gpu_ticks"] = session_->recorder().gpu_ticks();
     d["host_ticks"] = session_->recorder().host_ticks();
+    // Stalls seen so far by the stall watch; None when it does not run (host telemetry off).
+    if (session_->recorder().watching_stalls()) {
+      d["stalls"] = session_->recorder().stalls();
+    } else {
+      d["stalls"] = nb::none();
+    }
+    // The CPU wait read so far (ns, summed over threads); None when it is not read.
+    if (session_->recorder().watching_cpu_wait()) {
+      d["cpu_wait_ns"] = session_->recorder().cpu_wait_ns();
+    } else {
+      d["cpu_wait_ns"] = nb::none();
+    }
     d["steps"] = session_->recorder().assembler().steps_emitted();
     return d;
   }
@@ -216,6 +252,24 @@ class PySession {
     return true;
   }
 
+  // The session's final fields and insights, read back from its file, go to the server last.
+  void FinishPush() {
+    store::RunInfo info = session_->info();
+    std::vector<store::InsightRow> insights;
+    if (auto db = store::SqliteStore::Open(session_->db_path(),
+                                           store::SqliteStore::Mode::kReadOnly)) {
+      if (auto runs = (*db)->ListRuns()) {
+        for (const auto& r : *runs) {
+          if (r.run_id == session_->run_id()) info = r;
+        }
+      }
+      if (auto data = (*db)->LoadRun(session_->run_id())) insights = data->insights;
+    }
+    push_warning_ = push_->Finish(info, insights);
+  }
+
+  std::unique_ptr<server::LivePush> push_;  // before session_: destroyed after it
+  std::optional<std::string> push_warning_;
   std::unique_ptr<record::Session> session_;
   HookState state_;
   const pid_t pid_ = getpid();
@@ -359,6 +413,8 @@ NB_MODULE(_native, m) {
            nb::arg("flops_method").none() = nb::none(), nb::arg("dtype").none() = nb::none(),
            nb::arg("config_json").none() = nb::none())
       .def("stats", &PySession::Stats)
+      .def("push_warning", &PySession::PushWarning)
+      .def("push_run_uuid", &PySession::PushRunUuid)
       .def("stop", &PySession::Stop, nb::arg("status"), nb::arg("error").none() = nb::none());
 
   m.def("monotonic_ns", &gpuprof::clock::NowNs);

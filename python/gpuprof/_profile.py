@@ -503,6 +503,9 @@ class Profile:
                 self._final_stats = dict(self._session.stats())
             except Exception:
                 pass
+            push_problem = self._session.push_warning()
+            if push_problem:
+                _warn(f"gpuprof: {push_problem}")
             self.summary = summary or None
             if err:
                 _warn(f"gpuprof: problems while finishing run {self.run_id}: {err}")
@@ -759,6 +762,46 @@ def _arch_flops(arch: Optional[TransformerArch], tokens_per_step: Optional[int],
         raise ValueError(f"gpuprof.profile: arch: {e}") from None
 
 
+def _server_options(server: Optional[str], api_key: Optional[str]) -> dict[str, Any]:
+    """The live-push options: from the arguments, else $GPUPROF_SERVER / $GPUPROF_API_KEY."""
+    explicit = server is not None
+    if server is None:
+        server = os.environ.get("GPUPROF_SERVER") or None
+    if server is None:
+        if api_key is not None:
+            raise ValueError("gpuprof.profile: api_key= was given without server= (or "
+                             "$GPUPROF_SERVER)")
+        return {}
+    if api_key is None:
+        api_key = os.environ.get("GPUPROF_API_KEY") or None
+    where = "server=" if explicit else "$GPUPROF_SERVER"
+    if not isinstance(server, str):
+        raise TypeError(f"gpuprof.profile: server must be a string like 'http://host:8000', got "
+                        f"{type(server).__name__} {server!r}")
+    if not server.startswith("http://") or len(server) <= len("http://"):
+        message = (f"gpuprof.profile: {where} must be http://HOST[:PORT] (https is not "
+                   f"supported yet), got {server!r}")
+        if explicit:
+            raise ValueError(message)
+        _warn(message + "; the run is not pushed")
+        return {}
+    if api_key is not None and not isinstance(api_key, str):
+        raise TypeError("gpuprof.profile: api_key must be a string")
+    if not api_key:
+        message = (f"gpuprof.profile: {where} is set but no write key: pass api_key= or set "
+                   f"$GPUPROF_API_KEY")
+        if explicit:
+            raise ValueError(message)
+        _warn(message + "; the run is not pushed")
+        return {}
+    _check_utf8("server", server)
+    _check_utf8("api_key", api_key)
+    out: dict[str, Any] = {"server_url": server.rstrip("/"), "api_key": api_key}
+    if os.environ.get("GPUPROF_BUFFER_DIR"):
+        out["buffer_dir"] = os.environ["GPUPROF_BUFFER_DIR"]
+    return out
+
+
 def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db",
             auto: bool = True, sample_hz: float = 100.0, host_hz: float = 5.0,
             gpu: Optional[str] = None, mock_gpus: int = 1, mock_scenario: str = "",
@@ -766,7 +809,8 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
             dtype: Optional[str] = None, group: Optional[str] = None,
             cuda_events: bool = True, summary: bool = True,
             arch: Optional[TransformerArch] = None,
-            tokens_per_step: Optional[int] = None) -> Profile:
+            tokens_per_step: Optional[int] = None,
+            server: Optional[str] = None, api_key: Optional[str] = None) -> Profile:
     """Profiles the code inside ``with``.
 
     run_name: groups runs for regression comparison. db: SQLite file (created if missing).
@@ -786,6 +830,11 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
     ("key=value,...", e.g. "util=40,temp=88,throttle=1"; docs/telemetry.md) script gpu="mock".
     cuda_events: time phases on the GPU with CUDA events when CUDA is available.
     summary: print the insight summary when the block exits.
+    server, api_key: push the run live to a team server (``gpuprof serve``): "http://HOST:PORT"
+    and one of its write keys; default $GPUPROF_SERVER and $GPUPROF_API_KEY. A native thread
+    sends the new rows once a second; what the server does not take is spooled to
+    $GPUPROF_BUFFER_DIR (default ~/.gpuprof/buffer) for ``gpuprof drain``. Never stops or slows
+    the training: a failure is one GpuprofWarning at the end, with the reason.
     """
     if not isinstance(run_name, str):
         raise TypeError(f"gpuprof.profile: run_name must be a string, got "
@@ -888,4 +937,8 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
             config.update(flops_per_token=arch_flops["model"],
                           hardware_flops_per_step=arch_flops["hardware_per_step"])
     options["config_json"] = json.dumps(_json_value(config), sort_keys=True, allow_nan=False)
+    # The team server (never in config_json: the key is a secret).
+    push = _server_options(server, api_key)
+    if push:
+        options.update(push)
     return Profile(run_name, options, auto=auto, print_summary=summary, cuda_events=cuda_events)

@@ -253,6 +253,25 @@ def _nvidia_collector_class(base: type, pynvml: Any, state: _GpuState) -> type:
     return LinescopeNvidiaCollector
 
 
+class _EndAtEof:
+    """Stands in for the stdout pipe of Scalene's neuron-monitor process, read by Scalene's
+    reader thread (``NeuronMonitor._update_line``), which loops on ``readline()`` for ever: at
+    end of file (neuron-monitor stopped or died) it would spin at 100% of a core for the rest of
+    the process. Here end of file ends the thread instead (SystemExit ends a thread quietly)."""
+
+    def __init__(self, pipe: Any) -> None:
+        self._pipe = pipe
+
+    def readline(self) -> str:
+        line = self._pipe.readline()
+        if not line:
+            raise SystemExit
+        return line
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pipe, name)
+
+
 class _NeuronCollector:
     """Scalene's AWS Neuron collector (``ScaleneNeuron``, reading ``neuron-monitor``) as it is;
     it reports no per-read failures, so every read that returns counts as a success (of both
@@ -294,6 +313,12 @@ class _NeuronCollector:
         if shutil.which("neuron-monitor") is None:
             raise FileNotFoundError("neuron-monitor is not on PATH (install aws-neuronx-tools)")
         self._inner.start_monitor()
+        # Scalene's reader thread looks the pipe up on every line: from the next one on, end of
+        # file ends the thread rather than spinning it (see _EndAtEof).
+        monitor = getattr(self._inner, "_neuron_monitor", None)
+        process = getattr(monitor, "_process", None)
+        if process is not None and process.stdout is not None:
+            process.stdout = _EndAtEof(process.stdout)
 
     def stop_monitor(self) -> None:
         monitor = getattr(self._inner, "_neuron_monitor", None)

@@ -405,6 +405,32 @@ def _rewritten(code: Any) -> bool:
     return any(type(k) is types.CodeType and _rewritten(k) for k in code.co_consts)
 
 
+_CLOCK_REALTIME_COARSE = 5  # Linux's clock id: the clock file timestamps are taken from
+
+
+def _file_clock_now_ns() -> tuple[int, bool]:
+    """The start of the session on the file system's clock: (ns, exact). Linux stamps files
+    from a coarse clock that ticks every few ms, so a file rewritten right after start() can
+    carry a time before time.time_ns(). Waiting for that clock's next tick (at most one tick,
+    a few ms) gives a bound every later write reaches and every earlier one stays below:
+    a file is changed when its mtime is at or above it (exact). Elsewhere: time.time_ns(),
+    changed when above it."""
+    if sys.platform.startswith("linux"):
+        try:
+            first = time.clock_gettime_ns(_CLOCK_REALTIME_COARSE)
+            deadline = time.monotonic() + 0.05
+            while True:
+                now = time.clock_gettime_ns(_CLOCK_REALTIME_COARSE)
+                if now != first:
+                    return now, True
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.0002)
+        except (OSError, AttributeError):
+            pass
+    return time.time_ns(), False
+
+
 def _source_differs(module: Any, path: str, text: str) -> bool:
     """True when `text` is not the code the module's functions run: the file was edited after
     the module was imported, so the report's lines would not match the code that ran. The
@@ -633,6 +659,7 @@ class profile(metaclass=_ProfileMeta):
         self._how = ""  # how it was started (a _HOW_TO_STOP key), and where:
         self._started_by = ""  # both, for the "already running" error
         self._t0_ns = 0
+        self._t0_exact = False
         self._thread: int | None = None
         self._root_used = self.root  # the root the backend got (the default: cwd at start)
         self._snapshots: dict[str, str] = {}
@@ -731,7 +758,7 @@ class profile(metaclass=_ProfileMeta):
                 skip()
             self._take_snapshots()
             self._started_at = time.time()
-            self._t0_ns = time.time_ns()
+            self._t0_ns, self._t0_exact = _file_clock_now_ns()
             self._thread = threading.get_ident()
             if self._memory_sampler is not None:
                 self._memory_sampler.start()
@@ -962,7 +989,8 @@ class profile(metaclass=_ProfileMeta):
             return "".join(lines)
         try:
             text = read_source(name)
-            changed = os.stat(name).st_mtime_ns > self._t0_ns
+            mtime = os.stat(name).st_mtime_ns
+            changed = mtime >= self._t0_ns if self._t0_exact else mtime > self._t0_ns
         except OSError:
             return ""
         if not changed:

@@ -584,6 +584,30 @@ def test_a_file_first_loaded_and_edited_during_the_session_is_flagged(ws):
                for w in session.result.warnings)
 
 
+def test_edits_right_at_the_start_are_told_apart_from_writes_just_before_it(ws):
+    # The file system stamps files from a clock that ticks every few ms: a file rewritten in
+    # the same tick as start() must still count as changed, and one written just before
+    # start() (the same tick, the other side) must not.
+    driver = ws.module("driver_edit.py", """
+        import importlib.util, pathlib
+        def run(path, rewrite):
+            spec = importlib.util.spec_from_file_location("ls_tick_mod", path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            mod.h()
+            if rewrite:
+                pathlib.Path(path).write_text("# rewritten\\n")
+    """)
+    for i in range(15):
+        for rewrite in (True, False):
+            path = ws.write(f"tick_{i}_{rewrite}.py", "def h():\n    return 3\n")
+            with profile(root=ws.root, display="none") as session:
+                driver.run(str(path), rewrite)
+            flagged = any(f"tick_{i}_{rewrite}.py changed while it was being profiled" in w
+                          for w in session.result.warnings)
+            assert flagged == rewrite, (i, rewrite, session.result.warnings)
+
+
 class _ChildLeaves(Exception):
     pass
 

@@ -208,6 +208,9 @@ def test_a_sleeping_line_and_a_cpu_bound_line_get_their_wall_time(ws):
 
 
 @needs_scalene
+# Scalene's reader thread is ended with SystemExit (silent under Python's own excepthook;
+# pytest's reports every thread exception).
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_neuron_device_reports_gpu_time_and_memory_through_neuron_monitor(
         ws, monkeypatch, tmp_path):
     if _nvml_loadable():
@@ -233,6 +236,15 @@ def test_a_neuron_device_reports_gpu_time_and_memory_through_neuron_monitor(
     assert hot.gpu is not None and 0 < hot.gpu.time_ns <= hot.wall_time_ns * 1.05
     assert hot.gpu.peak_memory_bytes == 3_000_000
     assert not any("unavailable" in w for w in r.warnings)
+    # AND Scalene's neuron-monitor reader thread ends with the monitor: it loops on readline()
+    # and would otherwise spin at end of file for the rest of the process
+    def readers():
+        return [t for t in threading.enumerate()
+                if getattr(getattr(t, "_target", None), "__name__", "") == "_update_line"]
+    deadline = time.monotonic() + 10
+    while readers() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not readers(), "Scalene's neuron-monitor reader thread is still running"
 
 
 @needs_scalene

@@ -104,6 +104,29 @@ std::string HostAggText(const HostAggregates& h) {
   return out;
 }
 
+// The whole run's stalls (host_stalls): count, total, longest.
+struct StallTotals {
+  size_t count = 0;
+  double total_ns = 0;
+  double longest_ns = 0;
+};
+StallTotals TotalStalls(const RunView& v) {
+  StallTotals t;
+  for (const store::StallRow& s : v.data.stalls) {
+    ++t.count;
+    t.total_ns += static_cast<double>(s.duration_ns);
+    t.longest_ns = std::max(t.longest_ns, static_cast<double>(s.duration_ns));
+  }
+  return t;
+}
+
+// The whole run's CPU wait (cpu_waits): total (summed over threads) and the share of step time.
+double TotalCpuWaitNs(const RunView& v) {
+  double total = 0;
+  for (const store::CpuWaitRow& w : v.data.cpu_waits) total += static_cast<double>(w.wait_ns);
+  return total;
+}
+
 // One telemetry line: the status row when there is one, plus what was actually sampled.
 std::string TelemetryLine(const RunView& v, const std::string& source) {
   const store::TelemetryStatusRow* row = v.Telemetry(source);
@@ -118,6 +141,26 @@ std::string TelemetryLine(const RunView& v, const std::string& source) {
   }
   if (source == "gpu" && v.gpu.samples > 0) out += " · " + GpuAggText(v.gpu);
   if (source == "host" && v.host.samples > 0) out += " · " + HostAggText(v.host);
+  if (source == "stalls" && v.stalls_watched) {
+    const StallTotals t = TotalStalls(v);
+    if (t.count == 0) {
+      out += " · the process was never held off the CPU";
+    } else {
+      out += " · held off the CPU " + Plural(t.count, "time", "times") + ", " +
+             FormatDuration(t.total_ns) + " in all, longest " + FormatDuration(t.longest_ns);
+    }
+  }
+  if (source == "cpu_wait" && v.cpu_wait_watched) {
+    const double total = TotalCpuWaitNs(v);
+    if (total <= 0) {
+      out += " · the training's threads never queued for a CPU (1 ms in 20 ms or more)";
+    } else {
+      double steps_ns = 0;
+      for (const StepView& s : v.steps) steps_ns += static_cast<double>(s.duration_ns);
+      out += " · the training's threads queued " + FormatDuration(total) + " for a CPU";
+      if (steps_ns > 0) out += " (" + FormatPercent(total / steps_ns) + " of step time)";
+    }
+  }
   return out;
 }
 
@@ -631,6 +674,17 @@ json ReportJson(const Report& report) {
                {"max_disk_read_iops", J(h.max_disk_read_iops)},
                {"mean_proc_cpu_pct", J(h.mean_proc_cpu_pct)},
                {"peak_proc_rss_bytes", J(h.peak_proc_rss_bytes)}};
+  // The stall watch over the whole run; null when it did not run (unknown, not "no stalls").
+  json stalls = nullptr;
+  if (v.stalls_watched) {
+    const StallTotals t = TotalStalls(v);
+    stalls = {{"count", t.count}, {"total_ns", t.total_ns}, {"longest_ns", t.longest_ns}};
+  }
+  // The CPU wait over the whole run (summed over threads); null when it was not read.
+  json cpu_wait = nullptr;
+  if (v.cpu_wait_watched) {
+    cpu_wait = {{"total_ns", TotalCpuWaitNs(v)}, {"stretches", v.data.cpu_waits.size()}};
+  }
   json diagnostics = json::array();
   for (const store::DiagnosticRow& d : v.data.diagnostics) {
     diagnostics.push_back({{"ts_ns", J(d.ts_ns)},
@@ -647,6 +701,8 @@ json ReportJson(const Report& report) {
               {"telemetry", telemetry},
               {"gpu", gpu},
               {"host", host},
+              {"stalls", stalls},
+              {"cpu_wait", cpu_wait},
               {"insights", insights},
               {"explained", ExplainedJson(report.explained)},
               {"data_loss", DataLoss(v)},

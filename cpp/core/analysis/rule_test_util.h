@@ -49,4 +49,20 @@ inline StepShape Split(int64_t duration_ms, std::optional<int64_t> wait_ms, int6
                {{"forward", f}, {"backward", phase_ms - f - o}, {"optimizer", o}});
 }
 
+// Whether the report lists a finding of rule `id` (folded findings are not listed).
+inline bool HasInsight(const Report& report, std::string_view id) {
+  for (const Insight& in : report.insights) {
+    if (in.rule_id == id) return true;
+  }
+  return false;
+}
+
+// Whether `id`'s finding was folded under `by`'s (Report::explained).
+inline bool FoldedUnder(const Report& report, std::string_view id, std::string_view by) {
+  for (const auto& e : report.explained) {
+    if (e.insight.rule_id == id && e.by == by) return true;
+  }
+  return false;
+}
+
 }  // namespace gpuprof::analysis::testing

@@ -15,6 +15,8 @@ using testing::RunBuilder;
 using testing::Split;
 using testing::StepShape;
 using ::testing::HasSubstr;
+using testing::FoldedUnder;
+using testing::HasInsight;
 
 // ---------------------------------------------------------------- prefetch_queue_starved
 
@@ -195,6 +197,62 @@ TEST(CpuBoundDataloader, FiresWhenTheTrainingsProcessesAreBusy) {
               HasSubstr("busy on up to 0.9 cores) and the disk idle (3.0 MB/s): the "
                         "loading runs in the training process (no worker processes seen) and "
                         "is CPU-bound"));
+}
+
+TEST(CpuBoundDataloader, AHostOthersPegWhileTheTrainingsThreadsQueueIsContentionNotTheLoader) {
+  // GIVEN an in-process loader stall on a 2-core host 90% busy, the training's process on 0.8
+  // of a core (torch's threads spinning while they wait) and other processes on about 1 core
+  auto host = [](RunBuilder& b) {
+    b.HostEvery(50 * kMs, [](int64_t, store::HostSampleRow& h) {
+      h.cpu_pct = 90;
+      h.ncores = 2;
+      h.disk_read_bps = 3e6;
+      h.disk_read_iops = 50;
+      h.proc_cpu_pct = 80;
+    });
+  };
+  RunBuilder unread;
+  unread.Steps(20, Split(100, 40, 55));
+  host(unread);
+  // THEN from the host samples alone the loader looks CPU-bound (nothing tells them apart)
+  EXPECT_TRUE(Eval("cpu_bound_dataloader", unread).fired());
+  // AND with the training's threads queueing 20 ms a step for a CPU it is contention: the
+  // loader is not blamed, cpu_contention says whose load it is, the stall stands alone
+  RunBuilder read;
+  read.CpuWaitWatch().Steps(20, Split(100, 40, 55));
+  for (size_t i = 0; i < 20; ++i) read.CpuWaitInStep(i, 20 * kMs);
+  host(read);
+  const RuleResult r = Eval("cpu_bound_dataloader", read);
+  EXPECT_FALSE(r.fired());
+  EXPECT_FALSE(r.skipped());
+  const RuleResult c = Eval("cpu_contention", read);
+  ASSERT_TRUE(c.fired());
+  EXPECT_TRUE(c.insight->evidence["other_load"].get<bool>());
+  EXPECT_TRUE(Eval("dataloader_stall", read).fired());
+}
+
+TEST(CpuBoundDataloader, ExplainsTheQueueingOfTheTrainingsOwnThreads) {
+  // GIVEN four CPU-bound workers keeping a 4-core host busy by themselves (no other load) and
+  // the main thread queueing behind them
+  RunBuilder b;
+  b.CpuWaitWatch().Steps(20, Split(100, 40, 55));
+  for (size_t i = 0; i < 20; ++i) b.CpuWaitInStep(i, 25 * kMs);
+  b.HostEvery(50 * kMs, [](int64_t, store::HostSampleRow& h) {
+    h.cpu_pct = 100;
+    h.ncores = 4;
+    h.disk_read_bps = 3e6;
+    h.disk_read_iops = 50;
+    h.proc_cpu_pct = 395;
+  });
+  for (int64_t t = 0; t <= b.end_ns(); t += 50 * kMs) {
+    b.WorkerSample({t, 100, "main", 20.0, 1LL << 30});
+    for (int64_t pid : FourWorkers(t)) b.WorkerSample({t, pid, "child", 95.0, 1LL << 29});
+  }
+  const Report report = Analyze(b.Build(), RuleContext{});
+  // THEN the loader's diagnosis leads and the queueing is folded under it
+  EXPECT_TRUE(HasInsight(report, "cpu_bound_dataloader"));
+  EXPECT_FALSE(HasInsight(report, "cpu_contention"));
+  EXPECT_TRUE(FoldedUnder(report, "cpu_contention", "cpu_bound_dataloader"));
 }
 
 TEST(CpuBoundDataloader, WorkersFoundLateOrRestartedEachEpochStillCount) {

@@ -24,6 +24,9 @@ using testing::kSec;
 using testing::RunBuilder;
 using testing::StepShape;
 using ::testing::HasSubstr;
+using ::testing::Not;
+using testing::FoldedUnder;
+using testing::HasInsight;
 
 // ---------------------------------------------------------------- registry
 
@@ -49,10 +52,10 @@ TEST(Registry, EveryRuleIsCompleteAndUnique) {
         "kernel_launch_overhead", "gradient_checkpointing_detected", "sdpa_suboptimal",
         "kernel_drift", "memory_pressure", "thermal_throttling", "compilation_warmup",
         "first_step_outlier", "high_step_variance", "comm_dominant", "bucket_skew", "rank_skew",
-        "regression", "cost"}) {
+        "regression", "cost", "host_stalls"}) {
     EXPECT_TRUE(ids.count(id)) << id;
   }
-  EXPECT_EQ(ids.size(), 25u);
+  EXPECT_EQ(ids.size(), 27u);
   EXPECT_TRUE(FindRule("bucket_skew")->group());
   EXPECT_TRUE(FindRule("rank_skew")->group());
   EXPECT_FALSE(FindRule("comm_dominant")->group());
@@ -115,7 +118,8 @@ TEST(Registry, PrecedenceNamesRealRulesAndHasNoCycle) {
   const std::string md = RulesMarkdown();
   EXPECT_THAT(md, HasSubstr("| `cpu_bound_dataloader` | `dataloader_stall`, "
                             "`prefetch_queue_starved`, `high_step_variance` (when its slow steps "
-                            "are mostly loader wait) |"));
+                            "are mostly loader wait), `cpu_contention` (when the training's "
+                            "threads queue behind its own CPU-bound loading) |"));
   EXPECT_THAT(RulesText(), HasSubstr("explains:   `compilation_warmup`"));
 }
 
@@ -531,6 +535,256 @@ TEST(HighStepVariance, FewCheapSpikesAreLow) {
   ASSERT_TRUE(r.fired());
   EXPECT_EQ(r.insight->severity, Severity::kLow);
   EXPECT_NEAR(r.insight->evidence["lost_share"].get<double>(), 300.0 / 10300.0, 1e-9);
+}
+
+// SpikyRun(5) with the stall watch on and each spike's extra 200 ms (or `stall_ms` of it) a
+// stall: the process held off the CPU.
+RunBuilder StalledSpikes(int64_t stall_ms) {
+  RunBuilder b = SpikyRun(5);
+  b.StallWatch();
+  for (size_t i = 0; i < b.steps().size(); ++i) {
+    if (b.steps()[i].end_ns - b.steps()[i].start_ns == 300 * kMs) {
+      b.StallInStep(i, stall_ms * kMs);
+    }
+  }
+  return b;
+}
+
+TEST(HighStepVariance, SpikesThatAreStallsAreTheMachinesAndSaySo) {
+  // GIVEN five 300 ms spikes, each 200 ms of it the process held off the CPU
+  const RuleResult r = Eval("high_step_variance", StalledSpikes(200));
+  ASSERT_TRUE(r.fired());
+  // THEN the insight names the stalls and gives the host's fix, not logging or GC
+  EXPECT_THAT(r.insight->message,
+              HasSubstr(", 100% of their extra time with the process held off the CPU"));
+  EXPECT_THAT(r.insight->fix, HasSubstr("The slow steps are the machine's"));
+  EXPECT_THAT(r.insight->fix, Not(HasSubstr("gc.freeze")));
+  EXPECT_TRUE(r.insight->evidence["stall_caused"].get<bool>());
+  EXPECT_NEAR(r.insight->evidence["stall_share"].get<double>(), 1.0, 1e-9);
+}
+
+TEST(HighStepVariance, StallsBelowHalfTheExtraTimeLeaveTheUsualAdvice) {
+  // GIVEN spikes 60 ms of whose 200 ms extra were stalls (30%)
+  const RuleResult r = Eval("high_step_variance", StalledSpikes(60));
+  ASSERT_TRUE(r.fired());
+  EXPECT_FALSE(r.insight->evidence["stall_caused"].get<bool>());
+  EXPECT_NEAR(r.insight->evidence["stall_share"].get<double>(), 0.3, 1e-9);
+  EXPECT_THAT(r.insight->fix, HasSubstr("gc.freeze"));
+  // AND without the watch the share is unknown (null), not 0
+  const RuleResult unwatched = Eval("high_step_variance", SpikyRun(5));
+  EXPECT_TRUE(unwatched.insight->evidence["stall_share"].is_null());
+}
+
+TEST(HighStepVariance, HostStallsExplainsStalledSpikes) {
+  // GIVEN stalled spikes: 1 s of stalls in 10.9 s of steady state (9%), so host_stalls fires
+  const Report report = Analyze(StalledSpikes(200).Build(), RuleContext{});
+  // THEN the variance is reported under host_stalls, as the same cause
+  EXPECT_TRUE(HasInsight(report, "host_stalls"));
+  EXPECT_FALSE(HasInsight(report, "high_step_variance"));
+  EXPECT_TRUE(FoldedUnder(report, "high_step_variance", "host_stalls"));
+}
+
+// ---------------------------------------------------------------- host_stalls
+
+TEST(HostStalls, FiresOnRepeatedStallsWithTheirTotalAndLongest) {
+  // GIVEN 100 steady steps of 100 ms, 4 of them with a stall (60, 60, 80, 120 ms)
+  RunBuilder b;
+  b.StallWatch().Steps(kWarmupSteps + 100, Split(100, 5, 90));
+  const int64_t stalls[] = {60, 60, 80, 120};
+  for (size_t k = 0; k < 4; ++k) b.StallInStep(kWarmupSteps + 10 + 20 * k, stalls[k] * kMs);
+  const RuleResult r = Eval("host_stalls", b);
+  // THEN it fires, low (320 ms of 10 s = 3.2%), naming the count, total and longest
+  ASSERT_TRUE(r.fired());
+  EXPECT_EQ(r.insight->severity, Severity::kLow);
+  EXPECT_EQ(r.insight->message,
+            "The process was held off the CPU 4 times in the steady state, " +
+                FormatDuration(320.0 * kMs) + " in all (" + FormatPercent(0.032) +
+                " of step time; longest " + FormatDuration(120.0 * kMs) +
+                "): those steps were slow whatever its code did");
+  EXPECT_THAT(r.insight->fix, HasSubstr("CPU steal"));
+  EXPECT_EQ(r.insight->evidence["stalls"].get<int64_t>(), 4);
+}
+
+TEST(HostStalls, IsMedFromATenthOfStepTime) {
+  RunBuilder b;
+  b.StallWatch().Steps(kWarmupSteps + 20, Split(100, 5, 90));
+  b.StallInStep(kWarmupSteps + 3, 150 * kMs).StallInStep(kWarmupSteps + 9, 150 * kMs);
+  const RuleResult r = Eval("host_stalls", b);
+  ASSERT_TRUE(r.fired());  // 300 ms of 2 s
+  EXPECT_EQ(r.insight->severity, Severity::kMed);
+}
+
+TEST(HostStalls, OneStallOrALittleStallingPasses) {
+  RunBuilder one;
+  one.StallWatch().Steps(kWarmupSteps + 20, Split(100, 5, 90));
+  one.StallInStep(kWarmupSteps + 5, 500 * kMs);
+  EXPECT_FALSE(Eval("host_stalls", one).fired());
+  EXPECT_FALSE(Eval("host_stalls", one).skipped());
+  // 3 stalls of 15 ms in 10 s: 0.45%, under kHostStallShare
+  RunBuilder few;
+  few.StallWatch().Steps(kWarmupSteps + 100, Split(100, 5, 90));
+  for (size_t k = 0; k < 3; ++k) few.StallInStep(kWarmupSteps + 30 * k, 15 * kMs);
+  EXPECT_FALSE(Eval("host_stalls", few).fired());
+  EXPECT_FALSE(Eval("host_stalls", few).skipped());
+}
+
+TEST(HostStalls, StallsDuringWarmupAreNotCounted) {
+  RunBuilder b;
+  b.StallWatch().Steps(kWarmupSteps + 20, Split(100, 5, 90));
+  b.StallInStep(0, 90 * kMs).StallInStep(1, 90 * kMs);
+  EXPECT_FALSE(Eval("host_stalls", b).fired());
+}
+
+TEST(HostStalls, WithoutTheWatchItIsNotEvaluatedAndSaysWhy) {
+  RunBuilder b;
+  b.Steps(kWarmupSteps + 20, Split(100, 5, 90));
+  const RuleResult none = Eval("host_stalls", b);
+  ASSERT_TRUE(none.skipped());
+  EXPECT_THAT(*none.not_evaluated, HasSubstr("no stall watch"));
+  b.Telemetry("stalls", false, std::nullopt, "host telemetry disabled (host=False)");
+  EXPECT_EQ(*Eval("host_stalls", b).not_evaluated,
+            "no stall watch: host telemetry disabled (host=False)");
+}
+
+// ---------------------------------------------------------------- cpu_contention
+
+// 100 steady steps of 100 ms with the CPU wait read; `waits` (step index in the steady state,
+// ms of CPU wait in it); host samples every 100 ms of a 2-core host `host_pct` busy with the
+// training's tree on `tree_pct` (percent of one core).
+RunBuilder Contended(const std::vector<std::pair<size_t, int64_t>>& waits, double host_pct,
+                     double tree_pct) {
+  RunBuilder b;
+  b.CpuWaitWatch().Steps(kWarmupSteps + 100, Split(100, 5, 90));
+  for (const auto& [i, ms] : waits) b.CpuWaitInStep(kWarmupSteps + i, ms * kMs);
+  b.HostEvery(100 * kMs, [&](int64_t, store::HostSampleRow& h) {
+    h.cpu_pct = host_pct;
+    h.ncores = 2;
+    h.proc_cpu_pct = tree_pct;
+  });
+  return b;
+}
+
+TEST(CpuContention, FiresWhenTheTrainingsThreadsQueueAndSaysWhoseLoadItIs) {
+  // GIVEN 40 steps that each queued 40 ms for a CPU, one 60 ms (1.62 s of 10 s: 16.2%) on a
+  // 2-core host 90% busy, the training on 0.8 of a core: other processes hold about 1 core
+  std::vector<std::pair<size_t, int64_t>> waits;
+  for (size_t i = 0; i < 40; ++i) waits.emplace_back(2 * i + 1, i == 10 ? 60 : 40);
+  const RuleResult r = Eval("cpu_contention", Contended(waits, 90, 80));
+  // THEN it fires, low, with the total, the share, the worst step and whose load it is
+  ASSERT_TRUE(r.fired());
+  EXPECT_EQ(r.insight->severity, Severity::kLow);
+  EXPECT_EQ(r.insight->message,
+            "The training's threads queued " + FormatDuration(1620.0 * kMs) +
+                " for a CPU in the steady state (" + FormatPercent(0.162) +
+                " of step time; step " + std::to_string(kWarmupSteps + 21) + " waited " +
+                FormatDuration(60.0 * kMs) + " of its " + FormatDuration(100.0 * kMs) +
+                "): other processes kept about 1 of the host's 2 cores busy");
+  EXPECT_EQ(r.insight->fix, thresholds::kCpuContentionOthersFix);
+  EXPECT_TRUE(r.insight->evidence["other_load"].get<bool>());
+  EXPECT_NEAR(r.insight->evidence["other_load_min_cores"].get<double>(), 1.0, 1e-9);
+}
+
+TEST(CpuContention, TheTrainingsOwnThreadsGetTheThreadCountFixAndSeverityGrowsWithTheShare) {
+  // GIVEN every steady step queueing 60 ms (60%) on a host the training alone keeps busy
+  std::vector<std::pair<size_t, int64_t>> waits;
+  for (size_t i = 0; i < 100; ++i) waits.emplace_back(i, 60);
+  const RuleResult r = Eval("cpu_contention", Contended(waits, 95, 185));
+  ASSERT_TRUE(r.fired());
+  EXPECT_EQ(r.insight->severity, Severity::kHigh);
+  EXPECT_THAT(r.insight->message,
+              HasSubstr("the training's own threads and processes outnumber the host's 2 cores"));
+  EXPECT_EQ(r.insight->fix, thresholds::kCpuContentionOwnFix);
+  EXPECT_TRUE(r.insight->evidence["own_threads"].get<bool>());
+  // AND 30 ms a step (30%) is med
+  for (auto& w : waits) w.second = 30;
+  EXPECT_EQ(Eval("cpu_contention", Contended(waits, 95, 185)).insight->severity, Severity::kMed);
+  // AND without host samples it still fires, with the general fix
+  RunBuilder bare;
+  bare.CpuWaitWatch().Steps(kWarmupSteps + 20, Split(100, 5, 90));
+  for (size_t i = 0; i < 20; ++i) bare.CpuWaitInStep(kWarmupSteps + i, 30 * kMs);
+  const RuleResult plain = Eval("cpu_contention", bare);
+  ASSERT_TRUE(plain.fired());
+  EXPECT_EQ(plain.insight->fix, thresholds::kCpuContentionFix);
+  EXPECT_TRUE(plain.insight->evidence["other_load_min_cores"].is_null());
+}
+
+TEST(CpuContention, ALittleQueueingPassesAndWithoutTheReadingItSaysWhy) {
+  // 4 steps of 100 queueing 10 ms: 0.4%
+  const RuleResult quiet =
+      Eval("cpu_contention", Contended({{1, 10}, {2, 10}, {3, 10}, {4, 10}}, 50, 90));
+  EXPECT_FALSE(quiet.fired());
+  EXPECT_FALSE(quiet.skipped());
+  RunBuilder b;
+  b.Steps(kWarmupSteps + 20, Split(100, 5, 90));
+  EXPECT_THAT(*Eval("cpu_contention", b).not_evaluated, HasSubstr("CPU wait not read"));
+  b.Telemetry("cpu_wait", false, std::nullopt, "host telemetry disabled (host=False)");
+  EXPECT_EQ(*Eval("cpu_contention", b).not_evaluated,
+            "CPU wait not read: host telemetry disabled (host=False)");
+}
+
+TEST(CpuContention, AStretchSpanningStepsIsSharedByOverlapAndCappedAtTheStep) {
+  // GIVEN one 200 ms stretch with 300 ms of wait (two threads queueing) over steps 3 and 4
+  RunBuilder b;
+  b.CpuWaitWatch().Steps(10, Split(100, 5, 90));
+  b.CpuWait(b.steps()[3].start_ns, b.steps()[4].end_ns, 300 * kMs);
+  const RunView v = BuildRunView(b.Build());
+  // THEN each step takes half, capped at its 100 ms; the others none
+  EXPECT_EQ(v.steps[3].cpu_wait_ns, 100 * kMs);
+  EXPECT_EQ(v.steps[4].cpu_wait_ns, 100 * kMs);
+  EXPECT_EQ(v.steps[5].cpu_wait_ns, 0);
+  EXPECT_EQ(v.steps[4].machine_ns(), 100 * kMs);
+}
+
+TEST(HighStepVariance, SpikesThatQueueForACpuAreTheMachinesAndFoldUnderCpuContention) {
+  // GIVEN five 300 ms spikes, each 190 ms of it the training's threads queued for a CPU
+  RunBuilder b = SpikyRun(5);
+  b.CpuWaitWatch();
+  for (size_t i = 0; i < b.steps().size(); ++i) {
+    if (b.steps()[i].end_ns - b.steps()[i].start_ns == 300 * kMs) b.CpuWaitInStep(i, 190 * kMs);
+  }
+  const RuleResult r = Eval("high_step_variance", b);
+  ASSERT_TRUE(r.fired());
+  // THEN the slow steps are the machine's, with the contention fix
+  EXPECT_THAT(r.insight->message,
+              HasSubstr(", 95% of their extra time with its threads queued for a CPU"));
+  EXPECT_TRUE(r.insight->evidence["cpu_wait_caused"].get<bool>());
+  EXPECT_FALSE(r.insight->evidence["stall_caused"].get<bool>());
+  EXPECT_EQ(r.insight->fix, std::string("The slow steps are the machine's, not the training's. ") +
+                                thresholds::kCpuContentionFix);
+  // AND when cpu_contention fires (the spikes' 950 ms and 10 ms in every step: 1.95 s of
+  // ~10.9 s) the variance is folded under it
+  for (size_t i = 0; i < b.steps().size(); ++i) b.CpuWaitInStep(i, 10 * kMs);
+  const Report report = Analyze(b.Build(), RuleContext{});
+  EXPECT_TRUE(HasInsight(report, "cpu_contention"));
+  EXPECT_FALSE(HasInsight(report, "high_step_variance"));
+}
+
+TEST(Warmup, AFirstStepThatQueuedForACpuIsNoWarmup) {
+  // GIVEN a 1.6 s step 0 of which 1.5 s its threads queued for a CPU
+  RunBuilder b;
+  b.CpuWaitWatch().Step(Split(1600, 5, 90)).Steps(39, Split(100, 5, 90));
+  b.CpuWaitInStep(0, 1500 * kMs);
+  EXPECT_FALSE(Eval("first_step_outlier", b).fired());
+  EXPECT_FALSE(Eval("compilation_warmup", b).fired());
+}
+
+TEST(Warmup, AFirstStepThatWasAStallIsNoWarmup) {
+  // GIVEN a 1.6 s step 0 of which 1.5 s the process was held off the CPU
+  RunBuilder b;
+  b.StallWatch().Step(Split(1600, 5, 90)).Steps(39, Split(100, 5, 90));
+  b.StallInStep(0, 1500 * kMs);
+  // THEN neither warmup rule blames compilation
+  EXPECT_FALSE(Eval("first_step_outlier", b).fired());
+  EXPECT_FALSE(Eval("compilation_warmup", b).fired());
+  // AND a real one-time cost beside a stall is still found, measured without the stall
+  RunBuilder c;
+  c.StallWatch().Step(Split(3000, 5, 90)).Steps(39, Split(100, 5, 90));
+  c.StallInStep(0, 500 * kMs);
+  const RuleResult r = Eval("first_step_outlier", c);
+  ASSERT_TRUE(r.fired());
+  EXPECT_THAT(r.insight->message, HasSubstr("outside the loader and time without a CPU"));
+  // (step 0's gap wait is unknown: all of its time but the stall is work)
+  EXPECT_NEAR(r.insight->evidence["first_step_work_ns"].get<double>(), 2500.0 * kMs, 1e3);
 }
 
 // `spikes` steady steps out of 100 that wait `extra_wait_ms` longer on the DataLoader.

@@ -269,6 +269,56 @@ std::optional<std::pair<int64_t, int64_t>> RunView::SteadyWindow() const {
   return std::make_pair(steps[steady_begin].start_ns, steps.back().end_ns);
 }
 
+// Each step's overlap with the stalls (steps tile the timeline in step order; stalls are
+// sorted here, and one may span several steps).
+static void AssignStalls(std::vector<store::StallRow> stalls, std::vector<StepView>* steps) {
+  std::sort(stalls.begin(), stalls.end(),
+            [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
+  size_t first = 0;  // the first stall that may still reach the current step
+  for (StepView& s : *steps) {
+    int64_t stalled = 0;
+    while (first < stalls.size() &&
+           stalls[first].start_ns + std::max<int64_t>(0, stalls[first].duration_ns) <=
+               s.start_ns) {
+      ++first;
+    }
+    for (size_t i = first; i < stalls.size() && stalls[i].start_ns < s.end_ns; ++i) {
+      const int64_t begin = std::max(stalls[i].start_ns, s.start_ns);
+      const int64_t end = std::min(stalls[i].start_ns + stalls[i].duration_ns, s.end_ns);
+      stalled += std::max<int64_t>(0, end - begin);
+    }
+    s.stalled_ns = stalled;
+  }
+}
+
+// Each step's share of the CPU waits: a stretch's wait spread evenly over [start, end), the
+// step taking the part that overlaps it, capped at the step's duration (the wait is summed over
+// threads and may exceed wall time).
+static void AssignCpuWaits(std::vector<store::CpuWaitRow> waits, std::vector<StepView>* steps) {
+  std::sort(waits.begin(), waits.end(),
+            [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
+  size_t first = 0;
+  for (StepView& s : *steps) {
+    double wait = 0;
+    while (first < waits.size() && waits[first].end_ns <= s.start_ns) ++first;
+    for (size_t i = first; i < waits.size() && waits[i].start_ns < s.end_ns; ++i) {
+      const store::CpuWaitRow& w = waits[i];
+      const int64_t span = w.end_ns - w.start_ns;
+      const int64_t begin = std::max(w.start_ns, s.start_ns);
+      const int64_t end = std::min(w.end_ns, s.end_ns);
+      if (span <= 0) {  // a stretch of no length: all of it where it lies
+        if (w.start_ns >= s.start_ns && w.start_ns < s.end_ns) wait += static_cast<double>(w.wait_ns);
+        continue;
+      }
+      if (end > begin) {
+        wait += static_cast<double>(w.wait_ns) * static_cast<double>(end - begin) /
+                static_cast<double>(span);
+      }
+    }
+    s.cpu_wait_ns = std::min<int64_t>(static_cast<int64_t>(wait), s.duration_ns);
+  }
+}
+
 RunView BuildRunView(store::RunData data) {
   RunView v;
   v.data = std::move(data);
@@ -327,6 +377,12 @@ RunView BuildRunView(store::RunData data) {
   }
   v.gpu = AggregateGpu(d);
   v.host = AggregateHost(d);
+  const store::TelemetryStatusRow* watch = v.Telemetry("stalls");
+  v.stalls_watched = watch != nullptr && watch->available;
+  if (v.stalls_watched) AssignStalls(d.stalls, &v.steps);
+  const store::TelemetryStatusRow* wait = v.Telemetry("cpu_wait");
+  v.cpu_wait_watched = wait != nullptr && wait->available;
+  if (v.cpu_wait_watched) AssignCpuWaits(d.cpu_waits, &v.steps);
   return v;
 }
 

@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -62,6 +63,18 @@ struct StepView {
   std::optional<std::string> wait_source;
   std::vector<PhaseTime> phases;  // this step's phase rows, in stored order
   int64_t phase_wall_ns = 0;      // sum of phases[].wall_ns (0 when there are none)
+  // Time within the step when the process was held off the CPU (host_stalls overlapping it);
+  // nullopt when the run had no stall watch.
+  std::optional<int64_t> stalled_ns;
+  // Run-queue wait of the training's threads within the step (cpu_waits, each stretch's wait
+  // spread evenly over it, summed over threads), at most the step's duration; nullopt when the
+  // CPU wait was not read.
+  std::optional<int64_t> cpu_wait_ns;
+  // The step's time the machine took rather than the training: held off the CPU plus queued
+  // for one, at most its duration (0 when neither was watched).
+  int64_t machine_ns() const {
+    return std::min(duration_ns, stalled_ns.value_or(0) + cpu_wait_ns.value_or(0));
+  }
 };
 
 // One phase name summed over the steady-state steps.
@@ -153,6 +166,12 @@ struct RunView {
 
   GpuAggregates gpu;
   HostAggregates host;
+  // Whether the stall watch ran (telemetry_status 'stalls' available): host_stalls then lists
+  // every stall, and each step's stalled_ns is known.
+  bool stalls_watched = false;
+  // Whether the CPU wait was read (telemetry_status 'cpu_wait' available): each step's
+  // cpu_wait_ns is known then.
+  bool cpu_wait_watched = false;
 
   const store::RunInfo& run() const { return data.run; }
   size_t step_count() const { return steps.size(); }

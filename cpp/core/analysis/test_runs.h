@@ -141,6 +141,26 @@ class RunBuilder {
     data_.comm_buckets.push_back(store::CommBucketRow{step, bucket, start_ns, end_ns, bytes});
     return *this;
   }
+  // The stall watch ran (telemetry_status 'stalls'); Stall() adds one stall.
+  RunBuilder& StallWatch() { return Telemetry("stalls", true, "watch thread", std::nullopt); }
+  RunBuilder& Stall(int64_t start_ns, int64_t duration_ns) {
+    data_.stalls.push_back(store::StallRow{start_ns, duration_ns});
+    return *this;
+  }
+  // A stall of `duration_ns` at the start of step `step` (already added).
+  RunBuilder& StallInStep(size_t step, int64_t duration_ns) {
+    return Stall(data_.steps.at(step).start_ns, duration_ns);
+  }
+  // The CPU wait was read (telemetry_status 'cpu_wait'); CpuWait() adds one stretch.
+  RunBuilder& CpuWaitWatch() { return Telemetry("cpu_wait", true, "schedstat", std::nullopt); }
+  RunBuilder& CpuWait(int64_t start_ns, int64_t end_ns, int64_t wait_ns) {
+    data_.cpu_waits.push_back(store::CpuWaitRow{start_ns, end_ns, wait_ns});
+    return *this;
+  }
+  // `wait_ns` of CPU wait spread over step `step` (already added).
+  RunBuilder& CpuWaitInStep(size_t step, int64_t wait_ns) {
+    return CpuWait(data_.steps.at(step).start_ns, data_.steps.at(step).end_ns, wait_ns);
+  }
   RunBuilder& GpuInfo(int64_t index, std::optional<int64_t> memory_total_bytes,
                       std::optional<int64_t> sm_clock_max_mhz) {
     data_.gpus.push_back(store::GpuInfoRow{index, data_.run.gpu_model, std::nullopt,
@@ -199,6 +219,9 @@ class RunBuilder {
     for (auto& r : store::RollupWorkerSamples(worker_samples_)) {
       d.worker_samples_10s.push_back(std::move(r));
     }
+    // In the order LoadRun gives them (by source).
+    std::stable_sort(d.telemetry.begin(), d.telemetry.end(),
+                     [](const auto& a, const auto& b) { return a.source < b.source; });
     return d;
   }
 
@@ -269,6 +292,8 @@ inline RunBuilder HealthyFullRun() {
   b.Flops(0.5 * 989e12 * 0.100, "bf16");
   b.Config(R"({"grad_checkpoint": false, "sample_hz": 10})");
   b.Telemetry("gpu", true, "nvml", std::nullopt).Telemetry("host", true, "procfs", std::nullopt);
+  b.StallWatch().Stall(20 * kMs, 12 * kMs);  // one short stall during step 0
+  b.CpuWaitWatch().CpuWait(300 * kMs, 320 * kMs, 2 * kMs);  // a little queueing, once
   b.GpuInfo(0, 80LL << 30, 1980);
   b.GpuEvery(100 * kMs, HealthyGpu).HostEvery(100 * kMs, HealthyHost);
   for (int64_t t = 0; t <= b.end_ns(); t += 100 * kMs) {

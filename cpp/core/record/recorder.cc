@@ -17,7 +17,8 @@ std::chrono::nanoseconds PeriodFor(double hz) {
 
 Recorder::Recorder(RecorderOptions options, clock::Anchor anchor, store::StoreWriter* writer,
                    const PhaseNames* names, std::unique_ptr<telemetry::GpuCollector> gpu,
-                   std::unique_ptr<telemetry::HostSampler> host)
+                   std::unique_ptr<telemetry::HostSampler> host,
+                   std::unique_ptr<telemetry::CpuWaitReader> cpu_wait)
     : options_(options),
       anchor_(anchor),
       writer_(writer),
@@ -29,6 +30,21 @@ Recorder::Recorder(RecorderOptions options, clock::Anchor anchor, store::StoreWr
   if (gpu_) {
     for (const auto& d : gpu_->devices()) gpu_rollup_.SetMaxClock(d.index, d.sm_clock_max_mhz);
   }
+  if (host_ && options_.host_hz > 0) {
+    stall_watch_ = std::make_unique<telemetry::StallWatch>(
+        options_.stall_tick, options_.stall_threshold,
+        [this](int64_t start_ns, int64_t duration_ns) {
+          writer_->Push(store::StallRow{start_ns - anchor_.mono_ns, duration_ns});
+        });
+    if (cpu_wait) {
+      stall_watch_->WatchCpuWait(
+          std::move(cpu_wait), options_.cpu_wait_every_ticks, options_.cpu_wait_min,
+          [this](int64_t start_ns, int64_t end_ns, int64_t wait_ns) {
+            writer_->Push(store::CpuWaitRow{start_ns - anchor_.mono_ns,
+                                            end_ns - anchor_.mono_ns, wait_ns});
+          });
+    }
+  }
 }
 
 Recorder::~Recorder() { Stop(); }
@@ -36,13 +52,15 @@ Recorder::~Recorder() { Stop(); }
 void Recorder::Start() {
   if (started_) return;
   started_ = true;
-  drain_thread_.Start(std::chrono::milliseconds(options_.drain_interval_ms), [this] { Drain(); });
+  drain_thread_.Start(std::chrono::milliseconds(options_.drain_interval_ms), [this] { Drain(); },
+                      {}, "gpuprof-drain");
   if (gpu_ && options_.sample_hz > 0) {
-    gpu_thread_.Start(PeriodFor(options_.sample_hz), [this] { GpuTick(); });
+    gpu_thread_.Start(PeriodFor(options_.sample_hz), [this] { GpuTick(); }, {}, "gpuprof-gpu");
   }
   if (host_ && options_.host_hz > 0) {
-    host_thread_.Start(PeriodFor(options_.host_hz), [this] { HostTick(); });
+    host_thread_.Start(PeriodFor(options_.host_hz), [this] { HostTick(); }, {}, "gpuprof-host");
   }
+  if (stall_watch_) stall_watch_->Start();
 }
 
 void Recorder::Stop() {
@@ -50,6 +68,7 @@ void Recorder::Stop() {
   stopped_ = true;
   gpu_thread_.Stop();
   host_thread_.Stop();
+  if (stall_watch_) stall_watch_->Stop();
   drain_thread_.Stop();
   // Everything the training thread emitted before Stop() is in the ring now: the caller
   // guarantees no concurrent Emit() once it calls Stop().

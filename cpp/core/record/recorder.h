@@ -4,6 +4,9 @@
 //                  per-second rollups (store::GpuRollup -> gpu_samples_1s)
 //   host thread  - samples /proc at host_hz (and tells the gpu thread the process tree);
 //                  pushes host rows, raw worker rows and their 10 s rollups
+//   stall thread - the stall watch (telemetry/stall_watch.h), with host telemetry: pushes the
+//                  stretches when the process got no CPU (host_stalls) and, every few ticks,
+//                  how long its threads queued for a CPU (cpu_waits)
 // Raw rows are pruned to the retention windows by the StoreWriter (store::RawRetention).
 // Start() once, Stop() idempotent; the destructor stops. Emit() is the only member the
 // training thread calls.
@@ -26,6 +29,7 @@
 #include "store/sqlite_store.h"
 #include "telemetry/gpu_collector.h"
 #include "telemetry/host_sampler.h"
+#include "telemetry/stall_watch.h"
 #include "util/periodic_thread.h"
 
 namespace gpuprof::record {
@@ -40,14 +44,22 @@ struct RecorderOptions {
   double host_hz = 5.0;        // host telemetry; <= 0 disables the thread
   size_t ring_capacity = 1 << 16;
   int drain_interval_ms = 5;
+  // The stall watch runs beside the host thread (host telemetry on): its tick and threshold.
+  std::chrono::nanoseconds stall_tick = telemetry::kStallWatchTick;
+  std::chrono::nanoseconds stall_threshold = telemetry::kStallWatchThreshold;
+  // ...and how often it reads the CPU wait (in ticks), and the least wait a period must have.
+  int cpu_wait_every_ticks = telemetry::kCpuWaitEveryTicks;
+  std::chrono::nanoseconds cpu_wait_min = telemetry::kCpuWaitMin;
 };
 
 class Recorder {
  public:
-  // Borrowed: writer and names must outlive the recorder. gpu/host may be null (unavailable).
+  // Borrowed: writer and names must outlive the recorder. gpu/host may be null (unavailable);
+  // cpu_wait is read by the stall watch, which runs only with host.
   Recorder(RecorderOptions options, clock::Anchor anchor, store::StoreWriter* writer,
            const PhaseNames* names, std::unique_ptr<telemetry::GpuCollector> gpu,
-           std::unique_ptr<telemetry::HostSampler> host);
+           std::unique_ptr<telemetry::HostSampler> host,
+           std::unique_ptr<telemetry::CpuWaitReader> cpu_wait = nullptr);
   ~Recorder();
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
@@ -70,6 +82,12 @@ class Recorder {
   uint64_t dropped_events() const { return dropped_events_.load(std::memory_order_relaxed); }
   uint64_t gpu_ticks() const { return gpu_ticks_.load(std::memory_order_relaxed); }
   uint64_t host_ticks() const { return host_ticks_.load(std::memory_order_relaxed); }
+  // Whether the stall watch runs (host telemetry on); its stalls so far.
+  bool watching_stalls() const { return stall_watch_ != nullptr; }
+  uint64_t stalls() const { return stall_watch_ ? stall_watch_->stalls() : 0; }
+  // Whether the CPU wait is read (stall watch on and a reader given); its total so far (ns).
+  bool watching_cpu_wait() const { return stall_watch_ && stall_watch_->watching_cpu_wait(); }
+  int64_t cpu_wait_ns() const { return stall_watch_ ? stall_watch_->cpu_wait_ns() : 0; }
   const StepAssembler& assembler() const { return assembler_; }
   telemetry::GpuCollector* gpu() { return gpu_.get(); }
 
@@ -96,6 +114,7 @@ class Recorder {
   std::vector<store::GpuRollupRow> gpu_rollup_rows_;  // gpu thread scratch
   store::WorkerRollup worker_rollup_;          // host thread (Stop() once it is joined)
   util::PeriodicThread drain_thread_, gpu_thread_, host_thread_;
+  std::unique_ptr<telemetry::StallWatch> stall_watch_;
   bool started_ = false;
   bool stopped_ = false;
 };

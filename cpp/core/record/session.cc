@@ -77,19 +77,33 @@ Expected<std::unique_ptr<Session>> Session::Start(SessionConfig config) {
   }
 
   std::unique_ptr<telemetry::HostSampler> host;
+  std::unique_ptr<telemetry::CpuWaitReader> cpu_wait;
   if (s->config_.host_telemetry && s->config_.recorder.host_hz > 0) {
     host = std::make_unique<telemetry::HostSampler>(info.pid, s->config_.proc_root);
     s->SetTelemetryStatus("host", true, "procfs", std::nullopt);
+    // The stall watch runs with host telemetry (Recorder), and reads the CPU wait of this
+    // process's threads where the kernel keeps it.
+    s->SetTelemetryStatus("stalls", true, "watch thread", std::nullopt);
+    cpu_wait = std::make_unique<telemetry::CpuWaitReader>(
+        s->config_.proc_root + "/" + std::to_string(info.pid) + "/task");
+    if (auto why = cpu_wait->Unavailable()) {
+      s->SetTelemetryStatus("cpu_wait", false, std::nullopt, *why);
+      cpu_wait.reset();
+    } else {
+      s->SetTelemetryStatus("cpu_wait", true, "schedstat", std::nullopt);
+    }
   } else {
     // Name the option that turned it off: profile(host=False), or a host rate of 0.
-    s->SetTelemetryStatus("host", false, std::nullopt,
-                          std::string(s->config_.host_telemetry
-                                          ? "host telemetry disabled (host_hz=0)"
-                                          : "host telemetry disabled (host=False)"));
+    const std::string why = s->config_.host_telemetry ? "host telemetry disabled (host_hz=0)"
+                                                      : "host telemetry disabled (host=False)";
+    s->SetTelemetryStatus("host", false, std::nullopt, why);
+    s->SetTelemetryStatus("stalls", false, std::nullopt, why);
+    s->SetTelemetryStatus("cpu_wait", false, std::nullopt, why);
   }
 
   s->recorder_ = std::make_unique<Recorder>(s->config_.recorder, s->anchor_, s->writer_.get(),
-                                            &s->names_, std::move(gpu), std::move(host));
+                                            &s->names_, std::move(gpu), std::move(host),
+                                            std::move(cpu_wait));
   s->recorder_->Start();
   return s;
 }

@@ -218,9 +218,28 @@ struct DiagnosticRow {
   std::string message;
 };
 
+// A stretch when the process was held off the CPU: the stall watch's thread
+// (telemetry/stall_watch.h), asleep for a short tick, woke duration_ns later than asked (at
+// least the watch's threshold). start_ns is when it should have woken (run-relative). Table
+// host_stalls.
+struct StallRow {
+  int64_t start_ns = 0;
+  int64_t duration_ns = 0;
+};
+
+// A stretch [start_ns, end_ns) (run-relative) in which the process's threads, gpuprof's own
+// left out, waited wait_ns in the run queue for a CPU (telemetry/cpu_wait.h; summed over threads,
+// so it may exceed end - start). Only stretches with at least the stall watch's minimum are
+// kept. Table cpu_waits.
+struct CpuWaitRow {
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  int64_t wait_ns = 0;
+};
+
 // What the writer queue carries. Every row belongs to the run the writer was opened for.
 using Row = std::variant<StepRow, PhaseRow, PhaseGpuRow, GpuInfoRow, GpuSampleRow, HostSampleRow,
                          WorkerSampleRow, KernelRow, CommBucketRow, TelemetryStatusRow,
-                         DiagnosticRow, GpuRollupRow, WorkerRollupRow>;
+                         DiagnosticRow, GpuRollupRow, WorkerRollupRow, StallRow, CpuWaitRow>;
 
 }  // namespace gpuprof::store

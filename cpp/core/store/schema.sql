@@ -213,6 +213,43 @@ CREATE TABLE IF NOT EXISTS comm_buckets (
 );
 CREATE INDEX IF NOT EXISTS comm_buckets_by_run ON comm_buckets(run_id, step);
 
+-- Stretches when the process was held off the CPU (no CPU for any of its threads: CPU steal in
+-- a VM, a container's CPU quota, other processes, swapping): the stall watch's thread woke
+-- duration_ns late (>= its threshold). Watched when telemetry_status has source 'stalls'.
+CREATE TABLE IF NOT EXISTS host_stalls (
+  run_id      BIGINT NOT NULL,
+  start_ns    BIGINT NOT NULL,        -- when the watch should have woken (run-relative)
+  duration_ns BIGINT NOT NULL         -- how much later it woke
+);
+CREATE INDEX IF NOT EXISTS host_stalls_by_run ON host_stalls(run_id, start_ns);
+
+-- Stretches in which the process's threads (gpuprof's own left out) queued for a CPU: the
+-- run_delay of /proc/<pid>/task/*/schedstat, read by the stall watch every few ticks; a stretch
+-- is kept when its wait is at least 1 ms. Summed over threads (may exceed end_ns - start_ns).
+-- Read when telemetry_status has source 'cpu_wait'.
+CREATE TABLE IF NOT EXISTS cpu_waits (
+  run_id   BIGINT NOT NULL,
+  start_ns BIGINT NOT NULL,           -- run-relative
+  end_ns   BIGINT NOT NULL,
+  wait_ns  BIGINT NOT NULL            -- run-queue wait in the stretch, summed over threads
+);
+CREATE INDEX IF NOT EXISTS cpu_waits_by_run ON cpu_waits(run_id, start_ns);
+
+-- A team server's bookkeeping (gpuprof serve; empty in a local file). ingest_runs maps the
+-- client's run UUID to the run it created; ingest_batches lists every batch stored, so a batch
+-- sent again (a client's retry) is stored once.
+CREATE TABLE IF NOT EXISTS ingest_runs (
+  run_uuid TEXT PRIMARY KEY,
+  run_id   BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ingest_batches (
+  run_id           BIGINT NOT NULL,
+  batch_id         TEXT NOT NULL,
+  row_count        BIGINT NOT NULL,
+  received_unix_ns BIGINT NOT NULL,
+  PRIMARY KEY (run_id, batch_id)
+);
+
 -- Which telemetry sources ran, and why not when they did not.
 CREATE TABLE IF NOT EXISTS telemetry_status (
   run_id    BIGINT NOT NULL,

@@ -2,6 +2,7 @@
 // docs/schema.md.
 #include "store/sqlite_store.h"
 
+#include <pthread.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
 
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <set>
 #include <thread>
 #include <nlohmann/json.hpp>
 #include <type_traits>
@@ -299,6 +301,24 @@ struct RowTraits<CommBucketRow> {
       "INSERT INTO comm_buckets(run_id, step, bucket, start_ns, end_ns, bytes) VALUES(?,?,?,?,?,?)";
   static void Bind(Binder& b, const CommBucketRow& r) {
     b.Int(r.step).Int(r.bucket).Int(r.start_ns).Int(r.end_ns).Int(r.bytes);
+  }
+};
+
+template <>
+struct RowTraits<StallRow> {
+  static constexpr const char* kPurpose = "insert into host_stalls";
+  static constexpr const char* kSql =
+      "INSERT INTO host_stalls(run_id, start_ns, duration_ns) VALUES(?,?,?)";
+  static void Bind(Binder& b, const StallRow& r) { b.Int(r.start_ns).Int(r.duration_ns); }
+};
+
+template <>
+struct RowTraits<CpuWaitRow> {
+  static constexpr const char* kPurpose = "insert into cpu_waits";
+  static constexpr const char* kSql =
+      "INSERT INTO cpu_waits(run_id, start_ns, end_ns, wait_ns) VALUES(?,?,?,?)";
+  static void Bind(Binder& b, const CpuWaitRow& r) {
+    b.Int(r.start_ns).Int(r.end_ns).Int(r.wait_ns);
   }
 };
 
@@ -697,11 +717,15 @@ Status SqliteStore::UpdateRunFields(const RunInfo& info) {
 
 Status SqliteStore::ReplaceInsights(int64_t run_id, const std::vector<InsightRow>& insights) {
   if (Status st = Begin(); !st.ok()) return st;
-  auto fail = [&](const char* purpose) {
-    Status st = Error(purpose);
+  if (Status st = InsertInsights(run_id, insights); !st.ok()) {
     Rollback();
     return st;
-  };
+  }
+  return Commit();
+}
+
+Status SqliteStore::InsertInsights(int64_t run_id, const std::vector<InsightRow>& insights) {
+  auto fail = [&](const char* purpose) { return Error(purpose); };
   {
     Stmt del;
     if (sqlite3_prepare_v2(db_, "DELETE FROM insights WHERE run_id = ?", -1, del.out(),
@@ -727,6 +751,92 @@ Status SqliteStore::ReplaceInsights(int64_t run_id, const std::vector<InsightRow
     }
     sqlite3_reset(ins.get());
     sqlite3_clear_bindings(ins.get());
+  }
+  return Status::Ok();
+}
+
+// ---- team server ingest ----------------------------------------------------------------------
+
+Expected<std::optional<int64_t>> SqliteStore::IngestRunId(const std::string& run_uuid) {
+  std::optional<int64_t> id;
+  Status st = Query("SELECT run_id FROM ingest_runs WHERE run_uuid = ?", "look up ingest run",
+                    [&](Binder& b) { b.Text(run_uuid); },
+                    [&](sqlite3_stmt* s) {
+                      id = sqlite3_column_int64(s, 0);
+                      return Status::Ok();
+                    });
+  if (!st.ok()) return st;
+  return id;
+}
+
+Expected<int64_t> SqliteStore::BeginIngestRun(const std::string& run_uuid, const RunInfo& info) {
+  if (Status st = Begin(); !st.ok()) return st;
+  auto id = BeginRun(info);
+  if (!id) {
+    Rollback();
+    return id.status();
+  }
+  Stmt stmt;
+  if (sqlite3_prepare_v2(db_, "INSERT INTO ingest_runs(run_uuid, run_id) VALUES(?, ?)", -1,
+                         stmt.out(), nullptr) != SQLITE_OK) {
+    Status st = Error("prepare insert into ingest_runs");
+    Rollback();
+    return st;
+  }
+  Binder b(stmt.get());
+  b.Text(run_uuid).Int(*id);
+  if (b.rc() != SQLITE_OK || sqlite3_step(stmt.get()) != SQLITE_DONE) {
+    Status st = Error("insert into ingest_runs");
+    Rollback();
+    return st;
+  }
+  if (Status st = Commit(); !st.ok()) return st;
+  return *id;
+}
+
+Status SqliteStore::WriteBatchOnce(int64_t run_id, const std::string& batch_id,
+                                   const std::vector<Row>& rows,
+                                   const std::vector<InsightRow>* insights, bool* duplicate) {
+  *duplicate = false;
+  if (Status st = Begin(); !st.ok()) return st;
+  auto fail = [&](Status st) {
+    Rollback();
+    return st;
+  };
+  bool seen = false;
+  Status st = Query("SELECT 1 FROM ingest_batches WHERE run_id = ? AND batch_id = ?",
+                    "look up ingest batch", [&](Binder& b) { b.Int(run_id).Text(batch_id); },
+                    [&](sqlite3_stmt*) {
+                      seen = true;
+                      return Status::Ok();
+                    });
+  if (!st.ok()) return fail(st);
+  if (seen) {
+    Rollback();
+    *duplicate = true;
+    return Status::Ok();
+  }
+  for (const Row& row : rows) {
+    st = std::visit([&](const auto& r) { return WriteOne(row.index(), run_id, r); }, row);
+    if (!st.ok()) return fail(st);
+  }
+  if (insights) {
+    if (st = InsertInsights(run_id, *insights); !st.ok()) return fail(st);
+  }
+  Stmt mark;
+  if (sqlite3_prepare_v2(db_,
+                         "INSERT INTO ingest_batches(run_id, batch_id, row_count, received_unix_ns)"
+                         " VALUES(?, ?, ?, ?)",
+                         -1, mark.out(), nullptr) != SQLITE_OK) {
+    return fail(Error("prepare insert into ingest_batches"));
+  }
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  Binder b(mark.get());
+  b.Int(run_id).Text(batch_id).Int(static_cast<int64_t>(rows.size())).Int(now);
+  if (b.rc() != SQLITE_OK || sqlite3_step(mark.get()) != SQLITE_DONE) {
+    return fail(Error("insert into ingest_batches"));
   }
   return Commit();
 }
@@ -1091,6 +1201,38 @@ Expected<RunData> SqliteStore::LoadRun(int64_t run_id) {
     d.comm_buckets.push_back(ReadCommBucket(s));
     return ok();
   });
+  // host_stalls and cpu_waits came after the first files were written: a file opened read-only
+  // may predate them (no stall watch then: telemetry_status has no such source either).
+  std::set<std::string> tables;
+  if (st.ok()) {
+    st = Query("SELECT name FROM sqlite_master WHERE type = 'table' AND name IN "
+               "('host_stalls', 'cpu_waits')",
+               "look for host_stalls and cpu_waits", [](Binder&) {}, [&](sqlite3_stmt* s) {
+                 tables.insert(Reader(s).Text());
+                 return ok();
+               });
+  }
+  if (tables.count("host_stalls")) {
+    load("SELECT start_ns, duration_ns FROM host_stalls WHERE run_id = ? ORDER BY start_ns",
+         "load host_stalls", [&](sqlite3_stmt* s) {
+           Reader c(s);
+           StallRow& r = d.stalls.emplace_back();
+           r.start_ns = c.Int();
+           r.duration_ns = c.Int();
+           return ok();
+         });
+  }
+  if (tables.count("cpu_waits")) {
+    load("SELECT start_ns, end_ns, wait_ns FROM cpu_waits WHERE run_id = ? ORDER BY start_ns",
+         "load cpu_waits", [&](sqlite3_stmt* s) {
+           Reader c(s);
+           CpuWaitRow& r = d.cpu_waits.emplace_back();
+           r.start_ns = c.Int();
+           r.end_ns = c.Int();
+           r.wait_ns = c.Int();
+           return ok();
+         });
+  }
   load(
       "SELECT source, available, backend, reason FROM telemetry_status WHERE run_id = ?"
       " ORDER BY source",
@@ -1246,7 +1388,7 @@ const char* RowTable(const Row& row) {
       "steps",       "phases",       "phases",         "gpus",
       "gpu_samples", "host_samples", "worker_samples", "kernels",
       "comm_buckets", "telemetry_status", "diagnostics", "gpu_samples_1s",
-      "worker_samples_10s"};
+      "worker_samples_10s", "host_stalls", "cpu_waits"};
   static_assert(std::size(kNames) == std::variant_size_v<Row>);
   return kNames[row.index()];
 }
@@ -1259,7 +1401,8 @@ std::optional<int64_t> RowTime(const Row& row) {
           return r.end_ns;
         } else if constexpr (std::is_same_v<T, KernelRow>) {
           return r.window_start_ns;
-        } else if constexpr (std::is_same_v<T, CommBucketRow>) {
+        } else if constexpr (std::is_same_v<T, CommBucketRow> || std::is_same_v<T, StallRow> ||
+                             std::is_same_v<T, CpuWaitRow>) {
           return r.start_ns;
         } else if constexpr (std::is_same_v<T, DiagnosticRow>) {
           return r.ts_ns;
@@ -1337,6 +1480,12 @@ bool StoreWriter::Push(Row row) noexcept {
       } catch (...) {  // allocation failure: counted in dropped() only
       }
       return false;
+    }
+    if (options_.tee) {
+      try {
+        options_.tee(row);
+      } catch (...) {
+      }
     }
     try {
       queue_.push_back(std::move(row));
@@ -1434,6 +1583,9 @@ bool StoreWriter::CommitFront() {
 }
 
 void StoreWriter::Loop() {
+#ifdef __linux__
+  pthread_setname_np(pthread_self(), "gpuprof-writer");  // top -H; telemetry/cpu_wait.h
+#endif
   using Clock = std::chrono::steady_clock;
   const auto interval = std::chrono::milliseconds(options_.flush_interval_ms);
   std::unique_lock<std::mutex> lock(mu_);

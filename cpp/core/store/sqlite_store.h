@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -36,6 +37,8 @@ struct RunData {
   std::vector<WorkerRollupRow> worker_samples_10s;
   std::vector<KernelRow> kernels;
   std::vector<CommBucketRow> comm_buckets;
+  std::vector<StallRow> stalls;  // host_stalls by start_ns (empty in a file older than the table)
+  std::vector<CpuWaitRow> cpu_waits;  // cpu_waits by start_ns (likewise)
   std::vector<TelemetryStatusRow> telemetry;
   std::vector<DiagnosticRow> diagnostics;
   std::vector<InsightRow> insights;
@@ -100,6 +103,15 @@ class SqliteStore {
   // GPU time when its gpu_ns is nullopt, adds its gpu_ns to a placeholder's, and otherwise
   // replaces it. Other tables append. The writer thread uses the same code.
   Status WriteRows(int64_t run_id, const std::vector<Row>& rows);
+  // A team server's write of one client batch: the rows and the batch id in one transaction,
+  // unless ingest_batches already holds (run_id, batch_id): then nothing is written and
+  // *duplicate is set. Insights, when given, replace the run's in the same transaction.
+  Status WriteBatchOnce(int64_t run_id, const std::string& batch_id, const std::vector<Row>& rows,
+                        const std::vector<InsightRow>* insights, bool* duplicate);
+  // The run a team server created for `run_uuid`, or nullopt.
+  Expected<std::optional<int64_t>> IngestRunId(const std::string& run_uuid);
+  // Creates the run for `run_uuid` (BeginRun + ingest_runs) in one transaction.
+  Expected<int64_t> BeginIngestRun(const std::string& run_uuid, const RunInfo& info);
 
   // Reads.
   Expected<std::optional<int64_t>> LatestRunId();  // nullopt when there are no runs
@@ -145,6 +157,7 @@ class SqliteStore {
   template <typename T>
   Status WriteOne(size_t index, int64_t run_id, const T& row);
   Status WriteCores(int64_t run_id, const HostSampleRow& row);  // host_core_samples
+  Status InsertInsights(int64_t run_id, const std::vector<InsightRow>& insights);  // no txn
   template <typename It>
   Status WriteRange(int64_t run_id, It begin, It end);  // what WriteRows does, for any range
   template <typename BindFn, typename RowFn>
@@ -198,6 +211,9 @@ class StoreWriter {
     int retry_backoff_ms = 250;       // first pause before a retry (doubles, at most 4 s)
     int stop_retry_ms = 5000;         // how long Stop() keeps retrying before giving rows up
     int busy_timeout_ms = 5000;       // wait for another connection's lock, per attempt
+    // Called with every row Push() accepts, on the pushing thread, before it is queued (the
+    // live push to a team server, server/live_push.h). Must be cheap; an exception is ignored.
+    std::function<void(const Row&)> tee;
   };
 
   // Fails if the file cannot be opened for writing or has no run `run_id`.

@@ -394,6 +394,35 @@ TEST_F(StoreTest, ReadOnlyConnectionCannotWrite) {
   EXPECT_NE(st.message().find("readonly"), std::string::npos) << st.message();
 }
 
+TEST_F(StoreTest, StallsRoundTripAndAFileWithoutTheirTableStillLoads) {
+  // GIVEN a run with two stalls
+  const std::string path = Path("gpuprof.db");
+  const int64_t id = CreateRun(path);
+  {
+    auto db = OpenRw(path);
+    ASSERT_TRUE(db->WriteRows(id, {Row{StallRow{5'000'000, 40'000'000}},
+                                   Row{StallRow{1'000'000, 12'000'000}}})
+                    .ok());
+    auto d = db->LoadRun(id);
+    ASSERT_TRUE(d.ok()) << d.error();
+    // THEN they load back in time order
+    ASSERT_EQ(d->stalls.size(), 2u);
+    EXPECT_EQ(d->stalls[0].start_ns, 1'000'000);
+    EXPECT_EQ(d->stalls[0].duration_ns, 12'000'000);
+    EXPECT_EQ(d->stalls[1].duration_ns, 40'000'000);
+  }
+  // AND a file written before the table existed (dropped here) still loads read-only, without
+  // stalls
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(raw, "DROP TABLE host_stalls", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(raw);
+  auto ro = OpenRo(path);
+  auto d = ro->LoadRun(id);
+  ASSERT_TRUE(d.ok()) << d.error();
+  EXPECT_TRUE(d->stalls.empty());
+}
+
 TEST_F(StoreTest, ReadOnlyOpensWalDbInDirectoryItCannotWrite) {
   // GIVEN a closed WAL DB with a run (odd characters in its name), in a directory and a file
   // that the reader may read but not write (another user's run, a read-only share)

@@ -68,6 +68,33 @@ HostWindow SteadyHostSamples(const RunView& view) {
   return w;
 }
 
+std::optional<OtherLoad> MeasureOtherLoad(const HostWindow& w) {
+  OtherLoad o;
+  double sum = 0;
+  for (const store::HostSampleRow* r : w.samples) {
+    if (!r->cpu_pct || !r->ncores || !r->proc_cpu_pct || *r->ncores <= 0) continue;
+    const double n = static_cast<double>(*r->ncores);
+    const double others = std::max(0.0, *r->cpu_pct / 100 * n - *r->proc_cpu_pct / 100);
+    o.min_cores = o.samples == 0 ? others : std::min(o.min_cores, others);
+    o.ncores = std::max(o.ncores, n);
+    sum += others;
+    ++o.samples;
+  }
+  if (o.samples == 0) return std::nullopt;
+  o.mean_cores = sum / static_cast<double>(o.samples);
+  return o;
+}
+
+std::optional<double> SteadyCpuWaitShare(const RunView& view) {
+  if (!view.cpu_wait_watched || !view.steady || view.steady_count() == 0) return std::nullopt;
+  if (view.breakdown.total_ns <= 0) return std::nullopt;
+  double waited = 0;
+  for (size_t i = view.steady_begin; i < view.steps.size(); ++i) {
+    waited += static_cast<double>(view.steps[i].cpu_wait_ns.value_or(0));
+  }
+  return waited / view.breakdown.total_ns;
+}
+
 GpuWindow SteadyGpuSeconds(const RunView& view) {
   GpuWindow w;
   const auto& rows = view.data.gpu_samples_1s;

@@ -198,7 +198,11 @@ RuleResult PrefetchQueueStarved(const RunView& view, const RuleContext&) {
 // from enough host readings (NeedHostCoverage). When the training's process tree was sampled,
 // it must itself be busy (TreeCpu::busy_fraction() at least kCpuBoundTreeBusy): a machine
 // pegged by other processes while the training's processes idle says nothing about its loader,
-// so the rule passes and dataloader_stall reports the stall alone.
+// so the rule passes and dataloader_stall reports the stall alone. Likewise when other
+// processes keep at least kOtherLoadCores busy throughout (MeasureOtherLoad's least) and the
+// training's threads queue for a CPU (at least kCpuWaitShare of step time): the host is
+// contended, and the training's own CPU may be torch's threads spinning while they wait, not
+// loading; cpu_contention reports that.
 RuleResult CpuBoundDataloader(const RunView& view, const RuleContext&) {
   const Stall stall = MeasureStall(view);
   if (!stall.fraction) return RuleResult::Skip(stall.reason);
@@ -215,6 +219,11 @@ RuleResult CpuBoundDataloader(const RunView& view, const RuleContext&) {
   const auto ncores = MaxNcores(w.samples);
   const auto tree = MeasureTreeCpu(view, w, ncores);
   if (tree && tree->busy_fraction() < kCpuBoundTreeBusy) return RuleResult::Pass();
+  const auto others = MeasureOtherLoad(w);
+  const auto cpu_wait = SteadyCpuWaitShare(view);
+  if (others && others->min_cores >= kOtherLoadCores && cpu_wait && *cpu_wait >= kCpuWaitShare) {
+    return RuleResult::Pass();
+  }
   std::string cpu_text = CpuText(*cpu, ncores);
   const char* who = "the loader workers are CPU-bound";
   if (tree) {
@@ -235,6 +244,8 @@ RuleResult CpuBoundDataloader(const RunView& view, const RuleContext&) {
       {"tree_usable_cores", tree ? nlohmann::json(tree->usable_cores) : nlohmann::json()},
       {"tree_processes", tree ? nlohmann::json(tree->processes) : nlohmann::json()},
       {"tree_workers", tree ? nlohmann::json(tree->workers) : nlohmann::json()},
+      {"other_load_min_cores", others ? nlohmann::json(others->min_cores) : nlohmann::json()},
+      {"cpu_wait_share", cpu_wait ? nlohmann::json(*cpu_wait) : nlohmann::json()},
 
       {"window", w.steady ? "steady" : "run"},
       {"threshold_cpu_pct", kCpuBoundPct},

@@ -1,4 +1,5 @@
-// Host rules: the machine around the GPU (dataloader workers, RAM and swap).
+// Host rules: the machine around the GPU (dataloader workers, RAM and swap, the CPU itself).
+#include <algorithm>
 #include <map>
 
 #include "analysis/format.h"
@@ -100,6 +101,130 @@ RuleResult HostMemoryPressure(const RunView& view, const RuleContext&) {
                 FormatBandwidth(h.max_swap_in_bps.value_or(*h.mean_swap_in_bps)).c_str(),
                 ram.c_str()),
       std::move(evidence));
+}
+
+// Fires when, over the steady-state steps, the process was held off the CPU (stall watch) for at
+// least kHostStallShare of step time in at least kHostStallMinCount stalls. A stall is counted
+// in the steady state by its overlap with the steady window.
+RuleResult HostStalls(const RunView& view, const RuleContext&) {
+  if (!view.stalls_watched) {
+    const store::TelemetryStatusRow* t = view.Telemetry("stalls");
+    if (t && t->reason) return RuleResult::Skip("no stall watch: " + *t->reason);
+    return RuleResult::Skip(
+        "no stall watch in this run (host telemetry off, or recorded by a gpuprof before the "
+        "watch)");
+  }
+  if (auto why = NeedSteadyState(view)) return RuleResult::Skip(*why);
+  const auto window = view.SteadyWindow();
+  if (!window) return RuleResult::Skip("no steady state");
+  const auto [from, to] = *window;
+  size_t count = 0;
+  int64_t longest = 0;
+  for (const store::StallRow& st : view.data.stalls) {
+    const int64_t begin = std::max(st.start_ns, from);
+    const int64_t end = std::min(st.start_ns + st.duration_ns, to);
+    if (end <= begin) continue;
+    ++count;
+    longest = std::max(longest, st.duration_ns);
+  }
+  double stalled = 0;
+  for (size_t i = view.steady_begin; i < view.steps.size(); ++i) {
+    stalled += static_cast<double>(view.steps[i].stalled_ns.value_or(0));
+  }
+  const double total = view.breakdown.total_ns;
+  if (total <= 0) return RuleResult::Skip("steady-state step time is 0");
+  const double share = stalled / total;
+  if (count < kHostStallMinCount || share < kHostStallShare) return RuleResult::Pass();
+  nlohmann::json evidence = {
+      {"stalls", count},
+      {"stalled_ns", stalled},
+      {"longest_ns", longest},
+      {"steady_total_ns", total},
+      {"share", share},
+      {"threshold_share", kHostStallShare},
+      {"threshold_min_count", kHostStallMinCount},
+      {"watch_threshold_ns", static_cast<double>(telemetry::kStallWatchThreshold.count())},
+      {"mean_host_cpu_pct",
+       view.host.mean_cpu_pct ? nlohmann::json(*view.host.mean_cpu_pct) : nlohmann::json()},
+  };
+  return RuleResult::Fire(
+      share >= kHostStallMedShare ? Severity::kMed : Severity::kLow,
+      StrFormat("The process was held off the CPU %zu times in the steady state, %s in all (%s "
+                "of step time; longest %s): those steps were slow whatever its code did",
+                count, FormatDuration(stalled).c_str(), FormatPercent(share).c_str(),
+                FormatDuration(static_cast<double>(longest)).c_str()),
+      std::move(evidence));
+}
+
+// Fires when, over the steady-state steps, the training's threads queued for a CPU (CPU wait:
+// run-queue time of its threads, gpuprof's own left out) for at least kCpuWaitShare of step
+// time. Says whose load it is from the host samples: other processes' (MeasureOtherLoad, the
+// least over the window at least kOtherLoadCores) or the training's own threads, and gives the
+// fix for that case.
+RuleResult CpuContention(const RunView& view, const RuleContext&) {
+  if (!view.cpu_wait_watched) {
+    const store::TelemetryStatusRow* t = view.Telemetry("cpu_wait");
+    if (t && t->reason) return RuleResult::Skip("CPU wait not read: " + *t->reason);
+    return RuleResult::Skip(
+        "CPU wait not read in this run (host telemetry off, or recorded by a gpuprof before it "
+        "read it)");
+  }
+  if (auto why = NeedSteadyState(view)) return RuleResult::Skip(*why);
+  const auto measured = SteadyCpuWaitShare(view);
+  if (!measured) return RuleResult::Skip("steady-state step time is 0");
+  const double share = *measured;
+  if (share < kCpuWaitShare) return RuleResult::Pass();
+  const double total = view.breakdown.total_ns;
+  const double waited = share * total;
+  const StepView* worst = &view.steps[view.steady_begin];
+  for (size_t i = view.steady_begin; i < view.steps.size(); ++i) {
+    const StepView& st = view.steps[i];
+    if (st.cpu_wait_ns.value_or(0) > worst->cpu_wait_ns.value_or(0)) worst = &st;
+  }
+  const auto others = MeasureOtherLoad(SteadyHostSamples(view));
+  const bool others_load = others && others->min_cores >= kOtherLoadCores;
+  const bool own_threads = others && !others_load;
+  std::string whose;
+  if (others_load) {
+    whose = StrFormat(": other processes kept about %s of the host's %s cores busy",
+                      FormatCompact(others->mean_cores).c_str(),
+                      FormatCompact(others->ncores).c_str());
+  } else if (own_threads) {
+    whose = StrFormat(": the training's own threads and processes outnumber the host's %s "
+                      "cores (other processes used under %s of a core)",
+                      FormatCompact(others->ncores).c_str(),
+                      FormatCompact(kOtherLoadCores).c_str());
+  }
+  nlohmann::json evidence = {
+      {"cpu_wait_ns", waited},
+      {"steady_total_ns", total},
+      {"share", share},
+      {"worst_step", worst->step},
+      {"worst_step_wait_ns", worst->cpu_wait_ns.value_or(0)},
+      {"worst_step_duration_ns", worst->duration_ns},
+      {"other_load_mean_cores", others ? nlohmann::json(others->mean_cores) : nlohmann::json()},
+      {"other_load_min_cores", others ? nlohmann::json(others->min_cores) : nlohmann::json()},
+      {"ncores", others ? nlohmann::json(others->ncores) : nlohmann::json()},
+      {"other_load", others_load},
+      {"own_threads", own_threads},
+      {"threshold_share", kCpuWaitShare},
+      {"threshold_other_load_cores", kOtherLoadCores},
+  };
+  const Severity severity = share >= kCpuWaitHighShare  ? Severity::kHigh
+                            : share >= kCpuWaitMedShare ? Severity::kMed
+                                                        : Severity::kLow;
+  RuleResult r = RuleResult::Fire(
+      severity,
+      StrFormat("The training's threads queued %s for a CPU in the steady state (%s of step "
+                "time; step %lld waited %s of its %s)%s",
+                FormatDuration(waited).c_str(), FormatPercent(share).c_str(),
+                static_cast<long long>(worst->step),
+                FormatDuration(static_cast<double>(worst->cpu_wait_ns.value_or(0))).c_str(),
+                FormatDuration(static_cast<double>(worst->duration_ns)).c_str(), whose.c_str()),
+      std::move(evidence));
+  if (others_load) r.insight->fix = kCpuContentionOthersFix;
+  if (own_threads) r.insight->fix = kCpuContentionOwnFix;
+  return r;
 }
 
 }  // namespace gpuprof::analysis::rules

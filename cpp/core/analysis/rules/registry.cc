@@ -66,7 +66,9 @@ void AddDataPipeline(std::vector<RuleSpec>& r) {
       .fires_when = "dataloader stall + mean host CPU > " + Num(kCpuBoundPct) +
                     "% with the disk idle (< " + Num(kDiskIdleMBps) + " MB/s and < " +
                     Num(kDiskIdleIops) + " IOPS), and the training's own processes busy "
-                    "(peak ≥ " + Pct(kCpuBoundTreeBusy) + " of their usable cores) when sampled",
+                    "(peak ≥ " + Pct(kCpuBoundTreeBusy) + " of their usable cores) when sampled; "
+                    "not while other processes hold ≥ " + Num(kOtherLoadCores) + " core and the "
+                    "training's threads queue for a CPU (cpu_contention)",
       .fix = "The workers are CPU-bound, so more num_workers won't help: move augmentations to "
              "the GPU (torchvision.transforms.v2 or kornia on CUDA tensors, NVIDIA DALI), decode "
              "less (smaller or pre-resized images), or pre-process the dataset offline.",
@@ -81,13 +83,20 @@ void AddDataPipeline(std::vector<RuleSpec>& r) {
                       "...and, when the process tree's CPU was sampled, only with its peak at or "
                       "above this share of its usable cores (one per process, at most the "
                       "machine's)"},
+                     {"kOtherLoadCores", kOtherLoadCores,
+                      "...not when other processes' load (host busy cores minus the training's, "
+                      "the least over the window) is at least this many cores and the training's "
+                      "threads queue for a CPU (≥ kCpuWaitShare of step time): the host is "
+                      "contended, which says nothing of the loader"},
                      {"kHostMinSamples", static_cast<double>(kHostMinSamples),
                       "evaluated from at least this many host CPU readings (also "
                       "io_bound_dataloader)"},
                      {"kHostMinCoverageS", kHostMinCoverageS,
                       "...covering at least this many seconds"}},
       .explains = {{"dataloader_stall", "", ""}, {"prefetch_queue_starved", "", ""},
-                   kLoaderVariance},
+                   kLoaderVariance,
+                   {"cpu_contention", "own_threads",
+                    "the training's threads queue behind its own CPU-bound loading"}},
       .evaluate = rules::CpuBoundDataloader,
   });
   r.push_back(RuleSpec{
@@ -199,6 +208,52 @@ void AddHost(std::vector<RuleSpec>& r) {
       .inputs = "host_samples.swap_in_bps",
       .thresholds = {{"kSwapInMBps", kSwapInMBps, "fires above this mean swap-in (MB/s)"}},
       .evaluate = rules::HostMemoryPressure,
+  });
+  r.push_back(RuleSpec{
+      .id = "host_stalls",
+      .family = "host",
+      .max_severity = Severity::kMed,
+      .severity = "med ≥ " + Pct(kHostStallMedShare) + " of step time, else low",
+      .fires_when = "the process was held off the CPU (no wake-up for ≥ " +
+                    Num(std::chrono::duration<double, std::milli>(
+                            telemetry::kStallWatchThreshold).count()) +
+                    " ms) for ≥ " + Pct(kHostStallShare) + " of steady-state step time, in ≥ " +
+                    std::to_string(kHostStallMinCount) + " stalls",
+      .fix = kHostStallFix,
+      .inputs = "host_stalls (the stall watch, on with host telemetry) over the steady-state "
+                "steps",
+      .thresholds = {{"kHostStallShare", kHostStallShare,
+                      "fires at or above this share of steady-state step time"},
+                     {"kHostStallMinCount", static_cast<double>(kHostStallMinCount),
+                      "stalls needed to fire"},
+                     {"kHostStallMedShare", kHostStallMedShare, "med at or above this share"}},
+      .explains = {{"high_step_variance", "stall_caused",
+                    "its slow steps are mostly time the process was held off the CPU"}},
+      .evaluate = rules::HostStalls,
+  });
+  r.push_back(RuleSpec{
+      .id = "cpu_contention",
+      .family = "host",
+      .max_severity = Severity::kHigh,
+      .severity = "high ≥ " + Pct(kCpuWaitHighShare) + " of step time, med ≥ " +
+                  Pct(kCpuWaitMedShare) + ", else low",
+      .fires_when = "the training's threads queued for a CPU (run-queue wait, gpuprof's threads "
+                    "left out) for ≥ " + Pct(kCpuWaitShare) + " of steady-state step time",
+      .fix = kCpuContentionFix,
+      .inputs = "cpu_waits (read by the stall watch from /proc schedstat, with host telemetry) "
+                "over the steady-state steps; host_samples.cpu_pct, ncores and proc_cpu_pct "
+                "say whose load it is",
+      .thresholds = {{"kCpuWaitShare", kCpuWaitShare,
+                      "fires at or above this share of steady-state step time"},
+                     {"kCpuWaitMedShare", kCpuWaitMedShare, "med at or above this share"},
+                     {"kCpuWaitHighShare", kCpuWaitHighShare, "high at or above this share"},
+                     {"kOtherLoadCores", kOtherLoadCores,
+                      "other processes' load (the least over the steady-state host samples) at "
+                      "or above this many cores: the fix says to move them; below, the "
+                      "training's own threads outnumber the cores"}},
+      .explains = {{"high_step_variance", "cpu_wait_caused",
+                    "its slow steps are mostly its threads queueing for a CPU"}},
+      .evaluate = rules::CpuContention,
   });
 }
 
@@ -414,7 +469,12 @@ void AddWarmup(std::vector<RuleSpec>& r) {
                      {"kVarianceLoaderShare", kVarianceLoaderShare,
                       "the slow steps are the loader's when at least this share of their extra "
                       "time is loader wait (then the loader's fix; a firing loader rule "
-                      "explains it)"}},
+                      "explains it)"},
+                     {"kVarianceStallShare", kVarianceStallShare,
+                      "the slow steps are the machine's when at least this share of their extra "
+                      "time the process was held off the CPU or its threads queued for one (then "
+                      "host_stalls' or cpu_contention's fix, whichever took more; that rule "
+                      "explains it when it fires)"}},
       .evaluate = rules::HighStepVariance,
   });
 }
@@ -625,8 +685,10 @@ std::string RulesMarkdown() {
   out += "|---|---|---|---|\n";
   for (const RuleSpec& s : Rules()) {
     for (const RuleThreshold& t : s.thresholds) {
+      // A fraction is a share, also shown as a percentage; a count of cores is not.
+      const bool share = t.value > 0 && t.value < 1 && !t.name.ends_with("Cores");
       out += "| `" + s.id + "` | `" + t.name + "` | " + StrFormat("%g", t.value) +
-             (t.value > 0 && t.value < 1 ? " (" + FormatPercent(t.value) + ")" : "") + " | " +
+             (share ? " (" + FormatPercent(t.value) + ")" : "") + " | " +
              EscapePipes(t.meaning) + " |\n";
     }
   }

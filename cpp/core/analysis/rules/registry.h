@@ -13,6 +13,7 @@
 
 #include "analysis/insight.h"
 #include "analysis/run_view.h"
+#include "telemetry/stall_watch.h"
 #include "store/rollup.h"
 
 namespace gpuprof::analysis {
@@ -78,6 +79,52 @@ inline constexpr double kWorkerImbalanceRatio = 2.5;
 inline constexpr double kWorkerMinCpuPct = 10.0;
 // host_memory_pressure: mean swap-in above this many MB/s fires.
 inline constexpr double kSwapInMBps = 1.0;
+// host_stalls: the process held off the CPU (stall watch: a wake-up at least
+// telemetry::kStallWatchThreshold late) for at least this share of steady-state step time...
+inline constexpr double kHostStallShare = 0.02;
+// ...in at least this many stalls (one pause is an accident, not a condition of the host)...
+inline constexpr size_t kHostStallMinCount = 2;
+// ...med at or above this share, else low.
+inline constexpr double kHostStallMedShare = 0.10;
+// cpu_contention: the training's threads queued for a CPU (run-queue wait, telemetry/cpu_wait.h)
+// for at least this share of steady-state step time fires...
+inline constexpr double kCpuWaitShare = 0.15;
+// ...med at or above this share, high at or above kCpuWaitHighShare, else low.
+inline constexpr double kCpuWaitMedShare = 0.25;
+inline constexpr double kCpuWaitHighShare = 0.5;
+// Other processes' load (host busy cores minus the training's process tree, the least over the
+// steady-state host samples): at or above this many cores they take CPU the training waits for
+// (cpu_contention says so, and cpu_bound_dataloader does not blame the loader for a host they
+// peg); below it, the queueing is the training's own threads and processes.
+inline constexpr double kOtherLoadCores = 0.5;
+// high_step_variance and the slow steps: the host's doing when at least this share of their
+// time above the median is the machine's (the process held off the CPU, or its threads queued
+// for one); host_stalls or cpu_contention, whichever took more, explains it then.
+inline constexpr double kVarianceStallShare = 0.5;
+// What to do about stalls (host_stalls' fix, and high_step_variance's when its slow steps are
+// stalls).
+inline constexpr const char* kHostStallFix =
+    "Find what takes the CPU from the training: other jobs on the host (top), CPU steal on a "
+    "shared VM (top's 'st'; a dedicated or larger instance), a container CPU limit (cpu.max, "
+    "docker --cpus, Kubernetes limits), swapping, or more busy threads than cores (DataLoader "
+    "workers plus torch threads: lower num_workers or torch.set_num_threads).";
+// What to do about CPU contention (cpu_contention's fix, and high_step_variance's when its slow
+// steps are the threads queueing for a CPU).
+inline constexpr const char* kCpuContentionFix =
+    "Give the training's threads the cores they need: stop or move other jobs on the host "
+    "(top), reserve cores for the training (taskset -c, a cgroup cpuset, Kubernetes guaranteed "
+    "CPUs), and keep torch's threads plus DataLoader workers within the cores it has "
+    "(torch.set_num_threads or OMP_NUM_THREADS, num_workers).";
+// ...when other processes take the cores, and when the training's own threads outnumber them.
+inline constexpr const char* kCpuContentionOthersFix =
+    "Other processes take the cores the training's threads wait for: run it where they are not "
+    "(or stop them), or reserve its cores (taskset -c, a cgroup cpuset, Kubernetes guaranteed "
+    "CPUs); until then, torch.set_num_threads(n) with n = the cores left keeps torch's threads "
+    "from queueing behind them.";
+inline constexpr const char* kCpuContentionOwnFix =
+    "The training runs more busy threads than it has cores: lower torch.set_num_threads (or "
+    "OMP_NUM_THREADS) and DataLoader num_workers until torch's threads plus the workers fit "
+    "the cores (nproc, or the container's CPU limit).";
 // ---- compute
 // kernel_launch_overhead: time outside wait and phases above this share fires...
 inline constexpr double kOverheadFraction = 0.10;

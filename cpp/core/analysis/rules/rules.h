@@ -26,6 +26,8 @@ RuleResult PcieSaturation(const RunView& view, const RuleContext& context);
 // host.cc
 RuleResult WorkerImbalance(const RunView& view, const RuleContext& context);
 RuleResult HostMemoryPressure(const RunView& view, const RuleContext& context);
+RuleResult HostStalls(const RunView& view, const RuleContext& context);
+RuleResult CpuContention(const RunView& view, const RuleContext& context);
 // compute.cc
 RuleResult KernelLaunchOverhead(const RunView& view, const RuleContext& context);
 RuleResult LowMfu(const RunView& view, const RuleContext& context);
@@ -74,6 +76,19 @@ struct HostWindow {
   bool steady = false;
 };
 HostWindow SteadyHostSamples(const RunView& view);
+// The load of processes other than the training's over a host window, in cores: per sample
+// with the host's CPU, its core count and the training tree's CPU, host busy cores minus the
+// tree's; the mean and the least over them. nullopt when no sample has all three.
+struct OtherLoad {
+  double mean_cores = 0;
+  double min_cores = 0;
+  double ncores = 0;  // the machine's cores (the most seen)
+  size_t samples = 0;
+};
+std::optional<OtherLoad> MeasureOtherLoad(const HostWindow& w);
+// The training's threads' run-queue wait (StepView::cpu_wait_ns) over the steady-state steps as
+// a share of their time; nullopt when the CPU wait was not read or there is no steady state.
+std::optional<double> SteadyCpuWaitShare(const RunView& view);
 // The same for GPU telemetry, read from the per-second rollups (gpu_samples_1s): the seconds
 // that overlap the steady-state window, or every second of the run when none does.
 struct GpuWindow {

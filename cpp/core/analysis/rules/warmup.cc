@@ -18,12 +18,16 @@ std::string WarmupRange(const RunView& view) {
 }
 
 // A step's own work: its duration without the loader wait before it, when that wait was
-// measured (the DataLoader's iter()/next(), wrap_dataloader, or the inter-step gap). Step 0's
-// gap wait is unknown, so all of it counts. Worker start-up and a first batch that takes long to
-// build are the loader's warmup: dataloader_stall and prefetch_queue_starved judge those.
+// measured (the DataLoader's iter()/next(), wrap_dataloader, or the inter-step gap), and without
+// the machine's time: the process held off the CPU (stall watch) or its threads queued for one
+// (CPU wait). Step 0's gap wait is unknown, so all of it counts. Worker start-up and a first
+// batch that takes long to build are the loader's warmup: dataloader_stall and
+// prefetch_queue_starved judge those; the machine's time is host_stalls' and cpu_contention's.
 double WorkNs(const StepView& s) {
-  const double d = static_cast<double>(s.duration_ns);
-  return s.wait_ns ? std::max(0.0, d - static_cast<double>(*s.wait_ns)) : d;
+  double work = static_cast<double>(s.duration_ns);
+  if (s.wait_ns) work -= static_cast<double>(*s.wait_ns);
+  work -= static_cast<double>(s.machine_ns());
+  return std::max(0.0, work);
 }
 
 bool AnyWait(const RunView& view) {
@@ -31,12 +35,21 @@ bool AnyWait(const RunView& view) {
                      [](const StepView& s) { return s.wait_ns && *s.wait_ns > 0; });
 }
 
-// "Step 0 took 1.62 s" or, when loader waits were left out, "Step 0 ran for 1.62 s outside the
-// loader".
+bool AnyStall(const RunView& view) {
+  return std::any_of(view.steps.begin(), view.steps.end(),
+                     [](const StepView& s) { return s.machine_ns() > 0; });
+}
+
+// "Step 0 took 1.62 s" or, when loader waits or the machine's time were left out, "Step 0 ran
+// for 1.62 s outside the loader" / "... outside the loader and time without a CPU" / "...
+// outside time without a CPU".
 std::string StepTook(const RunView& view, const std::string& time) {
   const long long step = static_cast<long long>(view.steps.front().step);
-  if (AnyWait(view)) return StrFormat("Step %lld ran for %s outside the loader", step, time.c_str());
-  return StrFormat("Step %lld took %s", step, time.c_str());
+  const bool wait = AnyWait(view), stall = AnyStall(view);
+  if (!wait && !stall) return StrFormat("Step %lld took %s", step, time.c_str());
+  return StrFormat("Step %lld ran for %s outside %s", step, time.c_str(),
+                   wait && stall ? "the loader and time without a CPU"
+                                 : (wait ? "the loader" : "time without a CPU"));
 }
 
 }  // namespace
@@ -176,13 +189,55 @@ RuleResult HighStepVariance(const RunView& view, const RuleContext&) {
     }
     loader_share = loader_excess / lost;
   }
-  const bool loader_caused = loader_share && *loader_share >= kVarianceLoaderShare;
+  // How much of it was the machine's: per spike, the time the process was held off the CPU
+  // (stall watch) and the time its threads queued for one (CPU wait), each above its
+  // steady-state median, together at most the spike's extra time.
+  std::optional<double> stall_share, cpu_wait_share, machine_share;
+  if ((view.stalls_watched || view.cpu_wait_watched) && lost > 0) {
+    std::vector<double> stalled, waited;
+    for (size_t i = view.steady_begin; i < view.steps.size(); ++i) {
+      stalled.push_back(static_cast<double>(view.steps[i].stalled_ns.value_or(0)));
+      waited.push_back(static_cast<double>(view.steps[i].cpu_wait_ns.value_or(0)));
+    }
+    const double median_stalled = Median(stalled).value_or(0.0);
+    const double median_waited = Median(waited).value_or(0.0);
+    double stall_excess = 0, wait_excess = 0, machine_excess = 0;
+    for (size_t i = view.steady_begin; i < view.steps.size(); ++i) {
+      const StepView& st = view.steps[i];
+      const double d = static_cast<double>(st.duration_ns);
+      if (d <= kVarianceRatio * s.p50_ns) continue;
+      const double extra = d - s.p50_ns;
+      const double st_ex = std::clamp(
+          static_cast<double>(st.stalled_ns.value_or(0)) - median_stalled, 0.0, extra);
+      const double wt_ex = std::clamp(
+          static_cast<double>(st.cpu_wait_ns.value_or(0)) - median_waited, 0.0, extra);
+      stall_excess += st_ex;
+      wait_excess += wt_ex;
+      machine_excess += std::min(extra, st_ex + wt_ex);
+    }
+    if (view.stalls_watched) stall_share = stall_excess / lost;
+    if (view.cpu_wait_watched) cpu_wait_share = wait_excess / lost;
+    machine_share = machine_excess / lost;
+  }
+  const bool machine_caused = machine_share && *machine_share >= kVarianceStallShare;
+  // Which of the two took more of it: the finding that explains the variance.
+  const bool stall_caused =
+      machine_caused && stall_share.value_or(0) >= cpu_wait_share.value_or(0);
+  const bool cpu_wait_caused = machine_caused && !stall_caused;
+  // A loader that waited while the process had no CPU is not slow itself.
+  const bool loader_caused =
+      !machine_caused && loader_share && *loader_share >= kVarianceLoaderShare;
   nlohmann::json evidence = {
       {"p50_ns", s.p50_ns}, {"p99_ns", s.p99_ns},         {"ratio", ratio},
       {"spikes", spikes},   {"steady_steps", s.count},    {"spike_excess_ns", lost},
       {"threshold", kVarianceRatio}, {"lost_share", lost_share},
       {"loader_share", loader_share ? nlohmann::json(*loader_share) : nlohmann::json()},
       {"loader_caused", loader_caused},
+      {"stall_share", stall_share ? nlohmann::json(*stall_share) : nlohmann::json()},
+      {"cpu_wait_share", cpu_wait_share ? nlohmann::json(*cpu_wait_share) : nlohmann::json()},
+      {"machine_share", machine_share ? nlohmann::json(*machine_share) : nlohmann::json()},
+      {"stall_caused", stall_caused},
+      {"cpu_wait_caused", cpu_wait_caused},
   };
   const auto [p99_text, p50_text] = FormatDurations(s.p99_ns, s.p50_ns);
   std::string message = StrFormat(
@@ -192,10 +247,23 @@ RuleResult HighStepVariance(const RunView& view, const RuleContext&) {
   if (loader_caused) {
     message += StrFormat(", %s of their extra time waiting on the loader",
                          FormatPercent(*loader_share).c_str());
+  } else if (stall_caused) {
+    message += StrFormat(", %s of their extra time with the process held off the CPU%s",
+                         FormatPercent(*machine_share).c_str(),
+                         cpu_wait_share.value_or(0) > 0 ? " or queued for one" : "");
+  } else if (cpu_wait_caused) {
+    message += StrFormat(", %s of their extra time with its threads queued for a CPU",
+                         FormatPercent(*machine_share).c_str());
   }
   RuleResult r = RuleResult::Fire(lost_share >= kVarianceMedShare ? Severity::kMed : Severity::kLow,
                                   std::move(message), std::move(evidence));
-  if (loader_caused) {
+  if (stall_caused) {
+    r.insight->fix = std::string("The slow steps are the machine's, not the training's. ") +
+                     kHostStallFix;
+  } else if (cpu_wait_caused) {
+    r.insight->fix = std::string("The slow steps are the machine's, not the training's. ") +
+                     kCpuContentionFix;
+  } else if (loader_caused) {
     r.insight->fix =
         "The slow steps wait for batches that the loader delivers in bursts (workers finishing "
         "together, uneven samples): keep the prefetch queue full with more num_workers and a "

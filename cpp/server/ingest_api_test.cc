@@ -1,0 +1,220 @@
+#include "server/ingest_api.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "store/row_json.h"
+
+namespace gpuprof::server {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+class IngestApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("gpuprof_ingest_" + std::to_string(getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    ApiOptions o;
+    o.api_keys = {"old-key", "new-key"};
+    o.max_body_bytes = 64 * 1024;
+    o.max_rows_per_batch = 100;
+    auto api = IngestApi::Open((dir_ / "server.db").string(), o);
+    ASSERT_TRUE(api.ok()) << api.error();
+    api_ = std::move(api.value());
+  }
+  void TearDown() override {
+    api_.reset();
+    fs::remove_all(dir_);
+  }
+
+  HttpResponse Call(const std::string& method, const std::string& target, const json& body,
+                    const std::string& key = "new-key",
+                    const std::string& type = "application/json") {
+    HttpRequest r;
+    r.method = method;
+    r.target = target;
+    if (!key.empty()) r.headers["x-api-key"] = key;
+    r.headers["content-type"] = type;
+    r.body = body.is_null() ? "" : body.dump();
+    return api_->Handle(r);
+  }
+  static json Run() {
+    store::RunInfo info;
+    info.run_name = "exp";
+    info.hostname = "node-1";
+    info.pid = 42;
+    info.start_unix_ns = 1;
+    return json{{"run", store::RunInfoToJson(info)}};
+  }
+  static json Batch(const std::string& id, int64_t first_step, int n) {
+    std::vector<store::Row> rows;
+    for (int i = 0; i < n; ++i) {
+      const int64_t s = first_step + i;
+      rows.emplace_back(store::StepRow{s, s * 100, s * 100 + 90, 5, "gap", 1, 1, 1});
+    }
+    return json{{"batch_id", id}, {"rows", store::RowsToJson(rows)}};
+  }
+  size_t StoredSteps(int64_t run_id) {
+    auto db = store::SqliteStore::Open((dir_ / "server.db").string(),
+                                       store::SqliteStore::Mode::kReadOnly);
+    auto steps = (*db)->LoadSteps(run_id);
+    return steps->size();
+  }
+
+  fs::path dir_;
+  std::unique_ptr<IngestApi> api_;
+};
+
+TEST_F(IngestApiTest, ARunIsCreatedOnceAndABatchSentTwiceIsStoredOnce) {
+  // GIVEN a run created by its client's id
+  HttpResponse created = Call("PUT", "/api/v1/runs/node-1:42:1:1", Run());
+  ASSERT_EQ(created.status, 201) << created.body;
+  const int64_t run_id = json::parse(created.body)["run_id"];
+  // AND resumed under the same id: the same run
+  HttpResponse again = Call("PUT", "/api/v1/runs/node-1:42:1:1", Run());
+  EXPECT_EQ(again.status, 200);
+  EXPECT_EQ(json::parse(again.body)["run_id"], run_id);
+  EXPECT_EQ(json::parse(again.body)["created"], false);
+  // WHEN a batch arrives twice (a retry) and another once
+  HttpResponse first = Call("POST", "/api/v1/runs/node-1:42:1:1/batches", Batch("b1", 0, 10));
+  HttpResponse retry = Call("POST", "/api/v1/runs/node-1:42:1:1/batches", Batch("b1", 0, 10));
+  HttpResponse second = Call("POST", "/api/v1/runs/node-1:42:1:1/batches", Batch("b2", 10, 5));
+  ASSERT_EQ(first.status, 200) << first.body;
+  EXPECT_EQ(json::parse(first.body)["stored"], 10);
+  EXPECT_EQ(retry.status, 200);
+  EXPECT_EQ(json::parse(retry.body)["duplicate"], true);
+  EXPECT_EQ(json::parse(retry.body)["stored"], 0);
+  EXPECT_EQ(second.status, 200);
+  // THEN each row is stored once
+  EXPECT_EQ(StoredSteps(run_id), 15u);
+  // AND /metrics counts it, without any key in it
+  HttpResponse metrics = Call("GET", "/metrics", nullptr, "");
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_THAT(metrics.body, HasSubstr("gpuprof_ingest_batches_total 3\n"));
+  EXPECT_THAT(metrics.body, HasSubstr("gpuprof_ingest_duplicate_batches_total 1\n"));
+  EXPECT_THAT(metrics.body, HasSubstr("gpuprof_ingest_rows_total 15\n"));
+  EXPECT_THAT(metrics.body, HasSubstr("gpuprof_runs_live 1\n"));
+  EXPECT_THAT(metrics.body, ::testing::Not(HasSubstr("key")));
+  // AND finishing the run updates it
+  json done = Run();
+  done["run"]["status"] = "ok";
+  done["run"]["end_ns"] = 2000;
+  EXPECT_EQ(Call("PUT", "/api/v1/runs/node-1:42:1:1", done).status, 200);
+  EXPECT_THAT(Call("GET", "/metrics", nullptr, "").body, HasSubstr("gpuprof_runs_live 0\n"));
+}
+
+TEST_F(IngestApiTest, WriteKeysAreChecked) {
+  EXPECT_EQ(Call("PUT", "/api/v1/runs/r1", Run(), "").status, 401);
+  HttpResponse wrong = Call("PUT", "/api/v1/runs/r1", Run(), "guess");
+  EXPECT_EQ(wrong.status, 403);
+  EXPECT_THAT(wrong.body, ::testing::Not(HasSubstr("new-key")));
+  // Both keys of a rotation work
+  EXPECT_EQ(Call("PUT", "/api/v1/runs/r1", Run(), "old-key").status, 201);
+  EXPECT_EQ(Call("POST", "/api/v1/runs/r1/batches", Batch("b", 0, 1), "new-key").status, 200);
+  // A prefix of a key is not the key
+  EXPECT_EQ(Call("PUT", "/api/v1/runs/r1", Run(), "new-ke").status, 403);
+  EXPECT_TRUE(SecretEquals("abc", "abc"));
+  EXPECT_FALSE(SecretEquals("abc", "abd"));
+  EXPECT_FALSE(SecretEquals("abc", "abcd"));
+}
+
+TEST_F(IngestApiTest, BadRequestsAre4xxWithAMessageAndStoreNothing) {
+  ASSERT_EQ(Call("PUT", "/api/v1/runs/r1", Run()).status, 201);
+  auto error = [](const HttpResponse& r) { return json::parse(r.body)["error"].get<std::string>(); };
+  // A batch for a run never created
+  HttpResponse unknown = Call("POST", "/api/v1/runs/nope/batches", Batch("b", 0, 1));
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_THAT(error(unknown), HasSubstr("PUT /api/v1/runs/nope first"));
+  // A bad row anywhere refuses the whole batch
+  json bad = Batch("b", 0, 3);
+  bad["rows"]["steps"][2].erase("end_ns");
+  HttpResponse refused = Call("POST", "/api/v1/runs/r1/batches", bad);
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_EQ(error(refused), "steps[2].end_ns: missing (required)");
+  EXPECT_EQ(StoredSteps(1), 0u);
+  // ...and the same id sent right is then stored (a refused batch is not remembered)
+  EXPECT_EQ(json::parse(Call("POST", "/api/v1/runs/r1/batches", Batch("b", 0, 3)).body)["stored"],
+            3);
+  // Malformed JSON, wrong type, no batch id, unknown field, bad ids
+  HttpRequest raw;
+  raw.method = "POST";
+  raw.target = "/api/v1/runs/r1/batches";
+  raw.headers = {{"x-api-key", "new-key"}, {"content-type", "application/json"}};
+  raw.body = "{\"batch_id\": ";
+  EXPECT_EQ(api_->Handle(raw).status, 400);
+  EXPECT_EQ(Call("POST", "/api/v1/runs/r1/batches", Batch("b", 0, 1), "new-key", "text/plain")
+                .status,
+            415);
+  EXPECT_THAT(error(Call("POST", "/api/v1/runs/r1/batches", json{{"rows", json::object()}})),
+              HasSubstr("batch_id must be"));
+  EXPECT_THAT(error(Call("POST", "/api/v1/runs/r1/batches", json{{"batch_id", "x"}, {"r", 1}})),
+              HasSubstr("unknown field 'r'"));
+  EXPECT_EQ(Call("PUT", "/api/v1/runs/a%20b", Run()).status, 400);
+  // Too many rows, too large a body
+  EXPECT_THAT(error(Call("POST", "/api/v1/runs/r1/batches", Batch("big", 0, 101))),
+              HasSubstr("more than 100 rows"));
+  json huge = Batch("huge", 0, 1);
+  huge["rows"]["diagnostics"] = json::array(
+      {{{"ts_ns", 0}, {"level", "info"}, {"source", "x"}, {"message", std::string(70000, 'a')}}});
+  EXPECT_EQ(Call("POST", "/api/v1/runs/r1/batches", huge).status, 413);
+  // Routes and methods
+  EXPECT_EQ(Call("GET", "/api/v1/runs/r1/batches", nullptr).status, 405);
+  EXPECT_EQ(Call("DELETE", "/api/v1/runs/r1", nullptr).status, 405);
+  EXPECT_THAT(error(Call("GET", "/nothing", nullptr)), HasSubstr("endpoints: GET /healthz"));
+  EXPECT_THAT(error(Call("PUT", "/api/v2/runs/r1", Run())), HasSubstr("this server speaks v1"));
+  EXPECT_EQ(Call("GET", "/healthz", nullptr, "").status, 200);
+}
+
+std::string Gzip(const std::string& plain) {
+  z_stream zs{};
+  deflateInit2(&zs, Z_BEST_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY);
+  std::string out(deflateBound(&zs, plain.size()) + 64, '\0');
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(plain.data()));
+  zs.avail_in = static_cast<uInt>(plain.size());
+  zs.next_out = reinterpret_cast<Bytef*>(out.data());
+  zs.avail_out = static_cast<uInt>(out.size());
+  deflate(&zs, Z_FINISH);
+  out.resize(zs.total_out);
+  deflateEnd(&zs);
+  return out;
+}
+
+TEST_F(IngestApiTest, GzipBodiesAreInflatedWithinTheLimitAndBombsAreRefused) {
+  ASSERT_EQ(Call("PUT", "/api/v1/runs/r1", Run()).status, 201);
+  HttpRequest r;
+  r.method = "POST";
+  r.target = "/api/v1/runs/r1/batches";
+  r.headers = {{"x-api-key", "new-key"},
+               {"content-type", "application/json"},
+               {"content-encoding", "gzip"}};
+  r.body = Gzip(Batch("z", 0, 20).dump());
+  HttpResponse ok = api_->Handle(r);
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(json::parse(ok.body)["stored"], 20);
+  // A small body that inflates past the limit (a gzip bomb)
+  r.body = Gzip(std::string(10 << 20, ' '));
+  ASSERT_LT(r.body.size(), 64u * 1024);
+  EXPECT_EQ(api_->Handle(r).status, 413);
+  // A truncated or foreign body
+  r.body = Gzip(Batch("t", 0, 20).dump()).substr(0, 40);
+  EXPECT_EQ(api_->Handle(r).status, 400);
+  r.body = "not gzip at all";
+  EXPECT_EQ(api_->Handle(r).status, 400);
+  r.headers["content-encoding"] = "br";
+  EXPECT_EQ(api_->Handle(r).status, 415);
+}
+
+}  // namespace
+}  // namespace gpuprof::server

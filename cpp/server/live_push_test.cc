@@ -1,0 +1,86 @@
+#include "server/live_push.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "server/http_server.h"
+#include "server/ingest_api.h"
+
+namespace gpuprof::server {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+store::RunInfo Info() {
+  store::RunInfo info;
+  info.run_id = 7;
+  info.run_name = "live";
+  info.hostname = "node 1";  // the space becomes '_' in the run id
+  info.pid = 42;
+  info.start_unix_ns = 1000;
+  return info;
+}
+
+TEST(LivePushTest, AnUnreachableServerLeavesASpoolThatDrainDeliversOnceUp) {
+  const fs::path dir = fs::temp_directory_path() / ("gpuprof_live_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  // GIVEN a live push to a port nothing listens on
+  LivePushOptions o;
+  o.server_url = "http://127.0.0.1:9";
+  o.api_key = "k";
+  o.spool_dir = (dir / "spool").string();
+  o.period = std::chrono::milliseconds(20);
+  o.exit_wait = std::chrono::milliseconds(500);
+  LivePush push(o);
+  for (int i = 0; i < 5; ++i) push.Add(store::StepRow{i, i * 10, i * 10 + 9, 1, "gap", 1, 1, 1});
+  push.Start(Info());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int i = 5; i < 8; ++i) push.Add(store::StepRow{i, i * 10, i * 10 + 9, 1, "gap", 1, 1, 1});
+  store::RunInfo done = Info();
+  done.status = "ok";
+  done.end_ns = 100;
+  // WHEN the run ends
+  const auto why = push.Finish(done, {});
+  // THEN it says why and where the rows are, and they are in the spool
+  ASSERT_TRUE(why.has_value());
+  EXPECT_THAT(*why, HasSubstr("could not push run node_1:42:1000:7:live to http://127.0.0.1:9"));
+  EXPECT_THAT(*why, HasSubstr(push.spool_path()));
+  ASSERT_TRUE(fs::exists(push.spool_path()));
+  // AND a line cut short by a crash is skipped, the rest delivered once the server is up
+  std::ofstream(push.spool_path(), std::ios::app) << "{\"batch_id\": \"live-9\", \"ro";
+  ApiOptions api_options;
+  api_options.api_keys = {"k"};
+  auto api = IngestApi::Open((dir / "server.db").string(), api_options);
+  ASSERT_TRUE(api.ok()) << api.error();
+  ServerOptions so;
+  so.port = 0;
+  auto http = HttpServer::Listen(so, api->get());
+  ASSERT_TRUE(http.ok()) << http.error();
+  std::thread serving([&] { (*http)->Serve(); });
+  const std::string url = "http://127.0.0.1:" + std::to_string((*http)->port());
+  const DrainResult r = DrainSpool(o.spool_dir, url, "k");
+  ASSERT_EQ(r.files_done, 1u) << r.lines[0];
+  EXPECT_THAT(r.lines[0], HasSubstr("1 damaged lines skipped"));
+  EXPECT_FALSE(fs::exists(push.spool_path()));
+  // AND the server holds the 8 steps once, and the run as finished
+  auto db = store::SqliteStore::Open((dir / "server.db").string(),
+                                     store::SqliteStore::Mode::kReadOnly);
+  ASSERT_TRUE(db.ok());
+  EXPECT_EQ((*db)->LoadSteps(1)->size(), 8u);
+  EXPECT_EQ((*db)->ListRuns()->at(0).status, "ok");
+  // AND a second drain has nothing to send
+  const DrainResult none = DrainSpool(o.spool_dir, url, "k");
+  EXPECT_THAT(none.lines[0], HasSubstr("nothing to send"));
+  (*http)->Stop();
+  serving.join();
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace gpuprof::server

@@ -1,0 +1,257 @@
+"""`gpuprof serve` (the team server's ingest side) and `gpuprof push`, through the real
+executable over real HTTP on 127.0.0.1: a run pushed to the server gives the same report there
+as in the local file, a push repeated stores nothing twice, keys are checked, bad input is a 4xx
+with a message, and the server stops cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import gpuprof
+from gpuprof_testutil import gpuprof_exe, run_cli
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A `gpuprof serve` on a free port with two write keys; yields (base URL, storage DB)."""
+    store = tmp_path / "server.db"
+    keys = tmp_path / "keys.txt"
+    keys.write_text("# rotation: the new key is added before the old one goes\nnew-key\n")
+    proc = subprocess.Popen([gpuprof_exe(), "serve", "--port", "0", "--api-key", "old-key",
+                             "--api-key-file", str(keys), "--storage-url", f"sqlite://{store}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    m = re.search(r"listening on (http://127\.0\.0\.1:\d+) \(storage sqlite://.*, 2 write keys\)",
+                  line)
+    assert m, line + proc.stderr.read() if proc.poll() is not None else line
+    try:
+        yield m.group(1), store, proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=20)
+
+
+def call(base: str, method: str, path: str, body: bytes | None = None,
+         headers: dict | None = None) -> tuple[int, str]:
+    req = urllib.request.Request(base + path, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as res:
+            return res.status, res.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def record_run(db: Path) -> None:
+    with gpuprof.profile("pushed", db=str(db), auto=False, gpu="mock", summary=False) as prof:
+        for i in range(30):
+            with prof.step(i) as s:
+                with s.phase("forward"):
+                    time.sleep(0.004)
+                with s.phase("backward"):
+                    time.sleep(0.006)
+
+
+def report_without_paths(db: Path, run: str) -> dict:
+    doc = json.loads(run_cli("insights", str(db), run, "--json", check=True).stdout)
+    doc["run"].pop("run_id", None)
+    return doc
+
+
+def test_a_pushed_run_reports_the_same_on_the_server_and_a_second_push_stores_nothing(
+        server, tmp_path):
+    base, store, _ = server
+    local = tmp_path / "local.db"
+    record_run(local)
+    # WHEN the run is pushed (small batches, so that there are many)
+    first = run_cli("push", str(local), "--server", base, "--api-key", "new-key",
+                    "--batch-rows", "50", check=True)
+    assert re.search(r"pushed run 1 of .* server run 1 \(.*\), \d+ batches, \d+ rows stored$",
+                     first.stdout.strip()), first.stdout
+    # THEN the server's store gives the same report as the local file
+    assert report_without_paths(store, "1") == report_without_paths(local, "1")
+    # AND pushing it again (a retry after a failure, or twice by mistake) stores nothing new
+    rows = int(re.search(r"(\d+) rows stored", first.stdout).group(1))
+    assert rows > 100
+    second = run_cli("push", str(local), "1", "--server", base, "--batch-rows", "50",
+                     env={"GPUPROF_API_KEY": "old-key", "PATH": "/usr/bin:/bin"}, check=True)
+    assert "0 rows stored" in second.stdout and "batches were already there" in second.stdout
+    assert report_without_paths(store, "1") == report_without_paths(local, "1")
+    # AND /metrics counts what came in, and names no key
+    status, metrics = call(base, "GET", "/metrics")
+    assert status == 200
+    assert f"gpuprof_ingest_rows_total {rows}\n" in metrics
+    assert "gpuprof_runs_live 0\n" in metrics
+    assert "new-key" not in metrics and "old-key" not in metrics
+
+
+def test_keys_and_bad_input_get_a_4xx_that_says_what_was_wrong(server):
+    base, _, _ = server
+    run = json.dumps({"run": {"run_name": "x", "hostname": "h", "pid": 1, "start_unix_ns": 1,
+                              "start_mono_ns": 0, "status": "running",
+                              "gpuprof_version": "0.1.0"}}).encode()
+    json_type = {"Content-Type": "application/json"}
+    # No key, a wrong key, the right key
+    status, body = call(base, "PUT", "/api/v1/runs/r1", run, json_type)
+    assert status == 401 and "X-API-Key" in json.loads(body)["error"]
+    status, body = call(base, "PUT", "/api/v1/runs/r1", run, {**json_type, "X-API-Key": "nope"})
+    assert status == 403 and "nope" not in body
+    writer = {**json_type, "X-API-Key": "old-key"}
+    assert call(base, "PUT", "/api/v1/runs/r1", run, writer)[0] == 201
+    # A row with a wrong type is refused, naming it
+    bad = json.dumps({"batch_id": "b1", "rows": {"steps": [
+        {"step": "one", "start_ns": 0, "end_ns": 1, "forward_calls": 0, "backward_calls": 0,
+         "optimizer_calls": 0}]}}).encode()
+    status, body = call(base, "POST", "/api/v1/runs/r1/batches", bad, writer)
+    assert status == 400
+    assert json.loads(body)["error"] == "steps[0].step: expected an integer, got string"
+    # gzip is accepted; a gzip bomb and a body over the limit are 413, a broken one 400
+    good = json.dumps({"batch_id": "b2", "rows": {"host_stalls": [
+        {"start_ns": 5, "duration_ns": 20000000}]}}).encode()
+    status, body = call(base, "POST", "/api/v1/runs/r1/batches", gzip.compress(good),
+                        {**writer, "Content-Encoding": "gzip"})
+    assert status == 200 and json.loads(body)["stored"] == 1
+    bomb = gzip.compress(b" " * (64 << 20))
+    assert call(base, "POST", "/api/v1/runs/r1/batches", bomb,
+                {**writer, "Content-Encoding": "gzip"})[0] == 413
+    assert call(base, "POST", "/api/v1/runs/r1/batches", b"x" * (33 << 20), writer)[0] == 413
+    assert call(base, "POST", "/api/v1/runs/r1/batches", gzip.compress(good)[:20],
+                {**writer, "Content-Encoding": "gzip"})[0] == 400
+    # Unknown endpoints and methods
+    assert call(base, "GET", "/nope")[0] == 404
+    assert call(base, "GET", "/api/v1/runs/r1/batches")[0] == 405
+    assert json.loads(call(base, "GET", "/healthz")[1])["status"] == "ok"
+
+
+def test_serve_refuses_to_start_without_a_key_or_with_an_unknown_storage(tmp_path):
+    no_key = run_cli("serve", "--port", "0", "--storage-url", f"sqlite://{tmp_path / 's.db'}")
+    assert no_key.returncode == 2
+    assert "at least one write key" in no_key.stderr
+    pg = run_cli("serve", "--api-key", "k", "--storage-url", "postgres://u:secret@h/db")
+    assert pg.returncode == 2 and "PostgreSQL storage is not built yet" in pg.stderr
+    assert "secret" not in pg.stderr
+    # And push names what it needs
+    missing = run_cli("push", str(tmp_path / "none.db"), "--server", "http://127.0.0.1:9",
+                      env={"PATH": "/usr/bin:/bin"})
+    assert missing.returncode == 2 and "GPUPROF_API_KEY" in missing.stderr
+
+
+def test_push_to_a_server_that_is_not_there_fails_with_the_reason(tmp_path):
+    local = tmp_path / "local.db"
+    record_run(local)
+    r = run_cli("push", str(local), "--server", "http://127.0.0.1:9", "--api-key", "k")
+    assert r.returncode == 1
+    assert "cannot reach http://127.0.0.1:9" in r.stderr
+
+
+def test_sigterm_stops_the_server(server):
+    base, _, proc = server
+    assert call(base, "GET", "/healthz")[0] == 200
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+    assert "gpuprof serve: stopped" in proc.stdout.read()
+
+
+# ---- the live push: profile(server=..., api_key=...) / $GPUPROF_SERVER -------------------------
+
+def live_run(db: Path, **kwargs) -> list:
+    """A short manual run pushed live; returns the warnings it raised."""
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with gpuprof.profile("live", db=str(db), auto=False, gpu="mock", summary=False,
+                             **kwargs) as prof:
+            for i in range(60):  # 1.5 s: the 1 s push period sends rows during the run
+                with prof.step(i) as s:
+                    with s.phase("forward"):
+                        time.sleep(0.025)
+    return [w for w in caught if issubclass(w.category, gpuprof.GpuprofWarning)]
+
+
+def test_a_run_pushed_live_reports_the_same_on_the_server(server, tmp_path, monkeypatch):
+    base, store, _ = server
+    spool = tmp_path / "spool"
+    monkeypatch.setenv("GPUPROF_BUFFER_DIR", str(spool))
+    local = tmp_path / "local.db"
+    # WHEN a run is profiled with the server and a key (longer than the 1 s push period)
+    problems = live_run(local, server=base, api_key="new-key")
+    # THEN nothing went wrong, nothing is spooled, and the server's report is the local one
+    assert problems == []
+    assert not spool.exists() or not list(spool.iterdir())
+    assert report_without_paths(store, "1") == report_without_paths(local, "1")
+    status, metrics = call(base, "GET", "/metrics")
+    assert "gpuprof_runs_live 0\n" in metrics
+    # (rows went during the run, not only at its end)
+    batches = int(re.search(r"gpuprof_ingest_batches_total (\d+)", metrics).group(1))
+    assert batches >= 2, metrics  # one at the 1 s tick, the rest at the end
+    # AND the key is nowhere in the local file
+    assert b"new-key" not in local.read_bytes()
+
+
+def test_a_server_down_for_the_whole_run_is_one_warning_and_a_spool_that_drain_delivers(
+        server, tmp_path, monkeypatch):
+    base, store, _ = server
+    spool = tmp_path / "spool"
+    monkeypatch.setenv("GPUPROF_BUFFER_DIR", str(spool))
+    monkeypatch.setenv("GPUPROF_SERVER", "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.setenv("GPUPROF_API_KEY", "new-key")
+    local = tmp_path / "local.db"
+    # WHEN the run is profiled with the server unreachable
+    t0 = time.monotonic()
+    problems = live_run(local)
+    elapsed = time.monotonic() - t0
+    # THEN the training ran through, with one warning saying why and where the rows are
+    assert len(problems) == 1, [str(w.message) for w in problems]
+    text = str(problems[0].message)
+    assert "could not push run" in text and "cannot reach http://127.0.0.1:9" in text
+    assert "gpuprof drain --server http://127.0.0.1:9" in text
+    assert elapsed < 1.5 + 10  # the run, plus at most the 5 s exit wait and the analysis
+    files = list(spool.glob("run-*.jsonl"))
+    assert len(files) == 1 and str(files[0]) in text
+    # AND gpuprof drain delivers it to the server that is up, then removes the file
+    drained = run_cli("drain", "--server", base, "--dir", str(spool), check=True,
+                      env={"GPUPROF_API_KEY": "old-key", "PATH": "/usr/bin:/bin"})
+    assert "file removed" in drained.stdout, drained.stdout
+    assert not files[0].exists()
+    assert report_without_paths(store, "1") == report_without_paths(local, "1")
+    # AND a second drain finds nothing to do
+    again = run_cli("drain", "--server", base, "--dir", str(spool), "--api-key", "new-key",
+                    check=True)
+    assert "nothing to send" in again.stdout
+
+
+def test_a_wrong_key_is_one_warning_naming_the_refusal(server, tmp_path, monkeypatch):
+    base, _, _ = server
+    monkeypatch.setenv("GPUPROF_BUFFER_DIR", str(tmp_path / "spool"))
+    problems = live_run(tmp_path / "local.db", server=base, api_key="not-a-key")
+    assert len(problems) == 1
+    assert "answered 403" in str(problems[0].message)
+    assert "not-a-key" not in str(problems[0].message)
+
+
+def test_push_options_are_checked(tmp_path, monkeypatch):
+    monkeypatch.delenv("GPUPROF_SERVER", raising=False)
+    monkeypatch.delenv("GPUPROF_API_KEY", raising=False)
+    with pytest.raises(ValueError, match="must be http://HOST"):
+        gpuprof.profile("x", db=str(tmp_path / "a.db"), server="https://example.com",
+                        api_key="k")
+    with pytest.raises(ValueError, match="no write key"):
+        gpuprof.profile("x", db=str(tmp_path / "a.db"), server="http://127.0.0.1:9")
+    with pytest.raises(ValueError, match="api_key= was given without server="):
+        gpuprof.profile("x", db=str(tmp_path / "a.db"), api_key="k")
+    # From the environment a bad setting is a warning, and the run is profiled unpushed
+    monkeypatch.setenv("GPUPROF_SERVER", "http://127.0.0.1:9")
+    with pytest.warns(gpuprof.GpuprofWarning, match=r"\$GPUPROF_SERVER is set but no write key"):
+        prof = gpuprof.profile("x", db=str(tmp_path / "a.db"), auto=False, summary=False)
+    with prof:
+        pass
