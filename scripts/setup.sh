@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(g++ make libsqlite3-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
-              libboost-dev zlib1g-dev
+              libboost-dev zlib1g-dev libssl-dev
               libbenchmark-dev sqlite3)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -28,11 +28,12 @@ def server(tmp_path):
     keys = tmp_path / "keys.txt"
     keys.write_text("# rotation: the new key is added before the old one goes\nnew-key\n")
     proc = subprocess.Popen([gpuprof_exe(), "serve", "--port", "0", "--api-key", "old-key",
-                             "--api-key-file", str(keys), "--storage-url", f"sqlite://{store}"],
+                             "--api-key-file", str(keys), "--storage-url", f"sqlite://{store}",
+                             "--viewer-password", "view-pass"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
-    m = re.search(r"listening on (http://127\.0\.0\.1:\d+) \(storage sqlite://.*, 2 write keys\)",
-                  line)
+    m = re.search(r"listening on (http://127\.0\.0\.1:\d+) \(storage sqlite://.*, 2 write keys, "
+                  r"viewing on\)", line)
     assert m, line + proc.stderr.read() if proc.poll() is not None else line
     try:
         yield m.group(1), store, proc
@@ -40,6 +41,8 @@ def server(tmp_path):
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=20)
+        proc.stdout.close()
+        proc.stderr.close()
 
 
 def call(base: str, method: str, path: str, body: bytes | None = None,
@@ -255,3 +258,43 @@ def test_push_options_are_checked(tmp_path, monkeypatch):
         prof = gpuprof.profile("x", db=str(tmp_path / "a.db"), auto=False, summary=False)
     with prof:
         pass
+
+
+# ---- viewers: login, runs, the engine's report, series ---------------------------------------
+
+def test_a_viewer_logs_in_and_reads_what_gpuprof_insights_reads(server, tmp_path):
+    base, store, proc = server
+    local = tmp_path / "local.db"
+    record_run(local)
+    run_cli("push", str(local), "--server", base, "--api-key", "new-key", check=True)
+    # Secrets are not in the process title
+    cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+    assert b"view-pass" not in cmdline and b"old-key" not in cmdline
+    # WHEN a viewer logs in
+    req = urllib.request.Request(base + "/api/v1/login",
+                                 data=json.dumps({"password": "view-pass"}).encode(),
+                                 method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as res:
+        cookies = [v.split(";")[0] for k, v in res.headers.items() if k == "Set-Cookie"]
+        csrf = json.loads(res.read())["csrf"]
+    viewer = {"Cookie": "; ".join(cookies)}
+    # THEN it lists the runs and reads the report the engine gives gpuprof insights
+    status, body = call(base, "GET", "/api/v1/runs?name=pushed", headers=viewer)
+    assert status == 200 and [r["run_name"] for r in json.loads(body)["runs"]] == ["pushed"]
+    status, body = call(base, "GET", "/api/v1/runs/1", headers=viewer)
+    assert status == 200
+    assert json.loads(body) == json.loads(run_cli("insights", str(store), "1", "--json",
+                                                  check=True).stdout)
+    # AND a host series, downsampled
+    status, body = call(base, "GET", "/api/v1/runs/1/series?metric=host_cpu&points=3",
+                        headers=viewer)
+    assert status == 200 and len(json.loads(body)["points"]) <= 3
+    # AND a write key cannot read, the wrong password cannot log in
+    assert call(base, "GET", "/api/v1/runs", headers={"X-API-Key": "new-key"})[0] == 401
+    assert call(base, "POST", "/api/v1/login", json.dumps({"password": "no"}).encode(),
+                {"Content-Type": "application/json"})[0] == 401
+    # AND logout needs the CSRF token
+    assert call(base, "POST", "/api/v1/logout", b"{}",
+                {**viewer, "Content-Type": "application/json"})[0] == 403
+    assert call(base, "POST", "/api/v1/logout", b"{}",
+                {**viewer, "Content-Type": "application/json", "X-CSRF-Token": csrf})[0] == 200

@@ -177,7 +177,20 @@ struct ServeArgs {
   std::string api_key_file;
   std::string storage_url = "sqlite://gpuprof-server.db";
   double max_body_mb = 32;
+  std::optional<std::string> viewer_password;
+  std::string viewer_password_file;
+  std::optional<std::string> secret_file;
 };
+
+// The first line of a secret file, without its line end; nullopt when it cannot be read.
+std::optional<std::string> FirstLine(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::string line;
+  std::getline(in, line);
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  return line;
+}
 
 // The SQLite file of a storage URL: sqlite://PATH (sqlite:///abs/path.db is /abs/path.db).
 std::optional<std::string> SqlitePath(const std::string& url, std::string* why) {
@@ -225,7 +238,24 @@ int RunServe(const ServeArgs& args) {
   std::string why;
   const auto path = SqlitePath(args.storage_url, &why);
   if (!path) return UsageError(why);
-  auto api = server::IngestApi::Open(*path, api_options);
+  if (args.viewer_password && !args.viewer_password_file.empty()) {
+    return UsageError("give --viewer-password or --viewer-password-file, not both");
+  }
+  api_options.viewer_password = args.viewer_password;
+  if (!args.viewer_password_file.empty()) {
+    api_options.viewer_password = FirstLine(args.viewer_password_file);
+    if (!api_options.viewer_password) {
+      return UsageError("--viewer-password-file " + args.viewer_password_file +
+                        ": cannot be read");
+    }
+  }
+  if (api_options.viewer_password && api_options.viewer_password->empty()) {
+    return UsageError("the viewer password cannot be empty");
+  }
+  auto secret = server::LoadOrCreateSecret(args.secret_file, *path);
+  if (!secret) return Fail(secret.error());
+  api_options.secret = *secret;
+  auto api = server::ServerApi::Open(*path, api_options);
   if (!api) return Fail(api.error());
 
   // SIGINT / SIGTERM stop the server: blocked here, awaited by one thread.
@@ -242,7 +272,8 @@ int RunServe(const ServeArgs& args) {
   if (!http) return Fail(http.error());
   std::cout << "gpuprof serve: listening on http://" << args.host << ":" << (*http)->port()
             << " (storage sqlite://" << *path << ", " << api_options.api_keys.size()
-            << " write key" << (api_options.api_keys.size() == 1 ? "" : "s") << ")" << std::endl;
+            << " write key" << (api_options.api_keys.size() == 1 ? "" : "s") << ", viewing "
+            << (api_options.viewer_password ? "on" : "off") << ")" << std::endl;
   server::HttpServer* raw = http->get();
   std::thread waiter([raw, stop_signals] {
     int sig = 0;
@@ -382,6 +413,16 @@ int Main(int argc, char** argv) {
       ->type_name("URL");
   serve->add_option("--max-body-mb", serve_args.max_body_mb,
                     "Largest request body accepted, after gzip inflation (default 32)");
+  serve->add_option("--viewer-password", serve_args.viewer_password,
+                    "Password viewers log in with (the read API; off without one)")
+      ->type_name("P");
+  serve->add_option("--viewer-password-file", serve_args.viewer_password_file,
+                    "File whose first line is the viewer password")
+      ->type_name("FILE");
+  serve->add_option("--secret-file", serve_args.secret_file,
+                    "Key that signs viewer sessions (>= 32 bytes; default: generated once into "
+                    "STORE.secret, mode 0600)")
+      ->type_name("FILE");
 
   PushArgs push_args;
   CLI::App* push = app.add_subcommand("push", "Send a stored run to a gpuprof server.");
@@ -441,7 +482,27 @@ int Main(int argc, char** argv) {
 
 // No C++ exception leaves the CLI: whatever escapes (a bug, a damaged DB that trips a library)
 // is one line on stderr and exit status 1, never an abort.
+// Secrets given on the command line (--api-key K, --viewer-password P, and their --opt=V forms)
+// are parsed from copies, and the originals overwritten: ps and /proc/PID/cmdline then show
+// "x" for them, not the secret.
 int main(int argc, char** argv) {
+  std::vector<std::string> copies(argv, argv + argc);
+  std::vector<char*> args;
+  for (std::string& a : copies) args.push_back(a.data());
+  args.push_back(nullptr);
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    for (const char* opt : {"--api-key", "--viewer-password"}) {
+      const std::string o = opt;
+      char* secret = nullptr;
+      if (a == o && i + 1 < argc) secret = argv[i + 1];
+      if (a.rfind(o + "=", 0) == 0) secret = argv[i] + o.size() + 1;
+      if (secret) {
+        for (char* c = secret; *c; ++c) *c = 'x';
+      }
+    }
+  }
+  argv = args.data();
   try {
     return gpuprof::cli::Main(argc, argv);
   } catch (const std::exception& e) {

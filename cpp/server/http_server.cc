@@ -27,7 +27,7 @@ http::response<http::string_body> ToBeast(const HttpResponse& r, unsigned versio
   http::response<http::string_body> res{static_cast<http::status>(r.status), version};
   res.set(http::field::server, "gpuprof");
   res.set(http::field::content_type, r.content_type);
-  for (const auto& [k, v] : r.headers) res.set(k, v);
+  for (const auto& [k, v] : r.headers) res.insert(k, v);  // insert: Set-Cookie may repeat
   res.keep_alive(keep);
   res.body() = r.body;
   res.prepare_payload();
@@ -50,7 +50,7 @@ HttpResponse JsonError(int status, const std::string& message) {
 
 struct HttpServer::Impl {
   ServerOptions options;
-  IngestApi* api = nullptr;
+  ServerApi* api = nullptr;
   asio::io_context io;
   tcp::acceptor acceptor{io};
   std::atomic<bool> stopping{false};
@@ -143,7 +143,7 @@ struct HttpServer::Impl {
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 HttpServer::~HttpServer() { Stop(); }
 
-Expected<std::unique_ptr<HttpServer>> HttpServer::Listen(ServerOptions options, IngestApi* api) {
+Expected<std::unique_ptr<HttpServer>> HttpServer::Listen(ServerOptions options, ServerApi* api) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->api = api;

@@ -1,5 +1,5 @@
 // The socket side of `gpuprof serve`: HTTP/1.1 on Boost.Beast (synchronous, one thread per
-// connection up to a cap, keep-alive), each request handed to IngestApi::Handle. Reads time out
+// connection up to a cap, keep-alive), each request handed to ServerApi::Handle. Reads time out
 // (a silent client never holds a thread), bodies above the API's limit are refused with 413
 // before they are read, and a malformed request is a 400, never a crash.
 #pragma once
@@ -25,7 +25,7 @@ struct ServerOptions {
 class HttpServer {
  public:
   // Binds and listens; Serve() then accepts until Stop().
-  static Expected<std::unique_ptr<HttpServer>> Listen(ServerOptions options, IngestApi* api);
+  static Expected<std::unique_ptr<HttpServer>> Listen(ServerOptions options, ServerApi* api);
   ~HttpServer();
 
   uint16_t port() const;

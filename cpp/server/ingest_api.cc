@@ -1,6 +1,15 @@
 #include "server/ingest_api.h"
 
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
+
+#include <chrono>
+#include <fstream>
 
 #include <algorithm>
 #include <cctype>
@@ -8,6 +17,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "analysis/analysis.h"
+#include "analysis/report.h"
+#include "server/lttb.h"
 #include "store/row_json.h"
 
 namespace gpuprof::server {
@@ -51,7 +63,69 @@ std::vector<std::string> Segments(const std::string& target) {
 }
 
 constexpr const char* kEndpoints =
-    "GET /healthz, GET /metrics, PUT /api/v1/runs/{uuid}, POST /api/v1/runs/{uuid}/batches";
+    "GET /healthz, GET /metrics, PUT /api/v1/runs/{uuid}, POST /api/v1/runs/{uuid}/batches, "
+    "POST /api/v1/login, POST /api/v1/logout, GET /api/v1/runs, GET /api/v1/runs/{id}, "
+    "GET /api/v1/runs/{id}/series";
+
+constexpr const char* kSessionCookie = "gpuprof_session";
+constexpr const char* kCsrfCookie = "gpuprof_csrf";
+
+std::string Hex(const unsigned char* p, size_t n) {
+  static const char* d = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    out += d[p[i] >> 4];
+    out += d[p[i] & 15];
+  }
+  return out;
+}
+
+// name -> value of the Cookie header.
+std::map<std::string, std::string> Cookies(const HttpRequest& r) {
+  std::map<std::string, std::string> out;
+  auto it = r.headers.find("cookie");
+  if (it == r.headers.end()) return out;
+  std::istringstream in(it->second);
+  std::string part;
+  while (std::getline(in, part, ';')) {
+    const size_t b = part.find_first_not_of(' ');
+    if (b == std::string::npos) continue;
+    const size_t eq = part.find('=', b);
+    if (eq == std::string::npos) continue;
+    out[part.substr(b, eq - b)] = part.substr(eq + 1);
+  }
+  return out;
+}
+
+// The query parameters of a target (no percent-decoding beyond '+'; values are ids and names).
+std::map<std::string, std::string> Query(const std::string& target) {
+  std::map<std::string, std::string> out;
+  const size_t q = target.find('?');
+  if (q == std::string::npos) return out;
+  std::istringstream in(target.substr(q + 1));
+  std::string part;
+  while (std::getline(in, part, '&')) {
+    const size_t eq = part.find('=');
+    std::string k = part.substr(0, eq), v = eq == std::string::npos ? "" : part.substr(eq + 1);
+    for (char& c : v) {
+      if (c == '+') c = ' ';
+    }
+    out[k] = v;
+  }
+  return out;
+}
+
+std::optional<int64_t> ParseInt(const std::string& text) {
+  if (text.empty() || text.size() > 19) return std::nullopt;
+  int64_t v = 0;
+  size_t i = text[0] == '-' ? 1 : 0;
+  if (i == text.size()) return std::nullopt;
+  for (; i < text.size(); ++i) {
+    if (text[i] < '0' || text[i] > '9') return std::nullopt;
+    v = v * 10 + (text[i] - '0');
+  }
+  return text[0] == '-' ? -v : v;
+}
 
 }  // namespace
 
@@ -100,25 +174,25 @@ Expected<std::string> Gunzip(const std::string& data, size_t limit, bool* too_la
   return out;
 }
 
-Expected<std::unique_ptr<IngestApi>> IngestApi::Open(const std::string& storage_path,
+Expected<std::unique_ptr<ServerApi>> ServerApi::Open(const std::string& storage_path,
                                                      ApiOptions options) {
   auto db = store::SqliteStore::Open(storage_path, store::SqliteStore::Mode::kReadWrite);
   if (!db) return db.status();
-  return std::unique_ptr<IngestApi>(
-      new IngestApi(std::move(db.value()), storage_path, std::move(options)));
+  return std::unique_ptr<ServerApi>(
+      new ServerApi(std::move(db.value()), storage_path, std::move(options)));
 }
 
-IngestApi::IngestApi(std::unique_ptr<store::SqliteStore> db, std::string path,
+ServerApi::ServerApi(std::unique_ptr<store::SqliteStore> db, std::string path,
                      ApiOptions options)
     : db_(std::move(db)), storage_path_(std::move(path)), options_(std::move(options)) {}
 
-HttpResponse IngestApi::Count(HttpResponse response) {
+HttpResponse ServerApi::Count(HttpResponse response) {
   std::lock_guard lock(counters_mu_);
   ++responses_[response.status];
   return response;
 }
 
-std::optional<HttpResponse> IngestApi::CheckWriteKey(const HttpRequest& request) {
+std::optional<HttpResponse> ServerApi::CheckWriteKey(const HttpRequest& request) {
   auto it = request.headers.find("x-api-key");
   if (it == request.headers.end() || it->second.empty()) {
     return Error(401, "missing X-API-Key header: ingest needs one of the server's write keys");
@@ -129,7 +203,7 @@ std::optional<HttpResponse> IngestApi::CheckWriteKey(const HttpRequest& request)
   return std::nullopt;
 }
 
-Expected<std::string> IngestApi::Body(const HttpRequest& request, HttpResponse* rejection) {
+Expected<std::string> ServerApi::Body(const HttpRequest& request, HttpResponse* rejection) {
   const std::string type = Header(request, "content-type");
   if (type.rfind("application/json", 0) != 0) {
     *rejection = Error(415, "Content-Type must be application/json (got '" + type + "')");
@@ -153,7 +227,7 @@ Expected<std::string> IngestApi::Body(const HttpRequest& request, HttpResponse* 
   return plain;
 }
 
-HttpResponse IngestApi::Handle(const HttpRequest& request) {
+HttpResponse ServerApi::Handle(const HttpRequest& request) {
   const std::vector<std::string> seg = Segments(request.target);
   const std::string& m = request.method;
   auto not_allowed = [&](const char* allow) {
@@ -170,12 +244,26 @@ HttpResponse IngestApi::Handle(const HttpRequest& request) {
     if (m != "GET" && m != "HEAD") return Count(not_allowed("GET"));
     return Metrics();
   }
-  if (seg.size() >= 3 && seg[0] == "api" && seg[1] == "v1" && seg[2] == "runs" &&
-      (seg.size() == 4 || (seg.size() == 5 && seg[4] == "batches"))) {
+  const bool v1 = seg.size() >= 3 && seg[0] == "api" && seg[1] == "v1";
+  if (v1 && seg.size() == 3 && (seg[2] == "login" || seg[2] == "logout")) {
+    if (m != "POST") return Count(not_allowed("POST"));
+    return Count(seg[2] == "login" ? Login(request) : Logout(request));
+  }
+  if (v1 && seg.size() == 3 && seg[2] == "runs") {
+    if (m != "GET") return Count(not_allowed("GET"));
+    if (auto denied = CheckViewer(request, false)) return Count(*denied);
+    return Count(ListRuns(request));
+  }
+  if (v1 && seg[2] == "runs" && m == "GET" &&
+      (seg.size() == 4 || (seg.size() == 5 && seg[4] == "series"))) {
+    if (auto denied = CheckViewer(request, false)) return Count(*denied);
+    return Count(seg.size() == 4 ? RunReport(seg[3]) : Series(seg[3], request));
+  }
+  if (v1 && seg[2] == "runs" && (seg.size() == 4 || (seg.size() == 5 && seg[4] == "batches"))) {
     const std::string& uuid = seg[3];
     const bool batches = seg.size() == 5;
     if (batches && m != "POST") return Count(not_allowed("POST"));
-    if (!batches && m != "PUT") return Count(not_allowed("PUT"));
+    if (!batches && m != "PUT") return Count(not_allowed("GET, PUT"));
     if (auto denied = CheckWriteKey(request)) return Count(*denied);
     if (!ValidId(uuid, 128)) {
       return Count(Error(400, "the run id in the path must be 1-128 characters of "
@@ -190,7 +278,7 @@ HttpResponse IngestApi::Handle(const HttpRequest& request) {
                               kEndpoints + ")"));
 }
 
-HttpResponse IngestApi::PutRun(const std::string& uuid, const HttpRequest& request) {
+HttpResponse ServerApi::PutRun(const std::string& uuid, const HttpRequest& request) {
   HttpResponse rejection;
   auto body = Body(request, &rejection);
   if (!body) return rejection;
@@ -225,7 +313,7 @@ HttpResponse IngestApi::PutRun(const std::string& uuid, const HttpRequest& reque
   return Json(201, json{{"run_id", *id}, {"created", true}});
 }
 
-HttpResponse IngestApi::PostBatch(const std::string& uuid, const HttpRequest& request) {
+HttpResponse ServerApi::PostBatch(const std::string& uuid, const HttpRequest& request) {
   HttpResponse rejection;
   auto body = Body(request, &rejection);
   if (!body) return rejection;
@@ -281,7 +369,218 @@ HttpResponse IngestApi::PostBatch(const std::string& uuid, const HttpRequest& re
                         {"duplicate", duplicate}});
 }
 
-HttpResponse IngestApi::Metrics() {
+int64_t ServerApi::Now() const {
+  if (options_.now_s) return options_.now_s();
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string ServerApi::Sign(const std::string& payload) const {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), options_.secret.data(), static_cast<int>(options_.secret.size()),
+       reinterpret_cast<const unsigned char*>(payload.data()), payload.size(), mac, &len);
+  return Hex(mac, len);
+}
+
+HttpResponse ServerApi::Login(const HttpRequest& request) {
+  if (!options_.viewer_password) {
+    return Error(403, "viewing is off on this server: start it with --viewer-password or "
+                      "--viewer-password-file");
+  }
+  // At most logins_per_minute attempts per client address in any minute.
+  const int64_t now = Now();
+  {
+    std::lock_guard lock(logins_mu_);
+    auto& seen = logins_[request.peer];
+    while (!seen.empty() && seen.front() <= now - 60) seen.pop_front();
+    if (seen.size() >= options_.logins_per_minute) {
+      HttpResponse r = Error(429, "too many login attempts from this address: at most " +
+                                      std::to_string(options_.logins_per_minute) +
+                                      " a minute");
+      r.headers.emplace_back("Retry-After", std::to_string(std::max<int64_t>(
+                                                1, seen.front() + 60 - now)));
+      return r;
+    }
+    seen.push_back(now);
+  }
+  HttpResponse rejection;
+  auto body = Body(request, &rejection);
+  if (!body) return rejection;
+  json doc = json::parse(*body, nullptr, false);
+  if (!doc.is_object() || !doc.contains("password") || !doc["password"].is_string()) {
+    return Error(400, "the body must be {\"password\": \"...\"}");
+  }
+  if (!SecretEquals(doc["password"].get<std::string>(), *options_.viewer_password)) {
+    return Error(401, "wrong password");
+  }
+  unsigned char nonce_bytes[16];
+  if (RAND_bytes(nonce_bytes, sizeof nonce_bytes) != 1) return Error(500, "no randomness");
+  const std::string nonce = Hex(nonce_bytes, sizeof nonce_bytes);
+  const std::string payload = "v1." + std::to_string(now + options_.session_ttl_s) + "." + nonce;
+  const std::string session = payload + "." + Sign(payload);
+  const std::string csrf = Sign("csrf." + nonce);
+  const bool tls = [&] {
+    auto it = request.headers.find("x-forwarded-proto");
+    return it != request.headers.end() && it->second == "https";
+  }();
+  const std::string attrs = "; Path=/; SameSite=Strict; Max-Age=" +
+                            std::to_string(options_.session_ttl_s) + (tls ? "; Secure" : "");
+  HttpResponse r = Json(200, json{{"csrf", csrf}, {"expires_unix", now + options_.session_ttl_s}});
+  r.headers.emplace_back("Set-Cookie", std::string(kSessionCookie) + "=" + session + attrs +
+                                           "; HttpOnly");
+  r.headers.emplace_back("Set-Cookie", std::string(kCsrfCookie) + "=" + csrf + attrs);
+  return r;
+}
+
+std::optional<HttpResponse> ServerApi::CheckViewer(const HttpRequest& request,
+                                                   bool state_changing) {
+  if (!options_.viewer_password) {
+    return Error(403, "viewing is off on this server: start it with --viewer-password or "
+                      "--viewer-password-file");
+  }
+  const auto cookies = Cookies(request);
+  auto it = cookies.find(kSessionCookie);
+  if (it == cookies.end()) {
+    if (request.headers.count("x-api-key")) {
+      return Error(401, "a write key cannot read: log in as a viewer (POST /api/v1/login)");
+    }
+    return Error(401, "not logged in: POST /api/v1/login with the viewer password");
+  }
+  // "v1.<expiry>.<nonce>.<mac>"
+  const std::string& token = it->second;
+  const size_t last = token.rfind('.');
+  const std::string payload = last == std::string::npos ? "" : token.substr(0, last);
+  if (last == std::string::npos || !SecretEquals(token.substr(last + 1), Sign(payload))) {
+    return Error(401, "the session cookie is not valid: log in again");
+  }
+  const size_t a = payload.find('.'), b = payload.find('.', a + 1);
+  const auto expiry = a == std::string::npos || b == std::string::npos
+                          ? std::nullopt
+                          : ParseInt(payload.substr(a + 1, b - a - 1));
+  if (!expiry || *expiry <= Now()) return Error(401, "the session has expired: log in again");
+  if (state_changing) {
+    // Double submit: the header must carry the CSRF cookie, and both the session's token.
+    const std::string expected = Sign("csrf." + payload.substr(b + 1));
+    auto header = request.headers.find("x-csrf-token");
+    auto cookie = cookies.find(kCsrfCookie);
+    if (header == request.headers.end() || cookie == cookies.end() ||
+        !SecretEquals(header->second, cookie->second) ||
+        !SecretEquals(header->second, expected)) {
+      return Error(403, "missing or wrong X-CSRF-Token header (the gpuprof_csrf cookie's "
+                        "value, as given at login)");
+    }
+  }
+  return std::nullopt;
+}
+
+HttpResponse ServerApi::Logout(const HttpRequest& request) {
+  if (auto denied = CheckViewer(request, true)) return *denied;
+  HttpResponse r = Json(200, json{{"logged_out", true}});
+  r.headers.emplace_back("Set-Cookie", std::string(kSessionCookie) +
+                                           "=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict");
+  r.headers.emplace_back("Set-Cookie",
+                         std::string(kCsrfCookie) + "=; Path=/; Max-Age=0; SameSite=Strict");
+  return r;
+}
+
+HttpResponse ServerApi::ListRuns(const HttpRequest& request) {
+  const auto q = Query(request.target);
+  for (const auto& [k, v] : q) {
+    if (k != "name" && k != "group" && k != "status") {
+      return Error(400, "unknown filter '" + k + "' (filters: name, group, status)");
+    }
+  }
+  std::lock_guard lock(mu_);
+  auto runs = db_->ListRuns();
+  if (!runs) return Error(500, "store: " + runs.error());
+  json list = json::array();
+  for (const auto& r : *runs) {
+    if (q.count("name") && r.run_name != q.at("name")) continue;
+    if (q.count("group") && r.group_id.value_or("") != q.at("group")) continue;
+    if (q.count("status") && r.status != q.at("status")) continue;
+    json j = store::RunInfoToJson(r);
+    j["run_id"] = r.run_id;
+    list.push_back(std::move(j));
+  }
+  return Json(200, json{{"runs", list}});
+}
+
+HttpResponse ServerApi::RunReport(const std::string& id) {
+  const auto run_id = ParseInt(id);
+  if (!run_id) return Error(400, "the run id must be an integer, got '" + id + "'");
+  std::lock_guard lock(mu_);
+  auto exists = db_->RunExists(*run_id);
+  if (!exists) return Error(500, "store: " + exists.error());
+  if (!*exists) return Error(404, "no run " + id + " on this server");
+  auto report = analysis::AnalyzeRun(*db_, *run_id, analysis::AnalysisOptions{});
+  if (!report) return Error(500, "analysis: " + report.error());
+  return Json(200, analysis::ReportJson(*report));
+}
+
+HttpResponse ServerApi::Series(const std::string& id, const HttpRequest& request) {
+  const auto run_id = ParseInt(id);
+  if (!run_id) return Error(400, "the run id must be an integer, got '" + id + "'");
+  const auto q = Query(request.target);
+  auto param = [&](const char* name, int64_t fallback) -> std::optional<int64_t> {
+    auto it = q.find(name);
+    return it == q.end() ? std::optional<int64_t>(fallback) : ParseInt(it->second);
+  };
+  const std::string metric = q.count("metric") ? q.at("metric") : "";
+  const auto gpu = param("gpu", 0);
+  const auto points = param("points", 2000);
+  const auto from = param("from_ns", 0);
+  const auto to = param("to_ns", INT64_MAX);
+  if (!gpu || !points || !from || !to) {
+    return Error(400, "gpu, points, from_ns and to_ns must be integers");
+  }
+  if (*points < 3 || *points > 100000) return Error(400, "points must be in 3..100000");
+  std::lock_guard lock(mu_);
+  auto exists = db_->RunExists(*run_id);
+  if (!exists) return Error(500, "store: " + exists.error());
+  if (!*exists) return Error(404, "no run " + id + " on this server");
+  auto series = db_->LoadSeries(*run_id, metric, *gpu, *from, *to);
+  if (!series) return Error(400, series.error());
+  const auto kept = Lttb(*series, static_cast<size_t>(*points));
+  json pts = json::array();
+  for (const auto& [t, v] : kept) pts.push_back({t, v});
+  return Json(200, json{{"metric", metric},
+                        {"gpu", metric == "host_cpu" ? json() : json(*gpu)},
+                        {"source_points", series->size()},
+                        {"points", pts}});
+}
+
+Expected<std::string> LoadOrCreateSecret(const std::optional<std::string>& secret_file,
+                                         const std::string& store_path) {
+  auto read = [](const std::string& path) -> std::optional<std::string> {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return std::nullopt;
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  if (secret_file) {
+    auto s = read(*secret_file);
+    if (!s) return Status::Error("--secret-file " + *secret_file + ": cannot be read");
+    if (s->size() < 32) {
+      return Status::Error("--secret-file " + *secret_file +
+                           ": too short (at least 32 bytes; e.g. head -c 32 /dev/urandom)");
+    }
+    return *s;
+  }
+  const std::string path = store_path + ".secret";
+  if (auto s = read(path); s && s->size() >= 32) return *s;
+  unsigned char bytes[32];
+  if (RAND_bytes(bytes, sizeof bytes) != 1) return Status::Error("no randomness for the secret");
+  const std::string secret = Hex(bytes, sizeof bytes);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::Error("cannot create the session secret " + path);
+  const bool ok = ::write(fd, secret.data(), secret.size()) == static_cast<ssize_t>(secret.size());
+  ::close(fd);
+  if (!ok) return Status::Error("cannot write the session secret " + path);
+  return secret;
+}
+
+HttpResponse ServerApi::Metrics() {
   std::ostringstream out;
   int64_t live = 0;
   {

@@ -6,12 +6,21 @@
 //   GET  /metrics                           Prometheus text: ingest counters, live runs
 //   PUT  /api/v1/runs/{uuid}                write key: create or update the client's run
 //   POST /api/v1/runs/{uuid}/batches        write key: one batch of rows, stored once per id
+//   POST /api/v1/login                      password -> viewer session cookie + CSRF token
+//   POST /api/v1/logout                     viewer + CSRF
+//   GET  /api/v1/runs                       viewer: the runs (?name= &group= &status=)
+//   GET  /api/v1/runs/{id}                  viewer: the run's insights report (the engine)
+//   GET  /api/v1/runs/{id}/series           viewer: one metric, LTTB-downsampled
 //
-// Every rejection is a 4xx with {"error": "..."} naming what was wrong. Secrets never appear in
-// a response, a log line or /metrics. Thread-safe: one store connection behind a mutex.
+// Two independent axes: write keys (X-API-Key) only write, a viewer session (cookie) only
+// reads. Every rejection is a 4xx with {"error": "..."} naming what was wrong. Secrets never
+// appear in a response, a log line or /metrics. Thread-safe: one store connection behind a
+// mutex.
 #pragma once
 
 #include <atomic>
+#include <deque>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -27,6 +36,11 @@ namespace gpuprof::server {
 
 struct ApiOptions {
   std::vector<std::string> api_keys;     // write keys (several: rotation)
+  std::optional<std::string> viewer_password;  // none: the read API is off
+  std::string secret;                    // signs viewer sessions (>= 32 bytes)
+  int64_t session_ttl_s = 12 * 3600;
+  size_t logins_per_minute = 10;         // per client address
+  std::function<int64_t()> now_s;        // unix seconds; the wall clock unless a test's
   size_t max_body_bytes = 32u << 20;     // after gzip inflation too
   size_t max_rows_per_batch = 500'000;
 };
@@ -46,10 +60,10 @@ struct HttpResponse {
   std::vector<std::pair<std::string, std::string>> headers;
 };
 
-class IngestApi {
+class ServerApi {
  public:
   // Opens (creating) the SQLite store at `storage_path`.
-  static Expected<std::unique_ptr<IngestApi>> Open(const std::string& storage_path,
+  static Expected<std::unique_ptr<ServerApi>> Open(const std::string& storage_path,
                                                    ApiOptions options);
 
   HttpResponse Handle(const HttpRequest& request);
@@ -58,11 +72,20 @@ class IngestApi {
   size_t max_body_bytes() const { return options_.max_body_bytes; }
 
  private:
-  IngestApi(std::unique_ptr<store::SqliteStore> db, std::string path, ApiOptions options);
+  ServerApi(std::unique_ptr<store::SqliteStore> db, std::string path, ApiOptions options);
   std::optional<HttpResponse> CheckWriteKey(const HttpRequest& request);
   HttpResponse PutRun(const std::string& uuid, const HttpRequest& request);
   HttpResponse PostBatch(const std::string& uuid, const HttpRequest& request);
   HttpResponse Metrics();
+  // The viewer axis.
+  HttpResponse Login(const HttpRequest& request);
+  HttpResponse Logout(const HttpRequest& request);
+  std::optional<HttpResponse> CheckViewer(const HttpRequest& request, bool state_changing);
+  HttpResponse ListRuns(const HttpRequest& request);
+  HttpResponse RunReport(const std::string& id);
+  HttpResponse Series(const std::string& id, const HttpRequest& request);
+  int64_t Now() const;
+  std::string Sign(const std::string& payload) const;  // hex HMAC-SHA256 with the secret
   // The request body as JSON (gzip inflated when Content-Encoding says so), or the 4xx.
   Expected<std::string> Body(const HttpRequest& request, HttpResponse* rejection);
   HttpResponse Count(HttpResponse response);
@@ -74,7 +97,14 @@ class IngestApi {
   std::mutex counters_mu_;
   std::map<int, uint64_t> responses_;  // by status
   uint64_t batches_ = 0, duplicate_batches_ = 0, rows_ = 0, runs_created_ = 0;
+  std::mutex logins_mu_;
+  std::map<std::string, std::deque<int64_t>> logins_;  // per address: attempts in the last minute
 };
+
+// The secret that signs viewer sessions: the file's contents when given (at least 32 bytes),
+// else `<store path>.secret`, created once with 32 random bytes (mode 0600) and reused.
+Expected<std::string> LoadOrCreateSecret(const std::optional<std::string>& secret_file,
+                                         const std::string& store_path);
 
 // Constant-time equality of two secrets (the time does not depend on where they differ).
 bool SecretEquals(const std::string& a, const std::string& b);

@@ -18,7 +18,7 @@ using nlohmann::json;
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
-class IngestApiTest : public ::testing::Test {
+class ServerApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
@@ -30,7 +30,10 @@ class IngestApiTest : public ::testing::Test {
     o.api_keys = {"old-key", "new-key"};
     o.max_body_bytes = 64 * 1024;
     o.max_rows_per_batch = 100;
-    auto api = IngestApi::Open((dir_ / "server.db").string(), o);
+    o.viewer_password = "view-pass";
+    o.secret = std::string(32, 's');
+    o.now_s = [this] { return now_; };
+    auto api = ServerApi::Open((dir_ / "server.db").string(), o);
     ASSERT_TRUE(api.ok()) << api.error();
     api_ = std::move(api.value());
   }
@@ -73,11 +76,150 @@ class IngestApiTest : public ::testing::Test {
     return steps->size();
   }
 
+  // Logs in; the Cookie header value and the CSRF token.
+  std::pair<std::string, std::string> Login(const std::string& peer = "10.0.0.1") {
+    HttpRequest r;
+    r.method = "POST";
+    r.target = "/api/v1/login";
+    r.headers["content-type"] = "application/json";
+    r.body = json{{"password", "view-pass"}}.dump();
+    r.peer = peer;
+    HttpResponse res = api_->Handle(r);
+    EXPECT_EQ(res.status, 200) << res.body;
+    std::string cookie;
+    for (const auto& [k, v] : res.headers) {
+      if (k == "Set-Cookie") {
+        if (!cookie.empty()) cookie += "; ";
+        cookie += v.substr(0, v.find(';'));
+        EXPECT_THAT(v, HasSubstr("SameSite=Strict"));
+        if (v.rfind("gpuprof_session=", 0) == 0) EXPECT_THAT(v, HasSubstr("HttpOnly"));
+      }
+    }
+    return {cookie, json::parse(res.body)["csrf"].get<std::string>()};
+  }
+  HttpResponse Viewer(const std::string& method, const std::string& target,
+                      const std::string& cookie, const std::string& csrf = "",
+                      const std::string& key = "") {
+    HttpRequest r;
+    r.method = method;
+    r.target = target;
+    r.headers["content-type"] = "application/json";
+    if (!cookie.empty()) r.headers["cookie"] = cookie;
+    if (!csrf.empty()) r.headers["x-csrf-token"] = csrf;
+    if (!key.empty()) r.headers["x-api-key"] = key;
+    return api_->Handle(r);
+  }
+
   fs::path dir_;
-  std::unique_ptr<IngestApi> api_;
+  int64_t now_ = 1'700'000'000;
+  std::unique_ptr<ServerApi> api_;
 };
 
-TEST_F(IngestApiTest, ARunIsCreatedOnceAndABatchSentTwiceIsStoredOnce) {
+TEST_F(ServerApiTest, TheTwoAuthAxesAreIndependentAndEveryBadCredentialIsRefused) {
+  ASSERT_EQ(Call("PUT", "/api/v1/runs/r1", Run()).status, 201);
+  ASSERT_EQ(Call("POST", "/api/v1/runs/r1/batches", Batch("b", 0, 12)).status, 200);
+  const auto [cookie, csrf] = Login();
+  // A viewer reads
+  EXPECT_EQ(Viewer("GET", "/api/v1/runs", cookie).status, 200);
+  EXPECT_EQ(Viewer("GET", "/api/v1/runs/1", cookie).status, 200);
+  // ...but cannot write: ingest needs a write key whatever the cookie
+  HttpRequest w;
+  w.method = "PUT";
+  w.target = "/api/v1/runs/r2";
+  w.headers = {{"content-type", "application/json"}, {"cookie", cookie}};
+  w.body = Run().dump();
+  EXPECT_EQ(api_->Handle(w).status, 401);
+  // A write key cannot read
+  HttpResponse keyed = Viewer("GET", "/api/v1/runs", "", "", "new-key");
+  EXPECT_EQ(keyed.status, 401);
+  EXPECT_THAT(keyed.body, HasSubstr("a write key cannot read"));
+  // No cookie, a tampered cookie, an expired one
+  EXPECT_EQ(Viewer("GET", "/api/v1/runs", "").status, 401);
+  std::string tampered = cookie;
+  tampered[tampered.find("v1.") + 3] = tampered[tampered.find("v1.") + 3] == '9' ? '8' : '9';
+  EXPECT_THAT(Viewer("GET", "/api/v1/runs", tampered).body, HasSubstr("not valid"));
+  now_ += 12 * 3600 + 1;
+  EXPECT_THAT(Viewer("GET", "/api/v1/runs", cookie).body, HasSubstr("expired"));
+  now_ -= 12 * 3600 + 1;
+  // State-changing viewer requests need the CSRF token, matching the cookie and the session
+  EXPECT_EQ(Viewer("POST", "/api/v1/logout", cookie).status, 403);
+  EXPECT_EQ(Viewer("POST", "/api/v1/logout", cookie, "0123").status, 403);
+  const auto [other_cookie, other_csrf] = Login();
+  EXPECT_EQ(Viewer("POST", "/api/v1/logout", cookie, other_csrf).status, 403);
+  EXPECT_EQ(Viewer("POST", "/api/v1/logout", cookie, csrf).status, 200);
+}
+
+TEST_F(ServerApiTest, TheEleventhLoginInAMinuteIsRefusedWithRetryAfter) {
+  HttpRequest r;
+  r.method = "POST";
+  r.target = "/api/v1/login";
+  r.headers["content-type"] = "application/json";
+  r.body = json{{"password", "wrong"}}.dump();
+  r.peer = "10.0.0.9";
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(api_->Handle(r).status, 401);
+  HttpResponse limited = api_->Handle(r);
+  EXPECT_EQ(limited.status, 429);
+  bool retry_after = false;
+  for (const auto& [k, v] : limited.headers) retry_after |= k == "Retry-After";
+  EXPECT_TRUE(retry_after);
+  // ...the right password too, from that address; another address is not affected
+  r.body = json{{"password", "view-pass"}}.dump();
+  EXPECT_EQ(api_->Handle(r).status, 429);
+  r.peer = "10.0.0.10";
+  EXPECT_EQ(api_->Handle(r).status, 200);
+  // AND a minute later the first address may try again
+  now_ += 61;
+  r.peer = "10.0.0.9";
+  EXPECT_EQ(api_->Handle(r).status, 200);
+}
+
+TEST_F(ServerApiTest, ViewersGetRunsTheEnginesReportAndDownsampledSeries) {
+  ASSERT_EQ(Call("PUT", "/api/v1/runs/r1", Run()).status, 201);
+  // 5,000 seconds of GPU utilization, in batches of 50 rows (the test's limits)
+  for (int64_t first = 0; first < 5000; first += 50) {
+    std::vector<store::Row> rows;
+    for (int64_t t = first; t < first + 50; ++t) {
+      store::GpuRollupRow g;
+      g.ts_ns = t * 1'000'000'000;
+      g.samples = 10;
+      g.util_samples = 10;
+      g.util_mean_pct = t == 2500 ? 100.0 : 50.0;
+      rows.emplace_back(g);
+    }
+    json batch{{"batch_id", "g" + std::to_string(first)}, {"rows", store::RowsToJson(rows)}};
+    HttpResponse stored = Call("POST", "/api/v1/runs/r1/batches", batch);
+    ASSERT_EQ(stored.status, 200) << stored.body;
+  }
+  const auto [cookie, csrf] = Login();
+  // The runs, filtered
+  json runs = json::parse(Viewer("GET", "/api/v1/runs?name=exp", cookie).body);
+  ASSERT_EQ(runs["runs"].size(), 1u);
+  EXPECT_EQ(runs["runs"][0]["run_id"], 1);
+  EXPECT_TRUE(json::parse(Viewer("GET", "/api/v1/runs?name=other", cookie).body)["runs"].empty());
+  EXPECT_EQ(Viewer("GET", "/api/v1/runs?color=red", cookie).status, 400);
+  // The report is the engine's (the same document as gpuprof insights --json)
+  json report = json::parse(Viewer("GET", "/api/v1/runs/1", cookie).body);
+  EXPECT_EQ(report["format"], "gpuprof.insights/1");
+  EXPECT_EQ(Viewer("GET", "/api/v1/runs/99", cookie).status, 404);
+  // The series, downsampled to 200 points, keeps the spike and both ends
+  json s = json::parse(Viewer("GET", "/api/v1/runs/1/series?metric=gpu_util&gpu=0&points=200",
+                              cookie).body);
+  EXPECT_EQ(s["source_points"], 5000);
+  ASSERT_EQ(s["points"].size(), 200u);
+  double peak = 0;
+  for (const auto& p : s["points"]) peak = std::max(peak, p[1].get<double>());
+  EXPECT_EQ(peak, 100.0);
+  EXPECT_EQ(s["points"][0][0], 0);
+  EXPECT_EQ(s["points"][199][0], 4999LL * 1'000'000'000);
+  // A window
+  json w = json::parse(Viewer("GET", "/api/v1/runs/1/series?metric=gpu_util&from_ns=0&to_ns=" +
+                                  std::to_string(9LL * 1'000'000'000), cookie).body);
+  EXPECT_EQ(w["source_points"], 10);
+  EXPECT_THAT(Viewer("GET", "/api/v1/runs/1/series?metric=fan", cookie).body,
+              HasSubstr("no metric 'fan'"));
+}
+
+TEST_F(ServerApiTest, ARunIsCreatedOnceAndABatchSentTwiceIsStoredOnce) {
   // GIVEN a run created by its client's id
   HttpResponse created = Call("PUT", "/api/v1/runs/node-1:42:1:1", Run());
   ASSERT_EQ(created.status, 201) << created.body;
@@ -115,7 +257,7 @@ TEST_F(IngestApiTest, ARunIsCreatedOnceAndABatchSentTwiceIsStoredOnce) {
   EXPECT_THAT(Call("GET", "/metrics", nullptr, "").body, HasSubstr("gpuprof_runs_live 0\n"));
 }
 
-TEST_F(IngestApiTest, WriteKeysAreChecked) {
+TEST_F(ServerApiTest, WriteKeysAreChecked) {
   EXPECT_EQ(Call("PUT", "/api/v1/runs/r1", Run(), "").status, 401);
   HttpResponse wrong = Call("PUT", "/api/v1/runs/r1", Run(), "guess");
   EXPECT_EQ(wrong.status, 403);
@@ -130,7 +272,7 @@ TEST_F(IngestApiTest, WriteKeysAreChecked) {
   EXPECT_FALSE(SecretEquals("abc", "abcd"));
 }
 
-TEST_F(IngestApiTest, BadRequestsAre4xxWithAMessageAndStoreNothing) {
+TEST_F(ServerApiTest, BadRequestsAre4xxWithAMessageAndStoreNothing) {
   ASSERT_EQ(Call("PUT", "/api/v1/runs/r1", Run()).status, 201);
   auto error = [](const HttpResponse& r) { return json::parse(r.body)["error"].get<std::string>(); };
   // A batch for a run never created
@@ -191,7 +333,7 @@ std::string Gzip(const std::string& plain) {
   return out;
 }
 
-TEST_F(IngestApiTest, GzipBodiesAreInflatedWithinTheLimitAndBombsAreRefused) {
+TEST_F(ServerApiTest, GzipBodiesAreInflatedWithinTheLimitAndBombsAreRefused) {
   ASSERT_EQ(Call("PUT", "/api/v1/runs/r1", Run()).status, 201);
   HttpRequest r;
   r.method = "POST";

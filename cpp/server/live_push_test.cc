@@ -56,7 +56,7 @@ TEST(LivePushTest, AnUnreachableServerLeavesASpoolThatDrainDeliversOnceUp) {
   std::ofstream(push.spool_path(), std::ios::app) << "{\"batch_id\": \"live-9\", \"ro";
   ApiOptions api_options;
   api_options.api_keys = {"k"};
-  auto api = IngestApi::Open((dir / "server.db").string(), api_options);
+  auto api = ServerApi::Open((dir / "server.db").string(), api_options);
   ASSERT_TRUE(api.ok()) << api.error();
   ServerOptions so;
   so.port = 0;

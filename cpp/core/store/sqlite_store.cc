@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <set>
 #include <thread>
 #include <nlohmann/json.hpp>
@@ -756,6 +757,36 @@ Status SqliteStore::InsertInsights(int64_t run_id, const std::vector<InsightRow>
 }
 
 // ---- team server ingest ----------------------------------------------------------------------
+
+Expected<std::vector<std::pair<int64_t, double>>> SqliteStore::LoadSeries(
+    int64_t run_id, const std::string& metric, int64_t gpu_index, int64_t from_ns,
+    int64_t to_ns) {
+  static const std::map<std::string, std::string> kColumns = {
+      {"gpu_util", "util_mean_pct"}, {"gpu_mem", "mem_used_max_bytes"},
+      {"gpu_power", "power_mean_mw"}, {"gpu_temp", "temp_max_c"}, {"host_cpu", "cpu_pct"}};
+  auto it = kColumns.find(metric);
+  if (it == kColumns.end()) {
+    return Status::Error("no metric '" + metric +
+                         "' (metrics: gpu_util, gpu_mem, gpu_power, gpu_temp, host_cpu)");
+  }
+  const bool host = metric == "host_cpu";
+  const std::string sql =
+      "SELECT ts_ns, " + it->second + " FROM " + (host ? "host_samples" : "gpu_samples_1s") +
+      " WHERE run_id = ? AND ts_ns BETWEEN ? AND ? AND " + it->second + " IS NOT NULL" +
+      (host ? "" : " AND gpu_index = ?") + " ORDER BY ts_ns";
+  std::vector<std::pair<int64_t, double>> out;
+  Status st = Query(sql, "load series " + metric,
+                    [&](Binder& b) {
+                      b.Int(run_id).Int(from_ns).Int(to_ns);
+                      if (!host) b.Int(gpu_index);
+                    },
+                    [&](sqlite3_stmt* q) {
+                      out.emplace_back(sqlite3_column_int64(q, 0), sqlite3_column_double(q, 1));
+                      return Status::Ok();
+                    });
+  if (!st.ok()) return st;
+  return out;
+}
 
 Expected<std::optional<int64_t>> SqliteStore::IngestRunId(const std::string& run_uuid) {
   std::optional<int64_t> id;

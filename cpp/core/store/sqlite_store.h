@@ -108,6 +108,13 @@ class SqliteStore {
   // *duplicate is set. Insights, when given, replace the run's in the same transaction.
   Status WriteBatchOnce(int64_t run_id, const std::string& batch_id, const std::vector<Row>& rows,
                         const std::vector<InsightRow>* insights, bool* duplicate);
+  // One time series of a run: (ts_ns, value) in [from_ns, to_ns], ascending, NULLs left out.
+  // `metric` is one of gpu_util, gpu_mem, gpu_power, gpu_temp (gpu_samples_1s of `gpu_index`)
+  // or host_cpu (host_samples); anything else is an error naming them.
+  Expected<std::vector<std::pair<int64_t, double>>> LoadSeries(int64_t run_id,
+                                                               const std::string& metric,
+                                                               int64_t gpu_index, int64_t from_ns,
+                                                               int64_t to_ns);
   // The run a team server created for `run_uuid`, or nullopt.
   Expected<std::optional<int64_t>> IngestRunId(const std::string& run_uuid);
   // Creates the run for `run_uuid` (BeginRun + ingest_runs) in one transaction.
