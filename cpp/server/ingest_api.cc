@@ -18,6 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "analysis/analysis.h"
+#include "analysis/group.h"
+#include "analysis/run_view.h"
 #include "analysis/report.h"
 #include "server/lttb.h"
 #include "store/row_json.h"
@@ -65,7 +67,8 @@ std::vector<std::string> Segments(const std::string& target) {
 constexpr const char* kEndpoints =
     "GET /healthz, GET /metrics, PUT /api/v1/runs/{uuid}, POST /api/v1/runs/{uuid}/batches, "
     "POST /api/v1/login, POST /api/v1/logout, GET /api/v1/runs, GET /api/v1/runs/{id}, "
-    "GET /api/v1/runs/{id}/series";
+    "GET /api/v1/runs/{id}/series, GET /api/v1/runs/{id}/steps, GET /api/v1/compare, "
+    "GET /api/v1/groups/{name}";
 
 constexpr const char* kSessionCookie = "gpuprof_session";
 constexpr const char* kCsrfCookie = "gpuprof_csrf";
@@ -97,7 +100,24 @@ std::map<std::string, std::string> Cookies(const HttpRequest& r) {
   return out;
 }
 
-// The query parameters of a target (no percent-decoding beyond '+'; values are ids and names).
+// %XX and '+' decoded (a malformed escape is kept as it is).
+std::string PercentDecode(const std::string& in) {
+  std::string out;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] == '+') {
+      out += ' ';
+    } else if (in[i] == '%' && i + 2 < in.size() && std::isxdigit(in[i + 1]) &&
+               std::isxdigit(in[i + 2])) {
+      out += static_cast<char>(std::stoi(in.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      out += in[i];
+    }
+  }
+  return out;
+}
+
+// The query parameters of a target, percent-decoded.
 std::map<std::string, std::string> Query(const std::string& target) {
   std::map<std::string, std::string> out;
   const size_t q = target.find('?');
@@ -106,11 +126,8 @@ std::map<std::string, std::string> Query(const std::string& target) {
   std::string part;
   while (std::getline(in, part, '&')) {
     const size_t eq = part.find('=');
-    std::string k = part.substr(0, eq), v = eq == std::string::npos ? "" : part.substr(eq + 1);
-    for (char& c : v) {
-      if (c == '+') c = ' ';
-    }
-    out[k] = v;
+    out[PercentDecode(part.substr(0, eq))] =
+        PercentDecode(eq == std::string::npos ? "" : part.substr(eq + 1));
   }
   return out;
 }
@@ -255,9 +272,15 @@ HttpResponse ServerApi::Handle(const HttpRequest& request) {
     return Count(ListRuns(request));
   }
   if (v1 && seg[2] == "runs" && m == "GET" &&
-      (seg.size() == 4 || (seg.size() == 5 && seg[4] == "series"))) {
+      (seg.size() == 4 || (seg.size() == 5 && (seg[4] == "series" || seg[4] == "steps")))) {
     if (auto denied = CheckViewer(request, false)) return Count(*denied);
-    return Count(seg.size() == 4 ? RunReport(seg[3]) : Series(seg[3], request));
+    if (seg.size() == 4) return Count(RunReport(seg[3]));
+    return Count(seg[4] == "series" ? Series(seg[3], request) : Steps(seg[3], request));
+  }
+  if (v1 && ((seg.size() == 3 && seg[2] == "compare") || (seg.size() == 4 && seg[2] == "groups"))) {
+    if (m != "GET") return Count(not_allowed("GET"));
+    if (auto denied = CheckViewer(request, false)) return Count(*denied);
+    return Count(seg[2] == "compare" ? Compare(request) : Group(PercentDecode(seg[3])));
   }
   if (v1 && seg[2] == "runs" && (seg.size() == 4 || (seg.size() == 5 && seg[4] == "batches"))) {
     const std::string& uuid = seg[3];
@@ -549,6 +572,125 @@ HttpResponse ServerApi::Series(const std::string& id, const HttpRequest& request
                         {"gpu", metric == "host_cpu" ? json() : json(*gpu)},
                         {"source_points", series->size()},
                         {"points", pts}});
+}
+
+HttpResponse ServerApi::Steps(const std::string& id, const HttpRequest& request) {
+  const auto run_id = ParseInt(id);
+  if (!run_id) return Error(400, "the run id must be an integer, got '" + id + "'");
+  const auto q = Query(request.target);
+  const auto points = q.count("points") ? ParseInt(q.at("points")) : std::optional<int64_t>(2000);
+  if (!points || *points < 1 || *points > 100000) {
+    return Error(400, "points must be an integer in 1..100000");
+  }
+  std::lock_guard lock(mu_);
+  auto exists = db_->RunExists(*run_id);
+  if (!exists) return Error(500, "store: " + exists.error());
+  if (!*exists) return Error(404, "no run " + id + " on this server");
+  auto data = db_->LoadRun(*run_id);
+  if (!data) return Error(500, "store: " + data.error());
+  const analysis::RunView view = analysis::BuildRunView(std::move(data.value()));
+  // Per step: its time in loader wait, each phase (wall), and the rest; GPU time apart.
+  static const char* kPhases[] = {"forward", "backward", "optimizer", "comm"};
+  struct Acc {
+    int64_t first = 0, last = 0, n = 0;
+    double duration = 0, wait = 0, other = 0;
+    double phase[4] = {0, 0, 0, 0};
+    double gpu = 0;
+    int64_t gpu_known = 0;
+  };
+  const size_t total = view.steps.size();
+  const size_t per = std::max<size_t>(1, (total + static_cast<size_t>(*points) - 1) /
+                                             static_cast<size_t>(*points));
+  json rows = json::array();
+  for (size_t i = 0; i < total; i += per) {
+    Acc a;
+    a.first = view.steps[i].step;
+    for (size_t j = i; j < std::min(total, i + per); ++j) {
+      const analysis::StepView& st = view.steps[j];
+      a.last = st.step;
+      ++a.n;
+      a.duration += static_cast<double>(st.duration_ns);
+      const double wait = static_cast<double>(st.wait_ns.value_or(0));
+      a.wait += wait;
+      double named = 0;
+      bool any_gpu = false;
+      double gpu = 0;
+      for (const auto& ph : st.phases) {
+        for (int k = 0; k < 4; ++k) {
+          if (ph.name == kPhases[k]) {
+            a.phase[k] += static_cast<double>(ph.wall_ns);
+            named += static_cast<double>(ph.wall_ns);
+          }
+        }
+        if (ph.gpu_ns) {
+          any_gpu = true;
+          gpu += static_cast<double>(*ph.gpu_ns);
+        }
+      }
+      a.other += std::max(0.0, static_cast<double>(st.duration_ns) - wait - named);
+      if (any_gpu) {
+        a.gpu += gpu;
+        ++a.gpu_known;
+      }
+    }
+    const double n = static_cast<double>(a.n);
+    json r = {{"first_step", a.first},      {"last_step", a.last},
+              {"steps", a.n},               {"duration_ns", a.duration / n},
+              {"wait_ns", a.wait / n},      {"forward_ns", a.phase[0] / n},
+              {"backward_ns", a.phase[1] / n}, {"optimizer_ns", a.phase[2] / n},
+              {"comm_ns", a.phase[3] / n},  {"other_ns", a.other / n},
+              {"gpu_ns", a.gpu_known ? json(a.gpu / static_cast<double>(a.gpu_known))
+                                     : json(nullptr)}};
+    rows.push_back(std::move(r));
+  }
+  return Json(200, json{{"run_id", *run_id},
+                        {"steps_total", total},
+                        {"steps_per_row", per},
+                        {"rows", rows}});
+}
+
+HttpResponse ServerApi::Compare(const HttpRequest& request) {
+  const auto q = Query(request.target);
+  if (!q.count("runs")) return Error(400, "compare needs ?runs=ID,ID[,ID,ID] (2 to 4 runs)");
+  std::vector<int64_t> ids;
+  std::istringstream in(q.at("runs"));
+  std::string part;
+  while (std::getline(in, part, ',')) {
+    const auto id = ParseInt(part);
+    if (!id) return Error(400, "runs: '" + part + "' is not a run id");
+    ids.push_back(*id);
+  }
+  if (ids.size() < 2 || ids.size() > 4) {
+    return Error(400, "compare takes 2 to 4 runs, got " + std::to_string(ids.size()));
+  }
+  json out = json::array();
+  std::lock_guard lock(mu_);
+  for (int64_t id : ids) {
+    auto exists = db_->RunExists(id);
+    if (!exists) return Error(500, "store: " + exists.error());
+    if (!*exists) return Error(404, "no run " + std::to_string(id) + " on this server");
+    auto report = analysis::AnalyzeRun(*db_, id, analysis::AnalysisOptions{});
+    if (!report) return Error(500, "analysis: " + report.error());
+    json doc = analysis::ReportJson(*report);
+    out.push_back(json{{"run", doc["run"]},
+                       {"steps", doc["steps"]},
+                       {"mfu", doc["mfu"]},
+                       {"insights", doc["insights"]}});
+  }
+  return Json(200, json{{"runs", out}});
+}
+
+HttpResponse ServerApi::Group(const std::string& name) {
+  std::lock_guard lock(mu_);
+  auto runs = db_->ListRuns();
+  if (!runs) return Error(500, "store: " + runs.error());
+  const bool known = std::any_of(runs->begin(), runs->end(), [&](const store::RunInfo& r) {
+    return r.group_id && *r.group_id == name;
+  });
+  if (!known) return Error(404, "no group '" + name + "' on this server");
+  auto report = analysis::AnalyzeStoredGroup(*db_, name, analysis::AnalysisOptions{});
+  if (!report) return Error(500, "analysis: " + report.error());
+  return Json(200, analysis::GroupReportJson(*report));
 }
 
 Expected<std::string> LoadOrCreateSecret(const std::optional<std::string>& secret_file,

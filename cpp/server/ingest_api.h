@@ -11,6 +11,9 @@
 //   GET  /api/v1/runs                       viewer: the runs (?name= &group= &status=)
 //   GET  /api/v1/runs/{id}                  viewer: the run's insights report (the engine)
 //   GET  /api/v1/runs/{id}/series           viewer: one metric, LTTB-downsampled
+//   GET  /api/v1/runs/{id}/steps            viewer: per-step breakdown (bucketed past ?points=)
+//   GET  /api/v1/compare?runs=1,2[,3,4]     viewer: 2-4 runs side by side
+//   GET  /api/v1/groups/{name}              viewer: a multi-rank group's report
 //
 // Two independent axes: write keys (X-API-Key) only write, a viewer session (cookie) only
 // reads. Every rejection is a 4xx with {"error": "..."} naming what was wrong. Secrets never
@@ -84,6 +87,9 @@ class ServerApi {
   HttpResponse ListRuns(const HttpRequest& request);
   HttpResponse RunReport(const std::string& id);
   HttpResponse Series(const std::string& id, const HttpRequest& request);
+  HttpResponse Steps(const std::string& id, const HttpRequest& request);
+  HttpResponse Compare(const HttpRequest& request);
+  HttpResponse Group(const std::string& name);
   int64_t Now() const;
   std::string Sign(const std::string& payload) const;  // hex HMAC-SHA256 with the secret
   // The request body as JSON (gzip inflated when Content-Encoding says so), or the 4xx.

@@ -92,7 +92,9 @@ class ServerApiTest : public ::testing::Test {
         if (!cookie.empty()) cookie += "; ";
         cookie += v.substr(0, v.find(';'));
         EXPECT_THAT(v, HasSubstr("SameSite=Strict"));
-        if (v.rfind("gpuprof_session=", 0) == 0) EXPECT_THAT(v, HasSubstr("HttpOnly"));
+        if (v.rfind("gpuprof_session=", 0) == 0) {
+          EXPECT_THAT(v, HasSubstr("HttpOnly"));
+        }
       }
     }
     return {cookie, json::parse(res.body)["csrf"].get<std::string>()};
@@ -356,6 +358,66 @@ TEST_F(ServerApiTest, GzipBodiesAreInflatedWithinTheLimitAndBombsAreRefused) {
   EXPECT_EQ(api_->Handle(r).status, 400);
   r.headers["content-encoding"] = "br";
   EXPECT_EQ(api_->Handle(r).status, 415);
+}
+
+}  // namespace
+}  // namespace gpuprof::server
+
+namespace gpuprof::server {
+namespace {
+
+TEST_F(ServerApiTest, ViewersGetTheStepBreakdownACompareAndAGroup) {
+  // GIVEN two ranks of one job, 10 steps each: 10 ms wait, 30 ms forward, 50 ms backward
+  for (int rank = 0; rank < 2; ++rank) {
+    json run = Run();
+    run["run"]["group_id"] = "job 1";
+    run["run"]["rank"] = rank;
+    run["run"]["world_size"] = 2;
+    const std::string uuid = "rank" + std::to_string(rank);
+    ASSERT_EQ(Call("PUT", "/api/v1/runs/" + uuid, run).status, 201);
+    std::vector<store::Row> rows;
+    for (int64_t s = 0; s < 10; ++s) {
+      rows.emplace_back(store::StepRow{s, s * 100'000'000, s * 100'000'000 + 100'000'000,
+                                       10'000'000, "gap", 1, 1, 0});
+      rows.emplace_back(store::PhaseRow{s, "forward", 30'000'000, std::nullopt, 1});
+      rows.emplace_back(store::PhaseRow{s, "backward", 50'000'000, std::nullopt, 1});
+    }
+    ASSERT_EQ(Call("POST", "/api/v1/runs/" + uuid + "/batches",
+                   json{{"batch_id", "b"}, {"rows", store::RowsToJson(rows)}})
+                  .status,
+              200);
+  }
+  const auto [cookie, csrf] = Login();
+  // The steps, bucketed 4 to a row for ?points=3
+  HttpResponse steps = Viewer("GET", "/api/v1/runs/1/steps?points=3", cookie);
+  ASSERT_EQ(steps.status, 200) << steps.body;
+  json s = json::parse(steps.body);
+  EXPECT_EQ(s["steps_total"], 10);
+  EXPECT_EQ(s["steps_per_row"], 4);
+  ASSERT_EQ(s["rows"].size(), 3u);
+  EXPECT_EQ(s["rows"][0]["first_step"], 0);
+  EXPECT_EQ(s["rows"][0]["last_step"], 3);
+  EXPECT_DOUBLE_EQ(s["rows"][0]["forward_ns"].get<double>(), 30e6);
+  EXPECT_DOUBLE_EQ(s["rows"][0]["other_ns"].get<double>(), 10e6);  // 100 - 10 - 30 - 50
+  EXPECT_TRUE(s["rows"][0]["gpu_ns"].is_null());                     // unknown, not 0
+  EXPECT_EQ(s["rows"][2]["steps"], 2);
+  // A compare of both ranks; 1 or 5 runs, or an unknown one, are refused
+  json cmp = json::parse(Viewer("GET", "/api/v1/compare?runs=1,2", cookie).body);
+  ASSERT_EQ(cmp["runs"].size(), 2u);
+  EXPECT_EQ(cmp["runs"][1]["run"]["rank"], 1);
+  EXPECT_EQ(Viewer("GET", "/api/v1/compare?runs=1", cookie).status, 400);
+  EXPECT_EQ(Viewer("GET", "/api/v1/compare?runs=1,2,1,2,1", cookie).status, 400);
+  EXPECT_EQ(Viewer("GET", "/api/v1/compare?runs=1,99", cookie).status, 404);
+  // The group (its name percent-encoded)
+  HttpResponse group = Viewer("GET", "/api/v1/groups/job%201", cookie);
+  ASSERT_EQ(group.status, 200) << group.body;
+  EXPECT_EQ(json::parse(group.body)["ranks"].size(), 2u);
+  EXPECT_EQ(Viewer("GET", "/api/v1/groups/nope", cookie).status, 404);
+  // AND none of it without a viewer session
+  for (const char* t : {"/api/v1/runs/1/steps", "/api/v1/compare?runs=1,2", "/api/v1/groups/x"}) {
+    EXPECT_EQ(Viewer("GET", t, "").status, 401) << t;
+    EXPECT_EQ(Viewer("GET", t, "", "", "new-key").status, 401) << t;
+  }
 }
 
 }  // namespace
