@@ -34,7 +34,10 @@ def test_db_is_readable_after_kill_9(tmp_path):
     try:
         deadline = time.time() + 60
         while time.time() < deadline:
-            if marker.exists() and marker.read_text() and int(marker.read_text()) >= 60:
+            # Read once: the loop truncates the file before each write, so a second read may
+            # find it empty.
+            text = marker.read_text() if marker.exists() else ""
+            if text.strip() and int(text) >= 60:
                 break
             time.sleep(0.05)
         else:

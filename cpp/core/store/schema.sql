@@ -139,6 +139,9 @@ CREATE TABLE IF NOT EXISTS gpu_samples_1s (
   pcie_tx_max_bps      DOUBLE PRECISION,
   PRIMARY KEY (run_id, ts_ns, gpu_index)
 );
+-- One GPU's series over a window (the team server's /series): without it a 24 h x 8 GPU run
+-- scans every GPU's seconds.
+CREATE INDEX IF NOT EXISTS gpu_samples_1s_by_gpu ON gpu_samples_1s(run_id, gpu_index, ts_ns);
 
 -- Host telemetry at host_hz, kept for the whole run.
 CREATE TABLE IF NOT EXISTS host_samples (
