@@ -221,6 +221,18 @@ def test_a_server_down_for_the_whole_run_is_one_warning_and_a_spool_that_drain_d
     assert elapsed < 1.5 + 10  # the run, plus at most the 5 s exit wait and the analysis
     files = list(spool.glob("run-*.jsonl"))
     assert len(files) == 1 and str(files[0]) in text
+    # AND a drain the server refuses (a wrong key) keeps the file and says so (exit status 1)
+    refused = run_cli("drain", "--server", base, "--dir", str(spool), "--api-key", "wrong")
+    assert refused.returncode == 1
+    assert "kept (0 of" in refused.stdout and "answered 403" in refused.stdout
+    assert files[0].exists()
+    # AND a file that is not a spool file is left alone
+    junk_dir = tmp_path / "junk"
+    junk_dir.mkdir()
+    (junk_dir / "run-x.jsonl").write_text('{"batch_id": "b"}\n')
+    junk = run_cli("drain", "--server", base, "--dir", str(junk_dir), "--api-key", "new-key")
+    assert junk.returncode == 1 and "not a gpuprof spool file" in junk.stdout
+    assert (junk_dir / "run-x.jsonl").exists()
     # AND gpuprof drain delivers it to the server that is up, then removes the file
     drained = run_cli("drain", "--server", base, "--dir", str(spool), check=True,
                       env={"GPUPROF_API_KEY": "old-key", "PATH": "/usr/bin:/bin"})
@@ -298,3 +310,30 @@ def test_a_viewer_logs_in_and_reads_what_gpuprof_insights_reads(server, tmp_path
                 {**viewer, "Content-Type": "application/json"})[0] == 403
     assert call(base, "POST", "/api/v1/logout", b"{}",
                 {**viewer, "Content-Type": "application/json", "X-CSRF-Token": csrf})[0] == 200
+
+
+def test_the_viewer_password_can_come_from_a_file(tmp_path):
+    pw = tmp_path / "viewer.txt"
+    pw.write_text("from-file  \r\nsecond line ignored\n")
+    both = run_cli("serve", "--api-key", "k", "--viewer-password", "p",
+                   "--viewer-password-file", str(pw))
+    assert both.returncode == 2 and "not both" in both.stderr
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n")
+    none = run_cli("serve", "--api-key", "k", "--viewer-password-file", str(empty))
+    assert none.returncode == 2 and "cannot be empty" in none.stderr
+    proc = subprocess.Popen([gpuprof_exe(), "serve", "--port", "0", "--api-key", "k",
+                             "--viewer-password-file", str(pw),
+                             "--storage-url", f"sqlite://{tmp_path / 's.db'}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        base = re.search(r"(http://127\.0\.0\.1:\d+)", proc.stdout.readline()).group(1)
+        login = lambda p: call(base, "POST", "/api/v1/login", json.dumps({"password": p}).encode(),
+                               {"Content-Type": "application/json"})[0]
+        assert login("from-file") == 200  # the first line, its line end and spaces trimmed
+        assert login("second line ignored") == 401
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
+        proc.stdout.close()
+        proc.stderr.close()

@@ -91,6 +91,74 @@ std::string DumpJson(const nlohmann::json& doc) {
   return doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+// `gpuprof insights 42` means run 42 of ./gpuprof.db unless a file named "42" exists; so does
+// `gpuprof insights latest` (the latest run) unless a file named "latest" exists. The same for
+// `gpuprof push`.
+void ApplyRunShorthand(std::string* db, std::string* run) {
+  std::error_code ec;
+  if (run->empty() && (LooksLikeRunId(*db) || *db == "latest") &&
+      !std::filesystem::exists(*db, ec)) {
+    *run = *db;
+    *db = "gpuprof.db";
+  }
+}
+
+// A gpuprof DB opened read-only with its run ids (ascending), or the exit status after the
+// message saying why not (no such file, a directory, not a DB, no runs).
+struct OpenedRuns {
+  std::unique_ptr<store::SqliteStore> store;
+  std::vector<int64_t> ids;
+  int exit = 0;  // non-zero: failed
+};
+
+OpenedRuns OpenRuns(const std::string& db) {
+  OpenedRuns out;
+  std::error_code ec;
+  if (!std::filesystem::exists(db, ec)) {
+    out.exit = Fail("no such file: " + db + " — run a profiled script first, or pass the DB path");
+    return out;
+  }
+  if (std::filesystem::is_directory(db, ec)) {
+    out.exit = Fail(db + " is a directory; pass the gpuprof DB file (e.g. " +
+                    (std::filesystem::path(db) / "gpuprof.db").string() + ")");
+    return out;
+  }
+  auto store = store::SqliteStore::Open(db, store::SqliteStore::Mode::kReadOnly);
+  if (!store) {
+    out.exit = Fail(store.error());
+    return out;
+  }
+  auto runs = (*store)->ListRuns();
+  if (!runs) {
+    out.exit = Fail(runs.error());
+    return out;
+  }
+  if (runs->empty()) {
+    out.exit = Fail(db + " holds no runs yet — run a script under gpuprof.profile() first");
+    return out;
+  }
+  for (const auto& r : *runs) out.ids.push_back(r.run_id);
+  out.store = std::move(store.value());
+  return out;
+}
+
+// The run RUN names among `ids` (the latest when empty or 'latest'), or the exit status after
+// the message (not a run id: usage error; no such run: data error).
+std::optional<int64_t> PickRun(const std::string& db, const std::string& run,
+                               const std::vector<int64_t>& ids, int* exit) {
+  if (run.empty() || run == "latest") return ids.back();
+  if (!LooksLikeRunId(run)) {
+    *exit = UsageError("RUN must be a run id (an integer) or 'latest', got '" + run + "'");
+    return std::nullopt;
+  }
+  const std::optional<int64_t> parsed = ParseRunId(run);
+  if (!parsed || std::find(ids.begin(), ids.end(), *parsed) == ids.end()) {
+    *exit = Fail("no run " + run + " in " + db + " (run ids: " + IdRanges(ids) + ")");
+    return std::nullopt;
+  }
+  return parsed;
+}
+
 struct InsightsArgs {
   std::string db = "gpuprof.db";
   std::string run;  // empty or "latest" = the latest run
@@ -100,22 +168,7 @@ struct InsightsArgs {
 };
 
 int RunInsights(InsightsArgs args) {
-  std::error_code ec;
-  // `gpuprof insights 42` means run 42 of ./gpuprof.db unless a file named "42" exists; so
-  // does `gpuprof insights latest` (the latest run) unless a file named "latest" exists.
-  if (args.run.empty() && (LooksLikeRunId(args.db) || args.db == "latest") &&
-      !std::filesystem::exists(args.db, ec)) {
-    args.run = args.db;
-    args.db = "gpuprof.db";
-  }
-  if (!std::filesystem::exists(args.db, ec)) {
-    return Fail("no such file: " + args.db +
-                " — run a profiled script first, or pass the DB path");
-  }
-  if (std::filesystem::is_directory(args.db, ec)) {
-    return Fail(args.db + " is a directory; pass the gpuprof DB file (e.g. " +
-                (std::filesystem::path(args.db) / "gpuprof.db").string() + ")");
-  }
+  ApplyRunShorthand(&args.db, &args.run);
   analysis::AnalysisOptions options;
   if (!args.gpu_rate.empty()) {
     options.gpu_rate_usd_per_hour = analysis::ParseRate(args.gpu_rate);
@@ -124,19 +177,15 @@ int RunInsights(InsightsArgs args) {
                         "' is not a non-negative number of USD per GPU-hour");
     }
   }
-  auto store = store::SqliteStore::Open(args.db, store::SqliteStore::Mode::kReadOnly);
-  if (!store) return Fail(store.error());
-  auto runs = (*store)->ListRuns();
-  if (!runs) return Fail(runs.error());
-  if (runs->empty()) {
-    return Fail(args.db + " holds no runs yet — run a script under gpuprof.profile() first");
-  }
+  OpenedRuns opened = OpenRuns(args.db);
+  if (opened.exit) return opened.exit;
+  store::SqliteStore& db = *opened.store;
   if (args.group) {
     if (!args.run.empty()) {
       return UsageError("--group analyzes every run of the group; leave out RUN (got '" +
                         args.run + "')");
     }
-    auto group = analysis::AnalyzeStoredGroup(**store, *args.group, options);
+    auto group = analysis::AnalyzeStoredGroup(db, *args.group, options);
     if (!group) return Fail(group.error());
     if (args.json) {
       std::cout << DumpJson(analysis::GroupReportJson(*group)) << "\n";
@@ -145,22 +194,10 @@ int RunInsights(InsightsArgs args) {
     }
     return 0;
   }
-  std::vector<int64_t> ids;
-  for (const auto& r : *runs) ids.push_back(r.run_id);
-
-  int64_t run_id = ids.back();
-  if (!args.run.empty() && args.run != "latest") {
-    if (!LooksLikeRunId(args.run)) {
-      return UsageError("RUN must be a run id (an integer) or 'latest', got '" + args.run +
-                        "'");
-    }
-    const std::optional<int64_t> parsed = ParseRunId(args.run);
-    if (!parsed || std::find(ids.begin(), ids.end(), *parsed) == ids.end()) {
-      return Fail("no run " + args.run + " in " + args.db + " (run ids: " + IdRanges(ids) + ")");
-    }
-    run_id = *parsed;
-  }
-  auto report = analysis::AnalyzeRun(**store, run_id, options);
+  int exit = 0;
+  const std::optional<int64_t> run_id = PickRun(args.db, args.run, opened.ids, &exit);
+  if (!run_id) return exit;
+  auto report = analysis::AnalyzeRun(db, *run_id, options);
   if (!report) return Fail(report.error());
   if (args.json) {
     std::cout << DumpJson(analysis::ReportJson(*report)) << "\n";
@@ -182,13 +219,18 @@ struct ServeArgs {
   std::optional<std::string> secret_file;
 };
 
-// The first line of a secret file, without its line end; nullopt when it cannot be read.
+// A line of a secret file without its trailing carriage return and spaces.
+void TrimLineEnd(std::string* line) {
+  while (!line->empty() && (line->back() == '\r' || line->back() == ' ')) line->pop_back();
+}
+
+// The first line of a secret file, trimmed; nullopt when it cannot be read.
 std::optional<std::string> FirstLine(const std::string& path) {
   std::ifstream in(path);
   if (!in) return std::nullopt;
   std::string line;
   std::getline(in, line);
-  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  TrimLineEnd(&line);
   return line;
 }
 
@@ -216,7 +258,7 @@ int RunServe(const ServeArgs& args) {
     std::string line;
     size_t found = 0;
     while (std::getline(in, line)) {
-      while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+      TrimLineEnd(&line);
       if (line.empty() || line[0] == '#') continue;
       api_options.api_keys.push_back(line);
       ++found;
@@ -296,11 +338,7 @@ struct PushArgs {
 };
 
 int RunPush(PushArgs args) {
-  if (args.run.empty() && (LooksLikeRunId(args.db) || args.db == "latest") &&
-      !std::filesystem::exists(args.db)) {
-    args.run = args.db;
-    args.db = "gpuprof.db";
-  }
+  ApplyRunShorthand(&args.db, &args.run);
   if (args.api_key.empty()) {
     if (const char* env = std::getenv("GPUPROF_API_KEY")) args.api_key = env;
   }
@@ -308,27 +346,15 @@ int RunPush(PushArgs args) {
     return UsageError("push needs a write key: --api-key KEY or $GPUPROF_API_KEY");
   }
   if (args.batch_rows < 1) return UsageError("--batch-rows must be at least 1");
-  if (!std::filesystem::exists(args.db)) return Fail("no such file: " + args.db);
-  auto store = store::SqliteStore::Open(args.db, store::SqliteStore::Mode::kReadOnly);
-  if (!store) return Fail(store.error());
-  auto runs = (*store)->ListRuns();
-  if (!runs) return Fail(runs.error());
-  if (runs->empty()) return Fail(args.db + " holds no runs yet");
-  std::vector<int64_t> ids;
-  for (const auto& r : *runs) ids.push_back(r.run_id);
-  int64_t run_id = ids.back();
-  if (!args.run.empty() && args.run != "latest") {
-    const std::optional<int64_t> parsed =
-        LooksLikeRunId(args.run) ? ParseRunId(args.run) : std::nullopt;
-    if (!LooksLikeRunId(args.run)) {
-      return UsageError("RUN must be a run id (an integer) or 'latest', got '" + args.run + "'");
-    }
-    if (!parsed || std::find(ids.begin(), ids.end(), *parsed) == ids.end()) {
-      return Fail("no run " + args.run + " in " + args.db + " (run ids: " + IdRanges(ids) + ")");
-    }
-    run_id = *parsed;
-  }
-  store->reset();
+  int64_t run_id = 0;
+  {
+    OpenedRuns opened = OpenRuns(args.db);
+    if (opened.exit) return opened.exit;
+    int exit = 0;
+    const std::optional<int64_t> picked = PickRun(args.db, args.run, opened.ids, &exit);
+    if (!picked) return exit;
+    run_id = *picked;
+  }  // PushRun opens the file itself
   server::PushOptions options;
   options.server_url = args.server;
   options.api_key = args.api_key;

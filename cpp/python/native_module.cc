@@ -91,10 +91,7 @@ class PySession {
       server::LivePushOptions p;
       p.server_url = *url;
       p.api_key = Opt<std::string>(options, "api_key").value_or("");
-      p.spool_dir = Opt<std::string>(options, "buffer_dir").value_or(server::DefaultSpoolDir());
-      if (auto wait = Opt<double>(options, "push_exit_wait_s")) {
-        p.exit_wait = std::chrono::milliseconds(static_cast<int64_t>(*wait * 1000));
-      }
+      p.spool_dir = server::DefaultSpoolDir();  // $GPUPROF_BUFFER_DIR or ~/.gpuprof/buffer
       push_ = std::make_unique<server::LivePush>(std::move(p));
       server::LivePush* push = push_.get();
       c.writer.tee = [push](const store::Row& row) { push->Add(row); };
@@ -210,9 +207,7 @@ class PySession {
 
   // Why the live push did not deliver everything (and where the rest is), or None.
   std::optional<std::string> PushWarning() const { return push_warning_; }
-  std::optional<std::string> PushRunUuid() const {
-    return push_ ? std::optional<std::string>(push_->run_uuid()) : std::nullopt;
-  }
+
 
   nb::dict Stats() const {
     nb::dict d;
@@ -414,7 +409,6 @@ NB_MODULE(_native, m) {
            nb::arg("config_json").none() = nb::none())
       .def("stats", &PySession::Stats)
       .def("push_warning", &PySession::PushWarning)
-      .def("push_run_uuid", &PySession::PushRunUuid)
       .def("stop", &PySession::Stop, nb::arg("status"), nb::arg("error").none() = nb::none());
 
   m.def("monotonic_ns", &gpuprof::clock::NowNs);

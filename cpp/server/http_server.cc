@@ -34,17 +34,6 @@ http::response<http::string_body> ToBeast(const HttpResponse& r, unsigned versio
   return res;
 }
 
-HttpResponse JsonError(int status, const std::string& message) {
-  HttpResponse r;
-  r.status = status;
-  std::string escaped;
-  for (char c : message) {
-    if (c == '"' || c == '\\') escaped += '\\';
-    escaped += c;
-  }
-  r.body = "{\"error\":\"" + escaped + "\"}\n";
-  return r;
-}
 
 }  // namespace
 
@@ -88,13 +77,13 @@ struct HttpServer::Impl {
       if (ec) {
         HttpResponse r;
         if (ec == http::error::body_limit) {
-          r = JsonError(413, "the body is larger than the server takes (" +
+          r = ErrorResponse(413, "the body is larger than the server takes (" +
                                  std::to_string(max_body) + " bytes)");
         } else if (ec == asio::error::would_block || ec == asio::error::timed_out ||
                    ec == asio::error::try_again) {
           break;  // idle keep-alive connection or a stalled client
         } else {
-          r = JsonError(400, "malformed HTTP request: " + ec.message());
+          r = ErrorResponse(400, "malformed HTTP request: " + ec.message());
         }
         http::write(socket, ToBeast(r, 11, false), ec);
         if (r.status == 413) {
@@ -183,7 +172,7 @@ void HttpServer::Serve() {
       continue;
     }
     if (impl->connections.load() >= impl->options.max_connections) {
-      auto res = ToBeast(JsonError(503, "too many connections; retry later"), 11, false);
+      auto res = ToBeast(ErrorResponse(503, "too many connections; retry later"), 11, false);
       res.set(http::field::retry_after, "1");
       http::write(socket, res, ec);
       socket.close(ec);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <charconv>
 #include <chrono>
 #include <fstream>
 
@@ -37,7 +38,7 @@ HttpResponse Json(int status, const json& doc) {
 }
 
 HttpResponse Error(int status, const std::string& message) {
-  return Json(status, json{{"error", message}});
+  return ErrorResponse(status, message);
 }
 
 // A client's run UUID or batch id: 1 to `max` characters of [A-Za-z0-9._:-].
@@ -106,8 +107,9 @@ std::string PercentDecode(const std::string& in) {
   for (size_t i = 0; i < in.size(); ++i) {
     if (in[i] == '+') {
       out += ' ';
-    } else if (in[i] == '%' && i + 2 < in.size() && std::isxdigit(in[i + 1]) &&
-               std::isxdigit(in[i + 2])) {
+    } else if (in[i] == '%' && i + 2 < in.size() &&
+               std::isxdigit(static_cast<unsigned char>(in[i + 1])) &&
+               std::isxdigit(static_cast<unsigned char>(in[i + 2]))) {
       out += static_cast<char>(std::stoi(in.substr(i + 1, 2), nullptr, 16));
       i += 2;
     } else {
@@ -133,18 +135,18 @@ std::map<std::string, std::string> Query(const std::string& target) {
 }
 
 std::optional<int64_t> ParseInt(const std::string& text) {
-  if (text.empty() || text.size() > 19) return std::nullopt;
   int64_t v = 0;
-  size_t i = text[0] == '-' ? 1 : 0;
-  if (i == text.size()) return std::nullopt;
-  for (; i < text.size(); ++i) {
-    if (text[i] < '0' || text[i] > '9') return std::nullopt;
-    v = v * 10 + (text[i] - '0');
-  }
-  return text[0] == '-' ? -v : v;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || ptr != end) return std::nullopt;
+  return v;
 }
 
 }  // namespace
+
+HttpResponse ErrorResponse(int status, const std::string& message) {
+  return Json(status, json{{"error", message}});
+}
 
 bool SecretEquals(const std::string& a, const std::string& b) {
   // Compare over the longer length so the time says nothing about where they differ.

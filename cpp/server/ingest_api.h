@@ -112,6 +112,9 @@ class ServerApi {
 Expected<std::string> LoadOrCreateSecret(const std::optional<std::string>& secret_file,
                                          const std::string& store_path);
 
+// {"error": message} with `status`: every refusal of the API and of the socket layer.
+HttpResponse ErrorResponse(int status, const std::string& message);
+
 // Constant-time equality of two secrets (the time does not depend on where they differ).
 bool SecretEquals(const std::string& a, const std::string& b);
 

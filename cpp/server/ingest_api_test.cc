@@ -6,6 +6,7 @@
 #include <zlib.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -418,6 +419,36 @@ TEST_F(ServerApiTest, ViewersGetTheStepBreakdownACompareAndAGroup) {
     EXPECT_EQ(Viewer("GET", t, "").status, 401) << t;
     EXPECT_EQ(Viewer("GET", t, "", "", "new-key").status, 401) << t;
   }
+}
+
+}  // namespace
+}  // namespace gpuprof::server
+
+namespace gpuprof::server {
+namespace {
+
+TEST(SessionSecretTest, IsGeneratedOnceBesideTheStoreOrReadFromAFileOfAtLeast32Bytes) {
+  const fs::path dir = fs::temp_directory_path() / ("gpuprof_secret_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string store = (dir / "s.db").string();
+  // Generated once, private, and the same on the next start
+  auto first = LoadOrCreateSecret(std::nullopt, store);
+  ASSERT_TRUE(first.ok()) << first.error();
+  EXPECT_GE(first->size(), 32u);
+  EXPECT_EQ(fs::status(store + ".secret").permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_EQ(*LoadOrCreateSecret(std::nullopt, store), *first);
+  // From a file: too short is refused naming it, long enough is used as it is
+  std::ofstream(dir / "short") << "abc";
+  EXPECT_THAT(LoadOrCreateSecret((dir / "short").string(), store).error(),
+              HasSubstr("too short (at least 32 bytes"));
+  const std::string long_secret(40, 'q');
+  std::ofstream(dir / "long") << long_secret;
+  EXPECT_EQ(*LoadOrCreateSecret((dir / "long").string(), store), long_secret);
+  EXPECT_THAT(LoadOrCreateSecret((dir / "none").string(), store).error(),
+              HasSubstr("cannot be read"));
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -51,11 +51,6 @@ std::string LivePush::spool_path() const {
   return (fs::path(options_.spool_dir) / ("run-" + uuid_ + ".jsonl")).string();
 }
 
-uint64_t LivePush::batches_acked() const {
-  std::lock_guard lock(mu_);
-  return acked_;
-}
-
 void LivePush::Start(const store::RunInfo& info) {
   std::lock_guard lock(mu_);
   if (started_) return;
@@ -81,10 +76,7 @@ void LivePush::TakeQueued() {
   // Past the memory bound, the oldest batches live in the spool only (gpuprof drain sends them).
   while (pending_rows_ > options_.max_pending_rows && pending_.size() > 1) {
     Batch& old = pending_.front();
-    if (!old.spooled) {
-      Spool(old.body);
-      if (!spool_open_) ++dropped_rows_;
-    }
+    if (!old.spooled) Spool(old.body);
     pending_rows_ -= old.rows;
     pending_.pop_front();
   }
@@ -143,7 +135,6 @@ bool LivePush::SendPending(std::chrono::steady_clock::time_point deadline) {
     }
     pending_rows_ -= b.rows;
     pending_.pop_front();
-    ++acked_;
   }
   return true;
 }

@@ -59,9 +59,7 @@ class LivePush {
   std::optional<std::string> Finish(const store::RunInfo& final_info,
                                     const std::vector<store::InsightRow>& insights);
 
-  const std::string& run_uuid() const { return uuid_; }
   std::string spool_path() const;
-  uint64_t batches_acked() const;
 
  private:
   struct Batch {
@@ -84,16 +82,14 @@ class LivePush {
 
   std::mutex queue_mu_;  // guards queued_
   std::vector<store::Row> queued_;
-  size_t dropped_rows_ = 0;  // over max_pending_rows and not spooled (the spool failed too)
 
-  mutable std::mutex mu_;  // guards the rest, used by the thread and Finish()
+  std::mutex mu_;  // guards the rest, used by the thread and Finish()
   std::condition_variable cv_;
   bool stop_ = false;
   bool started_ = false;
   std::deque<Batch> pending_;
   size_t pending_rows_ = 0;
   uint64_t next_batch_ = 0;
-  uint64_t acked_ = 0;
   bool spool_open_ = false;
   std::optional<std::string> first_error_;
   std::chrono::milliseconds backoff_{0};

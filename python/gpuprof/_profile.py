@@ -796,10 +796,7 @@ def _server_options(server: Optional[str], api_key: Optional[str]) -> dict[str, 
         return {}
     _check_utf8("server", server)
     _check_utf8("api_key", api_key)
-    out: dict[str, Any] = {"server_url": server.rstrip("/"), "api_key": api_key}
-    if os.environ.get("GPUPROF_BUFFER_DIR"):
-        out["buffer_dir"] = os.environ["GPUPROF_BUFFER_DIR"]
-    return out
+    return {"server_url": server.rstrip("/"), "api_key": api_key}
 
 
 def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db",

@@ -847,10 +847,7 @@ Status SqliteStore::WriteBatchOnce(int64_t run_id, const std::string& batch_id,
     *duplicate = true;
     return Status::Ok();
   }
-  for (const Row& row : rows) {
-    st = std::visit([&](const auto& r) { return WriteOne(row.index(), run_id, r); }, row);
-    if (!st.ok()) return fail(st);
-  }
+  if (st = WriteEach(run_id, rows.begin(), rows.end()); !st.ok()) return fail(st);
   if (insights) {
     if (st = InsertInsights(run_id, *insights); !st.ok()) return fail(st);
   }
@@ -922,16 +919,22 @@ Status SqliteStore::WriteRows(int64_t run_id, const std::vector<Row>& rows) {
 }
 
 template <typename It>
-Status SqliteStore::WriteRange(int64_t run_id, It begin, It end) {
-  if (begin == end) return Status::Ok();
-  if (Status st = Begin(); !st.ok()) return st;
+Status SqliteStore::WriteEach(int64_t run_id, It begin, It end) {
   for (It it = begin; it != end; ++it) {
     const Row& row = *it;
     Status st = std::visit([&](const auto& r) { return WriteOne(row.index(), run_id, r); }, row);
-    if (!st.ok()) {
-      Rollback();
-      return st;
-    }
+    if (!st.ok()) return st;
+  }
+  return Status::Ok();
+}
+
+template <typename It>
+Status SqliteStore::WriteRange(int64_t run_id, It begin, It end) {
+  if (begin == end) return Status::Ok();
+  if (Status st = Begin(); !st.ok()) return st;
+  if (Status st = WriteEach(run_id, begin, end); !st.ok()) {
+    Rollback();
+    return st;
   }
   return Commit();
 }

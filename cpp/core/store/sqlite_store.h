@@ -167,6 +167,8 @@ class SqliteStore {
   Status InsertInsights(int64_t run_id, const std::vector<InsightRow>& insights);  // no txn
   template <typename It>
   Status WriteRange(int64_t run_id, It begin, It end);  // what WriteRows does, for any range
+  template <typename It>
+  Status WriteEach(int64_t run_id, It begin, It end);  // the rows, inside the caller's txn
   template <typename BindFn, typename RowFn>
   Status Query(const std::string& sql, const std::string& purpose, BindFn bind, RowFn each);
 

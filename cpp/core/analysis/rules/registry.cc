@@ -87,7 +87,8 @@ void AddDataPipeline(std::vector<RuleSpec>& r) {
                       "...not when other processes' load (host busy cores minus the training's, "
                       "the least over the window) is at least this many cores and the training's "
                       "threads queue for a CPU (≥ kCpuWaitShare of step time): the host is "
-                      "contended, which says nothing of the loader"},
+                      "contended, which says nothing of the loader",
+                      true},
                      {"kHostMinSamples", static_cast<double>(kHostMinSamples),
                       "evaluated from at least this many host CPU readings (also "
                       "io_bound_dataloader)"},
@@ -250,7 +251,8 @@ void AddHost(std::vector<RuleSpec>& r) {
                      {"kOtherLoadCores", kOtherLoadCores,
                       "other processes' load (the least over the steady-state host samples) at "
                       "or above this many cores: the fix says to move them; below, the "
-                      "training's own threads outnumber the cores"}},
+                      "training's own threads outnumber the cores",
+                      true}},
       .explains = {{"high_step_variance", "cpu_wait_caused",
                     "its slow steps are mostly its threads queueing for a CPU"}},
       .evaluate = rules::CpuContention,
@@ -685,8 +687,8 @@ std::string RulesMarkdown() {
   out += "|---|---|---|---|\n";
   for (const RuleSpec& s : Rules()) {
     for (const RuleThreshold& t : s.thresholds) {
-      // A fraction is a share, also shown as a percentage; a count of cores is not.
-      const bool share = t.value > 0 && t.value < 1 && !t.name.ends_with("Cores");
+      // A fraction is a share, also shown as a percentage; a quantity (cores) is not.
+      const bool share = t.value > 0 && t.value < 1 && !t.quantity;
       out += "| `" + s.id + "` | `" + t.name + "` | " + StrFormat("%g", t.value) +
              (share ? " (" + FormatPercent(t.value) + ")" : "") + " | " +
              EscapePipes(t.meaning) + " |\n";

@@ -241,6 +241,8 @@ struct RuleThreshold {
   std::string name;   // the constant's name in thresholds::
   double value = 0;
   std::string meaning;
+  // A quantity (cores, ...) rather than a share: a value below 1 is not shown as a percentage.
+  bool quantity = false;
 };
 
 // Precedence between rules. A rule that names a cause explains the general findings that cause

@@ -35,7 +35,7 @@ bool AnyWait(const RunView& view) {
                      [](const StepView& s) { return s.wait_ns && *s.wait_ns > 0; });
 }
 
-bool AnyStall(const RunView& view) {
+bool AnyMachineTime(const RunView& view) {
   return std::any_of(view.steps.begin(), view.steps.end(),
                      [](const StepView& s) { return s.machine_ns() > 0; });
 }
@@ -45,7 +45,7 @@ bool AnyStall(const RunView& view) {
 // outside time without a CPU".
 std::string StepTook(const RunView& view, const std::string& time) {
   const long long step = static_cast<long long>(view.steps.front().step);
-  const bool wait = AnyWait(view), stall = AnyStall(view);
+  const bool wait = AnyWait(view), stall = AnyMachineTime(view);
   if (!wait && !stall) return StrFormat("Step %lld took %s", step, time.c_str());
   return StrFormat("Step %lld ran for %s outside %s", step, time.c_str(),
                    wait && stall ? "the loader and time without a CPU"
