@@ -4,7 +4,7 @@ PY := .venv/bin/python
 PY312 := .venv312/bin/python
 PY313 := .venv313/bin/python
 
-.PHONY: help setup demo test test-cpp test-py bench bench-lines rules-table format clean
+.PHONY: help setup demo test test-cpp test-fuzz test-py fuzz bench bench-lines rules-table format clean
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-12s %s\n", $$1, $$2}'
@@ -15,11 +15,14 @@ setup: ## Install everything (apt packages, .venv, torch CPU, gpuprof from sourc
 demo: setup ## Set up, then run the CPU demo training under gpuprof and print insights
 	cd examples && ../$(PY) train_cpu.py
 
-test: setup ## Set up, then run all tests (ctest + pytest)
-	@$(MAKE) --no-print-directory test-cpp test-py
+test: setup ## Set up, then run all tests (ctest, a 30 s fuzz run, pytest)
+	@$(MAKE) --no-print-directory test-cpp test-fuzz test-py
 
 test-cpp: ## C++ tests (GoogleTest via ctest), assumes setup
 	ctest --test-dir build/py --output-on-failure -j2
+
+test-fuzz: ## Ingest fuzzing for 30 s (builds build/fuzz once, clang), assumes setup
+	@bash scripts/fuzz.sh 30
 
 test-py: ## Python tests (pytest through the public API), assumes setup
 	$(PY) -m pytest tests -q
@@ -27,6 +30,9 @@ test-py: ## Python tests (pytest through the public API), assumes setup
 	  $(PY312) -m pytest tests/linescope -q -p no:cacheprovider; fi
 	@if [ -x $(PY313) ]; then echo "linescope on Python 3.13 (sys.monitoring):"; \
 	  $(PY313) -m pytest tests/linescope -q -p no:cacheprovider; fi
+
+fuzz: ## Fuzz the ingest parser for 300 s (libFuzzer, ASan+UBSan; scripts/fuzz.sh SECS)
+	@bash scripts/fuzz.sh 300
 
 bench: setup ## Benchmarks (not pass/fail): overhead vs torch.profiler, hook and sampler costs
 	$(PY) bench/overhead.py

@@ -10,6 +10,11 @@ Not a pass/fail test. Run: `make bench` (or `.venv/bin/python bench/overhead.py`
    hook) measured on trivial modules with and without the patch, times calls per step.
 3. Background cost: CPU time of the sampler/recorder/writer threads per tick, measured on an
    idle process over a fixed window.
+4. Live push: the same loop under gpuprof and under gpuprof with profile(server=..., api_key=...)
+   pushing to a `gpuprof serve` the bench starts on 127.0.0.1 (free port, temporary SQLite
+   store), interleaved in longer blocks (--push-steps, several 1 s push periods each, so that
+   batches go out during the timed steps). Median step time per mode, ratio to the non-pushing
+   gpuprof; and the median time to leave the `with` block (the push sends the rest there).
 """
 
 from __future__ import annotations
@@ -17,9 +22,16 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
+import signal
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+import urllib.request
+import warnings
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -80,6 +92,63 @@ def step_time_comparison(args, db: str) -> dict[str, list[float]]:
     return out
 
 
+PUSH_KEY = "bench-key"
+
+
+def start_server(store: str) -> tuple[subprocess.Popen, str]:
+    """A `gpuprof serve` on a free port of 127.0.0.1; returns (process, URL)."""
+    exe = Path(sys.executable).parent / "gpuprof"
+    proc = subprocess.Popen([str(exe), "serve", "--port", "0", "--api-key", PUSH_KEY,
+                             "--storage-url", f"sqlite://{store}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", proc.stdout.readline())
+    if not m:
+        proc.kill()
+        raise SystemExit("gpuprof serve did not start")
+    return proc, m.group(1)
+
+
+def ingest_counters(url: str) -> dict[str, int]:
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as res:
+        text = res.read().decode()
+    return {k: int(v) for k, v in re.findall(r"^gpuprof_ingest_(\w+)_total (\d+)$", text, re.M)}
+
+
+def push_comparison(args, db: str, url: str) -> dict[str, dict[str, list[float]]]:
+    """Step times and block exit times of gpuprof with and without the live push."""
+    torch.manual_seed(0)
+    model = make_model(args.width, args.blocks)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    loss_fn = nn.CrossEntropyLoss()
+    xs = [torch.randn(args.batch, args.width) for _ in range(args.steps)]
+    ys = [torch.randint(0, 10, (args.batch,)) for _ in range(args.steps)]
+    reps = max(1, args.push_steps // args.steps)  # the same batches, reps times per block
+    run_steps(model, opt, xs, ys, loss_fn)
+    modes = {"gpuprof": {}, "gpuprof+push": {"server": url, "api_key": PUSH_KEY}}
+    out = {m: {"steps": [], "exit": [], "block": []} for m in modes}
+    rng = random.Random(1)
+    for _ in range(args.push_rounds):
+        order = list(modes)
+        rng.shuffle(order)
+        for mode in order:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                prof = gpuprof.profile("bench-push", db=db, gpu="mock", mock_gpus=1,
+                                       summary=False, **modes[mode])
+                with prof:
+                    block = []
+                    for _ in range(reps):
+                        block += run_steps(model, opt, xs, ys, loss_fn)
+                    t_exit = time.perf_counter()
+                out[mode]["exit"].append(time.perf_counter() - t_exit)
+                out[mode]["steps"] += block
+                out[mode]["block"].append(statistics.median(block))
+            problems = [w for w in caught if issubclass(w.category, gpuprof.GpuprofWarning)]
+            if problems:  # a push that failed measures nothing
+                raise SystemExit(f"{mode}: {problems[0].message}")
+    return out
+
+
 def per_call_costs(n: int = 200_000) -> dict[str, float]:
     """ns per call added by the patch, for an outermost and a nested module call."""
     leaf = nn.Identity()
@@ -123,16 +192,7 @@ def background_cost(seconds: float, gpus: int) -> dict[str, float]:
             "us_per_tick_all_threads": 1e6 * cpu / max(1, stats["gpu_ticks"])}
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description="gpuprof overhead benchmark")
-    p.add_argument("--width", type=int, default=256)
-    p.add_argument("--blocks", type=int, default=16)
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--rounds", type=int, default=8)
-    p.add_argument("--threads", type=int, default=1)
-    args = p.parse_args()
-    torch.set_num_threads(args.threads)
+def overhead_sections(args) -> None:
     model_modules = count_modules(make_model(args.width, args.blocks))
     with tempfile.TemporaryDirectory() as d:
         res = step_time_comparison(args, os.path.join(d, "bench.db"))
@@ -155,6 +215,51 @@ def main() -> None:
     print("\n# background threads (mock 8 GPUs at 100 Hz, host at 5 Hz, idle training thread)")
     for k, v in b.items():
         print(f"{k:<26}{v:>10.2f}")
+
+
+def push_section(args) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        server, url = start_server(os.path.join(d, "server.db"))
+        try:
+            res = push_comparison(args, os.path.join(d, "push.db"), url)
+            got = ingest_counters(url)
+        finally:
+            server.send_signal(signal.SIGTERM)
+            server.wait(timeout=30)
+    base = statistics.median(res["gpuprof"]["steps"])
+    reps = max(1, args.push_steps // args.steps)
+    print(f"\n# live push to gpuprof serve on 127.0.0.1 ({args.push_rounds} interleaved rounds x "
+          f"{reps * args.steps} steps; {got['runs_created']} runs, {got['batches']} batches, "
+          f"{got['rows']} rows received)")
+    print(f"{'mode':<16}{'median ms':>12}{'ratio':>10}{'exit ms':>12}")
+    for mode, r in res.items():
+        med = statistics.median(r["steps"])
+        print(f"{mode:<16}{med * 1e3:>12.3f}{med / base:>10.4f}"
+              f"{statistics.median(r['exit']) * 1e3:>12.1f}")
+    # Each round's push block against its own gpuprof block: load that drifts between rounds
+    # (a shared machine) cancels out.
+    paired = sorted(p / g for p, g in zip(res["gpuprof+push"]["block"], res["gpuprof"]["block"]))
+    print(f"per-round ratio gpuprof+push / gpuprof: median {statistics.median(paired):.4f}, "
+          f"min {paired[0]:.4f}, max {paired[-1]:.4f}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description="gpuprof overhead benchmark")
+    p.add_argument("--width", type=int, default=256)
+    p.add_argument("--blocks", type=int, default=16)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--push-steps", type=int, default=360,
+                   help="steps per block of the live-push comparison (several push periods)")
+    p.add_argument("--push-rounds", type=int, default=6)
+    p.add_argument("--push-only", action="store_true", help="only the live-push comparison")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    if not args.push_only:
+        overhead_sections(args)
+    push_section(args)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
-"""Team server benchmarks (not pass/fail): ingest rate into SQLite, 256 simulated ranks pushing
-1 Hz batches (request latency), and a 24 h x 8 GPU series window downsampled to 2,000 points.
-Run: .venv/bin/python bench/server_bench.py  (starts its own `gpuprof serve` on 127.0.0.1)."""
+"""Team server benchmarks (not pass/fail): ingest rate, 256 simulated ranks pushing 1 Hz batches
+(request latency), and a 24 h x 8 GPU series window downsampled to 2,000 points.
+Run: .venv/bin/python bench/server_bench.py [--postgres]  (starts its own `gpuprof serve` on
+127.0.0.1 over a SQLite file, or with --postgres over a throwaway PostgreSQL cluster started by
+scripts/pg_cluster.sh)."""
 
 from __future__ import annotations
 
@@ -21,9 +23,9 @@ EXE = str(Path(sys.executable).parent / "gpuprof")
 KEY = "bench-key"
 
 
-def start(store: Path):
+def start(storage_url: str):
     proc = subprocess.Popen([EXE, "serve", "--port", "0", "--api-key", KEY, "--viewer-password",
-                             "view", "--storage-url", f"sqlite://{store}",
+                             "view", "--storage-url", storage_url,
                              "--max-body-mb", "256"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     m = re.search(r"http://127\.0\.0\.1:(\d+)", proc.stdout.readline())
@@ -75,7 +77,7 @@ def ingest_rate(port: int, clients: int = 2, batches: int = 40, rows: int = 5000
     dt = time.perf_counter() - t0
     total = clients * batches * rows
     print(f"ingest: {total} GPU sample rows in {dt:.2f} s = {total / dt:,.0f} rows/s "
-          f"({clients} clients, {rows} rows a batch, JSON over HTTP into SQLite)")
+          f"({clients} clients, {rows} rows a batch, JSON over HTTP)")
 
 
 def ranks(port: int, n: int = 256, seconds: int = 10) -> None:
@@ -144,8 +146,17 @@ def series(port: int) -> None:
 
 
 def main() -> None:
+    postgres = "--postgres" in sys.argv[1:]
+    script = Path(__file__).resolve().parent.parent / "scripts" / "pg_cluster.sh"
     with tempfile.TemporaryDirectory() as d:
-        proc, port = start(Path(d) / "server.db")
+        if postgres:
+            state = Path(d) / "pg.state"
+            subprocess.run(["bash", str(script), "start", str(state)], check=True)
+            url = state.read_text().splitlines()[0]
+        else:
+            url = f"sqlite://{Path(d) / 'server.db'}"
+        print(f"storage: {'PostgreSQL (throwaway cluster, unix socket)' if postgres else 'SQLite'}")
+        proc, port = start(url)
         try:
             ingest_rate(port)
             ranks(port)
@@ -153,6 +164,8 @@ def main() -> None:
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
+            if postgres:
+                subprocess.run(["bash", str(script), "stop", str(state)], check=False)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(g++ make libsqlite3-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
-              libboost-dev zlib1g-dev libssl-dev
-              libbenchmark-dev sqlite3)
+              libboost-dev zlib1g-dev libssl-dev libpq-dev postgresql
+              libbenchmark-dev sqlite3 clang)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -64,3 +64,39 @@ def python_env(**extra: str) -> dict:
     env = dict(os.environ)
     env.update(extra)
     return env
+
+
+# ---- a throwaway PostgreSQL cluster (scripts/pg_cluster.sh) for the team server's tests ------
+
+@pytest.fixture(scope="session")
+def pg_cluster(tmp_path_factory):
+    """Starts a PostgreSQL cluster for this test session (unix socket in a fresh /tmp dir) and
+    stops it afterwards; yields the libpq URL of its `gpuprof` database. The project's set-up
+    installs Debian's postgresql; without it the tests that need it fail, naming the package."""
+    import subprocess
+    state = tmp_path_factory.mktemp("pg") / "state"
+    script = REPO / "scripts" / "pg_cluster.sh"
+    started = subprocess.run(["bash", str(script), "start", str(state)], capture_output=True,
+                             text=True, timeout=120)
+    if started.returncode != 0:
+        pytest.fail("could not start PostgreSQL for the tests (apt-get install postgresql): " +
+                    started.stderr)
+    try:
+        yield state.read_text().splitlines()[0]
+    finally:
+        subprocess.run(["bash", str(script), "stop", str(state)], capture_output=True,
+                       timeout=120)
+
+
+@pytest.fixture
+def pg_database(pg_cluster, request):
+    """A fresh, empty database in the session's cluster; yields its URL."""
+    import re
+    import subprocess
+    name = "t_" + re.sub(r"[^a-z0-9]", "_", request.node.name.lower())[:40] + f"_{os.getpid()}"
+    subprocess.run(["psql", pg_cluster, "-q", "-c", f"DROP DATABASE IF EXISTS {name}",
+                    "-c", f"CREATE DATABASE {name}"], check=True, capture_output=True, timeout=60)
+    head, _, query = pg_cluster.partition("?")
+    yield head.rsplit("/", 1)[0] + "/" + name + ("?" + query if query else "")
+    subprocess.run(["psql", pg_cluster, "-q", "-c", f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"],
+                   capture_output=True, timeout=60)

@@ -21,19 +21,33 @@ import gpuprof
 from gpuprof_testutil import gpuprof_exe, run_cli
 
 
+class ServerStorage:
+    """Where a test server keeps its runs: a SQLite file or a PostgreSQL database (its URL)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def insights(self, *args: str, **kwargs):
+        return run_cli("insights", "--storage-url", self.url, *args, **kwargs)
+
+
 @pytest.fixture
-def server(tmp_path):
-    """A `gpuprof serve` on a free port with two write keys; yields (base URL, storage DB)."""
-    store = tmp_path / "server.db"
+def server(tmp_path, request):
+    """A `gpuprof serve` on a free port with two write keys; yields (base URL, storage, process).
+    Storage is SQLite unless the test is parametrized with "postgres" (indirect)."""
+    if getattr(request, "param", "sqlite") == "postgres":
+        store = ServerStorage(request.getfixturevalue("pg_database"))
+    else:
+        store = ServerStorage(f"sqlite://{tmp_path / 'server.db'}")
     keys = tmp_path / "keys.txt"
     keys.write_text("# rotation: the new key is added before the old one goes\nnew-key\n")
     proc = subprocess.Popen([gpuprof_exe(), "serve", "--port", "0", "--api-key", "old-key",
-                             "--api-key-file", str(keys), "--storage-url", f"sqlite://{store}",
+                             "--api-key-file", str(keys), "--storage-url", store.url,
                              "--viewer-password", "view-pass"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
-    m = re.search(r"listening on (http://127\.0\.0\.1:\d+) \(storage sqlite://.*, 2 write keys, "
-                  r"viewing on\)", line)
+    m = re.search(r"listening on (http://127\.0\.0\.1:\d+) \(storage (sqlite|postgresql)://.*, "
+                  r"2 write keys, viewing on\)", line)
     assert m, line + proc.stderr.read() if proc.poll() is not None else line
     try:
         yield m.group(1), store, proc
@@ -65,12 +79,17 @@ def record_run(db: Path) -> None:
                     time.sleep(0.006)
 
 
-def report_without_paths(db: Path, run: str) -> dict:
-    doc = json.loads(run_cli("insights", str(db), run, "--json", check=True).stdout)
+def report_without_paths(db, run: str) -> dict:
+    """The report of run `run` of a local file or a server's storage, without its run id."""
+    if isinstance(db, ServerStorage):
+        doc = json.loads(db.insights(run, "--json", check=True).stdout)
+    else:
+        doc = json.loads(run_cli("insights", str(db), run, "--json", check=True).stdout)
     doc["run"].pop("run_id", None)
     return doc
 
 
+@pytest.mark.parametrize("server", ["sqlite", "postgres"], indirect=True)
 def test_a_pushed_run_reports_the_same_on_the_server_and_a_second_push_stores_nothing(
         server, tmp_path):
     base, store, _ = server
@@ -140,9 +159,14 @@ def test_serve_refuses_to_start_without_a_key_or_with_an_unknown_storage(tmp_pat
     no_key = run_cli("serve", "--port", "0", "--storage-url", f"sqlite://{tmp_path / 's.db'}")
     assert no_key.returncode == 2
     assert "at least one write key" in no_key.stderr
-    pg = run_cli("serve", "--api-key", "k", "--storage-url", "postgres://u:secret@h/db")
-    assert pg.returncode == 2 and "PostgreSQL storage is not built yet" in pg.stderr
-    assert "secret" not in pg.stderr
+    # A PostgreSQL that cannot be reached: exit 1 with libpq's reason, the password redacted
+    pg = run_cli("serve", "--api-key", "k", "--storage-url",
+                 "postgres://u:s3cret@127.0.0.1:1/db?connect_timeout=3")
+    assert pg.returncode == 1, pg.stderr
+    assert "postgres://u:***@127.0.0.1:1/db" in pg.stderr and "connect:" in pg.stderr
+    assert "s3cret" not in pg.stderr
+    other = run_cli("serve", "--api-key", "k", "--storage-url", "mysql://u@h/db")
+    assert other.returncode == 2 and "is not sqlite://PATH or postgres://" in other.stderr
     # And push names what it needs
     missing = run_cli("push", str(tmp_path / "none.db"), "--server", "http://127.0.0.1:9",
                       env={"PATH": "/usr/bin:/bin"})
@@ -181,6 +205,7 @@ def live_run(db: Path, **kwargs) -> list:
     return [w for w in caught if issubclass(w.category, gpuprof.GpuprofWarning)]
 
 
+@pytest.mark.parametrize("server", ["sqlite", "postgres"], indirect=True)
 def test_a_run_pushed_live_reports_the_same_on_the_server(server, tmp_path, monkeypatch):
     base, store, _ = server
     spool = tmp_path / "spool"
@@ -201,6 +226,7 @@ def test_a_run_pushed_live_reports_the_same_on_the_server(server, tmp_path, monk
     assert b"new-key" not in local.read_bytes()
 
 
+@pytest.mark.parametrize("server", ["sqlite", "postgres"], indirect=True)
 def test_a_server_down_for_the_whole_run_is_one_warning_and_a_spool_that_drain_delivers(
         server, tmp_path, monkeypatch):
     base, store, _ = server
@@ -274,6 +300,7 @@ def test_push_options_are_checked(tmp_path, monkeypatch):
 
 # ---- viewers: login, runs, the engine's report, series ---------------------------------------
 
+@pytest.mark.parametrize("server", ["sqlite", "postgres"], indirect=True)
 def test_a_viewer_logs_in_and_reads_what_gpuprof_insights_reads(server, tmp_path):
     base, store, proc = server
     local = tmp_path / "local.db"
@@ -295,8 +322,7 @@ def test_a_viewer_logs_in_and_reads_what_gpuprof_insights_reads(server, tmp_path
     assert status == 200 and [r["run_name"] for r in json.loads(body)["runs"]] == ["pushed"]
     status, body = call(base, "GET", "/api/v1/runs/1", headers=viewer)
     assert status == 200
-    assert json.loads(body) == json.loads(run_cli("insights", str(store), "1", "--json",
-                                                  check=True).stdout)
+    assert json.loads(body) == json.loads(store.insights("1", "--json", check=True).stdout)
     # AND a host series, downsampled
     status, body = call(base, "GET", "/api/v1/runs/1/series?metric=host_cpu&points=3",
                         headers=viewer)
@@ -337,3 +363,170 @@ def test_the_viewer_password_can_come_from_a_file(tmp_path):
         proc.wait(timeout=20)
         proc.stdout.close()
         proc.stderr.close()
+
+
+# ---- PostgreSQL storage ------------------------------------------------------------------------
+
+def start_serve(url: str) -> tuple[subprocess.Popen, str, str]:
+    """`gpuprof serve` on `url`; (process, base URL, its first output line)."""
+    proc = subprocess.Popen([gpuprof_exe(), "serve", "--port", "0", "--api-key", "k",
+                             "--storage-url", url, "--viewer-password", "pw"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+    assert m, line + (proc.stderr.read() if proc.poll() is not None else "")
+    return proc, m.group(1), line
+
+
+def stop_serve(proc: subprocess.Popen) -> str:
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=20)
+    return out
+
+
+def test_postgres_storage_keeps_the_password_out_of_sight_and_sessions_across_restarts(
+        pg_database, tmp_path):
+    # GIVEN a database URL with a password (the test cluster trusts local users, so any works)
+    url = pg_database.replace("postgresql:///", "postgresql://gpuprof:hunter2@/", 1)
+    # WHEN insights reads a database no server has used yet, it says so (password redacted)
+    empty = run_cli("insights", "--storage-url", url)
+    assert empty.returncode == 1 and "no gpuprof schema" in empty.stderr, empty.stderr
+    assert "hunter2" not in empty.stderr and "gpuprof:***@" in empty.stderr
+    assert run_cli("insights", "--storage-url", url, "1", "2").returncode == 2
+    proc, base, line = start_serve(url)
+    assert "hunter2" not in line and "gpuprof:***@" in line
+    try:
+        # (the server created the schema; still no runs)
+        none = run_cli("insights", "--storage-url", url)
+        assert none.returncode == 1 and "holds no runs yet" in none.stderr, none.stderr
+        # THEN the password is in neither the process title nor the output
+        assert b"hunter2" not in Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+        local = tmp_path / "local.db"
+        record_run(local)
+        run_cli("push", str(local), "--server", base, "--api-key", "k", check=True)
+        req = urllib.request.Request(base + "/api/v1/login",
+                                     data=json.dumps({"password": "pw"}).encode(),
+                                     method="POST", headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as res:
+            cookie = "; ".join(v.split(";")[0] for k, v in res.headers.items()
+                               if k == "Set-Cookie")
+    finally:
+        out = stop_serve(proc)
+    assert "hunter2" not in out
+    # AND a server started again on the same database (no --secret-file: the signing secret is
+    # kept in the database) still honours the session
+    proc, base, _ = start_serve(url)
+    try:
+        status, body = call(base, "GET", "/api/v1/runs", headers={"Cookie": cookie})
+        assert status == 200 and [r["run_name"] for r in json.loads(body)["runs"]] == ["pushed"]
+    finally:
+        stop_serve(proc)
+    # AND gpuprof insights reads the run from PostgreSQL as from the local file
+    assert report_without_paths(ServerStorage(url), "1") == report_without_paths(local, "1")
+
+
+# ---- live updates over WebSocket ----------------------------------------------------------------
+
+class LiveSocket:
+    """A minimal WebSocket client of GET /api/v1/live (RFC 6455 frames from the server arrive
+    unmasked): enough to read the server's JSON events."""
+
+    def __init__(self, base: str, path: str, cookie: str) -> None:
+        import base64
+        import os
+        import socket
+        host, port = base[len("http://"):].split(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall((f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+                           f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
+                           f"Sec-WebSocket-Version: 13\r\nCookie: {cookie}\r\n\r\n").encode())
+        self.buf = b""
+        while b"\r\n\r\n" not in self.buf:
+            chunk = self.sock.recv(4096)
+            assert chunk, "the server closed the connection during the handshake"
+            self.buf += chunk
+        head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+        self.status = int(head.split()[1])
+
+    def _take(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            chunk = self.sock.recv(65536)
+            assert chunk, "the server closed the live socket"
+            self.buf += chunk
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def next(self) -> dict:
+        """The next text message, as JSON (pings are skipped)."""
+        while True:
+            b0, b1 = self._take(2)
+            n = b1 & 0x7F
+            if n == 126:
+                n = int.from_bytes(self._take(2), "big")
+            elif n == 127:
+                n = int.from_bytes(self._take(8), "big")
+            payload = self._take(n)
+            if b0 & 0x0F == 1:
+                return json.loads(payload)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def viewer_cookie(base: str) -> str:
+    req = urllib.request.Request(base + "/api/v1/login",
+                                 data=json.dumps({"password": "view-pass"}).encode(),
+                                 method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as res:
+        return "; ".join(v.split(";")[0] for k, v in res.headers.items() if k == "Set-Cookie")
+
+
+@pytest.mark.parametrize("server", ["sqlite", "postgres"], indirect=True)
+def test_a_viewer_watches_a_live_run_over_websocket(server, tmp_path, monkeypatch):
+    base, store, _ = server
+    monkeypatch.setenv("GPUPROF_BUFFER_DIR", str(tmp_path / "spool"))
+    cookie = viewer_cookie(base)
+    # A write key or no session cannot open it
+    assert LiveSocket(base, "/api/v1/live", "").status == 401
+    # GIVEN a viewer on the live socket
+    live = LiveSocket(base, "/api/v1/live", cookie)
+    assert live.status == 101
+    assert live.next()["type"] == "hello"
+    # WHEN a run is profiled and pushed live (1.5 s; the push thread sends once a second)
+    import threading
+    done = threading.Event()
+    seen_metrics = []
+
+    def watch_metrics():
+        while not done.is_set():
+            status, text = call(base, "GET", "/metrics")
+            if "gpuprof_gpu_utilization_percent{" in text:
+                seen_metrics.append(text)
+                return
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch_metrics)
+    watcher.start()
+    try:
+        problems = live_run(tmp_path / "local.db", server=base, api_key="new-key")
+    finally:
+        done.set()
+        watcher.join(timeout=30)
+    assert problems == []
+    # THEN the viewer heard of the run, its batches while it ran, and its end
+    events = []
+    while not (events and events[-1]["type"] == "run" and events[-1]["status"] == "ok"):
+        events.append(live.next())
+        assert len(events) < 200, events
+    live.close()
+    assert events[0]["type"] == "run" and events[0]["created"] is True
+    assert events[0]["run_name"] == "live" and events[0]["status"] == "running"
+    batches = [e for e in events if e["type"] == "batch"]
+    assert batches and sum(b["rows"].get("steps", 0) for b in batches) == 60
+    assert max(b["last_step"] for b in batches if "last_step" in b) == 59
+    # AND while it ran, /metrics showed its GPUs' newest second (mock GPUs), named by run
+    assert seen_metrics, "no live GPU gauges in /metrics while the run was live"
+    assert re.search(r'gpuprof_gpu_utilization_percent\{run_id="1",run_name="live",gpu="0"\} ',
+                     seen_metrics[0])
+    assert "gpuprof_live_viewers 1\n" in seen_metrics[0]

@@ -2,6 +2,7 @@
 //
 //   gpuprof insights [DB] [RUN] [--json] [--gpu-rate USD]   report of a stored run
 //   gpuprof insights [DB] --group NAME [--json]              every rank of a multi-rank run
+//   gpuprof insights --storage-url URL [RUN | --group NAME]  the same from a server's storage
 //   gpuprof rules [--markdown | --reference]                 the rule registry / MFU and
 //                                                            cost reference tables
 //   gpuprof serve [--host H] [--port P] --api-key K... [--api-key-file F] [--storage-url U]
@@ -36,9 +37,13 @@
 #include "server/push.h"
 #include "store/rows.h"
 #include "store/sqlite_store.h"
+#ifdef GPUPROF_WITH_POSTGRES
+#include "store/pg_store.h"
+#endif
 
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <pthread.h>
 #include <thread>
@@ -106,7 +111,7 @@ void ApplyRunShorthand(std::string* db, std::string* run) {
 // A gpuprof DB opened read-only with its run ids (ascending), or the exit status after the
 // message saying why not (no such file, a directory, not a DB, no runs).
 struct OpenedRuns {
-  std::unique_ptr<store::SqliteStore> store;
+  std::unique_ptr<store::RunStore> store;
   std::vector<int64_t> ids;
   int exit = 0;  // non-zero: failed
 };
@@ -142,6 +147,50 @@ OpenedRuns OpenRuns(const std::string& db) {
   return out;
 }
 
+// The runs of a --storage-url: sqlite://PATH (as a DB path) or postgres://... (a team server's
+// database; never created here). *where names it for messages (the password redacted).
+OpenedRuns OpenStorageRuns(const std::string& url, std::string* where) {
+  const std::string sqlite = "sqlite://";
+  if (url.rfind(sqlite, 0) == 0 && url.size() > sqlite.size()) {
+    *where = url.substr(sqlite.size());
+    return OpenRuns(*where);
+  }
+  OpenedRuns out;
+  *where = url;
+#ifdef GPUPROF_WITH_POSTGRES
+  if (store::IsPostgresUrl(url)) {
+    *where = store::RedactPostgresUrl(url);
+    store::PgStore::Options options;
+    options.create = false;
+    options.pool_size = 1;
+    auto pg = store::PgStore::Open(url, options);
+    if (!pg) {
+      out.exit = Fail(pg.error());
+      return out;
+    }
+    auto runs = (*pg)->ListRuns();
+    if (!runs) {
+      out.exit = Fail(runs.error());
+      return out;
+    }
+    if (runs->empty()) {
+      out.exit = Fail(*where + " holds no runs yet — push a run to the server first");
+      return out;
+    }
+    for (const auto& r : *runs) out.ids.push_back(r.run_id);
+    out.store = std::move(pg.value());
+    return out;
+  }
+#else
+  if (url.rfind("postgres", 0) == 0) {
+    out.exit = UsageError("--storage-url: this gpuprof was built without PostgreSQL (libpq-dev)");
+    return out;
+  }
+#endif
+  out.exit = UsageError("--storage-url '" + url + "' is not sqlite://PATH or postgres://...");
+  return out;
+}
+
 // The run RUN names among `ids` (the latest when empty or 'latest'), or the exit status after
 // the message (not a run id: usage error; no such run: data error).
 std::optional<int64_t> PickRun(const std::string& db, const std::string& run,
@@ -161,6 +210,8 @@ std::optional<int64_t> PickRun(const std::string& db, const std::string& run,
 
 struct InsightsArgs {
   std::string db = "gpuprof.db";
+  bool db_given = false;
+  std::optional<std::string> storage_url;  // instead of DB: sqlite://PATH or postgres://...
   std::string run;  // empty or "latest" = the latest run
   bool json = false;
   std::string gpu_rate;
@@ -168,7 +219,7 @@ struct InsightsArgs {
 };
 
 int RunInsights(InsightsArgs args) {
-  ApplyRunShorthand(&args.db, &args.run);
+  if (!args.storage_url) ApplyRunShorthand(&args.db, &args.run);
   analysis::AnalysisOptions options;
   if (!args.gpu_rate.empty()) {
     options.gpu_rate_usd_per_hour = analysis::ParseRate(args.gpu_rate);
@@ -177,9 +228,20 @@ int RunInsights(InsightsArgs args) {
                         "' is not a non-negative number of USD per GPU-hour");
     }
   }
-  OpenedRuns opened = OpenRuns(args.db);
+  OpenedRuns opened;
+  if (args.storage_url) {
+    // `insights --storage-url URL 3`: the one positional is the run.
+    if (args.db_given && !args.run.empty()) {
+      return UsageError("with --storage-url give only RUN, not a DB file (got '" + args.db +
+                        "' and '" + args.run + "')");
+    }
+    if (args.db_given) args.run = args.db;
+    opened = OpenStorageRuns(*args.storage_url, &args.db);
+  } else {
+    opened = OpenRuns(args.db);
+  }
   if (opened.exit) return opened.exit;
-  store::SqliteStore& db = *opened.store;
+  store::RunStore& db = *opened.store;
   if (args.group) {
     if (!args.run.empty()) {
       return UsageError("--group analyzes every run of the group; leave out RUN (got '" +
@@ -239,9 +301,9 @@ std::optional<std::string> SqlitePath(const std::string& url, std::string* why) 
   const std::string scheme = "sqlite://";
   if (url.rfind(scheme, 0) == 0 && url.size() > scheme.size()) return url.substr(scheme.size());
   if (url.rfind("postgres://", 0) == 0 || url.rfind("postgresql://", 0) == 0) {
-    *why = "--storage-url: PostgreSQL storage is not built yet; use sqlite://PATH";
+    *why = "--storage-url: this gpuprof was built without PostgreSQL (libpq-dev); use sqlite://PATH";
   } else {
-    *why = "--storage-url '" + url + "' is not sqlite://PATH";
+    *why = "--storage-url '" + url + "' is not sqlite://PATH or postgres://USER:PASSWORD@HOST/DB";
   }
   return std::nullopt;
 }
@@ -279,7 +341,12 @@ int RunServe(const ServeArgs& args) {
   if (args.port < 0 || args.port > 65535) return UsageError("--port must be 0-65535");
   std::string why;
   const auto path = SqlitePath(args.storage_url, &why);
-  if (!path) return UsageError(why);
+#ifdef GPUPROF_WITH_POSTGRES
+  const bool postgres = store::IsPostgresUrl(args.storage_url);
+#else
+  const bool postgres = false;
+#endif
+  if (!path && !postgres) return UsageError(why);
   if (args.viewer_password && !args.viewer_password_file.empty()) {
     return UsageError("give --viewer-password or --viewer-password-file, not both");
   }
@@ -294,11 +361,38 @@ int RunServe(const ServeArgs& args) {
   if (api_options.viewer_password && api_options.viewer_password->empty()) {
     return UsageError("the viewer password cannot be empty");
   }
-  auto secret = server::LoadOrCreateSecret(args.secret_file, *path);
-  if (!secret) return Fail(secret.error());
-  api_options.secret = *secret;
-  auto api = server::ServerApi::Open(*path, api_options);
-  if (!api) return Fail(api.error());
+  std::unique_ptr<server::ServerApi> api;
+  std::string storage_label;
+  if (path) {
+    auto secret = server::LoadOrCreateSecret(args.secret_file, *path);
+    if (!secret) return Fail(secret.error());
+    api_options.secret = *secret;
+    auto opened = server::ServerApi::Open(*path, api_options);
+    if (!opened) return Fail(opened.error());
+    api = std::move(opened.value());
+    storage_label = "sqlite://" + *path;
+  } else {
+#ifdef GPUPROF_WITH_POSTGRES
+    store::PgStore::Options pg_options;
+    pg_options.pool_size = 8;
+    auto pg = store::PgStore::Open(args.storage_url, pg_options);
+    if (!pg) return Fail(pg.error());
+    // The session secret: --secret-file, else one kept in the database (so that every server
+    // on it signs alike), created once.
+    Expected<std::string> secret = args.secret_file
+                                       ? server::LoadOrCreateSecret(args.secret_file, "")
+                                       : Expected<std::string>(Status::Error("unset"));
+    if (!args.secret_file) {
+      auto fresh = server::RandomSecret();
+      if (!fresh) return Fail(fresh.error());
+      secret = (*pg)->KeepMetaValue("session_secret", *fresh);
+    }
+    if (!secret) return Fail(secret.error());
+    api_options.secret = *secret;
+    storage_label = (*pg)->location();
+    api = server::ServerApi::Create(std::move(pg.value()), storage_label, api_options);
+#endif
+  }
 
   // SIGINT / SIGTERM stop the server: blocked here, awaited by one thread.
   sigset_t stop_signals;
@@ -310,10 +404,10 @@ int RunServe(const ServeArgs& args) {
   server::ServerOptions options;
   options.host = args.host;
   options.port = static_cast<uint16_t>(args.port);
-  auto http = server::HttpServer::Listen(options, api->get());
+  auto http = server::HttpServer::Listen(options, api.get());
   if (!http) return Fail(http.error());
   std::cout << "gpuprof serve: listening on http://" << args.host << ":" << (*http)->port()
-            << " (storage sqlite://" << *path << ", " << api_options.api_keys.size()
+            << " (storage " << storage_label << ", " << api_options.api_keys.size()
             << " write key" << (api_options.api_keys.size() == 1 ? "" : "s") << ", viewing "
             << (api_options.viewer_password ? "on" : "off") << ")" << std::endl;
   server::HttpServer* raw = http->get();
@@ -398,8 +492,9 @@ int Main(int argc, char** argv) {
   InsightsArgs insights_args;
   CLI::App* insights = app.add_subcommand(
       "insights", "Print the full insights report of a stored run (latest run by default).");
-  insights->add_option("db", insights_args.db,
-                       "gpuprof SQLite file written by gpuprof.profile() (default: ./gpuprof.db)");
+  CLI::Option* insights_db = insights->add_option(
+      "db", insights_args.db,
+      "gpuprof SQLite file written by gpuprof.profile() (default: ./gpuprof.db)");
   insights->add_option("run", insights_args.run,
                        "Run id or 'latest' (the default). A lone integer or 'latest' is a run "
                        "of ./gpuprof.db unless a file of that name exists");
@@ -411,6 +506,11 @@ int Main(int argc, char** argv) {
                        "Analyze every rank of a multi-rank run: the runs whose group_id is NAME "
                        "(per-rank step times, rank skew, per-bucket collective skew)")
       ->type_name("NAME");
+  insights->add_option("--storage-url", insights_args.storage_url,
+                       "Read the runs of a team server's storage instead of a DB file: "
+                       "sqlite://PATH or postgres://USER:PASSWORD@HOST/DB (then the one "
+                       "positional argument is the RUN)")
+      ->type_name("URL");
   insights->add_option("--gpu-rate", insights_args.gpu_rate,
                        "USD per GPU-hour for the cost line (overrides $GPUPROF_GPU_RATE and "
                        "the reference table)");
@@ -480,7 +580,10 @@ int Main(int argc, char** argv) {
     return code == 0 ? 0 : kUsageError;
   }
 
-  if (insights->parsed()) return RunInsights(insights_args);
+  if (insights->parsed()) {
+    insights_args.db_given = insights_db->count() > 0;
+    return RunInsights(insights_args);
+  }
   if (serve->parsed()) return RunServe(serve_args);
   if (push->parsed()) return RunPush(push_args);
   if (drain->parsed()) return RunDrain(drain_args);
@@ -508,8 +611,8 @@ int Main(int argc, char** argv) {
 
 // No C++ exception leaves the CLI: whatever escapes (a bug, a damaged DB that trips a library)
 // is one line on stderr and exit status 1, never an abort.
-// Secrets given on the command line (--api-key K, --viewer-password P, and their --opt=V forms)
-// are parsed from copies, and the originals overwritten: ps and /proc/PID/cmdline then show
+// Secrets given on the command line (--api-key K, --viewer-password P, and their --opt=V forms;
+// the password of a --storage-url) are parsed from copies, and the originals overwritten: ps and /proc/PID/cmdline then show
 // "x" for them, not the secret.
 int main(int argc, char** argv) {
   std::vector<std::string> copies(argv, argv + argc);
@@ -525,6 +628,22 @@ int main(int argc, char** argv) {
       if (a.rfind(o + "=", 0) == 0) secret = argv[i] + o.size() + 1;
       if (secret) {
         for (char* c = secret; *c; ++c) *c = 'x';
+      }
+    }
+    // --storage-url postgres://user:PASSWORD@host/db (or ?password=...): the password only.
+    char* url = nullptr;
+    if (a == "--storage-url" && i + 1 < argc) url = argv[i + 1];
+    if (a.rfind("--storage-url=", 0) == 0) url = argv[i] + std::strlen("--storage-url=");
+    if (url) {
+      const std::string u = url;
+      const size_t start = u.find("://") == std::string::npos ? 0 : u.find("://") + 3;
+      const size_t at = u.find('@', start), colon = u.find(':', start), slash = u.find('/', start);
+      if (at != std::string::npos && colon < at && (slash == std::string::npos || slash > at)) {
+        for (size_t k = colon + 1; k < at; ++k) url[k] = 'x';
+      }
+      for (size_t k = u.find("password="); k != std::string::npos && k < u.size();) {
+        for (k += 9; k < u.size() && u[k] != '&'; ++k) url[k] = 'x';
+        k = u.find("password=", k);
       }
     }
   }

@@ -4,6 +4,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
 
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <mutex>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -21,7 +23,14 @@ namespace {
 namespace beast = boost::beast;
 namespace http = beast::http;
 namespace asio = boost::asio;
+namespace websocket = beast::websocket;
 using tcp = asio::ip::tcp;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 http::response<http::string_body> ToBeast(const HttpResponse& r, unsigned version, bool keep) {
   http::response<http::string_body> res{static_cast<http::status>(r.status), version};
@@ -44,9 +53,74 @@ struct HttpServer::Impl {
   tcp::acceptor acceptor{io};
   std::atomic<bool> stopping{false};
   std::atomic<size_t> connections{0};
+  // The sockets of the live sessions (Stop() shuts them down), each with the time by which its
+  // pending read or write must finish (0: none pending). Asio's blocking reads and writes wait
+  // past SO_RCVTIMEO / SO_SNDTIMEO, so the reaper thread shuts a socket down when its deadline
+  // passes: a silent client or a viewer that stopped reading never holds a thread.
   std::mutex open_mu;
-  std::set<int> open;  // sockets of the live sessions: Stop() shuts them down
+  std::map<int, int64_t> open;
+  std::set<int> expired;  // sockets the reaper shut down (guarded by open_mu)
+  std::thread reaper;
   size_t max_body = 0;
+
+  void SetDeadline(int fd, int64_t ms_from_now) {
+    std::lock_guard lock(open_mu);
+    open[fd] = ms_from_now > 0 ? NowMs() + ms_from_now : 0;
+  }
+  bool Expired(int fd) {
+    std::lock_guard lock(open_mu);
+    return expired.count(fd) > 0;
+  }
+  void Reap() {
+    while (!stopping.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::lock_guard lock(open_mu);
+      const int64_t now = NowMs();
+      for (auto& [fd, deadline] : open) {
+        if (deadline != 0 && now > deadline) {
+          ::shutdown(fd, SHUT_RDWR);
+          expired.insert(fd);
+          deadline = 0;
+        }
+      }
+    }
+  }
+
+  // A viewer's WebSocket (GET /api/v1/live, accepted): sends the bus's events for its filter
+  // until the viewer goes, the server stops, or a send outlasts the send timeout (dropped).
+  void Live(websocket::stream<tcp::socket&>& ws, int fd, std::optional<int64_t> run_filter) {
+    LiveBus& bus = api->bus();
+    auto sub = bus.Subscribe(run_filter);
+    beast::error_code ec;
+    auto send = [&](const std::string& text) {
+      SetDeadline(fd, options.ws_send_timeout_ms);
+      ws.text(true);
+      ws.write(asio::buffer(text), ec);
+      SetDeadline(fd, 0);
+      return !ec;
+    };
+    nlohmann::json hello = {{"type", "hello"}, {"api", "v1"}};
+    hello["run_id"] = run_filter ? nlohmann::json(*run_filter) : nlohmann::json(nullptr);
+    bool ok = send(hello.dump());
+    int64_t last_sent = NowMs();
+    while (ok && !stopping.load()) {
+      std::vector<nlohmann::json> events = sub->Take(std::chrono::milliseconds(500));
+      for (const auto& e : events) {
+        ok = send(e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+        if (!ok) break;
+        last_sent = NowMs();
+      }
+      if (ok && events.empty() && NowMs() - last_sent > options.ws_ping_ms) {
+        SetDeadline(fd, options.ws_send_timeout_ms);
+        ws.ping({}, ec);
+        SetDeadline(fd, 0);
+        ok = !ec;
+        last_sent = NowMs();
+      }
+    }
+    if (Expired(fd)) bus.CountDropped();
+    bus.Unsubscribe(sub);
+  }
 
   void Session(tcp::socket socket) {
     beast::error_code ec;
@@ -55,13 +129,8 @@ struct HttpServer::Impl {
       auto ep = socket.remote_endpoint(ec);
       if (!ec) peer = ep.address().to_string();
     }
-    {
-      std::lock_guard lock(open_mu);
-      open.insert(socket.native_handle());
-    }
-    // Reads time out: a client that sends nothing is let go.
-    timeval tv{options.read_timeout_s, 0};
-    setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    const int fd = socket.native_handle();
+    SetDeadline(fd, 0);
     beast::flat_buffer buffer;
     while (!stopping.load()) {
       http::request_parser<http::string_body> parser;
@@ -69,9 +138,12 @@ struct HttpServer::Impl {
       // exact size after inflating.
       parser.body_limit(max_body);
       parser.header_limit(64 * 1024);
+      // Reads time out: a client that sends nothing (or too slowly) is let go.
+      SetDeadline(fd, int64_t{options.read_timeout_s} * 1000);
       http::read(socket, buffer, parser, ec);
+      SetDeadline(fd, 0);
       if (ec == http::error::end_of_stream || ec == asio::error::eof ||
-          ec == asio::error::connection_reset) {
+          ec == asio::error::connection_reset || Expired(fd)) {
         break;
       }
       if (ec) {
@@ -102,6 +174,31 @@ struct HttpServer::Impl {
         break;
       }
       auto& req = parser.get();
+      if (websocket::is_upgrade(req) && ServerApi::IsLiveTarget(std::string(req.target()))) {
+        HttpRequest in;
+        in.method = std::string(req.method_string());
+        in.target = std::string(req.target());
+        for (const auto& field : req) {
+          std::string name(field.name_string());
+          std::transform(name.begin(), name.end(), name.begin(),
+                         [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+          in.headers[name] = std::string(field.value());
+        }
+        in.peer = peer;
+        std::optional<int64_t> run_filter;
+        if (auto refused = api->AuthorizeLive(in, &run_filter)) {
+          http::write(socket, ToBeast(*refused, req.version(), false), ec);
+          break;
+        }
+        websocket::stream<tcp::socket&> ws{socket};
+        ws.set_option(websocket::stream_base::decorator(
+            [](websocket::response_type& res) { res.set(http::field::server, "gpuprof"); }));
+        SetDeadline(fd, int64_t{options.read_timeout_s} * 1000);
+        ws.accept(req, ec);
+        SetDeadline(fd, 0);
+        if (!ec) Live(ws, fd, run_filter);
+        break;
+      }
       HttpRequest in;
       in.method = std::string(req.method_string());
       in.target = std::string(req.target());
@@ -122,7 +219,8 @@ struct HttpServer::Impl {
     }
     {
       std::lock_guard lock(open_mu);
-      open.erase(socket.native_handle());
+      open.erase(fd);
+      expired.erase(fd);
     }
     socket.shutdown(tcp::socket::shutdown_both, ec);
     socket.close(ec);
@@ -163,6 +261,7 @@ uint16_t HttpServer::port() const {
 
 void HttpServer::Serve() {
   Impl* impl = impl_.get();
+  impl->reaper = std::thread([impl] { impl->Reap(); });
   while (!impl->stopping.load()) {
     beast::error_code ec;
     tcp::socket socket{impl->io};
@@ -190,6 +289,7 @@ void HttpServer::Serve() {
   }
   beast::error_code ec;
   impl->acceptor.close(ec);
+  if (impl->reaper.joinable()) impl->reaper.join();
 }
 
 void HttpServer::Stop() {
@@ -198,7 +298,7 @@ void HttpServer::Stop() {
   // Wake the accept() and every session blocked in a read.
   ::shutdown(impl_->acceptor.native_handle(), SHUT_RDWR);
   std::lock_guard lock(impl_->open_mu);
-  for (int fd : impl_->open) ::shutdown(fd, SHUT_RDWR);
+  for (const auto& [fd, deadline] : impl_->open) ::shutdown(fd, SHUT_RDWR);
 }
 
 Expected<ClientResponse> HttpCall(const std::string& base_url, const std::string& method,

@@ -1,7 +1,8 @@
 // The socket side of `gpuprof serve`: HTTP/1.1 on Boost.Beast (synchronous, one thread per
 // connection up to a cap, keep-alive), each request handed to ServerApi::Handle. Reads time out
 // (a silent client never holds a thread), bodies above the API's limit are refused with 413
-// before they are read, and a malformed request is a 400, never a crash.
+// before they are read, and a malformed request is a 400, never a crash. GET /api/v1/live
+// upgrades to a WebSocket (after ServerApi::AuthorizeLive) that carries the LiveBus's events.
 #pragma once
 
 #include <atomic>
@@ -19,7 +20,9 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8000;  // 0: any free port (port() says which)
   size_t max_connections = 1024;
-  int read_timeout_s = 30;
+  int read_timeout_s = 30;          // a request (or a WebSocket handshake) must arrive by then
+  int64_t ws_send_timeout_ms = 10'000;  // a viewer that takes no message for this long is dropped
+  int64_t ws_ping_ms = 15'000;          // a ping to an idle viewer (finds dead connections)
 };
 
 class HttpServer {

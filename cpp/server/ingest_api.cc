@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -65,11 +66,61 @@ std::vector<std::string> Segments(const std::string& target) {
   return out;
 }
 
+// A Prometheus label value: backslash, double quote and newline escaped.
+std::string PromLabel(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+// The live event of a run created or updated (LiveBus::PublishRun).
+json RunEvent(const store::RunInfo& info, bool created) {
+  json e = {{"run_name", info.run_name}, {"status", info.status}, {"created", created},
+            {"hostname", info.hostname}, {"start_unix_ns", info.start_unix_ns}};
+  e["group_id"] = info.group_id ? json(*info.group_id) : json(nullptr);
+  e["end_ns"] = info.end_ns ? json(*info.end_ns) : json(nullptr);
+  return e;
+}
+
+// The live event of a batch stored (LiveBus::PublishBatch): rows per table, the newest step
+// and the newest telemetry timestamp in it.
+json BatchEvent(const std::vector<store::Row>& rows, bool insights) {
+  json counts = json::object();
+  std::optional<int64_t> last_step, last_ts;
+  for (const store::Row& row : rows) {
+    const std::string table = store::RowJsonTable(row);
+    counts[table] = counts.value(table, int64_t{0}) + 1;
+    if (const auto* s = std::get_if<store::StepRow>(&row)) {
+      last_step = std::max(last_step.value_or(s->step), s->step);
+    }
+    std::visit(
+        [&](const auto& r) {
+          if constexpr (requires { r.ts_ns; }) {
+            if constexpr (std::is_same_v<std::decay_t<decltype(r.ts_ns)>, int64_t>) {
+              last_ts = std::max(last_ts.value_or(r.ts_ns), r.ts_ns);
+            }
+          }
+        },
+        row);
+  }
+  json e = {{"rows", counts}, {"stored", rows.size()}, {"insights", insights}};
+  if (last_step) e["last_step"] = *last_step;
+  if (last_ts) e["last_ts_ns"] = *last_ts;
+  return e;
+}
+
 constexpr const char* kEndpoints =
     "GET /healthz, GET /metrics, PUT /api/v1/runs/{uuid}, POST /api/v1/runs/{uuid}/batches, "
     "POST /api/v1/login, POST /api/v1/logout, GET /api/v1/runs, GET /api/v1/runs/{id}, "
-    "GET /api/v1/runs/{id}/series, GET /api/v1/runs/{id}/steps, GET /api/v1/compare, "
-    "GET /api/v1/groups/{name}";
+    "GET /api/v1/runs/{id}/series, GET /api/v1/runs/{id}/steps, GET /api/v1/runs/{id}/kernels, "
+    "GET /api/v1/compare, GET /api/v1/groups/{name}, GET /api/v1/live (WebSocket)";
 
 constexpr const char* kSessionCookie = "gpuprof_session";
 constexpr const char* kCsrfCookie = "gpuprof_csrf";
@@ -201,9 +252,19 @@ Expected<std::unique_ptr<ServerApi>> ServerApi::Open(const std::string& storage_
       new ServerApi(std::move(db.value()), storage_path, std::move(options)));
 }
 
-ServerApi::ServerApi(std::unique_ptr<store::SqliteStore> db, std::string path,
-                     ApiOptions options)
+std::unique_ptr<ServerApi> ServerApi::Create(std::unique_ptr<store::RunStore> db,
+                                             std::string storage, ApiOptions options) {
+  return std::unique_ptr<ServerApi>(
+      new ServerApi(std::move(db), std::move(storage), std::move(options)));
+}
+
+ServerApi::ServerApi(std::unique_ptr<store::RunStore> db, std::string path, ApiOptions options)
     : db_(std::move(db)), storage_path_(std::move(path)), options_(std::move(options)) {}
+
+std::unique_lock<std::mutex> ServerApi::LockStore() {
+  if (db_->thread_safe()) return std::unique_lock<std::mutex>();
+  return std::unique_lock<std::mutex>(mu_);
+}
 
 HttpResponse ServerApi::Count(HttpResponse response) {
   std::lock_guard lock(counters_mu_);
@@ -274,9 +335,11 @@ HttpResponse ServerApi::Handle(const HttpRequest& request) {
     return Count(ListRuns(request));
   }
   if (v1 && seg[2] == "runs" && m == "GET" &&
-      (seg.size() == 4 || (seg.size() == 5 && (seg[4] == "series" || seg[4] == "steps")))) {
+      (seg.size() == 4 ||
+       (seg.size() == 5 && (seg[4] == "series" || seg[4] == "steps" || seg[4] == "kernels")))) {
     if (auto denied = CheckViewer(request, false)) return Count(*denied);
     if (seg.size() == 4) return Count(RunReport(seg[3]));
+    if (seg[4] == "kernels") return Count(Kernels(seg[3], request));
     return Count(seg[4] == "series" ? Series(seg[3], request) : Steps(seg[3], request));
   }
   if (v1 && ((seg.size() == 3 && seg[2] == "compare") || (seg.size() == 4 && seg[2] == "groups"))) {
@@ -296,11 +359,58 @@ HttpResponse ServerApi::Handle(const HttpRequest& request) {
     }
     return Count(batches ? PostBatch(uuid, request) : PutRun(uuid, request));
   }
+  if (v1 && seg.size() == 3 && seg[2] == "live") {
+    // A WebSocket upgrade never reaches Handle (the socket layer takes it to AuthorizeLive).
+    if (m != "GET") return Count(not_allowed("GET"));
+    if (auto denied = CheckViewer(request, false)) return Count(*denied);
+    HttpResponse r = Error(426, "GET /api/v1/live is a WebSocket: connect with an Upgrade: "
+                                "websocket request");
+    r.headers.emplace_back("Upgrade", "websocket");
+    return Count(r);
+  }
   if (seg.size() >= 2 && seg[0] == "api" && seg[1] != "v1") {
     return Count(Error(404, "API version '" + seg[1] + "' is not served; this server speaks v1"));
   }
   return Count(Error(404, "no such endpoint: " + m + " " + request.target + " (endpoints: " +
                               kEndpoints + ")"));
+}
+
+bool ServerApi::IsLiveTarget(const std::string& target) {
+  const std::vector<std::string> seg = Segments(target);
+  return seg.size() == 3 && seg[0] == "api" && seg[1] == "v1" && seg[2] == "live";
+}
+
+std::optional<HttpResponse> ServerApi::AuthorizeLive(const HttpRequest& request,
+                                                     std::optional<int64_t>* run_filter) {
+  run_filter->reset();
+  if (request.method != "GET") return Count(Error(405, "the live endpoint takes GET"));
+  if (!IsLiveTarget(request.target)) return Count(Error(404, "not the live endpoint"));
+  if (auto denied = CheckViewer(request, false)) return Count(*denied);
+  // A page of another site may open a WebSocket with the viewer's cookie (browsers send it on
+  // the upgrade): only this server's own pages may.
+  auto origin = request.headers.find("origin");
+  auto host = request.headers.find("host");
+  if (origin != request.headers.end()) {
+    const std::string h = host == request.headers.end() ? "" : host->second;
+    if (origin->second != "http://" + h && origin->second != "https://" + h) {
+      return Count(Error(403, "the WebSocket's Origin (" + origin->second +
+                                  ") is not this server"));
+    }
+  }
+  const auto params = Query(request.target);
+  const auto run = params.find("run");
+  if (run != params.end()) {
+    const std::string& query = run->second;
+    const auto id = ParseInt(query);
+    if (!id || *id <= 0) return Count(Error(400, "run must be a run id (a positive integer)"));
+    auto lock = LockStore();
+    auto exists = db_->RunExists(*id);
+    if (!exists) return Count(Error(500, "store: " + exists.error()));
+    if (!*exists) return Count(Error(404, "no run " + query + " on this server"));
+    *run_filter = *id;
+  }
+  Count(Json(101, json::object()));
+  return std::nullopt;
 }
 
 HttpResponse ServerApi::PutRun(const std::string& uuid, const HttpRequest& request) {
@@ -317,7 +427,7 @@ HttpResponse ServerApi::PutRun(const std::string& uuid, const HttpRequest& reque
   }
   auto info = store::RunInfoFromJson(doc["run"]);
   if (!info) return Error(400, info.error());
-  std::lock_guard lock(mu_);
+  auto lock = LockStore();
   auto existing = db_->IngestRunId(uuid);
   if (!existing) return Error(500, "store: " + existing.error());
   if (*existing) {
@@ -327,14 +437,19 @@ HttpResponse ServerApi::PutRun(const std::string& uuid, const HttpRequest& reque
       st = db_->FinishRun(info->run_id, info->status, info->end_ns, info->error);
     }
     if (!st.ok()) return Error(500, "store: " + st.message());
+    lock = {};
+    bus_.PublishRun(info->run_id, RunEvent(*info, false));
     return Json(200, json{{"run_id", info->run_id}, {"created", false}});
   }
   auto id = db_->BeginIngestRun(uuid, *info);
   if (!id) return Error(500, "store: " + id.error());
+  lock = {};
   {
     std::lock_guard c(counters_mu_);
     ++runs_created_;
   }
+  info->run_id = *id;
+  bus_.PublishRun(*id, RunEvent(*info, true));
   return Json(201, json{{"run_id", *id}, {"created", true}});
 }
 
@@ -358,6 +473,17 @@ HttpResponse ServerApi::PostBatch(const std::string& uuid, const HttpRequest& re
   const std::string batch_id = doc["batch_id"].get<std::string>();
   std::vector<store::Row> rows;
   if (doc.contains("rows")) {
+    // Too many rows is a size limit, a 413 like a body over the limit (docs/server.md).
+    size_t count = 0;
+    if (doc["rows"].is_object()) {
+      for (const auto& [table, list] : doc["rows"].items()) {
+        if (list.is_array()) count += list.size();
+      }
+    }
+    if (count > options_.max_rows_per_batch) {
+      return Error(413, "rows: more than " + std::to_string(options_.max_rows_per_batch) +
+                            " rows in one batch; send smaller batches");
+    }
     auto parsed = store::RowsFromJson(doc["rows"], options_.max_rows_per_batch);
     if (!parsed) return Error(400, parsed.error());
     rows = std::move(parsed.value());
@@ -368,7 +494,7 @@ HttpResponse ServerApi::PostBatch(const std::string& uuid, const HttpRequest& re
     if (!parsed) return Error(400, parsed.error());
     insights = std::move(parsed.value());
   }
-  std::lock_guard lock(mu_);
+  auto lock = LockStore();
   auto run_id = db_->IngestRunId(uuid);
   if (!run_id) return Error(500, "store: " + run_id.error());
   if (!*run_id) {
@@ -379,6 +505,7 @@ HttpResponse ServerApi::PostBatch(const std::string& uuid, const HttpRequest& re
   Status st = db_->WriteBatchOnce(**run_id, batch_id, rows, insights ? &*insights : nullptr,
                                   &duplicate);
   if (!st.ok()) return Error(500, "store: " + st.message());
+  lock = {};
   {
     std::lock_guard c(counters_mu_);
     ++batches_;
@@ -388,6 +515,7 @@ HttpResponse ServerApi::PostBatch(const std::string& uuid, const HttpRequest& re
       rows_ += rows.size();
     }
   }
+  if (!duplicate) bus_.PublishBatch(**run_id, BatchEvent(rows, insights.has_value()));
   return Json(200, json{{"run_id", **run_id},
                         {"batch_id", batch_id},
                         {"stored", duplicate ? 0 : rows.size()},
@@ -517,7 +645,7 @@ HttpResponse ServerApi::ListRuns(const HttpRequest& request) {
       return Error(400, "unknown filter '" + k + "' (filters: name, group, status)");
     }
   }
-  std::lock_guard lock(mu_);
+  auto lock = LockStore();
   auto runs = db_->ListRuns();
   if (!runs) return Error(500, "store: " + runs.error());
   json list = json::array();
@@ -535,7 +663,7 @@ HttpResponse ServerApi::ListRuns(const HttpRequest& request) {
 HttpResponse ServerApi::RunReport(const std::string& id) {
   const auto run_id = ParseInt(id);
   if (!run_id) return Error(400, "the run id must be an integer, got '" + id + "'");
-  std::lock_guard lock(mu_);
+  auto lock = LockStore();
   auto exists = db_->RunExists(*run_id);
   if (!exists) return Error(500, "store: " + exists.error());
   if (!*exists) return Error(404, "no run " + id + " on this server");
@@ -561,7 +689,7 @@ HttpResponse ServerApi::Series(const std::string& id, const HttpRequest& request
     return Error(400, "gpu, points, from_ns and to_ns must be integers");
   }
   if (*points < 3 || *points > 100000) return Error(400, "points must be in 3..100000");
-  std::lock_guard lock(mu_);
+  auto lock = LockStore();
   auto exists = db_->RunExists(*run_id);
   if (!exists) return Error(500, "store: " + exists.error());
   if (!*exists) return Error(404, "no run " + id + " on this server");
@@ -576,6 +704,73 @@ HttpResponse ServerApi::Series(const std::string& id, const HttpRequest& request
                         {"points", pts}});
 }
 
+HttpResponse ServerApi::Kernels(const std::string& id, const HttpRequest& request) {
+  const auto run_id = ParseInt(id);
+  if (!run_id) return Error(400, "the run id must be an integer, got '" + id + "'");
+  const auto q = Query(request.target);
+  const auto top = q.count("top") ? ParseInt(q.at("top")) : std::optional<int64_t>(50);
+  if (!top || *top < 1 || *top > 10000) return Error(400, "top must be an integer in 1..10000");
+  const auto from = q.count("from_ns") ? ParseInt(q.at("from_ns"))
+                                       : std::optional<int64_t>(INT64_MIN);
+  const auto to = q.count("to_ns") ? ParseInt(q.at("to_ns")) : std::optional<int64_t>(INT64_MAX);
+  if (!from || !to || *from > *to) {
+    return Error(400, "from_ns and to_ns must be integers (run-relative ns), from_ns <= to_ns");
+  }
+  auto lock = LockStore();
+  auto exists = db_->RunExists(*run_id);
+  if (!exists) return Error(500, "store: " + exists.error());
+  if (!*exists) return Error(404, "no run " + id + " on this server");
+  auto rows = db_->LoadKernels(*run_id);
+  if (!rows) return Error(500, "store: " + rows.error());
+  lock = {};
+  // Per (name, source) over the windows that start in [from_ns, to_ns].
+  struct Acc {
+    int64_t calls = 0, gpu_ns = 0, windows = 0;
+  };
+  std::map<std::pair<std::string, std::string>, Acc> by_kernel;
+  std::set<int64_t> windows;
+  std::set<std::string> sources;
+  int64_t total = 0;
+  for (const store::KernelRow& k : *rows) {
+    if (k.window_start_ns < *from || k.window_start_ns > *to) continue;
+    Acc& a = by_kernel[{k.name, k.source}];
+    a.calls += k.calls;
+    a.gpu_ns += k.gpu_ns;
+    ++a.windows;
+    total += k.gpu_ns;
+    windows.insert(k.window_start_ns);
+    sources.insert(k.source);
+  }
+  std::vector<std::pair<std::pair<std::string, std::string>, Acc>> sorted(by_kernel.begin(),
+                                                                          by_kernel.end());
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    return a.second.gpu_ns != b.second.gpu_ns ? a.second.gpu_ns > b.second.gpu_ns
+                                              : a.first < b.first;
+  });
+  json list = json::array();
+  for (size_t i = 0; i < sorted.size() && i < static_cast<size_t>(*top); ++i) {
+    const auto& [key, a] = sorted[i];
+    list.push_back({{"name", key.first},
+                    {"source", key.second},
+                    {"calls", a.calls},
+                    {"gpu_ns", a.gpu_ns},
+                    {"mean_ns", a.calls > 0 ? json(static_cast<double>(a.gpu_ns) / a.calls)
+                                            : json(nullptr)},
+                    {"share_pct", total > 0 ? json(100.0 * a.gpu_ns / total) : json(nullptr)},
+                    {"windows", a.windows}});
+  }
+  json out = {{"run_id", *run_id},
+              {"recorded", !rows->empty()},
+              {"kernels_total", sorted.size()},
+              {"windows", windows.size()},
+              {"total_gpu_ns", total},
+              {"sources", json(std::vector<std::string>(sources.begin(), sources.end()))},
+              {"kernels", list}};
+  out["reason"] = rows->empty() ? json("no kernel trace was recorded for this run")
+                                : json(nullptr);
+  return Json(200, out);
+}
+
 HttpResponse ServerApi::Steps(const std::string& id, const HttpRequest& request) {
   const auto run_id = ParseInt(id);
   if (!run_id) return Error(400, "the run id must be an integer, got '" + id + "'");
@@ -584,7 +779,7 @@ HttpResponse ServerApi::Steps(const std::string& id, const HttpRequest& request)
   if (!points || *points < 1 || *points > 100000) {
     return Error(400, "points must be an integer in 1..100000");
   }
-  std::lock_guard lock(mu_);
+  auto lock = LockStore();
   auto exists = db_->RunExists(*run_id);
   if (!exists) return Error(500, "store: " + exists.error());
   if (!*exists) return Error(404, "no run " + id + " on this server");
@@ -666,7 +861,7 @@ HttpResponse ServerApi::Compare(const HttpRequest& request) {
     return Error(400, "compare takes 2 to 4 runs, got " + std::to_string(ids.size()));
   }
   json out = json::array();
-  std::lock_guard lock(mu_);
+  auto lock = LockStore();
   for (int64_t id : ids) {
     auto exists = db_->RunExists(id);
     if (!exists) return Error(500, "store: " + exists.error());
@@ -683,7 +878,7 @@ HttpResponse ServerApi::Compare(const HttpRequest& request) {
 }
 
 HttpResponse ServerApi::Group(const std::string& name) {
-  std::lock_guard lock(mu_);
+  auto lock = LockStore();
   auto runs = db_->ListRuns();
   if (!runs) return Error(500, "store: " + runs.error());
   const bool known = std::any_of(runs->begin(), runs->end(), [&](const store::RunInfo& r) {
@@ -693,6 +888,12 @@ HttpResponse ServerApi::Group(const std::string& name) {
   auto report = analysis::AnalyzeStoredGroup(*db_, name, analysis::AnalysisOptions{});
   if (!report) return Error(500, "analysis: " + report.error());
   return Json(200, analysis::GroupReportJson(*report));
+}
+
+Expected<std::string> RandomSecret() {
+  unsigned char bytes[32];
+  if (RAND_bytes(bytes, sizeof bytes) != 1) return Status::Error("no randomness for the secret");
+  return Hex(bytes, sizeof bytes);
 }
 
 Expected<std::string> LoadOrCreateSecret(const std::optional<std::string>& secret_file,
@@ -713,9 +914,9 @@ Expected<std::string> LoadOrCreateSecret(const std::optional<std::string>& secre
   }
   const std::string path = store_path + ".secret";
   if (auto s = read(path); s && s->size() >= 32) return *s;
-  unsigned char bytes[32];
-  if (RAND_bytes(bytes, sizeof bytes) != 1) return Status::Error("no randomness for the secret");
-  const std::string secret = Hex(bytes, sizeof bytes);
+  auto fresh = RandomSecret();
+  if (!fresh) return fresh.status();
+  const std::string secret = *fresh;
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return Status::Error("cannot create the session secret " + path);
   const bool ok = ::write(fd, secret.data(), secret.size()) == static_cast<ssize_t>(secret.size());
@@ -727,10 +928,29 @@ Expected<std::string> LoadOrCreateSecret(const std::optional<std::string>& secre
 HttpResponse ServerApi::Metrics() {
   std::ostringstream out;
   int64_t live = 0;
+  // The newest second of every live run's GPUs (NULL readings are left out: no sample).
+  std::ostringstream gpu[4];
   {
-    std::lock_guard lock(mu_);
+    auto lock = LockStore();
     if (auto runs = db_->ListRuns()) {
-      for (const auto& r : *runs) live += r.status == "running";
+      for (const auto& r : *runs) {
+        if (r.status != "running") continue;
+        ++live;
+        auto latest = db_->LatestGpuSecond(r.run_id);
+        if (!latest) continue;
+        for (const auto& g : *latest) {
+          const std::string labels = "{run_id=\"" + std::to_string(r.run_id) +
+                                     "\",run_name=\"" + PromLabel(r.run_name) + "\",gpu=\"" +
+                                     std::to_string(g.gpu_index) + "\"} ";
+          auto put = [&](int i, const char* name, auto value) {
+            gpu[i] << name << labels << value << "\n";
+          };
+          if (g.util_mean_pct) put(0, "gpuprof_gpu_utilization_percent", *g.util_mean_pct);
+          if (g.mem_used_max_bytes) put(1, "gpuprof_gpu_memory_used_bytes", *g.mem_used_max_bytes);
+          if (g.power_mean_mw) put(2, "gpuprof_gpu_power_watts", *g.power_mean_mw / 1000.0);
+          if (g.temp_max_c) put(3, "gpuprof_gpu_temperature_celsius", *g.temp_max_c);
+        }
+      }
     }
   }
   std::lock_guard c(counters_mu_);
@@ -754,7 +974,29 @@ HttpResponse ServerApi::Metrics() {
       << "gpuprof_ingest_runs_created_total " << runs_created_ << "\n"
       << "# HELP gpuprof_runs_live Runs whose status is running.\n"
       << "# TYPE gpuprof_runs_live gauge\n"
-      << "gpuprof_runs_live " << live << "\n";
+      << "gpuprof_runs_live " << live << "\n"
+      << "# HELP gpuprof_live_viewers WebSocket viewers connected to /api/v1/live.\n"
+      << "# TYPE gpuprof_live_viewers gauge\n"
+      << "gpuprof_live_viewers " << bus_.viewers() << "\n"
+      << "# HELP gpuprof_live_events_coalesced_total Live events merged into one still pending "
+         "for a slow viewer.\n"
+      << "# TYPE gpuprof_live_events_coalesced_total counter\n"
+      << "gpuprof_live_events_coalesced_total " << bus_.coalesced() << "\n"
+      << "# HELP gpuprof_live_viewers_dropped_total Viewers disconnected for not taking "
+         "messages.\n"
+      << "# TYPE gpuprof_live_viewers_dropped_total counter\n"
+      << "gpuprof_live_viewers_dropped_total " << bus_.dropped() << "\n";
+  static const char* const kGpu[4][2] = {
+      {"gpuprof_gpu_utilization_percent", "GPU utilization of a live run, newest second."},
+      {"gpuprof_gpu_memory_used_bytes", "Device memory used by a live run's GPU, newest second."},
+      {"gpuprof_gpu_power_watts", "Power draw of a live run's GPU, newest second (mean)."},
+      {"gpuprof_gpu_temperature_celsius", "Temperature of a live run's GPU, newest second (max)."}};
+  for (int i = 0; i < 4; ++i) {
+    const std::string samples = gpu[i].str();
+    if (samples.empty()) continue;
+    out << "# HELP " << kGpu[i][0] << " " << kGpu[i][1] << "\n# TYPE " << kGpu[i][0]
+        << " gauge\n" << samples;
+  }
   HttpResponse r;
   r.content_type = "text/plain; version=0.0.4";
   r.body = out.str();

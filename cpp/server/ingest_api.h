@@ -12,13 +12,15 @@
 //   GET  /api/v1/runs/{id}                  viewer: the run's insights report (the engine)
 //   GET  /api/v1/runs/{id}/series           viewer: one metric, LTTB-downsampled
 //   GET  /api/v1/runs/{id}/steps            viewer: per-step breakdown (bucketed past ?points=)
+//   GET  /api/v1/runs/{id}/kernels          viewer: top kernels by GPU time (?top= &from_ns= &to_ns=)
 //   GET  /api/v1/compare?runs=1,2[,3,4]     viewer: 2-4 runs side by side
 //   GET  /api/v1/groups/{name}              viewer: a multi-rank group's report
+//   GET  /api/v1/live[?run=ID]              viewer: WebSocket of live events (live_bus.h)
 //
 // Two independent axes: write keys (X-API-Key) only write, a viewer session (cookie) only
 // reads. Every rejection is a 4xx with {"error": "..."} naming what was wrong. Secrets never
-// appear in a response, a log line or /metrics. Thread-safe: one store connection behind a
-// mutex.
+// appear in a response, a log line or /metrics. Thread-safe: requests share one store
+// connection behind a mutex (SQLite), or the store's own pool (PostgreSQL).
 #pragma once
 
 #include <atomic>
@@ -32,6 +34,8 @@
 #include <string>
 #include <vector>
 
+#include "server/live_bus.h"
+#include "store/run_store.h"
 #include "store/sqlite_store.h"
 #include "util/status.h"
 
@@ -68,14 +72,28 @@ class ServerApi {
   // Opens (creating) the SQLite store at `storage_path`.
   static Expected<std::unique_ptr<ServerApi>> Open(const std::string& storage_path,
                                                    ApiOptions options);
+  // Serves `db` (a SqliteStore or a PgStore); `storage` names it in /healthz and logs.
+  static std::unique_ptr<ServerApi> Create(std::unique_ptr<store::RunStore> db, std::string storage,
+                                           ApiOptions options);
 
   HttpResponse Handle(const HttpRequest& request);
+
+  // The WebSocket endpoint's gate (the socket layer upgrades when this returns no refusal):
+  // GET /api/v1/live[?run=ID] by a logged-in viewer whose Origin, when sent, is this server.
+  // *run_filter is the ?run= given (a run that exists), or nullopt for every run.
+  std::optional<HttpResponse> AuthorizeLive(const HttpRequest& request,
+                                            std::optional<int64_t>* run_filter);
+  // Whether `target` is the live endpoint (the socket layer asks before reading a WebSocket).
+  static bool IsLiveTarget(const std::string& target);
+  LiveBus& bus() { return bus_; }
 
   const std::string& storage_path() const { return storage_path_; }
   size_t max_body_bytes() const { return options_.max_body_bytes; }
 
  private:
-  ServerApi(std::unique_ptr<store::SqliteStore> db, std::string path, ApiOptions options);
+  ServerApi(std::unique_ptr<store::RunStore> db, std::string path, ApiOptions options);
+  // Holds mu_ unless the store is thread-safe (a pool serves concurrent requests itself).
+  std::unique_lock<std::mutex> LockStore();
   std::optional<HttpResponse> CheckWriteKey(const HttpRequest& request);
   HttpResponse PutRun(const std::string& uuid, const HttpRequest& request);
   HttpResponse PostBatch(const std::string& uuid, const HttpRequest& request);
@@ -88,6 +106,7 @@ class ServerApi {
   HttpResponse RunReport(const std::string& id);
   HttpResponse Series(const std::string& id, const HttpRequest& request);
   HttpResponse Steps(const std::string& id, const HttpRequest& request);
+  HttpResponse Kernels(const std::string& id, const HttpRequest& request);
   HttpResponse Compare(const HttpRequest& request);
   HttpResponse Group(const std::string& name);
   int64_t Now() const;
@@ -96,16 +115,20 @@ class ServerApi {
   Expected<std::string> Body(const HttpRequest& request, HttpResponse* rejection);
   HttpResponse Count(HttpResponse response);
 
-  std::mutex mu_;  // guards db_
-  std::unique_ptr<store::SqliteStore> db_;
+  std::mutex mu_;  // guards db_ when it is not thread-safe
+  std::unique_ptr<store::RunStore> db_;
   std::string storage_path_;
   ApiOptions options_;
   std::mutex counters_mu_;
   std::map<int, uint64_t> responses_;  // by status
   uint64_t batches_ = 0, duplicate_batches_ = 0, rows_ = 0, runs_created_ = 0;
+  LiveBus bus_;
   std::mutex logins_mu_;
   std::map<std::string, std::deque<int64_t>> logins_;  // per address: attempts in the last minute
 };
+
+// 32 random bytes as hex: a fresh session-signing secret.
+Expected<std::string> RandomSecret();
 
 // The secret that signs viewer sessions: the file's contents when given (at least 32 bytes),
 // else `<store path>.secret`, created once with 32 random bytes (mode 0600) and reused.

@@ -222,6 +222,47 @@ TEST_F(ServerApiTest, ViewersGetRunsTheEnginesReportAndDownsampledSeries) {
               HasSubstr("no metric 'fan'"));
 }
 
+TEST_F(ServerApiTest, ViewersGetTheTopKernelsOrNotRecordedWithTheReason) {
+  ASSERT_EQ(Call("PUT", "/api/v1/runs/r1", Run()).status, 201);
+  const auto [cookie, csrf] = Login();
+  // Before any trace: nothing, said so (not zeros)
+  json none = json::parse(Viewer("GET", "/api/v1/runs/1/kernels", cookie).body);
+  EXPECT_EQ(none["recorded"], false);
+  EXPECT_THAT(none["reason"].get<std::string>(), HasSubstr("no kernel trace"));
+  EXPECT_TRUE(none["kernels"].empty());
+  // Two traced windows: gemm 3 + 5 ms, softmax 1 ms, a CPU operator of another source
+  std::vector<store::Row> rows = {
+      store::Row(store::KernelRow{0, 100, "gemm", 10, 3'000'000, "cupti"}),
+      store::Row(store::KernelRow{0, 100, "softmax", 4, 1'000'000, "cupti"}),
+      store::Row(store::KernelRow{1000, 1100, "gemm", 10, 5'000'000, "cupti"}),
+      store::Row(store::KernelRow{1000, 1100, "aten::mm", 2, 1'000'000, "torch_profiler"})};
+  ASSERT_EQ(Call("POST", "/api/v1/runs/r1/batches",
+                 json{{"batch_id", "k"}, {"rows", store::RowsToJson(rows)}})
+                .status,
+            200);
+  json k = json::parse(Viewer("GET", "/api/v1/runs/1/kernels?top=2", cookie).body);
+  EXPECT_EQ(k["recorded"], true);
+  EXPECT_TRUE(k["reason"].is_null());
+  EXPECT_EQ(k["kernels_total"], 3);
+  EXPECT_EQ(k["windows"], 2);
+  EXPECT_EQ(k["total_gpu_ns"], 10'000'000);
+  ASSERT_EQ(k["kernels"].size(), 2u);
+  EXPECT_EQ(k["kernels"][0]["name"], "gemm");
+  EXPECT_EQ(k["kernels"][0]["calls"], 20);
+  EXPECT_EQ(k["kernels"][0]["gpu_ns"], 8'000'000);
+  EXPECT_DOUBLE_EQ(k["kernels"][0]["share_pct"].get<double>(), 80.0);
+  EXPECT_DOUBLE_EQ(k["kernels"][0]["mean_ns"].get<double>(), 400'000.0);
+  EXPECT_EQ(k["kernels"][0]["windows"], 2);
+  EXPECT_EQ(k["sources"], json({"cupti", "torch_profiler"}));
+  // A window of the run
+  json w = json::parse(Viewer("GET", "/api/v1/runs/1/kernels?from_ns=500", cookie).body);
+  EXPECT_EQ(w["total_gpu_ns"], 6'000'000);
+  EXPECT_EQ(Viewer("GET", "/api/v1/runs/1/kernels?top=0", cookie).status, 400);
+  EXPECT_EQ(Viewer("GET", "/api/v1/runs/1/kernels?from_ns=9&to_ns=1", cookie).status, 400);
+  EXPECT_EQ(Viewer("GET", "/api/v1/runs/7/kernels", cookie).status, 404);
+  EXPECT_EQ(Viewer("GET", "/api/v1/runs/1/kernels", "").status, 401);
+}
+
 TEST_F(ServerApiTest, ARunIsCreatedOnceAndABatchSentTwiceIsStoredOnce) {
   // GIVEN a run created by its client's id
   HttpResponse created = Call("PUT", "/api/v1/runs/node-1:42:1:1", Run());

@@ -5,13 +5,13 @@
 
 namespace gpuprof::analysis {
 
-Expected<Report> AnalyzeRun(store::SqliteStore& store, int64_t run_id,
+Expected<Report> AnalyzeRun(store::RunStore& store, int64_t run_id,
                             const AnalysisOptions& options) {
   Expected<bool> exists = store.RunExists(run_id);
   if (!exists) return exists.status();
   if (!*exists) {
     return Status::Error(StrFormat("no run %lld in %s", static_cast<long long>(run_id),
-                                   store.path().c_str()));
+                                   store.location().c_str()));
   }
   Expected<store::RunData> data = store.LoadRun(run_id);
   if (!data) return data.status();
@@ -26,7 +26,7 @@ Expected<Report> AnalyzeRun(store::SqliteStore& store, int64_t run_id,
   return Analyze(std::move(data).value(), context);
 }
 
-Expected<GroupReport> AnalyzeStoredGroup(store::SqliteStore& store, const std::string& group_id,
+Expected<GroupReport> AnalyzeStoredGroup(store::RunStore& store, const std::string& group_id,
                                          const AnalysisOptions& options) {
   Expected<std::vector<store::RunData>> runs = LoadGroupRuns(store, group_id);
   if (!runs) return runs.status();
@@ -36,21 +36,21 @@ Expected<GroupReport> AnalyzeStoredGroup(store::SqliteStore& store, const std::s
     std::string known;
     for (size_t i = 0; i < groups->size(); ++i) known += (i ? ", " : "") + (*groups)[i];
     return Status::Error(StrFormat("no runs with group_id '%s' in %s (%s)", group_id.c_str(),
-                                   store.path().c_str(),
+                                   store.location().c_str(),
                                    groups->empty() ? "no run in it has a group_id"
                                                    : ("groups: " + known).c_str()));
   }
   return AnalyzeGroup(group_id, std::move(runs).value(), MakeRuleContextFromEnv(options));
 }
 
-Expected<std::string> SummaryText(store::SqliteStore& store, int64_t run_id,
+Expected<std::string> SummaryText(store::RunStore& store, int64_t run_id,
                                   const std::string& db_path, const AnalysisOptions& options) {
   Expected<Report> report = AnalyzeRun(store, run_id, options);
   if (!report) return report.status();
   return FormatSummary(*report, db_path);
 }
 
-Expected<std::string> FinalizeRun(store::SqliteStore& store, int64_t run_id,
+Expected<std::string> FinalizeRun(store::RunStore& store, int64_t run_id,
                                   const std::string& db_path, const AnalysisOptions& options,
                                   std::optional<std::string>* not_stored) {
   Expected<Report> report = AnalyzeRun(store, run_id, options);
@@ -67,7 +67,7 @@ Expected<std::string> FinalizeRun(store::SqliteStore& store, int64_t run_id,
   return FormatSummary(*report, db_path);
 }
 
-Status StoreCostRate(store::SqliteStore& store, const Report& report) {
+Status StoreCostRate(store::RunStore& store, const Report& report) {
   if (!report.cost_rate_usd_per_hour) return Status::Ok();
   store::RunInfo info = report.view.run();
   nlohmann::json config = nlohmann::json::object();

@@ -27,31 +27,31 @@ namespace gpuprof::analysis {
 // Loads run `run_id` and analyzes it with the rate override resolved from `options` and
 // $GPUPROF_GPU_RATE, and with the earlier runs of the same name (their steps only) as the
 // regression baseline. Errors: unknown run id, store read failures.
-Expected<Report> AnalyzeRun(store::SqliteStore& store, int64_t run_id,
+Expected<Report> AnalyzeRun(store::RunStore& store, int64_t run_id,
                             const AnalysisOptions& options);
 
 // Loads every run with runs.group_id == group_id (run rows, steps, comm_buckets) and runs the
 // group rules. Errors: no run has that group id (the message lists the groups that exist),
 // store read failures.
-Expected<GroupReport> AnalyzeStoredGroup(store::SqliteStore& store, const std::string& group_id,
+Expected<GroupReport> AnalyzeStoredGroup(store::RunStore& store, const std::string& group_id,
                                          const AnalysisOptions& options);
 
 // The summary block for a stored run (what FinalizeRun returns), without writing anything.
 // `db_path` is quoted in the "Full report:" hint as given.
-Expected<std::string> SummaryText(store::SqliteStore& store, int64_t run_id,
+Expected<std::string> SummaryText(store::RunStore& store, int64_t run_id,
                                   const std::string& db_path, const AnalysisOptions& options);
 
 // Runs the analysis, replaces the run's rows in the insights table, stores the rate the cost
 // line used with the run (StoreCostRate), then returns the summary block printed at the end of
 // `with gpuprof.profile(...)`. When the store refuses those writes (locked, disk full) the
 // summary is still returned, with a data-loss line, and `not_stored` (if given) gets the error.
-Expected<std::string> FinalizeRun(store::SqliteStore& store, int64_t run_id,
+Expected<std::string> FinalizeRun(store::RunStore& store, int64_t run_id,
                                   const std::string& db_path, const AnalysisOptions& options,
                                   std::optional<std::string>* not_stored = nullptr);
 
 // Writes report.cost_rate_* into the run's config_json (kStoredRateKey, kStoredRateSourceKey;
 // report.h), which AnalyzeRun reads back (ApplyStoredRate). Nothing to do without a rate, when
 // it is stored already, or when config_json is not a JSON object.
-Status StoreCostRate(store::SqliteStore& store, const Report& report);
+Status StoreCostRate(store::RunStore& store, const Report& report);
 
 }  // namespace gpuprof::analysis

@@ -8,7 +8,7 @@
 
 namespace gpuprof::analysis {
 
-Expected<std::vector<PriorRun>> LoadPriorRuns(store::SqliteStore& store,
+Expected<std::vector<PriorRun>> LoadPriorRuns(store::RunStore& store,
                                               const store::RunInfo& run) {
   auto previous = store.PreviousRunsNamed(run.run_name, run.run_id,
                                           static_cast<int>(thresholds::kRegressionLookback));
@@ -38,7 +38,7 @@ Expected<std::vector<PriorRun>> LoadPriorRuns(store::SqliteStore& store,
   return out;
 }
 
-Expected<std::vector<store::RunData>> LoadGroupRuns(store::SqliteStore& store,
+Expected<std::vector<store::RunData>> LoadGroupRuns(store::RunStore& store,
                                                     const std::string& group_id) {
   auto runs = store.ListRuns();
   if (!runs) return runs.status();
@@ -58,7 +58,7 @@ Expected<std::vector<store::RunData>> LoadGroupRuns(store::SqliteStore& store,
   return out;
 }
 
-Expected<std::vector<std::string>> ListGroupIds(store::SqliteStore& store) {
+Expected<std::vector<std::string>> ListGroupIds(store::RunStore& store) {
   auto runs = store.ListRuns();
   if (!runs) return runs.status();
   std::set<std::string> ids;

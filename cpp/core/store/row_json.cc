@@ -299,10 +299,15 @@ Expected<std::vector<InsightRow>> InsightsFromJson(const json& list) {
     return Status::Error(std::string("insights: expected an array, got ") + list.type_name());
   }
   std::vector<InsightRow> out;
+  std::set<int64_t> ordinals;  // the insights table's key: a repeat would fail in the store
   for (size_t i = 0; i < list.size(); ++i) {
     InsightRow r;
     Status st = Decode(list[i], "insights[" + std::to_string(i) + "]", r);
     if (!st.ok()) return st;
+    if (!ordinals.insert(r.ordinal).second) {
+      return Status::Error("insights[" + std::to_string(i) + "].ordinal: " +
+                           std::to_string(r.ordinal) + " is given twice (ordinals are unique)");
+    }
     out.push_back(std::move(r));
   }
   return out;

@@ -21,12 +21,22 @@
 #include <utility>
 
 #include "store/schema_sql.h"
+#include "store/table_sql.h"
 
 #ifndef GPUPROF_VERSION
 #define GPUPROF_VERSION "unknown"
 #endif
 
 namespace gpuprof::store {
+
+using sql::CoresToJson;
+using sql::kCommBucketsSql;
+using sql::kRunColumns;
+using sql::kStepsSql;
+using sql::ReadCommBucket;
+using sql::ReadRunInfo;
+using sql::ReadStep;
+using sql::RowTraits;
 namespace {
 
 constexpr int kBusyTimeoutMs = 5000;
@@ -79,6 +89,7 @@ class Binder {
 class Reader {
  public:
   explicit Reader(sqlite3_stmt* stmt) : stmt_(stmt) {}
+  Reader& Self() { return *this; }  // a temporary as an lvalue: ReadStep(Reader(s).Self())
   bool IsNull() const { return sqlite3_column_type(stmt_, index_) == SQLITE_NULL; }
   int64_t Int() { return sqlite3_column_int64(stmt_, index_++); }
   double Real() { return sqlite3_column_double(stmt_, index_++); }
@@ -109,279 +120,6 @@ class Reader {
   sqlite3_stmt* stmt_;
   int index_ = 0;
 };
-
-// ---- row types -> SQL ------------------------------------------------------------------------
-// One RowTraits<T> per alternative of Row: the statement (parameter 1 is always run_id) and how
-// to bind a row. Upserts on primary keys make a re-write replace the earlier row.
-
-template <typename T>
-struct RowTraits;
-
-template <>
-struct RowTraits<StepRow> {
-  static constexpr const char* kPurpose = "upsert into steps";
-  static constexpr const char* kSql =
-      "INSERT INTO steps(run_id, step, start_ns, end_ns, wait_ns, wait_source, forward_calls,"
-      " backward_calls, optimizer_calls) VALUES(?,?,?,?,?,?,?,?,?)"
-      " ON CONFLICT(run_id, step) DO UPDATE SET start_ns = excluded.start_ns,"
-      " end_ns = excluded.end_ns, wait_ns = excluded.wait_ns, wait_source = excluded.wait_source,"
-      " forward_calls = excluded.forward_calls, backward_calls = excluded.backward_calls,"
-      " optimizer_calls = excluded.optimizer_calls";
-  static void Bind(Binder& b, const StepRow& r) {
-    b.Int(r.step).Int(r.start_ns).Int(r.end_ns).Int(r.wait_ns).Text(r.wait_source);
-    b.Int(r.forward_calls).Int(r.backward_calls).Int(r.optimizer_calls);
-  }
-};
-
-template <>
-struct RowTraits<PhaseRow> {
-  static constexpr const char* kPurpose = "upsert into phases";
-  // A re-write replaces wall_ns and calls. gpu_ns: a NULL in the new row keeps the stored
-  // value (GPU time added by PhaseGpuRow); over a placeholder made by PhaseGpuRow (calls 0)
-  // the new row's GPU time is added to the deltas already there; otherwise it replaces.
-  static constexpr const char* kSql =
-      "INSERT INTO phases(run_id, step, name, wall_ns, gpu_ns, calls) VALUES(?,?,?,?,?,?)"
-      " ON CONFLICT(run_id, step, name) DO UPDATE SET wall_ns = excluded.wall_ns,"
-      " gpu_ns = CASE WHEN excluded.gpu_ns IS NULL THEN phases.gpu_ns"
-      " WHEN phases.calls = 0 THEN coalesce(phases.gpu_ns, 0) + excluded.gpu_ns"
-      " ELSE excluded.gpu_ns END,"
-      " calls = excluded.calls";
-  static void Bind(Binder& b, const PhaseRow& r) {
-    b.Int(r.step).Text(r.name).Int(r.wall_ns).Int(r.gpu_ns).Int(r.calls);
-  }
-};
-
-template <>
-struct RowTraits<PhaseGpuRow> {
-  static constexpr const char* kPurpose = "add gpu_ns to phases";
-  // Creates a placeholder phase row (wall_ns 0, calls 0) when the CPU side is not written yet.
-  static constexpr const char* kSql =
-      "INSERT INTO phases(run_id, step, name, wall_ns, gpu_ns, calls) VALUES(?,?,?,0,?,0)"
-      " ON CONFLICT(run_id, step, name) DO UPDATE SET"
-      " gpu_ns = coalesce(phases.gpu_ns, 0) + excluded.gpu_ns";
-  static void Bind(Binder& b, const PhaseGpuRow& r) { b.Int(r.step).Text(r.name).Int(r.gpu_ns); }
-};
-
-template <>
-struct RowTraits<GpuInfoRow> {
-  static constexpr const char* kPurpose = "upsert into gpus";
-  static constexpr const char* kSql =
-      "INSERT INTO gpus(run_id, gpu_index, name, uuid, memory_total_bytes, sm_clock_max_mhz)"
-      " VALUES(?,?,?,?,?,?) ON CONFLICT(run_id, gpu_index) DO UPDATE SET name = excluded.name,"
-      " uuid = excluded.uuid, memory_total_bytes = excluded.memory_total_bytes,"
-      " sm_clock_max_mhz = excluded.sm_clock_max_mhz";
-  static void Bind(Binder& b, const GpuInfoRow& r) {
-    b.Int(r.gpu_index).Text(r.name).Text(r.uuid).Int(r.memory_total_bytes).Int(r.sm_clock_max_mhz);
-  }
-};
-
-template <>
-struct RowTraits<GpuSampleRow> {
-  static constexpr const char* kPurpose = "insert into gpu_samples";
-  static constexpr const char* kSql =
-      "INSERT INTO gpu_samples(run_id, ts_ns, gpu_index, util_pct, mem_util_pct, mem_used_bytes,"
-      " mem_total_bytes, proc_mem_bytes, power_mw, temp_c, sm_clock_mhz, clock_reasons,"
-      " pcie_rx_bps, pcie_tx_bps) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
-  static void Bind(Binder& b, const GpuSampleRow& r) {
-    b.Int(r.ts_ns).Int(r.gpu_index).Real(r.util_pct).Real(r.mem_util_pct).Int(r.mem_used_bytes);
-    b.Int(r.mem_total_bytes).Int(r.proc_mem_bytes).Int(r.power_mw).Real(r.temp_c);
-    b.Int(r.sm_clock_mhz).Int(r.clock_reasons).Real(r.pcie_rx_bps).Real(r.pcie_tx_bps);
-  }
-};
-
-// cpu_per_core is stored as JSON array text in host_core_samples; an empty vector (not
-// measured) stores no row there.
-std::optional<std::string> CoresToJson(const std::vector<double>& cores) {
-  if (cores.empty()) return std::nullopt;
-  return nlohmann::json(cores).dump();
-}
-
-template <>
-struct RowTraits<HostSampleRow> {
-  static constexpr const char* kPurpose = "insert into host_samples";
-  static constexpr const char* kSql =
-      "INSERT INTO host_samples(run_id, ts_ns, cpu_pct, ncores, mem_used_bytes,"
-      " mem_total_bytes, page_cache_bytes, swap_in_bps, disk_read_bps, disk_read_iops,"
-      " proc_cpu_pct, proc_rss_bytes) VALUES(?,?,?,?,?,?,?,?,?,?,?,?)";
-  static void Bind(Binder& b, const HostSampleRow& r) {
-    b.Int(r.ts_ns).Real(r.cpu_pct).Int(r.ncores).Int(r.mem_used_bytes);
-    b.Int(r.mem_total_bytes).Int(r.page_cache_bytes).Real(r.swap_in_bps).Real(r.disk_read_bps);
-    b.Real(r.disk_read_iops).Real(r.proc_cpu_pct).Int(r.proc_rss_bytes);
-  }
-  static constexpr const char* kCorePurpose = "insert into host_core_samples";
-  static constexpr const char* kCoreSql =
-      "INSERT INTO host_core_samples(run_id, ts_ns, cpu_per_core) VALUES(?,?,?)";
-};
-
-template <>
-struct RowTraits<GpuRollupRow> {
-  static constexpr const char* kPurpose = "upsert into gpu_samples_1s";
-  static constexpr const char* kSql =
-      "INSERT INTO gpu_samples_1s(run_id, ts_ns, gpu_index, samples, util_samples, util_mean_pct,"
-      " util_min_pct, util_max_pct, mem_util_mean_pct, mem_used_max_bytes, mem_total_bytes,"
-      " proc_mem_max_bytes, power_samples, power_mean_mw, power_max_mw, temp_max_c,"
-      " sm_clock_min_mhz, sm_clock_max_mhz, clock_reasons_or, thermal_samples, throttled_samples,"
-      " throttled_by_reason_samples, throttled_temp_max_c, throttled_sm_clock_min_mhz,"
-      " pcie_rx_samples, pcie_rx_mean_bps, pcie_rx_max_bps, pcie_rx_high_samples,"
-      " pcie_tx_max_bps) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
-      " ON CONFLICT(run_id, ts_ns, gpu_index) DO UPDATE SET samples = excluded.samples,"
-      " util_samples = excluded.util_samples, util_mean_pct = excluded.util_mean_pct,"
-      " util_min_pct = excluded.util_min_pct, util_max_pct = excluded.util_max_pct,"
-      " mem_util_mean_pct = excluded.mem_util_mean_pct,"
-      " mem_used_max_bytes = excluded.mem_used_max_bytes,"
-      " mem_total_bytes = excluded.mem_total_bytes,"
-      " proc_mem_max_bytes = excluded.proc_mem_max_bytes,"
-      " power_samples = excluded.power_samples, power_mean_mw = excluded.power_mean_mw,"
-      " power_max_mw = excluded.power_max_mw, temp_max_c = excluded.temp_max_c,"
-      " sm_clock_min_mhz = excluded.sm_clock_min_mhz, sm_clock_max_mhz = excluded.sm_clock_max_mhz,"
-      " clock_reasons_or = excluded.clock_reasons_or, thermal_samples = excluded.thermal_samples,"
-      " throttled_samples = excluded.throttled_samples,"
-      " throttled_by_reason_samples = excluded.throttled_by_reason_samples,"
-      " throttled_temp_max_c = excluded.throttled_temp_max_c,"
-      " throttled_sm_clock_min_mhz = excluded.throttled_sm_clock_min_mhz,"
-      " pcie_rx_samples = excluded.pcie_rx_samples, pcie_rx_mean_bps = excluded.pcie_rx_mean_bps,"
-      " pcie_rx_max_bps = excluded.pcie_rx_max_bps,"
-      " pcie_rx_high_samples = excluded.pcie_rx_high_samples,"
-      " pcie_tx_max_bps = excluded.pcie_tx_max_bps";
-  static void Bind(Binder& b, const GpuRollupRow& r) {
-    b.Int(r.ts_ns).Int(r.gpu_index).Int(r.samples).Int(r.util_samples).Real(r.util_mean_pct);
-    b.Real(r.util_min_pct).Real(r.util_max_pct).Real(r.mem_util_mean_pct);
-    b.Int(r.mem_used_max_bytes).Int(r.mem_total_bytes).Int(r.proc_mem_max_bytes);
-    b.Int(r.power_samples).Real(r.power_mean_mw).Int(r.power_max_mw).Real(r.temp_max_c);
-    b.Int(r.sm_clock_min_mhz).Int(r.sm_clock_max_mhz).Int(r.clock_reasons_or);
-    b.Int(r.thermal_samples).Int(r.throttled_samples).Int(r.throttled_by_reason_samples);
-    b.Real(r.throttled_temp_max_c).Int(r.throttled_sm_clock_min_mhz);
-    b.Int(r.pcie_rx_samples).Real(r.pcie_rx_mean_bps).Real(r.pcie_rx_max_bps);
-    b.Int(r.pcie_rx_high_samples).Real(r.pcie_tx_max_bps);
-  }
-};
-
-template <>
-struct RowTraits<WorkerRollupRow> {
-  static constexpr const char* kPurpose = "upsert into worker_samples_10s";
-  static constexpr const char* kSql =
-      "INSERT INTO worker_samples_10s(run_id, ts_ns, pid, role, samples, cpu_samples,"
-      " cpu_mean_pct, cpu_max_pct, rss_max_bytes) VALUES(?,?,?,?,?,?,?,?,?)"
-      " ON CONFLICT(run_id, ts_ns, pid) DO UPDATE SET role = excluded.role,"
-      " samples = excluded.samples, cpu_samples = excluded.cpu_samples,"
-      " cpu_mean_pct = excluded.cpu_mean_pct, cpu_max_pct = excluded.cpu_max_pct,"
-      " rss_max_bytes = excluded.rss_max_bytes";
-  static void Bind(Binder& b, const WorkerRollupRow& r) {
-    b.Int(r.ts_ns).Int(r.pid).Text(r.role).Int(r.samples).Int(r.cpu_samples);
-    b.Real(r.cpu_mean_pct).Real(r.cpu_max_pct).Int(r.rss_max_bytes);
-  }
-};
-
-template <>
-struct RowTraits<WorkerSampleRow> {
-  static constexpr const char* kPurpose = "insert into worker_samples";
-  static constexpr const char* kSql =
-      "INSERT INTO worker_samples(run_id, ts_ns, pid, role, cpu_pct, rss_bytes)"
-      " VALUES(?,?,?,?,?,?)";
-  static void Bind(Binder& b, const WorkerSampleRow& r) {
-    b.Int(r.ts_ns).Int(r.pid).Text(r.role).Real(r.cpu_pct).Int(r.rss_bytes);
-  }
-};
-
-template <>
-struct RowTraits<KernelRow> {
-  static constexpr const char* kPurpose = "insert into kernels";
-  static constexpr const char* kSql =
-      "INSERT INTO kernels(run_id, window_start_ns, window_end_ns, name, calls, gpu_ns, source)"
-      " VALUES(?,?,?,?,?,?,?)";
-  static void Bind(Binder& b, const KernelRow& r) {
-    b.Int(r.window_start_ns).Int(r.window_end_ns).Text(r.name).Int(r.calls).Int(r.gpu_ns);
-    b.Text(r.source);
-  }
-};
-
-template <>
-struct RowTraits<CommBucketRow> {
-  static constexpr const char* kPurpose = "insert into comm_buckets";
-  static constexpr const char* kSql =
-      "INSERT INTO comm_buckets(run_id, step, bucket, start_ns, end_ns, bytes) VALUES(?,?,?,?,?,?)";
-  static void Bind(Binder& b, const CommBucketRow& r) {
-    b.Int(r.step).Int(r.bucket).Int(r.start_ns).Int(r.end_ns).Int(r.bytes);
-  }
-};
-
-template <>
-struct RowTraits<StallRow> {
-  static constexpr const char* kPurpose = "insert into host_stalls";
-  static constexpr const char* kSql =
-      "INSERT INTO host_stalls(run_id, start_ns, duration_ns) VALUES(?,?,?)";
-  static void Bind(Binder& b, const StallRow& r) { b.Int(r.start_ns).Int(r.duration_ns); }
-};
-
-template <>
-struct RowTraits<CpuWaitRow> {
-  static constexpr const char* kPurpose = "insert into cpu_waits";
-  static constexpr const char* kSql =
-      "INSERT INTO cpu_waits(run_id, start_ns, end_ns, wait_ns) VALUES(?,?,?,?)";
-  static void Bind(Binder& b, const CpuWaitRow& r) {
-    b.Int(r.start_ns).Int(r.end_ns).Int(r.wait_ns);
-  }
-};
-
-template <>
-struct RowTraits<TelemetryStatusRow> {
-  static constexpr const char* kPurpose = "upsert into telemetry_status";
-  static constexpr const char* kSql =
-      "INSERT INTO telemetry_status(run_id, source, available, backend, reason) VALUES(?,?,?,?,?)"
-      " ON CONFLICT(run_id, source) DO UPDATE SET available = excluded.available,"
-      " backend = excluded.backend, reason = excluded.reason";
-  static void Bind(Binder& b, const TelemetryStatusRow& r) {
-    b.Text(r.source).Int(int64_t{r.available ? 1 : 0}).Text(r.backend).Text(r.reason);
-  }
-};
-
-template <>
-struct RowTraits<DiagnosticRow> {
-  static constexpr const char* kPurpose = "insert into diagnostics";
-  static constexpr const char* kSql =
-      "INSERT INTO diagnostics(run_id, ts_ns, level, source, message) VALUES(?,?,?,?,?)";
-  static void Bind(Binder& b, const DiagnosticRow& r) {
-    b.Int(r.ts_ns).Text(r.level).Text(r.source).Text(r.message);
-  }
-};
-
-// ---- runs ------------------------------------------------------------------------------------
-
-constexpr const char* kRunColumns =
-    "run_id, run_name, group_id, rank, world_size, hostname, pid, start_unix_ns, start_mono_ns,"
-    " end_ns, status, error, device_kind, gpu_backend, gpu_model, gpu_count, dtype,"
-    " flops_per_step, flops_method, sample_hz, gpuprof_version, python_version, torch_version,"
-    " config_json";
-
-RunInfo ReadRunInfo(sqlite3_stmt* stmt) {
-  Reader c(stmt);
-  RunInfo r;
-  r.run_id = c.Int();
-  r.run_name = c.Text();
-  r.group_id = c.OptText();
-  r.rank = c.OptInt();
-  r.world_size = c.OptInt();
-  r.hostname = c.OptText().value_or("");
-  r.pid = c.OptInt().value_or(0);
-  r.start_unix_ns = c.Int();
-  r.start_mono_ns = c.Int();
-  r.end_ns = c.OptInt();
-  r.status = c.Text();
-  r.error = c.OptText();
-  r.device_kind = c.OptText();
-  r.gpu_backend = c.OptText();
-  r.gpu_model = c.OptText();
-  r.gpu_count = c.OptInt();
-  r.dtype = c.OptText();
-  r.flops_per_step = c.OptReal();
-  r.flops_method = c.OptText();
-  r.sample_hz = c.OptReal();
-  r.gpuprof_version = c.Text();
-  r.python_version = c.OptText();
-  r.torch_version = c.OptText();
-  r.config_json = c.OptText();
-  return r;
-}
 
 bool FileExists(const std::string& path) {
   struct stat st;
@@ -647,23 +385,12 @@ SqliteStore::~SqliteStore() {
 
 Expected<int64_t> SqliteStore::BeginRun(const RunInfo& info) {
   Stmt stmt;
-  if (sqlite3_prepare_v2(db_,
-                         "INSERT INTO runs(run_name, group_id, rank, world_size, hostname, pid,"
-                         " start_unix_ns, start_mono_ns, end_ns, status, error, device_kind,"
-                         " gpu_backend, gpu_model, gpu_count, dtype, flops_per_step, flops_method,"
-                         " sample_hz, gpuprof_version, python_version, torch_version, config_json)"
-                         " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                         -1, stmt.out(), nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(db_, sql::kInsertRunSql, -1, stmt.out(), nullptr) != SQLITE_OK) {
     return Error("prepare insert into runs");
   }
   const std::string version = info.gpuprof_version.empty() ? GPUPROF_VERSION : info.gpuprof_version;
   Binder b(stmt.get());
-  b.Text(info.run_name).Text(info.group_id).Int(info.rank).Int(info.world_size);
-  b.Text(info.hostname).Int(info.pid).Int(info.start_unix_ns).Int(info.start_mono_ns);
-  b.Int(info.end_ns).Text(info.status).Text(info.error).Text(info.device_kind);
-  b.Text(info.gpu_backend).Text(info.gpu_model).Int(info.gpu_count).Text(info.dtype);
-  b.Real(info.flops_per_step).Text(info.flops_method).Real(info.sample_hz).Text(version);
-  b.Text(info.python_version).Text(info.torch_version).Text(info.config_json);
+  sql::BindRunInsert(b, info, version);
   if (b.rc() != SQLITE_OK || sqlite3_step(stmt.get()) != SQLITE_DONE) {
     return Error("insert into runs");
   }
@@ -678,8 +405,7 @@ Status SqliteStore::FinishRun(int64_t run_id, const std::string& status,
                          "' is not ok or failed");
   }
   Stmt stmt;
-  if (sqlite3_prepare_v2(db_, "UPDATE runs SET status = ?, end_ns = ?, error = ? WHERE run_id = ?",
-                         -1, stmt.out(), nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(db_, sql::kFinishRunSql, -1, stmt.out(), nullptr) != SQLITE_OK) {
     return Error("prepare finish run");
   }
   Binder b(stmt.get());
@@ -693,20 +419,11 @@ Status SqliteStore::FinishRun(int64_t run_id, const std::string& status,
 
 Status SqliteStore::UpdateRunFields(const RunInfo& info) {
   Stmt stmt;
-  if (sqlite3_prepare_v2(db_,
-                         "UPDATE runs SET group_id = ?, rank = ?, world_size = ?, device_kind = ?,"
-                         " gpu_backend = ?, gpu_model = ?, gpu_count = ?, dtype = ?,"
-                         " flops_per_step = ?, flops_method = ?, sample_hz = ?,"
-                         " python_version = ?, torch_version = ?, config_json = ?"
-                         " WHERE run_id = ?",
-                         -1, stmt.out(), nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(db_, sql::kUpdateRunSql, -1, stmt.out(), nullptr) != SQLITE_OK) {
     return Error("prepare update run fields");
   }
   Binder b(stmt.get());
-  b.Text(info.group_id).Int(info.rank).Int(info.world_size).Text(info.device_kind);
-  b.Text(info.gpu_backend).Text(info.gpu_model).Int(info.gpu_count).Text(info.dtype);
-  b.Real(info.flops_per_step).Text(info.flops_method).Real(info.sample_hz);
-  b.Text(info.python_version).Text(info.torch_version).Text(info.config_json).Int(info.run_id);
+  sql::BindRunUpdate(b, info);
   if (b.rc() != SQLITE_OK || sqlite3_step(stmt.get()) != SQLITE_DONE) {
     return Error("update run fields");
   }
@@ -729,24 +446,19 @@ Status SqliteStore::InsertInsights(int64_t run_id, const std::vector<InsightRow>
   auto fail = [&](const char* purpose) { return Error(purpose); };
   {
     Stmt del;
-    if (sqlite3_prepare_v2(db_, "DELETE FROM insights WHERE run_id = ?", -1, del.out(),
-                           nullptr) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(db_, sql::kDeleteInsightsSql, -1, del.out(), nullptr) != SQLITE_OK) {
       return fail("prepare delete insights");
     }
     Binder(del.get()).Int(run_id);
     if (sqlite3_step(del.get()) != SQLITE_DONE) return fail("delete insights");
   }
   Stmt ins;
-  if (sqlite3_prepare_v2(db_,
-                         "INSERT INTO insights(run_id, ordinal, rule_id, family, severity, message,"
-                         " fix, evidence_json) VALUES(?,?,?,?,?,?,?,?)",
-                         -1, ins.out(), nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(db_, sql::kInsertInsightSql, -1, ins.out(), nullptr) != SQLITE_OK) {
     return fail("prepare insert into insights");
   }
   for (const InsightRow& r : insights) {
     Binder b(ins.get());
-    b.Int(run_id).Int(r.ordinal).Text(r.rule_id).Text(r.family).Text(r.severity);
-    b.Text(r.message).Text(r.fix).Text(r.evidence_json);
+    sql::BindInsight(b, run_id, r);
     if (b.rc() != SQLITE_OK || sqlite3_step(ins.get()) != SQLITE_DONE) {
       return fail("insert into insights");
     }
@@ -761,21 +473,14 @@ Status SqliteStore::InsertInsights(int64_t run_id, const std::vector<InsightRow>
 Expected<std::vector<std::pair<int64_t, double>>> SqliteStore::LoadSeries(
     int64_t run_id, const std::string& metric, int64_t gpu_index, int64_t from_ns,
     int64_t to_ns) {
-  static const std::map<std::string, std::string> kColumns = {
-      {"gpu_util", "util_mean_pct"}, {"gpu_mem", "mem_used_max_bytes"},
-      {"gpu_power", "power_mean_mw"}, {"gpu_temp", "temp_max_c"}, {"host_cpu", "cpu_pct"}};
-  auto it = kColumns.find(metric);
-  if (it == kColumns.end()) {
-    return Status::Error("no metric '" + metric +
-                         "' (metrics: gpu_util, gpu_mem, gpu_power, gpu_temp, host_cpu)");
+  const std::optional<SeriesColumn> c = SeriesMetric(metric);
+  if (!c) {
+    return Status::Error("no metric '" + metric + "' (metrics: " + MetricNames() + ")");
   }
-  const bool host = metric == "host_cpu";
-  const std::string sql =
-      "SELECT ts_ns, " + it->second + " FROM " + (host ? "host_samples" : "gpu_samples_1s") +
-      " WHERE run_id = ? AND ts_ns BETWEEN ? AND ? AND " + it->second + " IS NOT NULL" +
-      (host ? "" : " AND gpu_index = ?") + " ORDER BY ts_ns";
+  const bool host = !c->per_gpu;
+  const std::string text = sql::SeriesSql(*c);
   std::vector<std::pair<int64_t, double>> out;
-  Status st = Query(sql, "load series " + metric,
+  Status st = Query(text, "load series " + metric,
                     [&](Binder& b) {
                       b.Int(run_id).Int(from_ns).Int(to_ns);
                       if (!host) b.Int(gpu_index);
@@ -790,7 +495,7 @@ Expected<std::vector<std::pair<int64_t, double>>> SqliteStore::LoadSeries(
 
 Expected<std::optional<int64_t>> SqliteStore::IngestRunId(const std::string& run_uuid) {
   std::optional<int64_t> id;
-  Status st = Query("SELECT run_id FROM ingest_runs WHERE run_uuid = ?", "look up ingest run",
+  Status st = Query(sql::kIngestRunIdSql, "look up ingest run",
                     [&](Binder& b) { b.Text(run_uuid); },
                     [&](sqlite3_stmt* s) {
                       id = sqlite3_column_int64(s, 0);
@@ -808,8 +513,7 @@ Expected<int64_t> SqliteStore::BeginIngestRun(const std::string& run_uuid, const
     return id.status();
   }
   Stmt stmt;
-  if (sqlite3_prepare_v2(db_, "INSERT INTO ingest_runs(run_uuid, run_id) VALUES(?, ?)", -1,
-                         stmt.out(), nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(db_, sql::kInsertIngestRunSql, -1, stmt.out(), nullptr) != SQLITE_OK) {
     Status st = Error("prepare insert into ingest_runs");
     Rollback();
     return st;
@@ -835,7 +539,7 @@ Status SqliteStore::WriteBatchOnce(int64_t run_id, const std::string& batch_id,
     return st;
   };
   bool seen = false;
-  Status st = Query("SELECT 1 FROM ingest_batches WHERE run_id = ? AND batch_id = ?",
+  Status st = Query(sql::kIngestBatchSeenSql,
                     "look up ingest batch", [&](Binder& b) { b.Int(run_id).Text(batch_id); },
                     [&](sqlite3_stmt*) {
                       seen = true;
@@ -852,10 +556,7 @@ Status SqliteStore::WriteBatchOnce(int64_t run_id, const std::string& batch_id,
     if (st = InsertInsights(run_id, *insights); !st.ok()) return fail(st);
   }
   Stmt mark;
-  if (sqlite3_prepare_v2(db_,
-                         "INSERT INTO ingest_batches(run_id, batch_id, row_count, received_unix_ns)"
-                         " VALUES(?, ?, ?, ?)",
-                         -1, mark.out(), nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(db_, sql::kInsertIngestBatchSql, -1, mark.out(), nullptr) != SQLITE_OK) {
     return fail(Error("prepare insert into ingest_batches"));
   }
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -990,7 +691,7 @@ Expected<std::vector<RunInfo>> SqliteStore::ListRuns() {
       std::string("SELECT ") + kRunColumns + " FROM runs ORDER BY run_id", "list runs",
       [](Binder&) {},
       [&](sqlite3_stmt* s) {
-        runs.push_back(ReadRunInfo(s));
+        runs.push_back(ReadRunInfo(Reader(s).Self()));
         return Status::Ok();
       });
   if (!st.ok()) return st;
@@ -1001,61 +702,23 @@ Expected<std::vector<RunInfo>> SqliteStore::PreviousRunsNamed(const std::string&
                                                               int64_t before_run_id, int limit) {
   std::vector<RunInfo> runs;
   Status st = Query(
-      std::string("SELECT ") + kRunColumns +
-          " FROM runs WHERE run_name = ? AND run_id < ? AND status <> 'running'"
-          " ORDER BY run_id DESC LIMIT ?",
+      sql::kPreviousRunsSql,
       "read previous runs",
-      [&](Binder& b) { b.Text(run_name).Int(before_run_id).Int(int64_t{limit < 0 ? -1 : limit}); },
+      [&](Binder& b) { b.Text(run_name).Int(before_run_id).Int(sql::Limit(limit)); },
       [&](sqlite3_stmt* s) {
-        runs.push_back(ReadRunInfo(s));
+        runs.push_back(ReadRunInfo(Reader(s).Self()));
         return Status::Ok();
       });
   if (!st.ok()) return st;
   return runs;
 }
 
-namespace {
-
-// Row readers shared by LoadRun and the light per-table loads.
-constexpr const char* kStepsSql =
-    "SELECT step, start_ns, end_ns, wait_ns, wait_source, forward_calls, backward_calls,"
-    " optimizer_calls FROM steps WHERE run_id = ? ORDER BY step";
-constexpr const char* kCommBucketsSql =
-    "SELECT step, bucket, start_ns, end_ns, bytes FROM comm_buckets WHERE run_id = ?"
-    " ORDER BY step, bucket, start_ns";
-
-StepRow ReadStep(sqlite3_stmt* s) {
-  Reader c(s);
-  StepRow r;
-  r.step = c.Int();
-  r.start_ns = c.Int();
-  r.end_ns = c.Int();
-  r.wait_ns = c.OptInt();
-  r.wait_source = c.OptText();
-  r.forward_calls = c.Int();
-  r.backward_calls = c.Int();
-  r.optimizer_calls = c.Int();
-  return r;
-}
-
-CommBucketRow ReadCommBucket(sqlite3_stmt* s) {
-  Reader c(s);
-  CommBucketRow r;
-  r.step = c.Int();
-  r.bucket = c.Int();
-  r.start_ns = c.Int();
-  r.end_ns = c.Int();
-  r.bytes = c.OptInt();
-  return r;
-}
-
-}  // namespace
 
 Expected<std::vector<StepRow>> SqliteStore::LoadSteps(int64_t run_id) {
   std::vector<StepRow> rows;
   Status st = Query(kStepsSql, "load steps", [run_id](Binder& b) { b.Int(run_id); },
                     [&](sqlite3_stmt* s) {
-                      rows.push_back(ReadStep(s));
+                      rows.push_back(ReadStep(Reader(s).Self()));
                       return Status::Ok();
                     });
   if (!st.ok()) return st;
@@ -1066,7 +729,30 @@ Expected<std::vector<CommBucketRow>> SqliteStore::LoadCommBuckets(int64_t run_id
   std::vector<CommBucketRow> rows;
   Status st = Query(kCommBucketsSql, "load comm_buckets", [run_id](Binder& b) { b.Int(run_id); },
                     [&](sqlite3_stmt* s) {
-                      rows.push_back(ReadCommBucket(s));
+                      rows.push_back(ReadCommBucket(Reader(s).Self()));
+                      return Status::Ok();
+                    });
+  if (!st.ok()) return st;
+  return rows;
+}
+
+Expected<std::vector<KernelRow>> SqliteStore::LoadKernels(int64_t run_id) {
+  std::vector<KernelRow> rows;
+  Status st = Query(sql::kKernelsSql, "load kernels", [run_id](Binder& b) { b.Int(run_id); },
+                    [&](sqlite3_stmt* s) {
+                      rows.push_back(sql::ReadKernel(Reader(s).Self()));
+                      return Status::Ok();
+                    });
+  if (!st.ok()) return st;
+  return rows;
+}
+
+Expected<std::vector<GpuRollupRow>> SqliteStore::LatestGpuSecond(int64_t run_id) {
+  std::vector<GpuRollupRow> rows;
+  Status st = Query(sql::kLatestGpuSecondSql, "load the latest GPU second",
+                    [run_id](Binder& b) { b.Int(run_id).Int(run_id); },
+                    [&](sqlite3_stmt* s) {
+                      rows.push_back(sql::ReadLatestGpu(Reader(s).Self()));
                       return Status::Ok();
                     });
   if (!st.ok()) return st;
@@ -1082,231 +768,34 @@ Expected<RunData> SqliteStore::LoadRun(int64_t run_id) {
   Status st = Query(
       std::string("SELECT ") + kRunColumns + " FROM runs WHERE run_id = ?", "load run", by_run,
       [&](sqlite3_stmt* s) {
-        d.run = ReadRunInfo(s);
+        d.run = ReadRunInfo(Reader(s).Self());
         found = true;
         return ok();
       });
   if (!st.ok()) return st;
   if (!found) return Status::Error(path_ + ": no run " + std::to_string(run_id));
 
-  // One (sql, reader) pair per table; the first error wins.
-  auto load = [&](const char* sql, const char* purpose, auto each) {
-    if (st.ok()) st = Query(sql, purpose, by_run, each);
-  };
-  // Sizes the long tables first (an indexed count), so that a long run's rows are not copied
-  // through doubling vectors: that would briefly hold up to three times their memory.
-  auto reserve = [&](auto& rows, const char* table) {
-    if (!st.ok()) return;
-    st = Query(
-        std::string("SELECT count(*) FROM ") + table + " WHERE run_id = ?",
-        std::string("count ") + table, by_run, [&](sqlite3_stmt* s) {
-          rows.reserve(static_cast<size_t>(sqlite3_column_int64(s, 0)));
-          return ok();
-        });
-  };
-  reserve(d.steps, "steps");
-  reserve(d.phases, "phases");
-  reserve(d.gpu_samples_1s, "gpu_samples_1s");
-  reserve(d.host_samples, "host_samples");
-  reserve(d.worker_samples_10s, "worker_samples_10s");
-  load(kStepsSql, "load steps", [&](sqlite3_stmt* s) {
-    d.steps.push_back(ReadStep(s));
-    return ok();
-  });
-  load(
-      "SELECT step, name, wall_ns, gpu_ns, calls FROM phases WHERE run_id = ?"
-      " ORDER BY step, name",
-      "load phases", [&](sqlite3_stmt* s) {
-        Reader c(s);
-        PhaseRow& r = d.phases.emplace_back();
-        r.step = c.Int();
-        r.name = c.Text();
-        r.wall_ns = c.Int();
-        r.gpu_ns = c.OptInt();
-        r.calls = c.Int();
-        return ok();
-      });
-  load(
-      "SELECT gpu_index, name, uuid, memory_total_bytes, sm_clock_max_mhz FROM gpus"
-      " WHERE run_id = ? ORDER BY gpu_index",
-      "load gpus", [&](sqlite3_stmt* s) {
-        Reader c(s);
-        GpuInfoRow& r = d.gpus.emplace_back();
-        r.gpu_index = c.Int();
-        r.name = c.OptText();
-        r.uuid = c.OptText();
-        r.memory_total_bytes = c.OptInt();
-        r.sm_clock_max_mhz = c.OptInt();
-        return ok();
-      });
-  load(
-      "SELECT ts_ns, gpu_index, samples, util_samples, util_mean_pct, util_min_pct,"
-      " util_max_pct, mem_util_mean_pct, mem_used_max_bytes, mem_total_bytes,"
-      " proc_mem_max_bytes, power_samples, power_mean_mw, power_max_mw, temp_max_c,"
-      " sm_clock_min_mhz, sm_clock_max_mhz, clock_reasons_or, thermal_samples,"
-      " throttled_samples, throttled_by_reason_samples, throttled_temp_max_c,"
-      " throttled_sm_clock_min_mhz, pcie_rx_samples, pcie_rx_mean_bps, pcie_rx_max_bps,"
-      " pcie_rx_high_samples, pcie_tx_max_bps"
-      " FROM gpu_samples_1s WHERE run_id = ? ORDER BY ts_ns, gpu_index",
-      "load gpu_samples_1s", [&](sqlite3_stmt* s) {
-        Reader c(s);
-        GpuRollupRow& r = d.gpu_samples_1s.emplace_back();
-        r.ts_ns = c.Int();
-        r.gpu_index = c.Int();
-        r.samples = c.Int();
-        r.util_samples = c.Int();
-        r.util_mean_pct = c.OptReal();
-        r.util_min_pct = c.OptReal();
-        r.util_max_pct = c.OptReal();
-        r.mem_util_mean_pct = c.OptReal();
-        r.mem_used_max_bytes = c.OptInt();
-        r.mem_total_bytes = c.OptInt();
-        r.proc_mem_max_bytes = c.OptInt();
-        r.power_samples = c.Int();
-        r.power_mean_mw = c.OptReal();
-        r.power_max_mw = c.OptInt();
-        r.temp_max_c = c.OptReal();
-        r.sm_clock_min_mhz = c.OptInt();
-        r.sm_clock_max_mhz = c.OptInt();
-        r.clock_reasons_or = c.OptInt();
-        r.thermal_samples = c.Int();
-        r.throttled_samples = c.Int();
-        r.throttled_by_reason_samples = c.Int();
-        r.throttled_temp_max_c = c.OptReal();
-        r.throttled_sm_clock_min_mhz = c.OptInt();
-        r.pcie_rx_samples = c.Int();
-        r.pcie_rx_mean_bps = c.OptReal();
-        r.pcie_rx_max_bps = c.OptReal();
-        r.pcie_rx_high_samples = c.Int();
-        r.pcie_tx_max_bps = c.OptReal();
-        return ok();
-      });
-  load(
-      "SELECT ts_ns, cpu_pct, ncores, mem_used_bytes, mem_total_bytes, page_cache_bytes,"
-      " swap_in_bps, disk_read_bps, disk_read_iops, proc_cpu_pct, proc_rss_bytes"
-      " FROM host_samples WHERE run_id = ? ORDER BY ts_ns",
-      "load host_samples", [&](sqlite3_stmt* s) {
-        Reader c(s);
-        HostSampleRow& r = d.host_samples.emplace_back();
-        r.ts_ns = c.Int();
-        r.cpu_pct = c.OptReal();
-        r.ncores = c.OptInt();
-        r.mem_used_bytes = c.OptInt();
-        r.mem_total_bytes = c.OptInt();
-        r.page_cache_bytes = c.OptInt();
-        r.swap_in_bps = c.OptReal();
-        r.disk_read_bps = c.OptReal();
-        r.disk_read_iops = c.OptReal();
-        r.proc_cpu_pct = c.OptReal();
-        r.proc_rss_bytes = c.OptInt();
-        return ok();
-      });
-  load(
-      "SELECT ts_ns, pid, role, samples, cpu_samples, cpu_mean_pct, cpu_max_pct, rss_max_bytes"
-      " FROM worker_samples_10s WHERE run_id = ? ORDER BY ts_ns, pid",
-      "load worker_samples_10s", [&](sqlite3_stmt* s) {
-        Reader c(s);
-        WorkerRollupRow& r = d.worker_samples_10s.emplace_back();
-        r.ts_ns = c.Int();
-        r.pid = c.Int();
-        r.role = c.Text();
-        r.samples = c.Int();
-        r.cpu_samples = c.Int();
-        r.cpu_mean_pct = c.OptReal();
-        r.cpu_max_pct = c.OptReal();
-        r.rss_max_bytes = c.OptInt();
-        return ok();
-      });
-  load(
-      "SELECT window_start_ns, window_end_ns, name, calls, gpu_ns, source FROM kernels"
-      " WHERE run_id = ? ORDER BY window_start_ns, name, source",
-      "load kernels", [&](sqlite3_stmt* s) {
-        Reader c(s);
-        KernelRow& r = d.kernels.emplace_back();
-        r.window_start_ns = c.Int();
-        r.window_end_ns = c.Int();
-        r.name = c.Text();
-        r.calls = c.Int();
-        r.gpu_ns = c.Int();
-        r.source = c.Text();
-        return ok();
-      });
-  load(kCommBucketsSql, "load comm_buckets", [&](sqlite3_stmt* s) {
-    d.comm_buckets.push_back(ReadCommBucket(s));
-    return ok();
-  });
   // host_stalls and cpu_waits came after the first files were written: a file opened read-only
   // may predate them (no stall watch then: telemetry_status has no such source either).
-  std::set<std::string> tables;
-  if (st.ok()) {
-    st = Query("SELECT name FROM sqlite_master WHERE type = 'table' AND name IN "
-               "('host_stalls', 'cpu_waits')",
-               "look for host_stalls and cpu_waits", [](Binder&) {}, [&](sqlite3_stmt* s) {
-                 tables.insert(Reader(s).Text());
-                 return ok();
-               });
-  }
-  if (tables.count("host_stalls")) {
-    load("SELECT start_ns, duration_ns FROM host_stalls WHERE run_id = ? ORDER BY start_ns",
-         "load host_stalls", [&](sqlite3_stmt* s) {
-           Reader c(s);
-           StallRow& r = d.stalls.emplace_back();
-           r.start_ns = c.Int();
-           r.duration_ns = c.Int();
-           return ok();
-         });
-  }
-  if (tables.count("cpu_waits")) {
-    load("SELECT start_ns, end_ns, wait_ns FROM cpu_waits WHERE run_id = ? ORDER BY start_ns",
-         "load cpu_waits", [&](sqlite3_stmt* s) {
-           Reader c(s);
-           CpuWaitRow& r = d.cpu_waits.emplace_back();
-           r.start_ns = c.Int();
-           r.end_ns = c.Int();
-           r.wait_ns = c.Int();
-           return ok();
-         });
-  }
-  load(
-      "SELECT source, available, backend, reason FROM telemetry_status WHERE run_id = ?"
-      " ORDER BY source",
-      "load telemetry_status", [&](sqlite3_stmt* s) {
-        Reader c(s);
-        TelemetryStatusRow& r = d.telemetry.emplace_back();
-        r.source = c.Text();
-        r.available = c.Int() != 0;
-        r.backend = c.OptText();
-        r.reason = c.OptText();
-        return ok();
-      });
-  load(
-      // Rows without a timestamp come first; equal timestamps keep insertion order.
-      "SELECT ts_ns, level, source, message FROM diagnostics WHERE run_id = ?"
-      " ORDER BY ts_ns, rowid",
-      "load diagnostics", [&](sqlite3_stmt* s) {
-        Reader c(s);
-        DiagnosticRow& r = d.diagnostics.emplace_back();
-        r.ts_ns = c.OptInt();
-        r.level = c.Text();
-        r.source = c.Text();
-        r.message = c.Text();
-        return ok();
-      });
-  load(
-      "SELECT ordinal, rule_id, family, severity, message, fix, evidence_json FROM insights"
-      " WHERE run_id = ? ORDER BY ordinal",
-      "load insights", [&](sqlite3_stmt* s) {
-        Reader c(s);
-        InsightRow& r = d.insights.emplace_back();
-        r.ordinal = c.Int();
-        r.rule_id = c.Text();
-        r.family = c.Text();
-        r.severity = c.Text();
-        r.message = c.Text();
-        r.fix = c.OptText();
-        r.evidence_json = c.OptText();
-        return ok();
-      });
+  sql::LoadDialect dialect;
+  dialect.insertion_order = "rowid";
+  int stall_tables = 0;
+  st = Query("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
+             "('host_stalls', 'cpu_waits')",
+             "look for host_stalls and cpu_waits", [](Binder&) {}, [&](sqlite3_stmt* s) {
+               stall_tables = static_cast<int>(sqlite3_column_int64(s, 0));
+               return Status::Ok();
+             });
+  if (!st.ok()) return st;
+  dialect.has_stalls_tables = stall_tables == 2;
+  st = sql::LoadRunTables(
+      [this](const std::string& sql, const std::string& purpose, auto bind, auto each) {
+        return Query(sql, purpose, bind, [&](sqlite3_stmt* s) {
+          Reader c(s);
+          return each(c);
+        });
+      },
+      run_id, dialect, d);
   if (!st.ok()) return st;
   return d;
 }

@@ -17,32 +17,13 @@
 #include <vector>
 
 #include "store/rows.h"
+#include "store/run_store.h"
 #include "util/status.h"
 
 struct sqlite3;
 struct sqlite3_stmt;
 
 namespace gpuprof::store {
-
-// What the analysis reads of one run, as loaded back: everything but the raw telemetry tier
-// (RawSamples), which retention keeps only for bounded windows. Vectors are ordered by time /
-// step.
-struct RunData {
-  RunInfo run;
-  std::vector<StepRow> steps;
-  std::vector<PhaseRow> phases;
-  std::vector<GpuInfoRow> gpus;
-  std::vector<GpuRollupRow> gpu_samples_1s;
-  std::vector<HostSampleRow> host_samples;  // cpu_per_core empty (raw tier)
-  std::vector<WorkerRollupRow> worker_samples_10s;
-  std::vector<KernelRow> kernels;
-  std::vector<CommBucketRow> comm_buckets;
-  std::vector<StallRow> stalls;  // host_stalls by start_ns (empty in a file older than the table)
-  std::vector<CpuWaitRow> cpu_waits;  // cpu_waits by start_ns (likewise)
-  std::vector<TelemetryStatusRow> telemetry;
-  std::vector<DiagnosticRow> diagnostics;
-  std::vector<InsightRow> insights;
-};
 
 // The raw telemetry tier of one run, as far as retention kept it.
 struct RawSamples {
@@ -67,7 +48,7 @@ struct RawRetention {
 // thread, as StoreWriter does). Every error names the file, what was being done, and SQLite's
 // message. Write transactions are BEGIN IMMEDIATE and wait up to 5 s for a lock held by
 // another connection (busy_timeout), so several processes may share one file.
-class SqliteStore {
+class SqliteStore final : public RunStore {
  public:
   enum class Mode { kReadWrite, kReadOnly };
 
@@ -85,66 +66,69 @@ class SqliteStore {
   // Run lifecycle.
   // Inserts a run; info.run_id is ignored and the new id returned. An empty
   // info.gpuprof_version is stored as this build's GPUPROF_VERSION.
-  Expected<int64_t> BeginRun(const RunInfo& info);
+  Expected<int64_t> BeginRun(const RunInfo& info) override;
   // Sets status ("ok" or "failed"; anything else is an error), end_ns and error.
   Status FinishRun(int64_t run_id, const std::string& status, std::optional<int64_t> end_ns,
-                   const std::optional<std::string>& error);
+                   const std::optional<std::string>& error) override;
   // Rewrites the mutable columns of info.run_id from info (nullopt writes NULL): group_id,
   // rank, world_size, device_kind, gpu_backend, gpu_model, gpu_count, dtype, flops_per_step,
   // flops_method, sample_hz, python_version, torch_version, config_json. Identity and timing
   // (run_name, hostname, pid, start_*, gpuprof_version) never change; status/end_ns/error
   // belong to FinishRun. A missing run is an error.
-  Status UpdateRunFields(const RunInfo& info);
+  Status UpdateRunFields(const RunInfo& info) override;
   // Deletes the run's insights and inserts `insights`, in one transaction.
-  Status ReplaceInsights(int64_t run_id, const std::vector<InsightRow>& insights);
+  Status ReplaceInsights(int64_t run_id, const std::vector<InsightRow>& insights) override;
   // Writes rows in one transaction (all or nothing). Steps, phases, gpus and telemetry_status
   // are upserts on their primary key: a re-write replaces. PhaseGpuRow adds to gpu_ns,
   // creating a placeholder phase row (wall_ns 0, calls 0) if absent. A PhaseRow keeps stored
   // GPU time when its gpu_ns is nullopt, adds its gpu_ns to a placeholder's, and otherwise
   // replaces it. Other tables append. The writer thread uses the same code.
-  Status WriteRows(int64_t run_id, const std::vector<Row>& rows);
+  Status WriteRows(int64_t run_id, const std::vector<Row>& rows) override;
   // A team server's write of one client batch: the rows and the batch id in one transaction,
   // unless ingest_batches already holds (run_id, batch_id): then nothing is written and
   // *duplicate is set. Insights, when given, replace the run's in the same transaction.
   Status WriteBatchOnce(int64_t run_id, const std::string& batch_id, const std::vector<Row>& rows,
-                        const std::vector<InsightRow>* insights, bool* duplicate);
+                        const std::vector<InsightRow>* insights, bool* duplicate) override;
   // One time series of a run: (ts_ns, value) in [from_ns, to_ns], ascending, NULLs left out.
   // `metric` is one of gpu_util, gpu_mem, gpu_power, gpu_temp (gpu_samples_1s of `gpu_index`)
   // or host_cpu (host_samples); anything else is an error naming them.
   Expected<std::vector<std::pair<int64_t, double>>> LoadSeries(int64_t run_id,
                                                                const std::string& metric,
                                                                int64_t gpu_index, int64_t from_ns,
-                                                               int64_t to_ns);
+                                                               int64_t to_ns) override;
   // The run a team server created for `run_uuid`, or nullopt.
-  Expected<std::optional<int64_t>> IngestRunId(const std::string& run_uuid);
+  Expected<std::optional<int64_t>> IngestRunId(const std::string& run_uuid) override;
   // Creates the run for `run_uuid` (BeginRun + ingest_runs) in one transaction.
-  Expected<int64_t> BeginIngestRun(const std::string& run_uuid, const RunInfo& info);
+  Expected<int64_t> BeginIngestRun(const std::string& run_uuid, const RunInfo& info) override;
 
   // Reads.
-  Expected<std::optional<int64_t>> LatestRunId();  // nullopt when there are no runs
-  Expected<bool> RunExists(int64_t run_id);
-  Expected<std::vector<RunInfo>> ListRuns();  // all runs, ascending run_id
+  Expected<std::optional<int64_t>> LatestRunId() override;  // nullopt when there are no runs
+  Expected<bool> RunExists(int64_t run_id) override;
+  Expected<std::vector<RunInfo>> ListRuns() override;  // all runs, ascending run_id
   // Finished runs (status != 'running', i.e. ok or failed; a killed run stays 'running' and is
   // skipped) with the same name and run_id < before_run_id, newest first, at most `limit`
   // (limit < 0: no limit).
   Expected<std::vector<RunInfo>> PreviousRunsNamed(const std::string& run_name,
-                                                   int64_t before_run_id, int limit);
+                                                   int64_t before_run_id, int limit) override;
   // Everything the analysis reads of one run (a missing run is an error): not the raw tier.
   // Ordering: steps by step; phases by (step, name); gpus by gpu_index; gpu_samples_1s by
   // (ts_ns, gpu_index); host_samples by ts_ns; worker_samples_10s by (ts_ns, pid); kernels by
   // (window_start_ns, name); comm_buckets by (step, bucket); telemetry by source; diagnostics by
   // ts_ns (NULL first, then insertion order); insights by ordinal.
-  Expected<RunData> LoadRun(int64_t run_id);
+  Expected<RunData> LoadRun(int64_t run_id) override;
   // Light reads of one table of a run (multi-run analyses: regression baseline, group ranks):
   // the same rows and order as LoadRun's steps / comm_buckets.
-  Expected<std::vector<StepRow>> LoadSteps(int64_t run_id);
-  Expected<std::vector<CommBucketRow>> LoadCommBuckets(int64_t run_id);
+  Expected<std::vector<StepRow>> LoadSteps(int64_t run_id) override;
+  Expected<std::vector<CommBucketRow>> LoadCommBuckets(int64_t run_id) override;
+  Expected<std::vector<GpuRollupRow>> LatestGpuSecond(int64_t run_id) override;
+  Expected<std::vector<KernelRow>> LoadKernels(int64_t run_id) override;
   // The raw tier of one run (a missing run is an error).
   Expected<RawSamples> LoadRawSamples(int64_t run_id);
   // Deletes the run's raw-tier rows with from_ns <= ts_ns < to_ns, in one transaction.
   Status PruneRawSamples(int64_t run_id, int64_t from_ns, int64_t to_ns);
 
   const std::string& path() const { return path_; }
+  const std::string& location() const override { return path_; }
   sqlite3* handle() { return db_; }
   // How long a write waits for another connection's lock (default 5 s).
   void SetBusyTimeout(int ms);

@@ -1,0 +1,95 @@
+// The store of runs as the analysis and the team server see it, whatever holds it: a SQLite file
+// (SqliteStore, the client and a small server) or a PostgreSQL database (PgStore, a team
+// server). Same schema (store/schema.sql, docs/schema.md), same orderings, same errors' shape
+// ("<where>: <what was being done>: <the backend's message>").
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "store/rows.h"
+#include "util/status.h"
+
+namespace gpuprof::store {
+
+// What the analysis reads of one run, as loaded back: everything but the raw telemetry tier
+// (RawSamples), which retention keeps only for bounded windows. Vectors are ordered by time /
+// step.
+struct RunData {
+  RunInfo run;
+  std::vector<StepRow> steps;
+  std::vector<PhaseRow> phases;
+  std::vector<GpuInfoRow> gpus;
+  std::vector<GpuRollupRow> gpu_samples_1s;
+  std::vector<HostSampleRow> host_samples;  // cpu_per_core empty (raw tier)
+  std::vector<WorkerRollupRow> worker_samples_10s;
+  std::vector<KernelRow> kernels;
+  std::vector<CommBucketRow> comm_buckets;
+  std::vector<StallRow> stalls;  // host_stalls by start_ns (empty in a file older than the table)
+  std::vector<CpuWaitRow> cpu_waits;  // cpu_waits by start_ns (likewise)
+  std::vector<TelemetryStatusRow> telemetry;
+  std::vector<DiagnosticRow> diagnostics;
+  std::vector<InsightRow> insights;
+};
+
+// Contracts of each call are SqliteStore's (sqlite_store.h). Whether one object may be used
+// from several threads at once is thread_safe(): SqliteStore is one connection (no), PgStore a
+// pool (yes).
+class RunStore {
+ public:
+  virtual ~RunStore() = default;
+
+  // Where the runs are, for messages: a file path, or a URL without its password.
+  virtual const std::string& location() const = 0;
+  virtual bool thread_safe() const { return false; }
+
+  // Run lifecycle.
+  virtual Expected<int64_t> BeginRun(const RunInfo& info) = 0;
+  virtual Status FinishRun(int64_t run_id, const std::string& status,
+                           std::optional<int64_t> end_ns,
+                           const std::optional<std::string>& error) = 0;
+  virtual Status UpdateRunFields(const RunInfo& info) = 0;
+  virtual Status ReplaceInsights(int64_t run_id, const std::vector<InsightRow>& insights) = 0;
+  virtual Status WriteRows(int64_t run_id, const std::vector<Row>& rows) = 0;
+
+  // A team server's ingest.
+  virtual Status WriteBatchOnce(int64_t run_id, const std::string& batch_id,
+                                const std::vector<Row>& rows,
+                                const std::vector<InsightRow>* insights, bool* duplicate) = 0;
+  virtual Expected<std::optional<int64_t>> IngestRunId(const std::string& run_uuid) = 0;
+  virtual Expected<int64_t> BeginIngestRun(const std::string& run_uuid, const RunInfo& info) = 0;
+  virtual Expected<std::vector<std::pair<int64_t, double>>> LoadSeries(
+      int64_t run_id, const std::string& metric, int64_t gpu_index, int64_t from_ns,
+      int64_t to_ns) = 0;
+
+  // Reads.
+  virtual Expected<std::optional<int64_t>> LatestRunId() = 0;
+  virtual Expected<bool> RunExists(int64_t run_id) = 0;
+  virtual Expected<std::vector<RunInfo>> ListRuns() = 0;
+  virtual Expected<std::vector<RunInfo>> PreviousRunsNamed(const std::string& run_name,
+                                                           int64_t before_run_id, int limit) = 0;
+  virtual Expected<RunData> LoadRun(int64_t run_id) = 0;
+  virtual Expected<std::vector<StepRow>> LoadSteps(int64_t run_id) = 0;
+  virtual Expected<std::vector<CommBucketRow>> LoadCommBuckets(int64_t run_id) = 0;
+  // The run's kernels rows, in LoadRun's order.
+  virtual Expected<std::vector<KernelRow>> LoadKernels(int64_t run_id) = 0;
+  // The newest second of gpu_samples_1s of a run, one row per GPU (by gpu_index), with
+  // ts_ns, gpu_index, util_mean_pct, mem_used_max_bytes, power_mean_mw and temp_max_c read;
+  // empty when the run has none (/metrics' latest GPU values).
+  virtual Expected<std::vector<GpuRollupRow>> LatestGpuSecond(int64_t run_id) = 0;
+};
+
+// The one column of a series metric (LoadSeries), with its table, or nullopt for an unknown
+// metric; MetricNames() lists them for the error.
+struct SeriesColumn {
+  const char* table;
+  const char* column;
+  bool per_gpu;
+};
+std::optional<SeriesColumn> SeriesMetric(const std::string& metric);
+const char* MetricNames();
+
+}  // namespace gpuprof::store
