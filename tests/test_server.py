@@ -191,14 +191,14 @@ def test_sigterm_stops_the_server(server):
 
 # ---- the live push: profile(server=..., api_key=...) / $GPUPROF_SERVER -------------------------
 
-def live_run(db: Path, **kwargs) -> list:
-    """A short manual run pushed live; returns the warnings it raised."""
+def live_run(db: Path, steps: int = 60, **kwargs) -> list:
+    """A short manual run (25 ms a step) pushed live; returns the warnings it raised."""
     import warnings
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with gpuprof.profile("live", db=str(db), auto=False, gpu="mock", summary=False,
                              **kwargs) as prof:
-            for i in range(60):  # 1.5 s: the 1 s push period sends rows during the run
+            for i in range(steps):  # 1.5 s: the 1 s push period sends rows during the run
                 with prof.step(i) as s:
                     with s.phase("forward"):
                         time.sleep(0.025)
@@ -493,7 +493,8 @@ def test_a_viewer_watches_a_live_run_over_websocket(server, tmp_path, monkeypatc
     live = LiveSocket(base, "/api/v1/live", cookie)
     assert live.status == 101
     assert live.next()["type"] == "hello"
-    # WHEN a run is profiled and pushed live (1.5 s; the push thread sends once a second)
+    # WHEN a run is profiled and pushed live (3 s; the push thread sends once a second, so
+    # batches with whole seconds of GPU rollups arrive while it runs)
     import threading
     done = threading.Event()
     seen_metrics = []
@@ -509,7 +510,7 @@ def test_a_viewer_watches_a_live_run_over_websocket(server, tmp_path, monkeypatc
     watcher = threading.Thread(target=watch_metrics)
     watcher.start()
     try:
-        problems = live_run(tmp_path / "local.db", server=base, api_key="new-key")
+        problems = live_run(tmp_path / "local.db", steps=120, server=base, api_key="new-key")
     finally:
         done.set()
         watcher.join(timeout=30)
@@ -523,8 +524,8 @@ def test_a_viewer_watches_a_live_run_over_websocket(server, tmp_path, monkeypatc
     assert events[0]["type"] == "run" and events[0]["created"] is True
     assert events[0]["run_name"] == "live" and events[0]["status"] == "running"
     batches = [e for e in events if e["type"] == "batch"]
-    assert batches and sum(b["rows"].get("steps", 0) for b in batches) == 60
-    assert max(b["last_step"] for b in batches if "last_step" in b) == 59
+    assert batches and sum(b["rows"].get("steps", 0) for b in batches) == 120
+    assert max(b["last_step"] for b in batches if "last_step" in b) == 119
     # AND while it ran, /metrics showed its GPUs' newest second (mock GPUs), named by run
     assert seen_metrics, "no live GPU gauges in /metrics while the run was live"
     assert re.search(r'gpuprof_gpu_utilization_percent\{run_id="1",run_name="live",gpu="0"\} ',
