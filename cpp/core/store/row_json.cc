@@ -201,46 +201,56 @@ json Encode(const T& row) {
   return j;
 }
 
-// Decodes one object into `row`; `where` is "table[i]" for messages.
-template <typename T>
-Status Decode(const json& j, const std::string& where, T& row) {
-  if (!j.is_object()) return Status::Error(where + ": expected an object, got " + j.type_name());
-  std::set<std::string> known;
+// Decodes one object into `row`; where() is "table[i]" for messages (built only for one).
+// The hot path of a team server's ingest: no allocation beyond the row's own strings.
+template <typename T, typename Where>
+Status DecodeWith(const json& j, const Where& where, T& row) {
+  if (!j.is_object()) return Status::Error(where() + ": expected an object, got " + j.type_name());
   Status st;
+  size_t found = 0;
   Fields(row, [&](const char* name, auto& member) {
-    known.insert(name);
     if (!st.ok()) return;
     using M = std::decay_t<decltype(member)>;
     auto it = j.find(name);
     if (it == j.end()) {
       // Optional columns and a host sample's per-core list may be left out.
       if constexpr (!IsOptional<M>::value && !std::is_same_v<M, std::vector<double>>) {
-        st = Status::Error(where + "." + name + ": missing (required)");
+        st = Status::Error(where() + "." + name + ": missing (required)");
       }
       return;
     }
-    if (auto why = Get(*it, member)) st = Status::Error(where + "." + name + ": " + *why);
+    ++found;
+    if (auto why = Get(*it, member)) st = Status::Error(where() + "." + name + ": " + *why);
   });
   if (!st.ok()) return st;
-  for (const auto& [key, value] : j.items()) {
-    if (!known.count(key)) return Status::Error(where + ": unknown column '" + key + "'");
+  if (found < j.size()) {  // a key that is no column: name it
+    std::set<std::string> known;
+    T probe{};
+    Fields(probe, [&](const char* name, auto&) { known.insert(name); });
+    for (const auto& [key, value] : j.items()) {
+      if (!known.count(key)) return Status::Error(where() + ": unknown column '" + key + "'");
+    }
   }
   return Status::Ok();
 }
+template <typename T>
+Status Decode(const json& j, const std::string& where, T& row) {
+  return DecodeWith(j, [&] { return where; }, row);
+}
 
 // The variant alternative at `index`, decoded from `j`.
-template <size_t I = 0>
-Status DecodeAt(size_t index, const json& j, const std::string& where, Row* out) {
+template <size_t I = 0, typename Where>
+Status DecodeAt(size_t index, const json& j, const Where& where, Row* out) {
   if constexpr (I < std::variant_size_v<Row>) {
     if (index == I) {
       std::variant_alternative_t<I, Row> row{};
-      Status st = Decode(j, where, row);
+      Status st = DecodeWith(j, where, row);
       if (st.ok()) *out = std::move(row);
       return st;
     }
     return DecodeAt<I + 1>(index, j, where, out);
   } else {
-    return Status::Error(where + ": no such table");
+    return Status::Error(where() + ": no such table");
   }
 }
 
@@ -278,9 +288,11 @@ Expected<std::vector<Row>> RowsFromJson(const json& doc, size_t max_rows) {
       return Status::Error("rows: more than " + std::to_string(max_rows) +
                            " rows in one batch; send smaller batches");
     }
+    rows.reserve(rows.size() + list.size());
     for (size_t i = 0; i < list.size(); ++i) {
       Row row;
-      Status st = DecodeAt(it->second, list[i], table + "[" + std::to_string(i) + "]", &row);
+      const auto where = [&] { return table + "[" + std::to_string(i) + "]"; };
+      Status st = DecodeAt(it->second, list[i], where, &row);
       if (!st.ok()) return st;
       rows.push_back(std::move(row));
     }
