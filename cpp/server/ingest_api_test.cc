@@ -152,6 +152,84 @@ TEST_F(ServerApiTest, TheTwoAuthAxesAreIndependentAndEveryBadCredentialIsRefused
   EXPECT_EQ(Viewer("POST", "/api/v1/logout", cookie, csrf).status, 200);
 }
 
+// Every endpoint under every credential: the status each must give.
+TEST_F(ServerApiTest, TheAuthMatrixOfEveryEndpointAndEveryCredential) {
+  ASSERT_EQ(Call("PUT", "/api/v1/runs/r1", Run()).status, 201);
+  json grouped = Run();
+  grouped["run"]["group_id"] = "g";
+  ASSERT_EQ(Call("PUT", "/api/v1/runs/r2", grouped).status, 201);
+  ASSERT_EQ(Call("POST", "/api/v1/runs/r1/batches", Batch("b", 0, 12)).status, 200);
+  const auto [cookie, csrf] = Login();
+  std::string tampered = cookie;
+  tampered[tampered.find("v1.") + 3] = tampered[tampered.find("v1.") + 3] == '9' ? '8' : '9';
+  const auto [old_cookie, old_csrf] = Login();
+
+  struct Endpoint {
+    const char* method;
+    const char* target;
+    enum { kWrite, kRead, kViewerAction } axis;
+    int ok;  // the status with the right credential
+  };
+  int batch = 0;
+  const std::vector<Endpoint> endpoints = {
+      {"PUT", "/api/v1/runs/r1", Endpoint::kWrite, 200},
+      {"POST", "/api/v1/runs/r1/batches", Endpoint::kWrite, 200},
+      {"GET", "/api/v1/runs", Endpoint::kRead, 200},
+      {"GET", "/api/v1/runs/1", Endpoint::kRead, 200},
+      {"GET", "/api/v1/runs/1/series?metric=host_cpu", Endpoint::kRead, 200},
+      {"GET", "/api/v1/runs/1/steps", Endpoint::kRead, 200},
+      {"GET", "/api/v1/runs/1/kernels", Endpoint::kRead, 200},
+      {"GET", "/api/v1/compare?runs=1,2", Endpoint::kRead, 200},
+      {"GET", "/api/v1/groups/g", Endpoint::kRead, 200},
+      {"GET", "/api/v1/live", Endpoint::kRead, 426},  // authorized, but not an upgrade
+      {"POST", "/api/v1/logout", Endpoint::kViewerAction, 200},
+  };
+  // key, cookie, csrf
+  struct Credential {
+    const char* name;
+    std::string key, cookie, csrf;
+    int write, read, action;  // expected status per axis (0: the endpoint's own ok)
+  };
+  const std::vector<Credential> credentials = {
+      {"nothing", "", "", "", 401, 401, 401},
+      {"a wrong key", "guess", "", "", 403, 401, 401},
+      {"a rotated-out key", "gone-key", "", "", 403, 401, 401},
+      {"a write key", "new-key", "", "", 0, 401, 401},
+      {"a viewer cookie", "", cookie, "", 401, 0, 403},
+      {"a tampered cookie", "", tampered, csrf, 401, 401, 401},
+      {"an expired cookie", "", "EXPIRED", csrf, 401, 401, 401},
+      {"a wrong CSRF token", "", cookie, old_csrf, 401, 0, 403},
+      {"the viewer's cookie and CSRF token", "", old_cookie, old_csrf, 401, 0, 0},
+  };
+  for (const Credential& c : credentials) {
+    for (const Endpoint& e : endpoints) {
+      HttpRequest r;
+      r.method = e.method;
+      r.target = e.target;
+      r.headers["content-type"] = "application/json";
+      if (!c.key.empty()) r.headers["x-api-key"] = c.key;
+      const bool expired = c.cookie == "EXPIRED";
+      if (!c.cookie.empty()) r.headers["cookie"] = expired ? cookie : c.cookie;
+      if (!c.csrf.empty()) r.headers["x-csrf-token"] = c.csrf;
+      if (e.axis == Endpoint::kWrite) {
+        r.body = std::string(e.target).find("batches") != std::string::npos
+                     ? Batch("m" + std::to_string(batch++), 100, 1).dump()
+                     : Run().dump();
+      } else if (e.axis == Endpoint::kViewerAction) {
+        r.body = "{}";
+      }
+      if (expired) now_ += 12 * 3600 + 1;
+      const int got = api_->Handle(r).status;
+      if (expired) now_ -= 12 * 3600 + 1;
+      const int want = e.axis == Endpoint::kWrite  ? c.write
+                       : e.axis == Endpoint::kRead ? c.read
+                                                   : c.action;
+      EXPECT_EQ(got, want == 0 ? e.ok : want) << e.method << " " << e.target << " with "
+                                              << c.name;
+    }
+  }
+}
+
 TEST_F(ServerApiTest, TheEleventhLoginInAMinuteIsRefusedWithRetryAfter) {
   HttpRequest r;
   r.method = "POST";
