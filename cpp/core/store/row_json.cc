@@ -291,7 +291,8 @@ Expected<std::vector<Row>> RowsFromJson(const json& doc, size_t max_rows) {
     rows.reserve(rows.size() + list.size());
     for (size_t i = 0; i < list.size(); ++i) {
       Row row;
-      const auto where = [&] { return table + "[" + std::to_string(i) + "]"; };
+      const std::string& name = table;  // (clang 14 cannot capture a structured binding)
+      const auto where = [&] { return name + "[" + std::to_string(i) + "]"; };
       Status st = DecodeAt(it->second, list[i], where, &row);
       if (!st.ok()) return st;
       rows.push_back(std::move(row));
