@@ -62,13 +62,19 @@ def run_steps(model, opt, xs, ys, loss_fn) -> list[float]:
     return times
 
 
-def step_time_comparison(args, db: str) -> dict[str, list[float]]:
+def training_setup(args):
+    """The benched MLP, its optimizer and loss, and args.steps fixed batches."""
     torch.manual_seed(0)
     model = make_model(args.width, args.blocks)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     loss_fn = nn.CrossEntropyLoss()
     xs = [torch.randn(args.batch, args.width) for _ in range(args.steps)]
     ys = [torch.randint(0, 10, (args.batch,)) for _ in range(args.steps)]
+    return model, opt, loss_fn, xs, ys
+
+
+def step_time_comparison(args, db: str) -> dict[str, list[float]]:
+    model, opt, loss_fn, xs, ys = training_setup(args)
     run_steps(model, opt, xs, ys, loss_fn)  # warm up allocator and kernels
     modes = ["plain", "gpuprof", "gpuprof-hooks-only", "torch.profiler"]
     out: dict[str, list[float]] = {m: [] for m in modes}
@@ -116,12 +122,7 @@ def ingest_counters(url: str) -> dict[str, int]:
 
 def push_comparison(args, db: str, url: str) -> dict[str, dict[str, list[float]]]:
     """Step times and block exit times of gpuprof with and without the live push."""
-    torch.manual_seed(0)
-    model = make_model(args.width, args.blocks)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    loss_fn = nn.CrossEntropyLoss()
-    xs = [torch.randn(args.batch, args.width) for _ in range(args.steps)]
-    ys = [torch.randint(0, 10, (args.batch,)) for _ in range(args.steps)]
+    model, opt, loss_fn, xs, ys = training_setup(args)
     reps = max(1, args.push_steps // args.steps)  # the same batches, reps times per block
     run_steps(model, opt, xs, ys, loss_fn)
     modes = {"gpuprof": {}, "gpuprof+push": {"server": url, "api_key": PUSH_KEY}}

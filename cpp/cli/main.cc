@@ -116,6 +116,24 @@ struct OpenedRuns {
   int exit = 0;  // non-zero: failed
 };
 
+// `store` with its run ids, or the failure; `empty_hint` says what to do when it holds none.
+OpenedRuns WithRuns(std::unique_ptr<store::RunStore> store, const std::string& where,
+                    const char* empty_hint) {
+  OpenedRuns out;
+  auto runs = store->ListRuns();
+  if (!runs) {
+    out.exit = Fail(runs.error());
+    return out;
+  }
+  if (runs->empty()) {
+    out.exit = Fail(where + " holds no runs yet — " + empty_hint);
+    return out;
+  }
+  for (const auto& r : *runs) out.ids.push_back(r.run_id);
+  out.store = std::move(store);
+  return out;
+}
+
 OpenedRuns OpenRuns(const std::string& db) {
   OpenedRuns out;
   std::error_code ec;
@@ -133,27 +151,28 @@ OpenedRuns OpenRuns(const std::string& db) {
     out.exit = Fail(store.error());
     return out;
   }
-  auto runs = (*store)->ListRuns();
-  if (!runs) {
-    out.exit = Fail(runs.error());
-    return out;
+  return WithRuns(std::move(store.value()), db, "run a script under gpuprof.profile() first");
+}
+
+// The SQLite file of a storage URL: sqlite://PATH (sqlite:///abs/path.db is /abs/path.db).
+std::optional<std::string> SqlitePath(const std::string& url, std::string* why) {
+  const std::string scheme = "sqlite://";
+  if (url.rfind(scheme, 0) == 0 && url.size() > scheme.size()) return url.substr(scheme.size());
+  if (url.rfind("postgres://", 0) == 0 || url.rfind("postgresql://", 0) == 0) {
+    *why = "--storage-url: this gpuprof was built without PostgreSQL (libpq-dev); use sqlite://PATH";
+  } else {
+    *why = "--storage-url '" + url + "' is not sqlite://PATH or postgres://USER:PASSWORD@HOST/DB";
   }
-  if (runs->empty()) {
-    out.exit = Fail(db + " holds no runs yet — run a script under gpuprof.profile() first");
-    return out;
-  }
-  for (const auto& r : *runs) out.ids.push_back(r.run_id);
-  out.store = std::move(store.value());
-  return out;
+  return std::nullopt;
 }
 
 // The runs of a --storage-url: sqlite://PATH (as a DB path) or postgres://... (a team server's
 // database; never created here). *where names it for messages (the password redacted).
 OpenedRuns OpenStorageRuns(const std::string& url, std::string* where) {
-  const std::string sqlite = "sqlite://";
-  if (url.rfind(sqlite, 0) == 0 && url.size() > sqlite.size()) {
-    *where = url.substr(sqlite.size());
-    return OpenRuns(*where);
+  std::string why;
+  if (auto path = SqlitePath(url, &why)) {
+    *where = *path;
+    return OpenRuns(*path);
   }
   OpenedRuns out;
   *where = url;
@@ -168,26 +187,10 @@ OpenedRuns OpenStorageRuns(const std::string& url, std::string* where) {
       out.exit = Fail(pg.error());
       return out;
     }
-    auto runs = (*pg)->ListRuns();
-    if (!runs) {
-      out.exit = Fail(runs.error());
-      return out;
-    }
-    if (runs->empty()) {
-      out.exit = Fail(*where + " holds no runs yet — push a run to the server first");
-      return out;
-    }
-    for (const auto& r : *runs) out.ids.push_back(r.run_id);
-    out.store = std::move(pg.value());
-    return out;
-  }
-#else
-  if (url.rfind("postgres", 0) == 0) {
-    out.exit = UsageError("--storage-url: this gpuprof was built without PostgreSQL (libpq-dev)");
-    return out;
+    return WithRuns(std::move(pg.value()), *where, "push a run to the server first");
   }
 #endif
-  out.exit = UsageError("--storage-url '" + url + "' is not sqlite://PATH or postgres://...");
+  out.exit = UsageError(why);
   return out;
 }
 
@@ -296,18 +299,6 @@ std::optional<std::string> FirstLine(const std::string& path) {
   return line;
 }
 
-// The SQLite file of a storage URL: sqlite://PATH (sqlite:///abs/path.db is /abs/path.db).
-std::optional<std::string> SqlitePath(const std::string& url, std::string* why) {
-  const std::string scheme = "sqlite://";
-  if (url.rfind(scheme, 0) == 0 && url.size() > scheme.size()) return url.substr(scheme.size());
-  if (url.rfind("postgres://", 0) == 0 || url.rfind("postgresql://", 0) == 0) {
-    *why = "--storage-url: this gpuprof was built without PostgreSQL (libpq-dev); use sqlite://PATH";
-  } else {
-    *why = "--storage-url '" + url + "' is not sqlite://PATH or postgres://USER:PASSWORD@HOST/DB";
-  }
-  return std::nullopt;
-}
-
 int RunServe(const ServeArgs& args) {
   server::ApiOptions api_options;
   for (const std::string& k : args.api_keys) {
@@ -379,13 +370,11 @@ int RunServe(const ServeArgs& args) {
     if (!pg) return Fail(pg.error());
     // The session secret: --secret-file, else one kept in the database (so that every server
     // on it signs alike), created once.
-    Expected<std::string> secret = args.secret_file
-                                       ? server::LoadOrCreateSecret(args.secret_file, "")
-                                       : Expected<std::string>(Status::Error("unset"));
-    if (!args.secret_file) {
-      auto fresh = server::RandomSecret();
-      if (!fresh) return Fail(fresh.error());
-      secret = (*pg)->KeepMetaValue("session_secret", *fresh);
+    Expected<std::string> secret = server::RandomSecret();
+    if (args.secret_file) {
+      secret = server::LoadOrCreateSecret(args.secret_file, "");
+    } else if (secret) {
+      secret = (*pg)->KeepMetaValue("session_secret", *secret);
     }
     if (!secret) return Fail(secret.error());
     api_options.secret = *secret;

@@ -44,6 +44,21 @@ http::response<http::string_body> ToBeast(const HttpResponse& r, unsigned versio
 }
 
 
+// The API's view of a request's line and headers (names lower-cased); the body is the caller's.
+HttpRequest ToRequest(const http::request<http::string_body>& req, const std::string& peer) {
+  HttpRequest in;
+  in.method = std::string(req.method_string());
+  in.target = std::string(req.target());
+  for (const auto& field : req) {
+    std::string name(field.name_string());
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    in.headers[name] = std::string(field.value());
+  }
+  in.peer = peer;
+  return in;
+}
+
 }  // namespace
 
 struct HttpServer::Impl {
@@ -175,16 +190,7 @@ struct HttpServer::Impl {
       }
       auto& req = parser.get();
       if (websocket::is_upgrade(req) && ServerApi::IsLiveTarget(std::string(req.target()))) {
-        HttpRequest in;
-        in.method = std::string(req.method_string());
-        in.target = std::string(req.target());
-        for (const auto& field : req) {
-          std::string name(field.name_string());
-          std::transform(name.begin(), name.end(), name.begin(),
-                         [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-          in.headers[name] = std::string(field.value());
-        }
-        in.peer = peer;
+        const HttpRequest in = ToRequest(req, peer);
         std::optional<int64_t> run_filter;
         if (auto refused = api->AuthorizeLive(in, &run_filter)) {
           http::write(socket, ToBeast(*refused, req.version(), false), ec);
@@ -199,17 +205,8 @@ struct HttpServer::Impl {
         if (!ec) Live(ws, fd, run_filter);
         break;
       }
-      HttpRequest in;
-      in.method = std::string(req.method_string());
-      in.target = std::string(req.target());
-      for (const auto& field : req) {
-        std::string name(field.name_string());
-        std::transform(name.begin(), name.end(), name.begin(),
-                       [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-        in.headers[name] = std::string(field.value());
-      }
+      HttpRequest in = ToRequest(req, peer);
       in.body = std::move(req.body());
-      in.peer = peer;
       HttpResponse out = api->Handle(in);
       const bool keep = req.keep_alive() && !stopping.load();
       auto res = ToBeast(out, req.version(), keep);

@@ -261,6 +261,13 @@ std::unique_ptr<ServerApi> ServerApi::Create(std::unique_ptr<store::RunStore> db
 ServerApi::ServerApi(std::unique_ptr<store::RunStore> db, std::string path, ApiOptions options)
     : db_(std::move(db)), storage_path_(std::move(path)), options_(std::move(options)) {}
 
+std::optional<HttpResponse> ServerApi::NoSuchRun(int64_t run_id) {
+  auto exists = db_->RunExists(run_id);
+  if (!exists) return Error(500, "store: " + exists.error());
+  if (!*exists) return Error(404, "no run " + std::to_string(run_id) + " on this server");
+  return std::nullopt;
+}
+
 std::unique_lock<std::mutex> ServerApi::LockStore() {
   if (db_->thread_safe()) return std::unique_lock<std::mutex>();
   return std::unique_lock<std::mutex>(mu_);
@@ -404,9 +411,7 @@ std::optional<HttpResponse> ServerApi::AuthorizeLive(const HttpRequest& request,
     const auto id = ParseInt(query);
     if (!id || *id <= 0) return Count(Error(400, "run must be a run id (a positive integer)"));
     auto lock = LockStore();
-    auto exists = db_->RunExists(*id);
-    if (!exists) return Count(Error(500, "store: " + exists.error()));
-    if (!*exists) return Count(Error(404, "no run " + query + " on this server"));
+    if (auto missing = NoSuchRun(*id)) return Count(*missing);
     *run_filter = *id;
   }
   Count(Json(101, json::object()));
@@ -664,9 +669,7 @@ HttpResponse ServerApi::RunReport(const std::string& id) {
   const auto run_id = ParseInt(id);
   if (!run_id) return Error(400, "the run id must be an integer, got '" + id + "'");
   auto lock = LockStore();
-  auto exists = db_->RunExists(*run_id);
-  if (!exists) return Error(500, "store: " + exists.error());
-  if (!*exists) return Error(404, "no run " + id + " on this server");
+  if (auto missing = NoSuchRun(*run_id)) return *missing;
   auto report = analysis::AnalyzeRun(*db_, *run_id, analysis::AnalysisOptions{});
   if (!report) return Error(500, "analysis: " + report.error());
   return Json(200, analysis::ReportJson(*report));
@@ -690,9 +693,7 @@ HttpResponse ServerApi::Series(const std::string& id, const HttpRequest& request
   }
   if (*points < 3 || *points > 100000) return Error(400, "points must be in 3..100000");
   auto lock = LockStore();
-  auto exists = db_->RunExists(*run_id);
-  if (!exists) return Error(500, "store: " + exists.error());
-  if (!*exists) return Error(404, "no run " + id + " on this server");
+  if (auto missing = NoSuchRun(*run_id)) return *missing;
   auto series = db_->LoadSeries(*run_id, metric, *gpu, *from, *to);
   if (!series) return Error(400, series.error());
   const auto kept = Lttb(*series, static_cast<size_t>(*points));
@@ -717,9 +718,7 @@ HttpResponse ServerApi::Kernels(const std::string& id, const HttpRequest& reques
     return Error(400, "from_ns and to_ns must be integers (run-relative ns), from_ns <= to_ns");
   }
   auto lock = LockStore();
-  auto exists = db_->RunExists(*run_id);
-  if (!exists) return Error(500, "store: " + exists.error());
-  if (!*exists) return Error(404, "no run " + id + " on this server");
+  if (auto missing = NoSuchRun(*run_id)) return *missing;
   auto rows = db_->LoadKernels(*run_id);
   if (!rows) return Error(500, "store: " + rows.error());
   lock = {};
@@ -780,9 +779,7 @@ HttpResponse ServerApi::Steps(const std::string& id, const HttpRequest& request)
     return Error(400, "points must be an integer in 1..100000");
   }
   auto lock = LockStore();
-  auto exists = db_->RunExists(*run_id);
-  if (!exists) return Error(500, "store: " + exists.error());
-  if (!*exists) return Error(404, "no run " + id + " on this server");
+  if (auto missing = NoSuchRun(*run_id)) return *missing;
   auto data = db_->LoadRun(*run_id);
   if (!data) return Error(500, "store: " + data.error());
   const analysis::RunView view = analysis::BuildRunView(std::move(data.value()));
@@ -863,9 +860,7 @@ HttpResponse ServerApi::Compare(const HttpRequest& request) {
   json out = json::array();
   auto lock = LockStore();
   for (int64_t id : ids) {
-    auto exists = db_->RunExists(id);
-    if (!exists) return Error(500, "store: " + exists.error());
-    if (!*exists) return Error(404, "no run " + std::to_string(id) + " on this server");
+    if (auto missing = NoSuchRun(id)) return *missing;
     auto report = analysis::AnalyzeRun(*db_, id, analysis::AnalysisOptions{});
     if (!report) return Error(500, "analysis: " + report.error());
     json doc = analysis::ReportJson(*report);

@@ -94,6 +94,9 @@ class ServerApi {
   ServerApi(std::unique_ptr<store::RunStore> db, std::string path, ApiOptions options);
   // Holds mu_ unless the store is thread-safe (a pool serves concurrent requests itself).
   std::unique_lock<std::mutex> LockStore();
+  // The 404 (no such run) or 500 (the store failed) for `run_id`, nullopt when it exists.
+  // Caller holds LockStore().
+  std::optional<HttpResponse> NoSuchRun(int64_t run_id);
   std::optional<HttpResponse> CheckWriteKey(const HttpRequest& request);
   HttpResponse PutRun(const std::string& uuid, const HttpRequest& request);
   HttpResponse PostBatch(const std::string& uuid, const HttpRequest& request);

@@ -1,3 +1,4 @@
+#include "server/gzip_test_util.h"
 #include "server/ingest_api.h"
 
 #include <gmock/gmock.h>
@@ -300,6 +301,43 @@ TEST_F(ServerApiTest, ViewersGetRunsTheEnginesReportAndDownsampledSeries) {
               HasSubstr("no metric 'fan'"));
 }
 
+TEST_F(ServerApiTest, MetricsShowALiveRunsNewestGpuSecondWithItsNameEscaped) {
+  json run = Run();
+  run["run"]["run_name"] = "a\"b\\c\nd";
+  ASSERT_EQ(Call("PUT", "/api/v1/runs/r1", run).status, 201);
+  std::vector<store::Row> rows;
+  for (int64_t t = 0; t < 2; ++t) {
+    for (int64_t gpu = 0; gpu < 2; ++gpu) {
+      store::GpuRollupRow g;
+      g.ts_ns = t * 1'000'000'000;
+      g.gpu_index = gpu;
+      g.util_mean_pct = 10.0 * (t + 1) + gpu;
+      g.power_mean_mw = 250'000;
+      if (gpu == 0) g.temp_max_c = 60.5;  // GPU 1's temperature was not measured
+      rows.emplace_back(g);
+    }
+  }
+  ASSERT_EQ(Call("POST", "/api/v1/runs/r1/batches",
+                 json{{"batch_id", "g"}, {"rows", store::RowsToJson(rows)}})
+                .status,
+            200);
+  const std::string text = Call("GET", "/metrics", nullptr, "").body;
+  const std::string labels = "{run_id=\"1\",run_name=\"a\\\"b\\\\c\\nd\",gpu=\"";
+  // The newest second only, per GPU; power in watts; an unmeasured reading has no sample
+  EXPECT_THAT(text, HasSubstr("gpuprof_gpu_utilization_percent" + labels + "0\"} 20\n"));
+  EXPECT_THAT(text, HasSubstr("gpuprof_gpu_utilization_percent" + labels + "1\"} 21\n"));
+  EXPECT_THAT(text, HasSubstr("gpuprof_gpu_power_watts" + labels + "1\"} 250\n"));
+  EXPECT_THAT(text, HasSubstr("gpuprof_gpu_temperature_celsius" + labels + "0\"} 60.5\n"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("gpuprof_gpu_temperature_celsius" + labels + "1")));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("gpuprof_gpu_memory_used_bytes")));
+  // A finished run has no gauges
+  run["run"]["status"] = "ok";
+  run["run"]["end_ns"] = 2'000'000'000;
+  ASSERT_EQ(Call("PUT", "/api/v1/runs/r1", run).status, 200);
+  EXPECT_THAT(Call("GET", "/metrics", nullptr, "").body,
+              ::testing::Not(HasSubstr("gpuprof_gpu_utilization_percent")));
+}
+
 TEST_F(ServerApiTest, ViewersGetTheTopKernelsOrNotRecordedWithTheReason) {
   ASSERT_EQ(Call("PUT", "/api/v1/runs/r1", Run()).status, 201);
   const auto [cookie, csrf] = Login();
@@ -439,20 +477,6 @@ TEST_F(ServerApiTest, BadRequestsAre4xxWithAMessageAndStoreNothing) {
   EXPECT_THAT(error(Call("GET", "/nothing", nullptr)), HasSubstr("endpoints: GET /healthz"));
   EXPECT_THAT(error(Call("PUT", "/api/v2/runs/r1", Run())), HasSubstr("this server speaks v1"));
   EXPECT_EQ(Call("GET", "/healthz", nullptr, "").status, 200);
-}
-
-std::string Gzip(const std::string& plain) {
-  z_stream zs{};
-  deflateInit2(&zs, Z_BEST_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY);
-  std::string out(deflateBound(&zs, plain.size()) + 64, '\0');
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(plain.data()));
-  zs.avail_in = static_cast<uInt>(plain.size());
-  zs.next_out = reinterpret_cast<Bytef*>(out.data());
-  zs.avail_out = static_cast<uInt>(out.size());
-  deflate(&zs, Z_FINISH);
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
-  return out;
 }
 
 TEST_F(ServerApiTest, GzipBodiesAreInflatedWithinTheLimitAndBombsAreRefused) {

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "server/gzip_test_util.h"
 #include "server/ingest_api.h"
 #include "store/row_json.h"
 
@@ -25,20 +26,6 @@ namespace fs = std::filesystem;
 
 constexpr size_t kMaxBody = 64 * 1024;
 constexpr size_t kMaxRows = 100;
-
-std::string Gzip(const std::string& plain) {
-  z_stream zs{};
-  deflateInit2(&zs, Z_BEST_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY);
-  std::string out(deflateBound(&zs, plain.size()) + 64, '\0');
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(plain.data()));
-  zs.avail_in = static_cast<uInt>(plain.size());
-  zs.next_out = reinterpret_cast<Bytef*>(out.data());
-  zs.avail_out = static_cast<uInt>(out.size());
-  deflate(&zs, Z_FINISH);
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
-  return out;
-}
 
 class IngestBadInputTest : public ::testing::Test {
  protected:

@@ -34,6 +34,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "server/gzip_test_util.h"
 #include "server/ingest_api.h"
 
 namespace {
@@ -54,17 +55,8 @@ constexpr const char* kKey = "fuzz-key";
 }
 
 std::string Gzip(const uint8_t* data, size_t size) {
-  z_stream zs{};
-  deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY);
-  std::string out(deflateBound(&zs, size) + 64, '\0');
-  zs.next_in = const_cast<Bytef*>(data);
-  zs.avail_in = static_cast<uInt>(size);
-  zs.next_out = reinterpret_cast<Bytef*>(out.data());
-  zs.avail_out = static_cast<uInt>(out.size());
-  deflate(&zs, Z_FINISH);
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
-  return out;
+  return gpuprof::server::Gzip(std::string_view(reinterpret_cast<const char*>(data), size),
+                               Z_DEFAULT_COMPRESSION);
 }
 
 // The server under test and a second connection that sees its commits. Lives for the process.

@@ -106,7 +106,6 @@ void LiveBus::PublishBatch(int64_t run_id, nlohmann::json event) {
 }
 
 void LiveBus::Publish(int64_t run_id, const std::string& kind, nlohmann::json event) {
-  published_.fetch_add(1);
   std::vector<std::shared_ptr<Subscriber>> targets;
   {
     std::lock_guard lock(mu_);

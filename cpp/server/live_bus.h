@@ -59,7 +59,6 @@ class LiveBus {
   void PublishBatch(int64_t run_id, nlohmann::json event);
 
   size_t viewers() const;
-  uint64_t published() const { return published_.load(); }
   uint64_t coalesced() const { return coalesced_.load(); }
   uint64_t dropped() const { return dropped_.load(); }
   void CountDropped() { dropped_.fetch_add(1); }
@@ -69,7 +68,7 @@ class LiveBus {
 
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<Subscriber>> subscribers_;
-  std::atomic<uint64_t> published_{0}, coalesced_{0}, dropped_{0};
+  std::atomic<uint64_t> coalesced_{0}, dropped_{0};
 };
 
 // `into` += `event` for two events of one (run, kind) key: a "batch" sums rows and stored, keeps

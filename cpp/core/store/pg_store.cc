@@ -103,7 +103,7 @@ class PgBinder {
 };
 
 // Reads result columns 0, 1, 2, ... of one row in call order; SQL NULL reads as std::nullopt.
-class PgReader {
+class PgReader : public sql::NullableReads<PgReader> {
  public:
   PgReader(const PGresult* r, int row) : r_(r), row_(row) {}
   bool IsNull() const { return PQgetisnull(r_, row_, col_) != 0; }
@@ -130,25 +130,9 @@ class PgReader {
     const int n = PQgetlength(r_, row_, col_++);
     return std::string(p, static_cast<size_t>(n));
   }
-  std::optional<int64_t> OptInt() {
-    if (IsNull()) return Skip<int64_t>();
-    return Int();
-  }
-  std::optional<double> OptReal() {
-    if (IsNull()) return Skip<double>();
-    return Real();
-  }
-  std::optional<std::string> OptText() {
-    if (IsNull()) return Skip<std::string>();
-    return Text();
-  }
+  void Skip() { ++col_; }
 
  private:
-  template <typename T>
-  std::optional<T> Skip() {
-    ++col_;
-    return std::nullopt;
-  }
   const PGresult* r_;
   int row_;
   int col_ = 0;
@@ -514,6 +498,20 @@ Expected<std::unique_ptr<PgStore>> PgStore::Open(const std::string& url, Options
   return store;
 }
 
+template <typename T, typename BindFn, typename ReadFn>
+Expected<std::vector<T>> PgStore::Rows(const std::string& sql, const std::string& purpose,
+                                       BindFn bind, ReadFn read) {
+  auto lease = Borrow();
+  if (!lease) return lease.status();
+  std::vector<T> rows;
+  Status st = (*lease)->Query(sql, purpose, bind, [&](PgReader& r) {
+    rows.push_back(read(r));
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return rows;
+}
+
 // ---- run lifecycle ---------------------------------------------------------------------------
 
 Expected<int64_t> PgStore::BeginRun(const RunInfo& info) {
@@ -740,21 +738,14 @@ Expected<std::vector<std::pair<int64_t, double>>> PgStore::LoadSeries(
   if (!column) {
     return Status::Error("no metric '" + metric + "' (metrics: " + MetricNames() + ")");
   }
-  auto lease = Borrow();
-  if (!lease) return lease.status();
-  std::vector<std::pair<int64_t, double>> out;
-  Status st = (*lease)->Query(sql::SeriesSql(*column), "load series " + metric,
-                              [&](PgBinder& b) {
-                                b.Int(run_id).Int(from_ns).Int(to_ns);
-                                if (column->per_gpu) b.Int(gpu_index);
-                              },
-                              [&](PgReader& r) {
-                                const int64_t ts = r.Int();
-                                out.emplace_back(ts, r.Real());
-                                return Status::Ok();
-                              });
-  if (!st.ok()) return st;
-  return out;
+  using Point = std::pair<int64_t, double>;
+  return Rows<Point>(
+      sql::SeriesSql(*column), "load series " + metric,
+      [&](PgBinder& b) {
+        b.Int(run_id).Int(from_ns).Int(to_ns);
+        if (column->per_gpu) b.Int(gpu_index);
+      },
+      [](PgReader& r) { return Point{r.Int(), r.Real()}; });
 }
 
 Expected<std::optional<int64_t>> PgStore::LatestRunId() {
@@ -785,33 +776,17 @@ Expected<bool> PgStore::RunExists(int64_t run_id) {
 }
 
 Expected<std::vector<RunInfo>> PgStore::ListRuns() {
-  auto lease = Borrow();
-  if (!lease) return lease.status();
-  std::vector<RunInfo> runs;
-  Status st = (*lease)->Query(std::string("SELECT ") + sql::kRunColumns +
-                                  " FROM runs ORDER BY run_id",
-                              "list runs", [](PgBinder&) {}, [&](PgReader& r) {
-                                runs.push_back(sql::ReadRunInfo(r));
-                                return Status::Ok();
-                              });
-  if (!st.ok()) return st;
-  return runs;
+  return Rows<RunInfo>(std::string("SELECT ") + sql::kRunColumns + " FROM runs ORDER BY run_id",
+                       "list runs", [](PgBinder&) {},
+                       [](PgReader& r) { return sql::ReadRunInfo(r); });
 }
 
 Expected<std::vector<RunInfo>> PgStore::PreviousRunsNamed(const std::string& run_name,
                                                           int64_t before_run_id, int limit) {
-  auto lease = Borrow();
-  if (!lease) return lease.status();
-  std::vector<RunInfo> runs;
-  Status st = (*lease)->Query(
+  return Rows<RunInfo>(
       sql::kPreviousRunsSql, "read previous runs",
       [&](PgBinder& b) { b.Text(run_name).Int(before_run_id).Int(sql::Limit(limit)); },
-      [&](PgReader& r) {
-        runs.push_back(sql::ReadRunInfo(r));
-        return Status::Ok();
-      });
-  if (!st.ok()) return st;
-  return runs;
+      [](PgReader& r) { return sql::ReadRunInfo(r); });
 }
 
 Expected<RunData> PgStore::LoadRun(int64_t run_id) {
@@ -850,57 +825,25 @@ Expected<RunData> PgStore::LoadRun(int64_t run_id) {
 }
 
 Expected<std::vector<StepRow>> PgStore::LoadSteps(int64_t run_id) {
-  auto lease = Borrow();
-  if (!lease) return lease.status();
-  std::vector<StepRow> rows;
-  Status st = (*lease)->Query(sql::kStepsSql, "load steps", [&](PgBinder& b) { b.Int(run_id); },
-                              [&](PgReader& r) {
-                                rows.push_back(sql::ReadStep(r));
-                                return Status::Ok();
-                              });
-  if (!st.ok()) return st;
-  return rows;
+  return Rows<StepRow>(sql::kStepsSql, "load steps", [&](PgBinder& b) { b.Int(run_id); },
+                       [](PgReader& r) { return sql::ReadStep(r); });
 }
 
 Expected<std::vector<KernelRow>> PgStore::LoadKernels(int64_t run_id) {
-  auto lease = Borrow();
-  if (!lease) return lease.status();
-  std::vector<KernelRow> rows;
-  Status st = (*lease)->Query(sql::kKernelsSql, "load kernels", [&](PgBinder& b) { b.Int(run_id); },
-                              [&](PgReader& r) {
-                                rows.push_back(sql::ReadKernel(r));
-                                return Status::Ok();
-                              });
-  if (!st.ok()) return st;
-  return rows;
+  return Rows<KernelRow>(sql::kKernelsSql, "load kernels", [&](PgBinder& b) { b.Int(run_id); },
+                         [](PgReader& r) { return sql::ReadKernel(r); });
 }
 
 Expected<std::vector<GpuRollupRow>> PgStore::LatestGpuSecond(int64_t run_id) {
-  auto lease = Borrow();
-  if (!lease) return lease.status();
-  std::vector<GpuRollupRow> rows;
-  Status st = (*lease)->Query(sql::kLatestGpuSecondSql, "load the latest GPU second",
-                              [&](PgBinder& b) { b.Int(run_id).Int(run_id); },
-                              [&](PgReader& r) {
-                                rows.push_back(sql::ReadLatestGpu(r));
-                                return Status::Ok();
-                              });
-  if (!st.ok()) return st;
-  return rows;
+  return Rows<GpuRollupRow>(sql::kLatestGpuSecondSql, "load the latest GPU second",
+                            [&](PgBinder& b) { b.Int(run_id).Int(run_id); },
+                            [](PgReader& r) { return sql::ReadLatestGpu(r); });
 }
 
 Expected<std::vector<CommBucketRow>> PgStore::LoadCommBuckets(int64_t run_id) {
-  auto lease = Borrow();
-  if (!lease) return lease.status();
-  std::vector<CommBucketRow> rows;
-  Status st = (*lease)->Query(sql::kCommBucketsSql, "load comm_buckets",
-                              [&](PgBinder& b) { b.Int(run_id); },
-                              [&](PgReader& r) {
-                                rows.push_back(sql::ReadCommBucket(r));
-                                return Status::Ok();
-                              });
-  if (!st.ok()) return st;
-  return rows;
+  return Rows<CommBucketRow>(sql::kCommBucketsSql, "load comm_buckets",
+                             [&](PgBinder& b) { b.Int(run_id); },
+                             [](PgReader& r) { return sql::ReadCommBucket(r); });
 }
 
 }  // namespace gpuprof::store

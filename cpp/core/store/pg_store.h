@@ -103,6 +103,10 @@ class PgStore final : public RunStore {
   // Runs fn(conn) inside BEGIN ... COMMIT (ROLLBACK when fn or the commit fails).
   template <typename Fn>
   Status InTransaction(Conn& conn, Fn fn);
+  // Every row `sql` gives on a borrowed connection, each made by read(PgReader&).
+  template <typename T, typename BindFn, typename ReadFn>
+  Expected<std::vector<T>> Rows(const std::string& sql, const std::string& purpose, BindFn bind,
+                                ReadFn read);
 
   const std::string url_;
   const std::string location_;

@@ -86,7 +86,7 @@ class Binder {
 };
 
 // Reads result columns 0, 1, 2, ... in call order; SQL NULL reads as std::nullopt.
-class Reader {
+class Reader : public sql::NullableReads<Reader> {
  public:
   explicit Reader(sqlite3_stmt* stmt) : stmt_(stmt) {}
   Reader& Self() { return *this; }  // a temporary as an lvalue: ReadStep(Reader(s).Self())
@@ -98,25 +98,9 @@ class Reader {
     int n = sqlite3_column_bytes(stmt_, index_++);
     return p ? std::string(p, static_cast<size_t>(n)) : std::string();
   }
-  std::optional<int64_t> OptInt() {
-    if (IsNull()) return Skip<int64_t>();
-    return Int();
-  }
-  std::optional<double> OptReal() {
-    if (IsNull()) return Skip<double>();
-    return Real();
-  }
-  std::optional<std::string> OptText() {
-    if (IsNull()) return Skip<std::string>();
-    return Text();
-  }
+  void Skip() { ++index_; }
 
  private:
-  template <typename T>
-  std::optional<T> Skip() {
-    ++index_;
-    return std::nullopt;
-  }
   sqlite3_stmt* stmt_;
   int index_ = 0;
 };
@@ -477,20 +461,14 @@ Expected<std::vector<std::pair<int64_t, double>>> SqliteStore::LoadSeries(
   if (!c) {
     return Status::Error("no metric '" + metric + "' (metrics: " + MetricNames() + ")");
   }
-  const bool host = !c->per_gpu;
-  const std::string text = sql::SeriesSql(*c);
-  std::vector<std::pair<int64_t, double>> out;
-  Status st = Query(text, "load series " + metric,
-                    [&](Binder& b) {
-                      b.Int(run_id).Int(from_ns).Int(to_ns);
-                      if (!host) b.Int(gpu_index);
-                    },
-                    [&](sqlite3_stmt* q) {
-                      out.emplace_back(sqlite3_column_int64(q, 0), sqlite3_column_double(q, 1));
-                      return Status::Ok();
-                    });
-  if (!st.ok()) return st;
-  return out;
+  using Point = std::pair<int64_t, double>;
+  return Rows<Point>(
+      sql::SeriesSql(*c), "load series " + metric,
+      [&](Binder& b) {
+        b.Int(run_id).Int(from_ns).Int(to_ns);
+        if (c->per_gpu) b.Int(gpu_index);
+      },
+      [](Reader& r) { return Point{r.Int(), r.Real()}; });
 }
 
 Expected<std::optional<int64_t>> SqliteStore::IngestRunId(const std::string& run_uuid) {
@@ -661,6 +639,19 @@ Status SqliteStore::Query(const std::string& sql, const std::string& purpose, Bi
   return Status::Ok();
 }
 
+template <typename T, typename BindFn, typename ReadFn>
+Expected<std::vector<T>> SqliteStore::Rows(const std::string& sql, const std::string& purpose,
+                                           BindFn bind, ReadFn read) {
+  std::vector<T> rows;
+  Status st = Query(sql, purpose, bind, [&](sqlite3_stmt* s) {
+    Reader c(s);
+    rows.push_back(read(c));
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return rows;
+}
+
 Expected<std::optional<int64_t>> SqliteStore::LatestRunId() {
   std::optional<int64_t> id;
   Status st = Query(
@@ -686,77 +677,39 @@ Expected<bool> SqliteStore::RunExists(int64_t run_id) {
 }
 
 Expected<std::vector<RunInfo>> SqliteStore::ListRuns() {
-  std::vector<RunInfo> runs;
-  Status st = Query(
-      std::string("SELECT ") + kRunColumns + " FROM runs ORDER BY run_id", "list runs",
-      [](Binder&) {},
-      [&](sqlite3_stmt* s) {
-        runs.push_back(ReadRunInfo(Reader(s).Self()));
-        return Status::Ok();
-      });
-  if (!st.ok()) return st;
-  return runs;
+  return Rows<RunInfo>(std::string("SELECT ") + kRunColumns + " FROM runs ORDER BY run_id",
+                       "list runs", [](Binder&) {}, [](Reader& c) { return ReadRunInfo(c); });
 }
 
 Expected<std::vector<RunInfo>> SqliteStore::PreviousRunsNamed(const std::string& run_name,
                                                               int64_t before_run_id, int limit) {
-  std::vector<RunInfo> runs;
-  Status st = Query(
-      sql::kPreviousRunsSql,
-      "read previous runs",
+  return Rows<RunInfo>(
+      sql::kPreviousRunsSql, "read previous runs",
       [&](Binder& b) { b.Text(run_name).Int(before_run_id).Int(sql::Limit(limit)); },
-      [&](sqlite3_stmt* s) {
-        runs.push_back(ReadRunInfo(Reader(s).Self()));
-        return Status::Ok();
-      });
-  if (!st.ok()) return st;
-  return runs;
+      [](Reader& c) { return ReadRunInfo(c); });
 }
 
 
 Expected<std::vector<StepRow>> SqliteStore::LoadSteps(int64_t run_id) {
-  std::vector<StepRow> rows;
-  Status st = Query(kStepsSql, "load steps", [run_id](Binder& b) { b.Int(run_id); },
-                    [&](sqlite3_stmt* s) {
-                      rows.push_back(ReadStep(Reader(s).Self()));
-                      return Status::Ok();
-                    });
-  if (!st.ok()) return st;
-  return rows;
+  return Rows<StepRow>(kStepsSql, "load steps", [run_id](Binder& b) { b.Int(run_id); },
+                       [](Reader& c) { return ReadStep(c); });
 }
 
 Expected<std::vector<CommBucketRow>> SqliteStore::LoadCommBuckets(int64_t run_id) {
-  std::vector<CommBucketRow> rows;
-  Status st = Query(kCommBucketsSql, "load comm_buckets", [run_id](Binder& b) { b.Int(run_id); },
-                    [&](sqlite3_stmt* s) {
-                      rows.push_back(ReadCommBucket(Reader(s).Self()));
-                      return Status::Ok();
-                    });
-  if (!st.ok()) return st;
-  return rows;
+  return Rows<CommBucketRow>(kCommBucketsSql, "load comm_buckets",
+                             [run_id](Binder& b) { b.Int(run_id); },
+                             [](Reader& c) { return ReadCommBucket(c); });
 }
 
 Expected<std::vector<KernelRow>> SqliteStore::LoadKernels(int64_t run_id) {
-  std::vector<KernelRow> rows;
-  Status st = Query(sql::kKernelsSql, "load kernels", [run_id](Binder& b) { b.Int(run_id); },
-                    [&](sqlite3_stmt* s) {
-                      rows.push_back(sql::ReadKernel(Reader(s).Self()));
-                      return Status::Ok();
-                    });
-  if (!st.ok()) return st;
-  return rows;
+  return Rows<KernelRow>(sql::kKernelsSql, "load kernels", [run_id](Binder& b) { b.Int(run_id); },
+                         [](Reader& c) { return sql::ReadKernel(c); });
 }
 
 Expected<std::vector<GpuRollupRow>> SqliteStore::LatestGpuSecond(int64_t run_id) {
-  std::vector<GpuRollupRow> rows;
-  Status st = Query(sql::kLatestGpuSecondSql, "load the latest GPU second",
-                    [run_id](Binder& b) { b.Int(run_id).Int(run_id); },
-                    [&](sqlite3_stmt* s) {
-                      rows.push_back(sql::ReadLatestGpu(Reader(s).Self()));
-                      return Status::Ok();
-                    });
-  if (!st.ok()) return st;
-  return rows;
+  return Rows<GpuRollupRow>(sql::kLatestGpuSecondSql, "load the latest GPU second",
+                            [run_id](Binder& b) { b.Int(run_id).Int(run_id); },
+                            [](Reader& c) { return sql::ReadLatestGpu(c); });
 }
 
 Expected<RunData> SqliteStore::LoadRun(int64_t run_id) {

@@ -155,6 +155,10 @@ class SqliteStore final : public RunStore {
   Status WriteEach(int64_t run_id, It begin, It end);  // the rows, inside the caller's txn
   template <typename BindFn, typename RowFn>
   Status Query(const std::string& sql, const std::string& purpose, BindFn bind, RowFn each);
+  // Every row `sql` gives, each made by read(Reader&) (a reader of sqlite_store.cc).
+  template <typename T, typename BindFn, typename ReadFn>
+  Expected<std::vector<T>> Rows(const std::string& sql, const std::string& purpose, BindFn bind,
+                                ReadFn read);
 
   sqlite3* db_ = nullptr;
   std::string path_;

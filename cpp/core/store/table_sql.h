@@ -23,6 +23,27 @@ namespace gpuprof::store::sql {
 // One RowTraits<T> per alternative of Row: the statement (parameter 1 is always run_id) and how
 // to bind a row. Upserts on primary keys make a re-write replace the earlier row.
 
+// The nullable reads of a backend's reader (CRTP), from its IsNull(), Int(), Real(), Text() and
+// Skip() (passes over the current column): SQL NULL reads as std::nullopt.
+template <class Derived>
+class NullableReads {
+ public:
+  std::optional<int64_t> OptInt() { return Read(&Derived::Int); }
+  std::optional<double> OptReal() { return Read(&Derived::Real); }
+  std::optional<std::string> OptText() { return Read(&Derived::Text); }
+
+ private:
+  template <typename T>
+  std::optional<T> Read(T (Derived::*read)()) {
+    Derived& self = static_cast<Derived&>(*this);
+    if (self.IsNull()) {
+      self.Skip();
+      return std::nullopt;
+    }
+    return (self.*read)();
+  }
+};
+
 template <typename T>
 struct RowTraits;
 
