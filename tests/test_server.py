@@ -387,20 +387,24 @@ def stop_serve(proc: subprocess.Popen) -> str:
 def test_postgres_storage_keeps_the_password_out_of_sight_and_sessions_across_restarts(
         pg_database, tmp_path):
     # GIVEN a database URL with a password (the test cluster trusts local users, so any works)
+    # (and one as a libpq `password=` parameter)
     url = pg_database.replace("postgresql:///", "postgresql://gpuprof:hunter2@/", 1)
+    url += "&password=hunter3"
     # WHEN insights reads a database no server has used yet, it says so (password redacted)
     empty = run_cli("insights", "--storage-url", url)
     assert empty.returncode == 1 and "no gpuprof schema" in empty.stderr, empty.stderr
     assert "hunter2" not in empty.stderr and "gpuprof:***@" in empty.stderr
+    assert "hunter3" not in empty.stderr and "password=***" in empty.stderr
     assert run_cli("insights", "--storage-url", url, "1", "2").returncode == 2
     proc, base, line = start_serve(url)
-    assert "hunter2" not in line and "gpuprof:***@" in line
+    assert "hunter2" not in line and "gpuprof:***@" in line and "hunter3" not in line
     try:
         # (the server created the schema; still no runs)
         none = run_cli("insights", "--storage-url", url)
         assert none.returncode == 1 and "holds no runs yet" in none.stderr, none.stderr
         # THEN the password is in neither the process title nor the output
-        assert b"hunter2" not in Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+        cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+        assert b"hunter2" not in cmdline and b"hunter3" not in cmdline
         local = tmp_path / "local.db"
         record_run(local)
         run_cli("push", str(local), "--server", base, "--api-key", "k", check=True)

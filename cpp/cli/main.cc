@@ -624,15 +624,8 @@ int main(int argc, char** argv) {
     if (a == "--storage-url" && i + 1 < argc) url = argv[i + 1];
     if (a.rfind("--storage-url=", 0) == 0) url = argv[i] + std::strlen("--storage-url=");
     if (url) {
-      const std::string u = url;
-      const size_t start = u.find("://") == std::string::npos ? 0 : u.find("://") + 3;
-      const size_t at = u.find('@', start), colon = u.find(':', start), slash = u.find('/', start);
-      if (at != std::string::npos && colon < at && (slash == std::string::npos || slash > at)) {
-        for (size_t k = colon + 1; k < at; ++k) url[k] = 'x';
-      }
-      for (size_t k = u.find("password="); k != std::string::npos && k < u.size();) {
-        for (k += 9; k < u.size() && u[k] != '&'; ++k) url[k] = 'x';
-        k = u.find("password=", k);
+      for (const auto& [begin, end] : gpuprof::store::UrlPasswordSpans(url)) {
+        for (size_t k = begin; k < end; ++k) url[k] = 'x';
       }
     }
   }

@@ -154,15 +154,13 @@ bool IsPostgresUrl(const std::string& url) {
 }
 
 std::string RedactPostgresUrl(const std::string& url) {
-  const size_t scheme = url.find("://");
-  if (scheme == std::string::npos) return url;
-  const size_t start = scheme + 3;
-  const size_t at = url.find('@', start);
-  const size_t slash = url.find('/', start);
-  if (at == std::string::npos || (slash != std::string::npos && slash < at)) return url;
-  const size_t colon = url.find(':', start);
-  if (colon == std::string::npos || colon > at) return url;
-  return url.substr(0, colon + 1) + "***" + url.substr(at);
+  std::string out;
+  size_t from = 0;
+  for (const auto& [begin, end] : UrlPasswordSpans(url)) {
+    out += url.substr(from, begin - from) + "***";
+    from = end;
+  }
+  return out + url.substr(from);
 }
 
 Expected<std::string> PgSchemaSql() {

@@ -19,7 +19,8 @@ namespace gpuprof::store {
 
 // postgres:// or postgresql://
 bool IsPostgresUrl(const std::string& url);
-// The URL with its password replaced by "***" (user:***@host), for every message and log line.
+// The URL with its passwords replaced by "***" (user:***@host, password=***: UrlPasswordSpans),
+// for every message and log line.
 std::string RedactPostgresUrl(const std::string& url);
 // store/schema.sql as PostgreSQL DDL: runs.run_id an identity column, diagnostics with a `seq`
 // identity column (insertion order, SQLite's rowid), every TEXT column COLLATE "C" (orderings by

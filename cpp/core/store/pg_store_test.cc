@@ -332,6 +332,10 @@ TEST(PgStoreUrl, PasswordsNeverReachAMessage) {
   EXPECT_EQ(RedactPostgresUrl("postgres://me:s3cret@db.example/gp"), "postgres://me:***@db.example/gp");
   EXPECT_EQ(RedactPostgresUrl("postgresql://me@db/gp"), "postgresql://me@db/gp");
   EXPECT_EQ(RedactPostgresUrl("postgresql:///gp?host=/tmp"), "postgresql:///gp?host=/tmp");
+  EXPECT_EQ(RedactPostgresUrl("postgresql://me:a@db/gp?host=/tmp&password=b&sslpassword=c"),
+            "postgresql://me:***@db/gp?host=/tmp&password=***&sslpassword=***");
+  EXPECT_EQ(RedactPostgresUrl("postgresql:///gp?password=b"), "postgresql:///gp?password=***");
+  EXPECT_EQ(RedactPostgresUrl("postgresql:///gp?mypassword=b"), "postgresql:///gp?mypassword=b");
   auto st = PgStore::Open("postgres://me:s3cret@127.0.0.1:1/gp?connect_timeout=2");
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.error().find("s3cret"), std::string::npos) << st.error();

@@ -1,5 +1,7 @@
 #include "store/run_store.h"
 
+#include <algorithm>
+
 namespace gpuprof::store {
 
 std::optional<SeriesColumn> SeriesMetric(const std::string& metric) {
@@ -12,5 +14,34 @@ std::optional<SeriesColumn> SeriesMetric(const std::string& metric) {
 }
 
 const char* MetricNames() { return "gpu_util, gpu_mem, gpu_power, gpu_temp, host_cpu"; }
+
+std::vector<std::pair<size_t, size_t>> UrlPasswordSpans(const std::string& url) {
+  std::vector<std::pair<size_t, size_t>> spans;
+  const size_t scheme = url.find("://");
+  if (scheme != std::string::npos) {
+    const size_t start = scheme + 3;
+    const size_t at = url.find('@', start);
+    const size_t slash = url.find('/', start);
+    const size_t colon = url.find(':', start);
+    if (at != std::string::npos && (slash == std::string::npos || at < slash) &&
+        colon != std::string::npos && colon < at) {
+      spans.emplace_back(colon + 1, at);
+    }
+  }
+  const size_t query = url.find('?');
+  for (size_t k = query; k != std::string::npos && k < url.size();) {
+    k = url.find("password=", k);
+    if (k == std::string::npos) break;
+    // The key is password or sslpassword (the client key's passphrase), not a longer name.
+    const size_t key = url.find_last_of("?&", k);
+    const std::string name = url.substr(key + 1, k + 8 - key - 1);
+    const bool whole_key = name == "password" || name == "sslpassword";
+    k += 9;
+    const size_t end = std::min(url.find('&', k), url.size());
+    if (whole_key) spans.emplace_back(k, end);
+    k = end;
+  }
+  return spans;
+}
 
 }  // namespace gpuprof::store

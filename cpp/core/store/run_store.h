@@ -90,6 +90,11 @@ struct SeriesColumn {
   bool per_gpu;
 };
 std::optional<SeriesColumn> SeriesMetric(const std::string& metric);
+
+// Where a storage URL holds a password, as [begin, end) offsets: the user info's
+// (scheme://user:PASSWORD@host) and every `password=` / `sslpassword=` query value. Messages show a URL with
+// these replaced; the CLI overwrites them in its arguments.
+std::vector<std::pair<size_t, size_t>> UrlPasswordSpans(const std::string& url);
 const char* MetricNames();
 
 }  // namespace gpuprof::store
