@@ -91,14 +91,15 @@ class Rng {
   uint64_t s_ = 0x9E3779B97F4A7C15ULL;
 };
 
-// Pushes rows without ever dropping: waits while the writer's queue is over half full.
+// Pushes rows without ever dropping: waits while the writer has over half its queue's capacity
+// uncommitted (queued or held).
 class Sink {
  public:
   explicit Sink(store::StoreWriter* w) : w_(w) {}
   void Push(Row row) {
     if (++since_check_ >= 4096) {
       since_check_ = 0;
-      while (w_->queued() > kHighWater) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      while (w_->uncommitted() > kHighWater) std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
     if (!w_->Push(std::move(row))) ++refused_;
     ++pushed_;
@@ -272,6 +273,10 @@ int main(int argc, char** argv) {
   (*writer)->Stop();
   const uint64_t dropped = (*writer)->dropped();
   const auto error = (*writer)->error();
+  for (const auto& l : (*writer)->lost()) {  // a failed run says which tables lost rows
+    std::fprintf(stderr, "long_run_gen: lost %llu rows of %s\n",
+                 static_cast<unsigned long long>(l.rows), l.table.c_str());
+  }
   writer->reset();
   if (auto st = (*db)->FinishRun(*run_id, "ok", step_start, std::nullopt); !st.ok()) {
     Usage(st.message().c_str());

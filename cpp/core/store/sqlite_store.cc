@@ -712,6 +712,75 @@ Expected<std::vector<GpuRollupRow>> SqliteStore::LatestGpuSecond(int64_t run_id)
                             [](Reader& c) { return sql::ReadLatestGpu(c); });
 }
 
+Expected<int64_t> SqliteStore::DataVersion() {
+  int64_t v = 0;
+  Status st = Query("PRAGMA data_version", "read data_version", [](Binder&) {},
+                    [&](sqlite3_stmt* s) {
+                      v = sqlite3_column_int64(s, 0);
+                      return Status::Ok();
+                    });
+  if (!st.ok()) return st;
+  return v;
+}
+
+Status SqliteStore::ScanGpuSeries(int64_t run_id, std::optional<int64_t> gpu, int64_t from_ns,
+                                  int64_t to_ns, const SeriesRowFn& each) {
+  return Query(
+      sql::GpuSeriesSql(gpu.has_value()), "scan GPU series",
+      [&](Binder& b) {
+        b.Int(run_id).Int(from_ns).Int(to_ns);
+        if (gpu) b.Int(*gpu);
+      },
+      [&](sqlite3_stmt* s) {
+        Reader c(s);
+        each(sql::ReadSeriesRow(c, true, 4));
+        return Status::Ok();
+      });
+}
+
+Status SqliteStore::ScanHostSeries(int64_t run_id, int64_t from_ns, int64_t to_ns,
+                                   const SeriesRowFn& each) {
+  return Query(
+      sql::kHostSeriesSql, "scan host series",
+      [&](Binder& b) { b.Int(run_id).Int(from_ns).Int(to_ns); },
+      [&](sqlite3_stmt* s) {
+        Reader c(s);
+        each(sql::ReadSeriesRow(c, false, 5));
+        return Status::Ok();
+      });
+}
+
+Status SqliteStore::ScanStepBreakdown(int64_t run_id, const StepBreakdownFn& each) {
+  return sql::ScanStepBreakdownWith(
+      [&](const char* sql, const char* purpose, auto bind, auto row) {
+        return Query(sql, purpose, bind, [&](sqlite3_stmt* s) {
+          Reader c(s);
+          return row(c);
+        });
+      },
+      run_id, each);
+}
+
+Expected<std::vector<PhaseRow>> SqliteStore::LoadPhases(int64_t run_id) {
+  return Rows<PhaseRow>(sql::kPhasesSql, "load phases", [&](Binder& b) { b.Int(run_id); },
+                        [](Reader& r) { return sql::ReadPhase(r); });
+}
+
+Expected<RunProgress> SqliteStore::LoadRunProgress(int64_t run_id) {
+  auto progress = Rows<RunProgress>(
+      sql::kRunProgressSql, "load run progress",
+      [&](Binder& b) { b.Int(run_id).Int(run_id).Int(run_id).Int(run_id).Int(run_id); },
+      [](Reader& r) { return sql::ReadRunProgress(r); });
+  if (!progress) return progress.status();
+  auto headline = Rows<InsightRow>(sql::kHeadlineSql, "load the headline insight",
+                                   [&](Binder& b) { b.Int(run_id); },
+                                   [](Reader& r) { return sql::ReadHeadline(r); });
+  if (!headline) return headline.status();
+  RunProgress p = progress->empty() ? RunProgress{} : progress->front();
+  if (!headline->empty()) p.headline = headline->front();
+  return p;
+}
+
 Expected<RunData> SqliteStore::LoadRun(int64_t run_id) {
   RunData d;
   bool found = false;
@@ -1003,6 +1072,11 @@ size_t StoreWriter::queued() const {
   return queue_.size();
 }
 
+size_t StoreWriter::uncommitted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size() + held_.load(std::memory_order_relaxed);
+}
+
 std::optional<std::string> StoreWriter::error() const {
   std::lock_guard<std::mutex> lock(mu_);
   return error_;
@@ -1053,6 +1127,7 @@ bool StoreWriter::CommitFront() {
     for (auto it = pending_.begin(); it != end; ++it) RecordLost(*it);
   }
   pending_.erase(pending_.begin(), end);
+  held_.store(pending_.size(), std::memory_order_relaxed);
   committed_seq_ += n;
   flushed_cv_.notify_all();
   return true;
@@ -1081,6 +1156,7 @@ void StoreWriter::Loop() {
     dropped_.fetch_add(n, std::memory_order_relaxed);
     committed_seq_ += n;
     pending_.clear();
+    held_.store(0, std::memory_order_relaxed);
     queue_.clear();
     retrying_ = false;
   };
@@ -1115,6 +1191,7 @@ void StoreWriter::Loop() {
         dropped_.fetch_add(1, std::memory_order_relaxed);
         ++committed_seq_;
       }
+      held_.store(pending_.size(), std::memory_order_relaxed);
     };
     take_queued();
     // The first batch goes now (its interval elapsed, or something was urgent); more only while

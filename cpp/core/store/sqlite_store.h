@@ -103,6 +103,9 @@ class SqliteStore final : public RunStore {
 
   // Reads.
   Expected<std::optional<int64_t>> LatestRunId() override;  // nullopt when there are no runs
+  // SQLite's PRAGMA data_version: changes when another connection commits to the file (a
+  // watcher polls it to learn that a live run was written).
+  Expected<int64_t> DataVersion();
   Expected<bool> RunExists(int64_t run_id) override;
   Expected<std::vector<RunInfo>> ListRuns() override;  // all runs, ascending run_id
   // Finished runs (status != 'running', i.e. ok or failed; a killed run stays 'running' and is
@@ -121,6 +124,13 @@ class SqliteStore final : public RunStore {
   Expected<std::vector<StepRow>> LoadSteps(int64_t run_id) override;
   Expected<std::vector<CommBucketRow>> LoadCommBuckets(int64_t run_id) override;
   Expected<std::vector<GpuRollupRow>> LatestGpuSecond(int64_t run_id) override;
+  Status ScanGpuSeries(int64_t run_id, std::optional<int64_t> gpu, int64_t from_ns,
+                       int64_t to_ns, const SeriesRowFn& each) override;
+  Status ScanHostSeries(int64_t run_id, int64_t from_ns, int64_t to_ns,
+                        const SeriesRowFn& each) override;
+  Expected<RunProgress> LoadRunProgress(int64_t run_id) override;
+  Expected<std::vector<PhaseRow>> LoadPhases(int64_t run_id) override;
+  Status ScanStepBreakdown(int64_t run_id, const StepBreakdownFn& each) override;
   Expected<std::vector<KernelRow>> LoadKernels(int64_t run_id) override;
   // The raw tier of one run (a missing run is an error).
   Expected<RawSamples> LoadRawSamples(int64_t run_id);
@@ -230,9 +240,12 @@ class StoreWriter {
   // Drains, commits, closes the connection, joins. Idempotent; any thread but the writer's.
   void Stop();
 
-  // Rows queued and not yet taken by the writer thread (producers that must not drop, such as
-  // the long-run benchmark, wait while it is high).
+  // Rows queued and not yet taken by the writer thread.
   size_t queued() const;
+  // Rows pushed and not yet committed: queued plus those the writer holds. Producers that must
+  // not drop (the long-run benchmark) wait while it is high: the writer takes the queue
+  // quickly, and the rows it holds beyond retry_capacity are given up.
+  size_t uncommitted() const;
   uint64_t written() const { return written_.load(std::memory_order_relaxed); }
   uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
   // First write error, if any (the writer keeps going and counts failed rows as dropped).
@@ -272,6 +285,7 @@ class StoreWriter {
   std::vector<LostRows> lost_;  // guarded by mu_
   bool retrying_ = false;       // guarded by mu_
   std::deque<Row> pending_;     // writer thread only: taken from queue_, not yet committed
+  std::atomic<size_t> held_{0};  // pending_.size(), for uncommitted() on other threads
   std::atomic<uint64_t> written_{0};
   std::atomic<uint64_t> dropped_{0};
   // Retention state, writer thread only.

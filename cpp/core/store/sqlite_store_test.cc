@@ -1328,6 +1328,9 @@ TEST_F(StoreTest, WriterHoldsAtMostItsRetryCapacityAndKeepsTheNewestRows) {
   }
   ASSERT_TRUE(WaitFor([&] { return (*w)->retrying() && (*w)->queued() == 0; },
                       milliseconds(5000)));
+  // Taken from the queue but not committed: uncommitted() still counts them (a producer that
+  // must not drop waits on it).
+  EXPECT_EQ((*w)->uncommitted(), 50u);
   lock.Release();
   (*w)->Stop();
   // THEN at most 50 rows were held, the oldest were given up, and every row is accounted for
