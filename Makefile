@@ -4,7 +4,7 @@ PY := .venv/bin/python
 PY312 := .venv312/bin/python
 PY313 := .venv313/bin/python
 
-.PHONY: help setup demo test test-cpp test-fuzz test-py fuzz bench bench-lines rules-table format clean
+.PHONY: help setup demo test test-cpp test-fuzz test-py fuzz bench bench-lines bench-dashboard screenshots rules-table format clean
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-12s %s\n", $$1, $$2}'
@@ -36,6 +36,13 @@ fuzz: ## Fuzz the ingest parser for 300 s (libFuzzer, ASan+UBSan; scripts/fuzz.s
 
 bench: setup ## Benchmarks (not pass/fail): overhead vs torch.profiler, hook and sampler costs
 	$(PY) bench/overhead.py
+
+bench-dashboard: setup ## The dashboard's first render and window changes on the 24 h x 8 GPU run (Chromium)
+	test -f build/long_run/long_run.db || bench/long_run/run.sh 24 8
+	$(PY) bench/dashboard_render.py
+
+screenshots: setup ## Regenerate the dashboard screenshots in docs/images from real runs
+	$(PY) scripts/screenshots.py
 
 bench-lines: ## linescope `trace` vs a minimal hook, line_profiler, cProfile (.venv, .venv312, .venv313); ARGS=...
 	@for py in $(PY) $(PY312) $(PY313); do if [ -x $$py ]; then \

@@ -15,6 +15,10 @@ Not a pass/fail test. Run: `make bench` (or `.venv/bin/python bench/overhead.py`
    store), interleaved in longer blocks (--push-steps, several 1 s push periods each, so that
    batches go out during the timed steps). Median step time per mode, ratio to the non-pushing
    gpuprof; and the median time to leave the `with` block (the push sends the rest there).
+5. Dashboard: the same loop under gpuprof and under gpuprof with profile(dashboard=True) while a
+   viewer process reads it as the run page does (GPU and host series of every GPU, the step
+   breakdown every second, the insights report every 5 s, through the login link), interleaved
+   in blocks of --push-steps. Median step time per mode and the per-round ratio.
 """
 
 from __future__ import annotations
@@ -244,6 +248,72 @@ def push_section(args) -> None:
           f"min {paired[0]:.4f}, max {paired[-1]:.4f}")
 
 
+VIEWER = r"""
+import http.cookiejar, sys, time, urllib.request
+url = sys.argv[1]
+base = url.split("/login?")[0]
+o = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+o.open(url, timeout=30).read()
+run = sys.argv[2]
+i = 0
+while True:
+    o.open(f"{base}/api/v1/runs/{run}/series?metric=gpu_util,gpu_mem,gpu_power,gpu_temp&gpu=all"
+           "&points=1000", timeout=30).read()
+    o.open(f"{base}/api/v1/runs/{run}/series?metric=host_cpu,host_mem,host_disk_read"
+           "&points=1000", timeout=30).read()
+    o.open(f"{base}/api/v1/runs/{run}/steps?points=1000", timeout=30).read()
+    if i % 5 == 0:
+        o.open(f"{base}/api/v1/runs/{run}", timeout=30).read()
+    i += 1
+    time.sleep(1)
+"""
+
+
+def dashboard_section(args) -> None:
+    """Step times of gpuprof with and without the in-process dashboard and a reading viewer."""
+    model, opt, loss_fn, xs, ys = training_setup(args)
+    reps = max(1, args.push_steps // args.steps)
+    run_steps(model, opt, xs, ys, loss_fn)
+    modes = ["gpuprof", "gpuprof+dashboard"]
+    out = {m: {"steps": [], "block": []} for m in modes}
+    rng = random.Random(2)
+    with tempfile.TemporaryDirectory() as d:
+        for rnd in range(args.push_rounds):
+            order = modes[:]
+            rng.shuffle(order)
+            for mode in order:
+                db = os.path.join(d, f"{mode}-{rnd}.db")  # one file per dashboard
+                prof = gpuprof.profile("bench-dash", db=db, gpu="mock", mock_gpus=8,
+                                       summary=False, dashboard=mode != "gpuprof")
+                viewer = None
+                with prof:
+                    if prof.dashboard_url:
+                        viewer = subprocess.Popen([sys.executable, "-c", VIEWER,
+                                                   prof.dashboard_url, str(prof.run_id)])
+                        time.sleep(0.5)  # logged in and reading
+                    block = []
+                    for _ in range(reps):
+                        block += run_steps(model, opt, xs, ys, loss_fn)
+                if viewer is not None:
+                    if viewer.poll() is not None:
+                        raise SystemExit("the viewer process failed")
+                    viewer.kill()
+                    viewer.wait()
+                out[mode]["steps"] += block
+                out[mode]["block"].append(statistics.median(block))
+    base = statistics.median(out["gpuprof"]["steps"])
+    print(f"\n# in-process dashboard with a viewer reading every second ({args.push_rounds} "
+          f"interleaved rounds x {reps * args.steps} steps, 8 mock GPUs)")
+    print(f"{'mode':<20}{'median ms':>12}{'ratio':>10}")
+    for mode, r in out.items():
+        med = statistics.median(r["steps"])
+        print(f"{mode:<20}{med * 1e3:>12.3f}{med / base:>10.4f}")
+    paired = sorted(p / g for p, g in zip(out["gpuprof+dashboard"]["block"],
+                                          out["gpuprof"]["block"]))
+    print(f"per-round ratio gpuprof+dashboard / gpuprof: median {statistics.median(paired):.4f}, "
+          f"min {paired[0]:.4f}, max {paired[-1]:.4f}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description="gpuprof overhead benchmark")
     p.add_argument("--width", type=int, default=256)
@@ -256,11 +326,17 @@ def main() -> None:
                    help="steps per block of the live-push comparison (several push periods)")
     p.add_argument("--push-rounds", type=int, default=6)
     p.add_argument("--push-only", action="store_true", help="only the live-push comparison")
+    p.add_argument("--dashboard-only", action="store_true",
+                   help="only the in-process dashboard comparison")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    if args.dashboard_only:
+        dashboard_section(args)
+        return
     if not args.push_only:
         overhead_sections(args)
     push_section(args)
+    dashboard_section(args)
 
 
 if __name__ == "__main__":

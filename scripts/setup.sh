@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(g++ make libsqlite3-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev
               libboost-dev zlib1g-dev libssl-dev libpq-dev postgresql
-              libbenchmark-dev sqlite3 clang)
+              libbenchmark-dev sqlite3 clang libjs-dygraphs)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

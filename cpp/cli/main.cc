@@ -342,6 +342,8 @@ int RunServe(const ServeArgs& args) {
     return UsageError("give --viewer-password or --viewer-password-file, not both");
   }
   api_options.viewer_password = args.viewer_password;
+  // Development: serve the web app from a source tree's web/ (edit and reload, no rebuild).
+  if (const char* web = std::getenv("GPUPROF_WEB_DIR"); web && *web) api_options.web_dir = web;
   if (!args.viewer_password_file.empty()) {
     api_options.viewer_password = FirstLine(args.viewer_password_file);
     if (!api_options.viewer_password) {

@@ -23,6 +23,7 @@
 #include "line_tracer.h"
 #include "report_binding.h"
 #include "record/session.h"
+#include "server/dashboard.h"
 #include "server/live_push.h"
 #include "telemetry/mock_collector.h"
 
@@ -318,6 +319,42 @@ nb::dict TransformerFlops(const nb::dict& arch, int64_t tokens_per_step) {
 }  // namespace
 }  // namespace gpuprof::python
 
+// profile(dashboard=True): the native dashboard server over this process's run file. Its
+// threads never take the GIL. In a forked child (the parent's object, without its threads)
+// close() lets go of it without joining anything.
+class PyDashboard {
+ public:
+  PyDashboard(const std::string& db_path, int64_t run_id, int port,
+              std::optional<std::string> web_dir) {
+    if (port < 0 || port > 65535) throw nb::value_error("port must be in 0..65535");
+    gpuprof::server::DashboardOptions o;
+    o.db_path = db_path;
+    o.run_id = run_id;
+    o.port = static_cast<uint16_t>(port);
+    if (web_dir && !web_dir->empty()) o.web_dir = std::move(web_dir);
+    auto d = gpuprof::server::Dashboard::Start(std::move(o));
+    if (!d) throw std::runtime_error(d.error());
+    board_ = std::move(d.value());
+  }
+  ~PyDashboard() { close(); }
+  std::string url() const { return board_ ? board_->url() : ""; }
+  int port() const { return board_ ? board_->port() : 0; }
+  void close() {
+    if (!board_) return;
+    if (getpid() != pid_) {
+      (void)board_.release();  // the parent's threads are not here
+      return;
+    }
+    nb::gil_scoped_release release;
+    board_->Stop();
+    board_.reset();
+  }
+
+ private:
+  std::unique_ptr<gpuprof::server::Dashboard> board_;
+  const pid_t pid_ = getpid();
+};
+
 NB_MODULE(_native, m) {
   using namespace gpuprof::python;
   m.doc() = "gpuprof native core (private; use the gpuprof package)";
@@ -335,6 +372,12 @@ NB_MODULE(_native, m) {
   RegisterLineReport(m);
   RegisterLineFloor(m);
 
+  nb::class_<PyDashboard>(m, "Dashboard")
+      .def(nb::init<const std::string&, int64_t, int, std::optional<std::string>>(),
+           nb::arg("db_path"), nb::arg("run_id"), nb::arg("port"), nb::arg("web_dir").none())
+      .def_prop_ro("url", &PyDashboard::url)
+      .def_prop_ro("port", &PyDashboard::port)
+      .def("close", &PyDashboard::close);
   nb::class_<PySession>(m, "Session")
       .def(nb::init<nb::dict>(), nb::arg("options"))
       .def_prop_ro("run_id", &PySession::run_id)

@@ -8,7 +8,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <array>
 #include <charconv>
+#include <cmath>
 #include <chrono>
 #include <fstream>
 
@@ -24,6 +26,8 @@
 #include "analysis/run_view.h"
 #include "analysis/report.h"
 #include "server/lttb.h"
+#include "server/series_cache.h"
+#include "server/web_assets.h"
 #include "store/row_json.h"
 
 namespace gpuprof::server {
@@ -120,8 +124,12 @@ constexpr const char* kEndpoints =
     "GET /healthz, GET /metrics, PUT /api/v1/runs/{uuid}, POST /api/v1/runs/{uuid}/batches, "
     "POST /api/v1/login, POST /api/v1/logout, GET /api/v1/runs, GET /api/v1/runs/{id}, "
     "GET /api/v1/runs/{id}/series, GET /api/v1/runs/{id}/steps, GET /api/v1/runs/{id}/kernels, "
-    "GET /api/v1/compare, GET /api/v1/groups/{name}, GET /api/v1/live (WebSocket)";
+    "GET /api/v1/compare, GET /api/v1/groups/{name}, GET /api/v1/live (WebSocket), "
+    "GET /api/v1/session, GET /login?token=, GET / (the web app)";
 
+#ifndef GPUPROF_VERSION
+#define GPUPROF_VERSION "unknown"
+#endif
 constexpr const char* kSessionCookie = "gpuprof_session";
 constexpr const char* kCsrfCookie = "gpuprof_csrf";
 
@@ -259,13 +267,62 @@ std::unique_ptr<ServerApi> ServerApi::Create(std::unique_ptr<store::RunStore> db
 }
 
 ServerApi::ServerApi(std::unique_ptr<store::RunStore> db, std::string path, ApiOptions options)
-    : db_(std::move(db)), storage_path_(std::move(path)), options_(std::move(options)) {}
+    : db_(std::move(db)),
+      storage_path_(std::move(path)),
+      options_(std::move(options)),
+      session_cookie_(std::string(kSessionCookie) + options_.cookie_suffix),
+      csrf_cookie_(std::string(kCsrfCookie) + options_.cookie_suffix) {
+  // SQLite: reads get read-only connections of their own (WAL readers run beside the writer
+  // and beside each other), so a long analysis never holds up a chart's series or ingest.
+  if (!db_->thread_safe() && dynamic_cast<store::SqliteStore*>(db_.get()) != nullptr) {
+    reader_path_ = db_->location();
+  }
+}
 
-std::optional<HttpResponse> ServerApi::NoSuchRun(int64_t run_id) {
-  auto exists = db_->RunExists(run_id);
+std::optional<HttpResponse> ServerApi::NoSuchRun(store::RunStore& db, int64_t run_id) {
+  auto exists = db.RunExists(run_id);
   if (!exists) return Error(500, "store: " + exists.error());
   if (!*exists) return Error(404, "no run " + std::to_string(run_id) + " on this server");
   return std::nullopt;
+}
+
+ServerApi::ReadLease ServerApi::Read() {
+  ReadLease lease;
+  lease.api_ = this;
+  if (reader_path_) {
+    std::unique_lock lock(readers_mu_);
+    readers_cv_.wait(lock, [&] { return !idle_readers_.empty() || readers_open_ < kReaders; });
+    if (!idle_readers_.empty()) {
+      lease.own_ = std::move(idle_readers_.back());
+      idle_readers_.pop_back();
+    } else {
+      ++readers_open_;
+      lock.unlock();
+      auto opened = store::SqliteStore::Open(*reader_path_, store::SqliteStore::Mode::kReadOnly);
+      if (opened) {
+        lease.own_ = std::move(opened.value());
+      } else {
+        lock.lock();
+        --readers_open_;
+        readers_cv_.notify_one();
+      }
+    }
+    if (lease.own_) {
+      lease.db_ = lease.own_.get();
+      return lease;
+    }
+  }
+  // No pool (PostgreSQL's own, or a reader that could not be opened): the store itself.
+  lease.lock_ = LockStore();
+  lease.db_ = db_.get();
+  return lease;
+}
+
+ServerApi::ReadLease::~ReadLease() {
+  if (!own_) return;
+  std::lock_guard lock(api_->readers_mu_);
+  api_->idle_readers_.push_back(std::move(own_));
+  api_->readers_cv_.notify_one();
 }
 
 std::unique_lock<std::mutex> ServerApi::LockStore() {
@@ -331,7 +388,28 @@ HttpResponse ServerApi::Handle(const HttpRequest& request) {
     if (m != "GET" && m != "HEAD") return Count(not_allowed("GET"));
     return Metrics();
   }
+  // The web app: its files need no session (they hold no data; the API behind them does).
+  if (seg.empty() || (seg.size() == 1 && seg[0] == "index.html") ||
+      (seg.size() >= 2 && (seg[0] == "app" || seg[0] == "lib" || seg[0] == "vendor"))) {
+    if (m != "GET" && m != "HEAD") return Count(not_allowed("GET"));
+    return Count(StaticFile(request, request.target.substr(0, request.target.find('?'))));
+  }
+  if (seg.size() == 1 && seg[0] == "favicon.ico") {  // browsers ask; there is none
+    if (m != "GET" && m != "HEAD") return Count(not_allowed("GET"));
+    HttpResponse r;
+    r.status = 204;
+    r.content_type = "image/x-icon";
+    return Count(r);
+  }
+  if (seg.size() == 1 && seg[0] == "login") {
+    if (m != "GET") return Count(not_allowed("GET"));
+    return Count(TokenLogin(request));
+  }
   const bool v1 = seg.size() >= 3 && seg[0] == "api" && seg[1] == "v1";
+  if (v1 && seg.size() == 3 && seg[2] == "session") {
+    if (m != "GET") return Count(not_allowed("GET"));
+    return Count(Session(request));
+  }
   if (v1 && seg.size() == 3 && (seg[2] == "login" || seg[2] == "logout")) {
     if (m != "POST") return Count(not_allowed("POST"));
     return Count(seg[2] == "login" ? Login(request) : Logout(request));
@@ -410,8 +488,8 @@ std::optional<HttpResponse> ServerApi::AuthorizeLive(const HttpRequest& request,
     const std::string& query = run->second;
     const auto id = ParseInt(query);
     if (!id || *id <= 0) return Count(Error(400, "run must be a run id (a positive integer)"));
-    auto lock = LockStore();
-    if (auto missing = NoSuchRun(*id)) return Count(*missing);
+    auto db = Read();
+    if (auto missing = NoSuchRun(*db, *id)) return Count(*missing);
     *run_filter = *id;
   }
   Count(Json(101, json::object()));
@@ -520,7 +598,23 @@ HttpResponse ServerApi::PostBatch(const std::string& uuid, const HttpRequest& re
       rows_ += rows.size();
     }
   }
-  if (!duplicate) bus_.PublishBatch(**run_id, BatchEvent(rows, insights.has_value()));
+  if (!duplicate) {
+    // Series rows older than a minute summary covers (a spool drained late) make it stale.
+    std::optional<int64_t> oldest;
+    for (const store::Row& row : rows) {
+      if (const auto* g = std::get_if<store::GpuRollupRow>(&row)) {
+        oldest = std::min(oldest.value_or(g->ts_ns), g->ts_ns);
+      } else if (const auto* h = std::get_if<store::HostSampleRow>(&row)) {
+        oldest = std::min(oldest.value_or(h->ts_ns), h->ts_ns);
+      }
+    }
+    if (oldest) series_cache_.Invalidate(**run_id, *oldest);
+    {
+      std::lock_guard lock(reports_mu_);
+      ++run_writes_[**run_id];
+    }
+    bus_.PublishBatch(**run_id, BatchEvent(rows, insights.has_value()));
+  }
   return Json(200, json{{"run_id", **run_id},
                         {"batch_id", batch_id},
                         {"stored", duplicate ? 0 : rows.size()},
@@ -544,6 +638,10 @@ std::string ServerApi::Sign(const std::string& payload) const {
 
 HttpResponse ServerApi::Login(const HttpRequest& request) {
   if (!options_.viewer_password) {
+    if (options_.login_token) {
+      return Error(403, "this dashboard has no password: open the URL the training process "
+                        "printed (its token logs the browser in once)");
+    }
     return Error(403, "viewing is off on this server: start it with --viewer-password or "
                       "--viewer-password-file");
   }
@@ -573,38 +671,50 @@ HttpResponse ServerApi::Login(const HttpRequest& request) {
   if (!SecretEquals(doc["password"].get<std::string>(), *options_.viewer_password)) {
     return Error(401, "wrong password");
   }
+  HttpResponse r;
+  std::string csrf;
+  if (Status st = IssueSession(request, &r, &csrf); !st.ok()) return Error(500, st.message());
+  HttpResponse ok =
+      Json(200, json{{"csrf", csrf}, {"expires_unix", Now() + options_.session_ttl_s}});
+  ok.headers = std::move(r.headers);
+  return ok;
+}
+
+Status ServerApi::IssueSession(const HttpRequest& request, HttpResponse* r, std::string* csrf) {
+  const int64_t now = Now();
   unsigned char nonce_bytes[16];
-  if (RAND_bytes(nonce_bytes, sizeof nonce_bytes) != 1) return Error(500, "no randomness");
+  if (RAND_bytes(nonce_bytes, sizeof nonce_bytes) != 1) return Status::Error("no randomness");
   const std::string nonce = Hex(nonce_bytes, sizeof nonce_bytes);
   const std::string payload = "v1." + std::to_string(now + options_.session_ttl_s) + "." + nonce;
   const std::string session = payload + "." + Sign(payload);
-  const std::string csrf = Sign("csrf." + nonce);
+  const std::string token = Sign("csrf." + nonce);
   const bool tls = [&] {
     auto it = request.headers.find("x-forwarded-proto");
     return it != request.headers.end() && it->second == "https";
   }();
   const std::string attrs = "; Path=/; SameSite=Strict; Max-Age=" +
                             std::to_string(options_.session_ttl_s) + (tls ? "; Secure" : "");
-  HttpResponse r = Json(200, json{{"csrf", csrf}, {"expires_unix", now + options_.session_ttl_s}});
-  r.headers.emplace_back("Set-Cookie", std::string(kSessionCookie) + "=" + session + attrs +
-                                           "; HttpOnly");
-  r.headers.emplace_back("Set-Cookie", std::string(kCsrfCookie) + "=" + csrf + attrs);
-  return r;
+  r->headers.emplace_back("Set-Cookie", session_cookie_ + "=" + session + attrs + "; HttpOnly");
+  r->headers.emplace_back("Set-Cookie", csrf_cookie_ + "=" + token + attrs);
+  *csrf = token;
+  return Status::Ok();
 }
 
 std::optional<HttpResponse> ServerApi::CheckViewer(const HttpRequest& request,
                                                    bool state_changing) {
-  if (!options_.viewer_password) {
+  if (!viewing_on()) {
     return Error(403, "viewing is off on this server: start it with --viewer-password or "
                       "--viewer-password-file");
   }
   const auto cookies = Cookies(request);
-  auto it = cookies.find(kSessionCookie);
+  auto it = cookies.find(session_cookie_);
   if (it == cookies.end()) {
     if (request.headers.count("x-api-key")) {
       return Error(401, "a write key cannot read: log in as a viewer (POST /api/v1/login)");
     }
-    return Error(401, "not logged in: POST /api/v1/login with the viewer password");
+    return Error(401, options_.login_token
+                          ? "not logged in: open the URL the training process printed"
+                          : "not logged in: POST /api/v1/login with the viewer password");
   }
   // "v1.<expiry>.<nonce>.<mac>"
   const std::string& token = it->second;
@@ -622,7 +732,7 @@ std::optional<HttpResponse> ServerApi::CheckViewer(const HttpRequest& request,
     // Double submit: the header must carry the CSRF cookie, and both the session's token.
     const std::string expected = Sign("csrf." + payload.substr(b + 1));
     auto header = request.headers.find("x-csrf-token");
-    auto cookie = cookies.find(kCsrfCookie);
+    auto cookie = cookies.find(csrf_cookie_);
     if (header == request.headers.end() || cookie == cookies.end() ||
         !SecretEquals(header->second, cookie->second) ||
         !SecretEquals(header->second, expected)) {
@@ -636,30 +746,55 @@ std::optional<HttpResponse> ServerApi::CheckViewer(const HttpRequest& request,
 HttpResponse ServerApi::Logout(const HttpRequest& request) {
   if (auto denied = CheckViewer(request, true)) return *denied;
   HttpResponse r = Json(200, json{{"logged_out", true}});
-  r.headers.emplace_back("Set-Cookie", std::string(kSessionCookie) +
-                                           "=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict");
   r.headers.emplace_back("Set-Cookie",
-                         std::string(kCsrfCookie) + "=; Path=/; Max-Age=0; SameSite=Strict");
+                         session_cookie_ + "=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict");
+  r.headers.emplace_back("Set-Cookie", csrf_cookie_ + "=; Path=/; Max-Age=0; SameSite=Strict");
   return r;
 }
 
 HttpResponse ServerApi::ListRuns(const HttpRequest& request) {
   const auto q = Query(request.target);
   for (const auto& [k, v] : q) {
-    if (k != "name" && k != "group" && k != "status") {
-      return Error(400, "unknown filter '" + k + "' (filters: name, group, status)");
+    if (k != "name" && k != "group" && k != "status" && k != "id") {
+      return Error(400, "unknown filter '" + k + "' (filters: id, name, group, status)");
     }
   }
-  auto lock = LockStore();
-  auto runs = db_->ListRuns();
+  std::optional<int64_t> only;
+  if (q.count("id")) {
+    only = ParseInt(q.at("id"));
+    if (!only) return Error(400, "id must be a run id (an integer), got '" + q.at("id") + "'");
+  }
+  auto db = Read();
+  auto runs = db->ListRuns();
   if (!runs) return Error(500, "store: " + runs.error());
   json list = json::array();
   for (const auto& r : *runs) {
+    if (only && r.run_id != *only) continue;
     if (q.count("name") && r.run_name != q.at("name")) continue;
     if (q.count("group") && r.group_id.value_or("") != q.at("group")) continue;
     if (q.count("status") && r.status != q.at("status")) continue;
     json j = store::RunInfoToJson(r);
     j["run_id"] = r.run_id;
+    auto progress = db->LoadRunProgress(r.run_id);
+    if (!progress) return Error(500, "store: " + progress.error());
+    j["steps"] = progress->steps;
+    // Ended: its end; live (or killed): the newest step or sample so far; null before any.
+    std::optional<int64_t> duration = r.end_ns;
+    if (!duration) {
+      const auto& a = progress->last_step_end_ns;
+      const auto& b = progress->last_sample_ns;
+      duration = a && b ? std::max(*a, *b) : a ? a : b;
+    }
+    j["duration_ns"] = duration ? json(*duration) : json();
+    if (progress->headline) {
+      const auto& h = *progress->headline;
+      j["headline"] = {{"rule_id", h.rule_id},
+                       {"severity", h.severity},
+                       {"message", h.message},
+                       {"fix", h.fix ? json(*h.fix) : json()}};
+    } else {
+      j["headline"] = nullptr;
+    }
     list.push_back(std::move(j));
   }
   return Json(200, json{{"runs", list}});
@@ -668,12 +803,160 @@ HttpResponse ServerApi::ListRuns(const HttpRequest& request) {
 HttpResponse ServerApi::RunReport(const std::string& id) {
   const auto run_id = ParseInt(id);
   if (!run_id) return Error(400, "the run id must be an integer, got '" + id + "'");
-  auto lock = LockStore();
-  if (auto missing = NoSuchRun(*run_id)) return *missing;
-  auto report = analysis::AnalyzeRun(*db_, *run_id, analysis::AnalysisOptions{});
-  if (!report) return Error(500, "analysis: " + report.error());
-  return Json(200, analysis::ReportJson(*report));
+  auto db = Read();
+  if (auto missing = NoSuchRun(*db, *run_id)) return *missing;
+  auto report = Report(*db, *run_id);
+  if (!report) return Error(500, report.error());
+  return Json(200, *report);
 }
+
+Expected<json> ServerApi::Report(store::RunStore& db, int64_t run_id) {
+  // What the report is computed from, as far as a cheap look tells: the run's fields, its steps
+  // and newest times, its insights. Unchanged -> the report computed last time.
+  auto runs = db.ListRuns();
+  if (!runs) return Status::Error("store: " + runs.error());
+  auto progress = db.LoadRunProgress(run_id);
+  if (!progress) return Status::Error("store: " + progress.error());
+  json key = json::array();
+  for (const store::RunInfo& r : *runs) {
+    if (r.run_id == run_id) key.push_back(store::RunInfoToJson(r));
+  }
+  key.push_back({progress->steps, progress->last_step ? *progress->last_step : -1,
+                 progress->last_step_end_ns ? *progress->last_step_end_ns : -1,
+                 progress->last_sample_ns ? *progress->last_sample_ns : -1,
+                 progress->headline ? progress->headline->rule_id + progress->headline->message
+                                    : std::string()});
+  {
+    std::lock_guard lock(reports_mu_);
+    key.push_back(run_writes_[run_id]);  // batches stored since start (rows of any table)
+  }
+  const std::string fingerprint = key.dump();
+  {
+    std::lock_guard lock(reports_mu_);
+    auto it = reports_.find(run_id);
+    if (it != reports_.end() && it->second.first == fingerprint) return it->second.second;
+  }
+  auto report = analysis::AnalyzeRun(db, run_id, analysis::AnalysisOptions{});
+  if (!report) return Status::Error("analysis: " + report.error());
+  json doc = analysis::ReportJson(*report);
+  std::lock_guard lock(reports_mu_);
+  if (reports_.size() >= 256 && !reports_.count(run_id)) reports_.erase(reports_.begin());
+  reports_[run_id] = {fingerprint, doc};
+  return doc;
+}
+
+namespace {
+
+// What every page of the app is sent with: scripts and connections only from this server, no
+// framing, no referrer (a dashboard URL's token never leaves in a Referer).
+void AddPageHeaders(HttpResponse* r) {
+  r->headers.emplace_back("Content-Security-Policy",
+                          "default-src 'self'; connect-src 'self'; img-src 'self' data:; "
+                          "style-src 'self' 'unsafe-inline'; frame-ancestors 'none'");
+  r->headers.emplace_back("X-Content-Type-Options", "nosniff");
+  r->headers.emplace_back("X-Frame-Options", "DENY");
+  r->headers.emplace_back("Referrer-Policy", "no-referrer");
+  r->headers.emplace_back("Cache-Control", "no-cache");
+}
+
+HttpResponse Page(int status, const std::string& title, const std::string& text) {
+  HttpResponse r;
+  r.status = status;
+  r.content_type = "text/html; charset=utf-8";
+  r.body = "<!doctype html><meta charset=\"utf-8\"><title>gpuprof: " + title +
+           "</title><link rel=\"icon\" href=\"data:,\"><body style=\"font-family:sans-serif;"
+           "max-width:40em;margin:4em auto\"><h1>" +
+           title + "</h1><p>" + text + "</p></body>\n";
+  AddPageHeaders(&r);
+  return r;
+}
+
+}  // namespace
+
+HttpResponse ServerApi::StaticFile(const HttpRequest& request, const std::string& path) {
+  (void)request;
+  auto asset = FindWebAsset(path, options_.web_dir);
+  if (!asset) {
+    return Error(404, "no such file: " + path +
+                          (path == "/" || path == "/index.html"
+                               ? " (this gpuprof was built without the web app)"
+                               : ""));
+  }
+  HttpResponse r;
+  r.content_type = asset->content_type;
+  r.body = std::move(asset->body);
+  AddPageHeaders(&r);
+  return r;
+}
+
+HttpResponse ServerApi::Session(const HttpRequest& request) {
+  const bool logged_in = viewing_on() && !CheckViewer(request, false).has_value();
+  json doc = {{"mode", options_.login_token ? "dashboard" : "serve"},
+              {"viewing", viewing_on()},
+              {"logged_in", logged_in},
+              {"run_id", options_.dashboard_run_id ? json(*options_.dashboard_run_id) : json()},
+              {"version", GPUPROF_VERSION}};
+  if (logged_in) {
+    // The session's CSRF token (also in the csrf cookie): a page of this origin reads it here.
+    const auto cookies = Cookies(request);
+    const std::string& cookie = cookies.at(session_cookie_);
+    const size_t last = cookie.rfind('.');
+    const size_t nonce = cookie.rfind('.', last - 1);
+    doc["csrf"] = Sign("csrf." + cookie.substr(nonce + 1, last - nonce - 1));
+  }
+  return Json(200, doc);
+}
+
+HttpResponse ServerApi::TokenLogin(const HttpRequest& request) {
+  const std::string app = options_.dashboard_run_id
+                              ? "/#/runs/" + std::to_string(*options_.dashboard_run_id)
+                              : "/";
+  auto redirect = [&](HttpResponse r) {
+    r.status = 303;
+    r.content_type = "text/plain; charset=utf-8";
+    r.body = "see " + app + "\n";
+    r.headers.emplace_back("Location", app);
+    AddPageHeaders(&r);
+    return r;
+  };
+  // Already logged in (the link opened again, a reload): on to the app.
+  if (viewing_on() && !CheckViewer(request, false)) return redirect(HttpResponse{});
+  if (!options_.login_token) {
+    return Page(404, "No login link here",
+                "This server has no login link: log in with the viewer password at <a "
+                "href=\"/\">the start page</a>.");
+  }
+  const auto q = Query(request.target);
+  auto it = q.find("token");
+  if (it == q.end() || !SecretEquals(it->second, *options_.login_token)) {
+    return Page(403, "Wrong login link",
+                "This link's token is not this dashboard's. Open the URL the training process "
+                "printed, whole.");
+  }
+  if (token_used_.exchange(true)) {
+    return Page(403, "Login link already used",
+                "This dashboard's login link works once, and a browser has used it. Open the "
+                "dashboard in that browser, or restart the training to get a new link.");
+  }
+  HttpResponse r;
+  std::string csrf;
+  if (Status st = IssueSession(request, &r, &csrf); !st.ok()) {
+    token_used_ = false;
+    return Error(500, st.message());
+  }
+  return redirect(std::move(r));
+}
+
+namespace {
+
+// A series value as a chart shows it: 3 decimals below 1000 (percent, degrees, watts), whole
+// numbers above (bytes, milliwatts), so an answer of 32 series x 1000 points stays small.
+double Display(double v) {
+  if (std::fabs(v) >= 1000) return std::round(v);
+  return std::round(v * 1000) / 1000;
+}
+
+}  // namespace
 
 HttpResponse ServerApi::Series(const std::string& id, const HttpRequest& request) {
   const auto run_id = ParseInt(id);
@@ -683,26 +966,122 @@ HttpResponse ServerApi::Series(const std::string& id, const HttpRequest& request
     auto it = q.find(name);
     return it == q.end() ? std::optional<int64_t>(fallback) : ParseInt(it->second);
   };
-  const std::string metric = q.count("metric") ? q.at("metric") : "";
-  const auto gpu = param("gpu", 0);
+  std::vector<std::string> metrics;
+  {
+    std::istringstream in(q.count("metric") ? q.at("metric") : "");
+    for (std::string m; std::getline(in, m, ',');) metrics.push_back(m);
+  }
+  if (metrics.empty()) metrics.push_back("");
+  const bool all_gpus = q.count("gpu") && q.at("gpu") == "all";
+  const auto gpu = all_gpus ? std::optional<int64_t>(0) : param("gpu", 0);
   const auto points = param("points", 2000);
   const auto from = param("from_ns", 0);
   const auto to = param("to_ns", INT64_MAX);
   if (!gpu || !points || !from || !to) {
-    return Error(400, "gpu, points, from_ns and to_ns must be integers");
+    return Error(400, "gpu (an integer or 'all'), points, from_ns and to_ns must be integers");
   }
   if (*points < 3 || *points > 100000) return Error(400, "points must be in 3..100000");
-  auto lock = LockStore();
-  if (auto missing = NoSuchRun(*run_id)) return *missing;
-  auto series = db_->LoadSeries(*run_id, metric, *gpu, *from, *to);
-  if (!series) return Error(400, series.error());
-  const auto kept = Lttb(*series, static_cast<size_t>(*points));
-  json pts = json::array();
-  for (const auto& [t, v] : kept) pts.push_back({t, v});
-  return Json(200, json{{"metric", metric},
-                        {"gpu", metric == "host_cpu" ? json() : json(*gpu)},
-                        {"source_points", series->size()},
-                        {"points", pts}});
+  if (metrics.size() > 16) return Error(400, "at most 16 metrics at once");
+  auto db = Read();
+  if (auto missing = NoSuchRun(*db, *run_id)) return *missing;
+  if (metrics.size() == 1 && !all_gpus) {
+    const std::string& metric = metrics[0];
+    auto series = db->LoadSeries(*run_id, metric, *gpu, *from, *to);
+    if (!series) return Error(400, series.error());
+    const auto kept = Lttb(*series, static_cast<size_t>(*points));
+    json pts = json::array();
+    for (const auto& [t, v] : kept) pts.push_back({t, Display(v)});
+    const auto column = store::SeriesMetric(metric);
+    return Json(200, json{{"metric", metric},
+                          {"gpu", column && column->per_gpu ? json(*gpu) : json()},
+                          {"source_points", series->size()},
+                          {"points", pts}});
+  }
+  // Several metrics and/or every GPU: one scan per table, straight into the series asked for
+  // (no row is held beyond its values), then LTTB per (metric, GPU).
+  using Points = std::vector<std::pair<int64_t, double>>;
+  static const char* kGpuColumns[] = {"gpu_util", "gpu_mem", "gpu_power", "gpu_temp"};
+  static const char* kHostColumns[] = {"host_cpu", "host_mem", "host_disk_read", "proc_cpu",
+                                       "proc_rss"};
+  auto column_of = [](const std::string& m, const char* const* names, int n) {
+    for (int i = 0; i < n; ++i) {
+      if (m == names[i]) return i;
+    }
+    return -1;
+  };
+  uint32_t gpu_mask = 0, host_mask = 0;
+  for (const auto& m : metrics) {
+    if (!store::SeriesMetric(m)) {
+      return Error(400, "no metric '" + m + "' (metrics: " + store::MetricNames() + ")");
+    }
+    if (int c = column_of(m, kGpuColumns, 4); c >= 0) gpu_mask |= 1u << c;
+    if (int c = column_of(m, kHostColumns, 5); c >= 0) host_mask |= 1u << c;
+  }
+  std::map<int64_t, std::array<Points, 4>> by_gpu;
+  std::array<Points, 5> host;
+  // A window much wider than the points asked for is drawn from the minute buckets' extremes
+  // (series_cache.h); the run's newest sample bounds an open-ended window.
+  int64_t span_end = *to;
+  if (*to == INT64_MAX) {
+    auto progress = db->LoadRunProgress(*run_id);
+    if (!progress) return Error(500, "store: " + progress.error());
+    span_end = progress->last_sample_ns.value_or(0);
+  }
+  const bool wide = SeriesCache::Wide(span_end - *from, *points);
+  if (wide && gpu_mask) {
+    std::map<int64_t, std::vector<SeriesCache::Points>> cached;
+    Status st = series_cache_.GpuSeries(*db, *run_id, all_gpus ? std::nullopt : gpu, gpu_mask,
+                                        *from, *to, &cached);
+    if (!st.ok()) return Error(500, "store: " + st.message());
+    for (auto& [index, columns] : cached) {
+      for (int c = 0; c < 4; ++c) by_gpu[index][c] = std::move(columns[c]);
+    }
+  } else if (gpu_mask) {
+    Status st = db->ScanGpuSeries(
+        *run_id, all_gpus ? std::nullopt : gpu, *from, *to, [&](const store::SeriesRow& r) {
+          auto& series = by_gpu[r.gpu_index];
+          for (int c = 0; c < 4; ++c) {
+            if ((gpu_mask & r.known) & (1u << c)) series[c].emplace_back(r.ts_ns, r.v[c]);
+          }
+        });
+    if (!st.ok()) return Error(500, "store: " + st.message());
+  }
+  if (wide && host_mask) {
+    std::vector<SeriesCache::Points> cached;
+    Status st = series_cache_.HostSeries(*db, *run_id, host_mask, *from, *to, &cached);
+    if (!st.ok()) return Error(500, "store: " + st.message());
+    for (int c = 0; c < 5; ++c) host[c] = std::move(cached[c]);
+  } else if (host_mask) {
+    Status st = db->ScanHostSeries(*run_id, *from, *to, [&](const store::SeriesRow& r) {
+      for (int c = 0; c < 5; ++c) {
+        if ((host_mask & r.known) & (1u << c)) host[c].emplace_back(r.ts_ns, r.v[c]);
+      }
+    });
+    if (!st.ok()) return Error(500, "store: " + st.message());
+  }
+  json out = json::array();
+  auto emit = [&](const std::string& metric, json gpu_label, const Points& source) {
+    if (source.empty()) return;
+    json pts = json::array();
+    for (const auto& [t, v] : Lttb(source, static_cast<size_t>(*points))) {
+      pts.push_back({t, Display(v)});
+    }
+    out.push_back(json{{"metric", metric},
+                       {"gpu", std::move(gpu_label)},
+                       {"source_points", source.size()},
+                       {"points", std::move(pts)}});
+  };
+  for (const auto& m : metrics) {
+    if (int c = column_of(m, kGpuColumns, 4); c >= 0) {
+      for (const auto& [index, series] : by_gpu) emit(m, json(index), series[c]);
+    } else {
+      emit(m, json(), host[column_of(m, kHostColumns, 5)]);
+    }
+  }
+  return Json(200, json{{"from_ns", *from},
+                        {"to_ns", *to},
+                        {"resolution", wide ? "minute extremes" : "1 s"},
+                        {"series", std::move(out)}});
 }
 
 HttpResponse ServerApi::Kernels(const std::string& id, const HttpRequest& request) {
@@ -717,11 +1096,10 @@ HttpResponse ServerApi::Kernels(const std::string& id, const HttpRequest& reques
   if (!from || !to || *from > *to) {
     return Error(400, "from_ns and to_ns must be integers (run-relative ns), from_ns <= to_ns");
   }
-  auto lock = LockStore();
-  if (auto missing = NoSuchRun(*run_id)) return *missing;
-  auto rows = db_->LoadKernels(*run_id);
+  auto db = Read();
+  if (auto missing = NoSuchRun(*db, *run_id)) return *missing;
+  auto rows = db->LoadKernels(*run_id);
   if (!rows) return Error(500, "store: " + rows.error());
-  lock = {};
   // Per (name, source) over the windows that start in [from_ns, to_ns].
   struct Acc {
     int64_t calls = 0, gpu_ns = 0, windows = 0;
@@ -778,64 +1156,59 @@ HttpResponse ServerApi::Steps(const std::string& id, const HttpRequest& request)
   if (!points || *points < 1 || *points > 100000) {
     return Error(400, "points must be an integer in 1..100000");
   }
-  auto lock = LockStore();
-  if (auto missing = NoSuchRun(*run_id)) return *missing;
-  auto data = db_->LoadRun(*run_id);
-  if (!data) return Error(500, "store: " + data.error());
-  const analysis::RunView view = analysis::BuildRunView(std::move(data.value()));
-  // Per step: its time in loader wait, each phase (wall), and the rest; GPU time apart.
-  static const char* kPhases[] = {"forward", "backward", "optimizer", "comm"};
-  struct Acc {
-    int64_t first = 0, last = 0, n = 0;
-    double duration = 0, wait = 0, other = 0;
-    double phase[4] = {0, 0, 0, 0};
-    double gpu = 0;
-    int64_t gpu_known = 0;
-  };
-  const size_t total = view.steps.size();
+  auto db = Read();
+  if (auto missing = NoSuchRun(*db, *run_id)) return *missing;
+  // Only the steps and their phases' sums (a 24 h run's telemetry is not read for this).
+  std::vector<store::StepBreakdownRow> steps;
+  bool comm_measured = false;  // comm is null unless some step has a comm phase
+  Status st = db->ScanStepBreakdown(*run_id, [&](const store::StepBreakdownRow& r) {
+    comm_measured = comm_measured || r.comm;
+    steps.push_back(r);
+  });
+  if (!st.ok()) return Error(500, "store: " + st.message());
+  // Per step (or bucket of consecutive steps, means): loader wait, each phase (wall), the rest;
+  // GPU time apart.
+  const size_t total = steps.size();
   const size_t per = std::max<size_t>(1, (total + static_cast<size_t>(*points) - 1) /
                                              static_cast<size_t>(*points));
   json rows = json::array();
   for (size_t i = 0; i < total; i += per) {
-    Acc a;
-    a.first = view.steps[i].step;
+    int64_t first = steps[i].step, last = first, n = 0, gpu_known = 0;
+    double duration = 0, wait = 0, other = 0, gpu = 0;
+    double phase[4] = {0, 0, 0, 0};
     for (size_t j = i; j < std::min(total, i + per); ++j) {
-      const analysis::StepView& st = view.steps[j];
-      a.last = st.step;
-      ++a.n;
-      a.duration += static_cast<double>(st.duration_ns);
-      const double wait = static_cast<double>(st.wait_ns.value_or(0));
-      a.wait += wait;
-      double named = 0;
-      bool any_gpu = false;
-      double gpu = 0;
-      for (const auto& ph : st.phases) {
-        for (int k = 0; k < 4; ++k) {
-          if (ph.name == kPhases[k]) {
-            a.phase[k] += static_cast<double>(ph.wall_ns);
-            named += static_cast<double>(ph.wall_ns);
-          }
-        }
-        if (ph.gpu_ns) {
-          any_gpu = true;
-          gpu += static_cast<double>(*ph.gpu_ns);
-        }
+      const store::StepBreakdownRow& r = steps[j];
+      last = r.step;
+      ++n;
+      duration += static_cast<double>(r.duration_ns);
+      const double w = static_cast<double>(r.wait_ns.value_or(0));
+      wait += w;
+      double named = 0;  // custom-named phases stay in "other"
+      for (int k = 0; k < 4; ++k) {
+        phase[k] += static_cast<double>(r.phase_ns[k]);
+        named += static_cast<double>(r.phase_ns[k]);
       }
-      a.other += std::max(0.0, static_cast<double>(st.duration_ns) - wait - named);
-      if (any_gpu) {
-        a.gpu += gpu;
-        ++a.gpu_known;
+      other += std::max(0.0, static_cast<double>(r.duration_ns) - w - named);
+      if (r.gpu_known) {
+        gpu += static_cast<double>(r.gpu_ns);
+        ++gpu_known;
       }
     }
-    const double n = static_cast<double>(a.n);
-    json r = {{"first_step", a.first},      {"last_step", a.last},
-              {"steps", a.n},               {"duration_ns", a.duration / n},
-              {"wait_ns", a.wait / n},      {"forward_ns", a.phase[0] / n},
-              {"backward_ns", a.phase[1] / n}, {"optimizer_ns", a.phase[2] / n},
-              {"comm_ns", a.phase[3] / n},  {"other_ns", a.other / n},
-              {"gpu_ns", a.gpu_known ? json(a.gpu / static_cast<double>(a.gpu_known))
-                                     : json(nullptr)}};
-    rows.push_back(std::move(r));
+    const double d = static_cast<double>(n);
+    rows.push_back(json{{"first_step", first},
+                        {"last_step", last},
+                        {"steps", n},
+                        {"duration_ns", std::llround(duration / d)},
+                        {"wait_ns", std::llround(wait / d)},
+                        {"forward_ns", std::llround(phase[0] / d)},
+                        {"backward_ns", std::llround(phase[1] / d)},
+                        {"optimizer_ns", std::llround(phase[2] / d)},
+                        {"comm_ns",
+                         comm_measured ? json(std::llround(phase[3] / d)) : json(nullptr)},
+                        {"other_ns", std::llround(other / d)},
+                        {"gpu_ns",
+                         gpu_known ? json(std::llround(gpu / static_cast<double>(gpu_known)))
+                                   : json(nullptr)}});
   }
   return Json(200, json{{"run_id", *run_id},
                         {"steps_total", total},
@@ -858,12 +1231,12 @@ HttpResponse ServerApi::Compare(const HttpRequest& request) {
     return Error(400, "compare takes 2 to 4 runs, got " + std::to_string(ids.size()));
   }
   json out = json::array();
-  auto lock = LockStore();
+  auto db = Read();
   for (int64_t id : ids) {
-    if (auto missing = NoSuchRun(id)) return *missing;
-    auto report = analysis::AnalyzeRun(*db_, id, analysis::AnalysisOptions{});
-    if (!report) return Error(500, "analysis: " + report.error());
-    json doc = analysis::ReportJson(*report);
+    if (auto missing = NoSuchRun(*db, id)) return *missing;
+    auto report = Report(*db, id);
+    if (!report) return Error(500, report.error());
+    const json& doc = *report;
     out.push_back(json{{"run", doc["run"]},
                        {"steps", doc["steps"]},
                        {"mfu", doc["mfu"]},
@@ -873,14 +1246,14 @@ HttpResponse ServerApi::Compare(const HttpRequest& request) {
 }
 
 HttpResponse ServerApi::Group(const std::string& name) {
-  auto lock = LockStore();
-  auto runs = db_->ListRuns();
+  auto db = Read();
+  auto runs = db->ListRuns();
   if (!runs) return Error(500, "store: " + runs.error());
   const bool known = std::any_of(runs->begin(), runs->end(), [&](const store::RunInfo& r) {
     return r.group_id && *r.group_id == name;
   });
   if (!known) return Error(404, "no group '" + name + "' on this server");
-  auto report = analysis::AnalyzeStoredGroup(*db_, name, analysis::AnalysisOptions{});
+  auto report = analysis::AnalyzeStoredGroup(*db, name, analysis::AnalysisOptions{});
   if (!report) return Error(500, "analysis: " + report.error());
   return Json(200, analysis::GroupReportJson(*report));
 }
@@ -926,12 +1299,12 @@ HttpResponse ServerApi::Metrics() {
   // The newest second of every live run's GPUs (NULL readings are left out: no sample).
   std::ostringstream gpu[4];
   {
-    auto lock = LockStore();
-    if (auto runs = db_->ListRuns()) {
+    auto db = Read();
+    if (auto runs = db->ListRuns()) {
       for (const auto& r : *runs) {
         if (r.status != "running") continue;
         ++live;
-        auto latest = db_->LatestGpuSecond(r.run_id);
+        auto latest = db->LatestGpuSecond(r.run_id);
         if (!latest) continue;
         for (const auto& g : *latest) {
           const std::string labels = "{run_id=\"" + std::to_string(r.run_id) +

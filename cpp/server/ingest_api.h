@@ -16,6 +16,9 @@
 //   GET  /api/v1/compare?runs=1,2[,3,4]     viewer: 2-4 runs side by side
 //   GET  /api/v1/groups/{name}              viewer: a multi-rank group's report
 //   GET  /api/v1/live[?run=ID]              viewer: WebSocket of live events (live_bus.h)
+//   GET  /api/v1/session                    anyone: the mode, whether viewing is on / logged in
+//   GET  /login?token=T                     the dashboard's single-use login link
+//   GET  /, /app/*, /lib/*, /vendor/*       the web app (web_assets.h)
 //
 // Two independent axes: write keys (X-API-Key) only write, a viewer session (cookie) only
 // reads. Every rejection is a 4xx with {"error": "..."} naming what was wrong. Secrets never
@@ -24,6 +27,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <cstdint>
@@ -34,7 +38,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "server/live_bus.h"
+#include "server/series_cache.h"
 #include "store/run_store.h"
 #include "store/sqlite_store.h"
 #include "util/status.h"
@@ -50,6 +57,17 @@ struct ApiOptions {
   std::function<int64_t()> now_s;        // unix seconds; the wall clock unless a test's
   size_t max_body_bytes = 32u << 20;     // after gzip inflation too
   size_t max_rows_per_batch = 500'000;
+  // The in-process dashboard (profile(dashboard=True)): viewers log in by opening
+  // /login?token=TOKEN once (no password; the token is single-use), and the app opens on
+  // dashboard_run_id. With neither a viewer password nor a token the read API is off.
+  std::optional<std::string> login_token;
+  std::optional<int64_t> dashboard_run_id;
+  // Appended to the cookie names: several dashboards on one host (cookies ignore the port)
+  // must not overwrite each other's session.
+  std::string cookie_suffix;
+  // Serve web/dashboard and web/lib from this source tree's web/ directory instead of the
+  // embedded copies ($GPUPROF_WEB_DIR; development).
+  std::optional<std::string> web_dir;
 };
 
 struct HttpRequest {
@@ -94,9 +112,30 @@ class ServerApi {
   ServerApi(std::unique_ptr<store::RunStore> db, std::string path, ApiOptions options);
   // Holds mu_ unless the store is thread-safe (a pool serves concurrent requests itself).
   std::unique_lock<std::mutex> LockStore();
-  // The 404 (no such run) or 500 (the store failed) for `run_id`, nullopt when it exists.
-  // Caller holds LockStore().
-  std::optional<HttpResponse> NoSuchRun(int64_t run_id);
+  // The store one read request uses, for as long as the lease lives: on SQLite one of up to
+  // kReaders read-only connections of its own (reads never wait on ingest, nor on another
+  // request's analysis), else the store itself (under LockStore() unless it is thread-safe).
+  class ReadLease {
+   public:
+    ReadLease() = default;
+    ReadLease(ReadLease&&) = default;
+    ReadLease& operator=(ReadLease&&) = delete;
+    ~ReadLease();
+    store::RunStore* operator->() const { return db_; }
+    store::RunStore& operator*() const { return *db_; }
+
+   private:
+    friend class ServerApi;
+    ServerApi* api_ = nullptr;
+    store::RunStore* db_ = nullptr;
+    std::unique_ptr<store::RunStore> own_;  // a pooled reader, returned on destruction
+    std::unique_lock<std::mutex> lock_;
+  };
+  static constexpr size_t kReaders = 4;
+  ReadLease Read();
+  // The 404 (no such run) or 500 (the store failed) for `run_id` in `db`, nullopt when it
+  // exists.
+  std::optional<HttpResponse> NoSuchRun(store::RunStore& db, int64_t run_id);
   std::optional<HttpResponse> CheckWriteKey(const HttpRequest& request);
   HttpResponse PutRun(const std::string& uuid, const HttpRequest& request);
   HttpResponse PostBatch(const std::string& uuid, const HttpRequest& request);
@@ -111,7 +150,16 @@ class ServerApi {
   HttpResponse Steps(const std::string& id, const HttpRequest& request);
   HttpResponse Kernels(const std::string& id, const HttpRequest& request);
   HttpResponse Compare(const HttpRequest& request);
+  // The run's insights report (ReportJson), recomputed only when what it is computed from
+  // changed (the run's row, its steps and newest times, its insights), else the last one.
+  Expected<nlohmann::json> Report(store::RunStore& db, int64_t run_id);
   HttpResponse Group(const std::string& name);
+  HttpResponse Session(const HttpRequest& request);
+  HttpResponse TokenLogin(const HttpRequest& request);
+  HttpResponse StaticFile(const HttpRequest& request, const std::string& path);
+  // The session and CSRF cookies of a fresh viewer session, added to `r`.
+  Status IssueSession(const HttpRequest& request, HttpResponse* r, std::string* csrf);
+  bool viewing_on() const { return options_.viewer_password || options_.login_token; }
   int64_t Now() const;
   std::string Sign(const std::string& payload) const;  // hex HMAC-SHA256 with the secret
   // The request body as JSON (gzip inflated when Content-Encoding says so), or the 4xx.
@@ -120,12 +168,24 @@ class ServerApi {
 
   std::mutex mu_;  // guards db_ when it is not thread-safe
   std::unique_ptr<store::RunStore> db_;
+  std::optional<std::string> reader_path_;  // SQLite: the file the read pool opens
+  std::mutex readers_mu_;
+  std::condition_variable readers_cv_;
+  std::vector<std::unique_ptr<store::RunStore>> idle_readers_;
+  size_t readers_open_ = 0;
   std::string storage_path_;
   ApiOptions options_;
   std::mutex counters_mu_;
   std::map<int, uint64_t> responses_;  // by status
   uint64_t batches_ = 0, duplicate_batches_ = 0, rows_ = 0, runs_created_ = 0;
   LiveBus bus_;
+  SeriesCache series_cache_;  // minute summaries for wide series windows
+  std::mutex reports_mu_;
+  // run -> (fingerprint, report)
+  std::map<int64_t, std::pair<std::string, nlohmann::json>> reports_;
+  std::map<int64_t, uint64_t> run_writes_;  // batches stored per run (part of the fingerprint)
+  std::string session_cookie_, csrf_cookie_;  // names (with options_.cookie_suffix)
+  std::atomic<bool> token_used_{false};
   std::mutex logins_mu_;
   std::map<std::string, std::deque<int64_t>> logins_;  // per address: attempts in the last minute
 };

@@ -274,6 +274,10 @@ class Profile:
         self._pid = os.getpid()  # a forked child (dataloader worker) must not end the run
         self.summary: Optional[str] = None
         self.run_id: Optional[int] = None
+        # profile(dashboard=...): the port to serve on (0 = a free one), None = no dashboard.
+        self._dashboard_port: Optional[int] = None
+        # The dashboard's login URL (single-use token) once it serves; None without one.
+        self.dashboard_url: Optional[str] = None
 
     # ---- lifecycle -----------------------------------------------------------------------
     @property
@@ -344,6 +348,8 @@ class Profile:
             self._disable(f"gpuprof could not start recording: {e}")
             return
         self.run_id = self._session.run_id
+        if self._dashboard_port is not None:
+            self._start_dashboard(_native)
         if self._auto:
             if torch is None:
                 self._session.add_diagnostic(
@@ -354,6 +360,20 @@ class Profile:
             else:
                 self._install_torch(torch)
         self._install_sigterm()
+
+    def _start_dashboard(self, native: Any) -> None:
+        """The in-process dashboard: a native server thread over this run's file, reachable
+        until the process exits. A failure is a warning; the training goes on."""
+        try:
+            board = native.Dashboard(self.db_path, self.run_id,
+                                     self._dashboard_port, os.environ.get("GPUPROF_WEB_DIR"))
+        except Exception as e:  # a profiler failure never breaks the training
+            self._session.add_diagnostic("warning", "dashboard", f"dashboard not started: {e}")
+            _warn(f"gpuprof: the dashboard could not start: {e}")
+            return
+        _keep_dashboard(board)
+        self.dashboard_url = board.url
+        print(f"gpuprof dashboard: {board.url}", flush=True)
 
     def _abort_start(self, exc: BaseException) -> None:
         """Undoes a start that `exc` interrupted. Never raises: `exc` is what propagates. The
@@ -799,6 +819,21 @@ def _server_options(server: Optional[str], api_key: Optional[str]) -> dict[str, 
     return {"server_url": server.rstrip("/"), "api_key": api_key}
 
 
+_dashboards: list[Any] = []
+
+
+def _close_dashboards() -> None:
+    while _dashboards:
+        _dashboards.pop().close()
+
+
+def _keep_dashboard(board: Any) -> None:
+    """Keeps a dashboard serving until the interpreter exits (then its threads are joined)."""
+    if not _dashboards:
+        atexit.register(_close_dashboards)
+    _dashboards.append(board)
+
+
 def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db",
             auto: bool = True, sample_hz: float = 100.0, host_hz: float = 5.0,
             gpu: Optional[str] = None, mock_gpus: int = 1, mock_scenario: str = "",
@@ -807,7 +842,8 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
             cuda_events: bool = True, summary: bool = True,
             arch: Optional[TransformerArch] = None,
             tokens_per_step: Optional[int] = None,
-            server: Optional[str] = None, api_key: Optional[str] = None) -> Profile:
+            server: Optional[str] = None, api_key: Optional[str] = None,
+            dashboard: "bool | int" = False) -> Profile:
     """Profiles the code inside ``with``.
 
     run_name: groups runs for regression comparison. db: SQLite file (created if missing).
@@ -827,6 +863,9 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
     ("key=value,...", e.g. "util=40,temp=88,throttle=1"; docs/telemetry.md) script gpu="mock".
     cuda_events: time phases on the GPU with CUDA events when CUDA is available.
     summary: print the insight summary when the block exits.
+    dashboard: serve a live dashboard of this run from the training process: True (a free port)
+    or a port number; bound to 127.0.0.1. Its URL, with a single-use login token, is the first
+    line printed; it stays reachable until the process exits (docs/dashboard.md).
     server, api_key: push the run live to a team server (``gpuprof serve``): "http://HOST:PORT"
     and one of its write keys; default $GPUPROF_SERVER and $GPUPROF_API_KEY. A native thread
     sends the new rows once a second; what the server does not take is spooled to
@@ -934,8 +973,17 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
             config.update(flops_per_token=arch_flops["model"],
                           hardware_flops_per_step=arch_flops["hardware_per_step"])
     options["config_json"] = json.dumps(_json_value(config), sort_keys=True, allow_nan=False)
+    if isinstance(dashboard, bool):
+        port = 0 if dashboard else None
+    elif isinstance(dashboard, int) and 1 <= dashboard <= 65535:
+        port = dashboard
+    else:
+        raise ValueError(f"gpuprof.profile: dashboard must be True, False or a port number "
+                         f"(1..65535), got {dashboard!r}")
     # The team server (never in config_json: the key is a secret).
     push = _server_options(server, api_key)
     if push:
         options.update(push)
-    return Profile(run_name, options, auto=auto, print_summary=summary, cuda_events=cuda_events)
+    prof = Profile(run_name, options, auto=auto, print_summary=summary, cuda_events=cuda_events)
+    prof._dashboard_port = port
+    return prof

@@ -838,6 +838,65 @@ Expected<std::vector<GpuRollupRow>> PgStore::LatestGpuSecond(int64_t run_id) {
                             [](PgReader& r) { return sql::ReadLatestGpu(r); });
 }
 
+Status PgStore::ScanGpuSeries(int64_t run_id, std::optional<int64_t> gpu, int64_t from_ns,
+                              int64_t to_ns, const SeriesRowFn& each) {
+  auto lease = Borrow();
+  if (!lease) return lease.status();
+  return (*lease)->Query(
+      sql::GpuSeriesSql(gpu.has_value()), "scan GPU series",
+      [&](PgBinder& b) {
+        b.Int(run_id).Int(from_ns).Int(to_ns);
+        if (gpu) b.Int(*gpu);
+      },
+      [&](PgReader& r) {
+        each(sql::ReadSeriesRow(r, true, 4));
+        return Status::Ok();
+      });
+}
+
+Status PgStore::ScanHostSeries(int64_t run_id, int64_t from_ns, int64_t to_ns,
+                               const SeriesRowFn& each) {
+  auto lease = Borrow();
+  if (!lease) return lease.status();
+  return (*lease)->Query(
+      sql::kHostSeriesSql, "scan host series",
+      [&](PgBinder& b) { b.Int(run_id).Int(from_ns).Int(to_ns); },
+      [&](PgReader& r) {
+        each(sql::ReadSeriesRow(r, false, 5));
+        return Status::Ok();
+      });
+}
+
+Status PgStore::ScanStepBreakdown(int64_t run_id, const StepBreakdownFn& each) {
+  auto lease = Borrow();
+  if (!lease) return lease.status();
+  return sql::ScanStepBreakdownWith(
+      [&](const char* sql, const char* purpose, auto bind, auto row) {
+        return (*lease)->Query(sql, purpose, bind, [&](PgReader& r) { return row(r); });
+      },
+      run_id, each);
+}
+
+Expected<std::vector<PhaseRow>> PgStore::LoadPhases(int64_t run_id) {
+  return Rows<PhaseRow>(sql::kPhasesSql, "load phases", [&](PgBinder& b) { b.Int(run_id); },
+                        [](PgReader& r) { return sql::ReadPhase(r); });
+}
+
+Expected<RunProgress> PgStore::LoadRunProgress(int64_t run_id) {
+  auto progress = Rows<RunProgress>(
+      sql::kRunProgressSql, "load run progress",
+      [&](PgBinder& b) { b.Int(run_id).Int(run_id).Int(run_id).Int(run_id).Int(run_id); },
+      [](PgReader& r) { return sql::ReadRunProgress(r); });
+  if (!progress) return progress.status();
+  auto headline = Rows<InsightRow>(sql::kHeadlineSql, "load the headline insight",
+                                   [&](PgBinder& b) { b.Int(run_id); },
+                                   [](PgReader& r) { return sql::ReadHeadline(r); });
+  if (!headline) return headline.status();
+  RunProgress p = progress->empty() ? RunProgress{} : progress->front();
+  if (!headline->empty()) p.headline = headline->front();
+  return p;
+}
+
 Expected<std::vector<CommBucketRow>> PgStore::LoadCommBuckets(int64_t run_id) {
   return Rows<CommBucketRow>(sql::kCommBucketsSql, "load comm_buckets",
                              [&](PgBinder& b) { b.Int(run_id); },

@@ -74,6 +74,13 @@ class PgStore final : public RunStore {
   Expected<std::vector<StepRow>> LoadSteps(int64_t run_id) override;
   Expected<std::vector<CommBucketRow>> LoadCommBuckets(int64_t run_id) override;
   Expected<std::vector<GpuRollupRow>> LatestGpuSecond(int64_t run_id) override;
+  Status ScanGpuSeries(int64_t run_id, std::optional<int64_t> gpu, int64_t from_ns,
+                       int64_t to_ns, const SeriesRowFn& each) override;
+  Status ScanHostSeries(int64_t run_id, int64_t from_ns, int64_t to_ns,
+                        const SeriesRowFn& each) override;
+  Expected<RunProgress> LoadRunProgress(int64_t run_id) override;
+  Expected<std::vector<PhaseRow>> LoadPhases(int64_t run_id) override;
+  Status ScanStepBreakdown(int64_t run_id, const StepBreakdownFn& each) override;
   Expected<std::vector<KernelRow>> LoadKernels(int64_t run_id) override;
 
   // The meta table's `key`: its stored value, or `value` stored now when there is none (first

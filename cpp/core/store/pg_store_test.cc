@@ -204,6 +204,42 @@ TEST_F(PgStoreTest, EveryRowReadsBackAsSqliteGivesItBack) {
   ASSERT_EQ(latest_pg->size(), 1u);
   EXPECT_EQ(latest_pg->at(0).util_mean_pct, latest_lite->at(0).util_mean_pct);
   EXPECT_EQ(latest_pg->at(0).temp_max_c, std::nullopt);
+  // The dashboard's reads: rollups of every GPU, host series, a run's progress and headline.
+  auto scan = [](RunStore& s, bool gpu, std::optional<int64_t> index) {
+    std::vector<SeriesRow> rows;
+    auto keep = [&](const SeriesRow& r) { rows.push_back(r); };
+    Status st = gpu ? s.ScanGpuSeries(1, index, 0, INT64_MAX, keep)
+                    : s.ScanHostSeries(1, 0, INT64_MAX, keep);
+    EXPECT_TRUE(st.ok()) << st.message();
+    return rows;
+  };
+  for (bool gpu : {true, false}) {
+    const auto a = scan(*pg, gpu, std::nullopt), b = scan(**lite, gpu, std::nullopt);
+    ASSERT_FALSE(a.empty());
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].ts_ns, b[i].ts_ns);
+      EXPECT_EQ(a[i].gpu_index, b[i].gpu_index);
+      EXPECT_EQ(a[i].known, b[i].known);
+      for (int c = 0; c < 5; ++c) EXPECT_EQ(a[i].v[c], b[i].v[c]);
+    }
+  }
+  EXPECT_TRUE(scan(*pg, true, 99).empty());
+  auto progress_pg = pg->LoadRunProgress(1), progress_lite = (*lite)->LoadRunProgress(1);
+  ASSERT_TRUE(progress_pg.ok() && progress_lite.ok()) << progress_pg.error();
+  EXPECT_GT(progress_pg->steps, 0);
+  EXPECT_EQ(progress_pg->steps, progress_lite->steps);
+  EXPECT_EQ(progress_pg->last_step, progress_lite->last_step);
+  EXPECT_EQ(progress_pg->last_step_end_ns, progress_lite->last_step_end_ns);
+  EXPECT_EQ(progress_pg->last_sample_ns, progress_lite->last_sample_ns);
+  ASSERT_TRUE(progress_pg->headline.has_value());
+  EXPECT_EQ(progress_pg->headline->rule_id, "dataloader_stall");
+  EXPECT_EQ(progress_pg->headline->fix, std::nullopt);
+  auto empty = pg->LoadRunProgress(42);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->steps, 0);
+  EXPECT_EQ(empty->last_step, std::nullopt);
+  EXPECT_FALSE(empty->headline.has_value());
   std::filesystem::remove(path);
 }
 

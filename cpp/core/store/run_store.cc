@@ -10,10 +10,17 @@ std::optional<SeriesColumn> SeriesMetric(const std::string& metric) {
   if (metric == "gpu_power") return SeriesColumn{"gpu_samples_1s", "power_mean_mw", true};
   if (metric == "gpu_temp") return SeriesColumn{"gpu_samples_1s", "temp_max_c", true};
   if (metric == "host_cpu") return SeriesColumn{"host_samples", "cpu_pct", false};
+  if (metric == "host_mem") return SeriesColumn{"host_samples", "mem_used_bytes", false};
+  if (metric == "host_disk_read") return SeriesColumn{"host_samples", "disk_read_bps", false};
+  if (metric == "proc_cpu") return SeriesColumn{"host_samples", "proc_cpu_pct", false};
+  if (metric == "proc_rss") return SeriesColumn{"host_samples", "proc_rss_bytes", false};
   return std::nullopt;
 }
 
-const char* MetricNames() { return "gpu_util, gpu_mem, gpu_power, gpu_temp, host_cpu"; }
+const char* MetricNames() {
+  return "gpu_util, gpu_mem, gpu_power, gpu_temp, host_cpu, host_mem, host_disk_read, proc_cpu, "
+         "proc_rss";
+}
 
 std::vector<std::pair<size_t, size_t>> UrlPasswordSpans(const std::string& url) {
   std::vector<std::pair<size_t, size_t>> spans;

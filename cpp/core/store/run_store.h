@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -34,6 +35,38 @@ struct RunData {
   std::vector<DiagnosticRow> diagnostics;
   std::vector<InsightRow> insights;
 };
+
+// What a runs list shows of a run beside its runs row (LoadRunProgress).
+struct RunProgress {
+  int64_t steps = 0;                    // rows in steps
+  std::optional<int64_t> last_step;          // the highest step number
+  std::optional<int64_t> last_step_end_ns;   // the newest step's end (run-relative)
+  std::optional<int64_t> last_sample_ns;     // the newest GPU rollup or host sample
+  std::optional<InsightRow> headline;        // the first insight stored (ordinal order)
+};
+
+// One row of a series scan (ScanGpuSeries, ScanHostSeries): bit i of `known` is set when v[i]
+// was measured (a NULL column leaves it clear and v[i] 0).
+struct SeriesRow {
+  int64_t ts_ns = 0;
+  int64_t gpu_index = 0;
+  double v[5] = {0, 0, 0, 0, 0};
+  uint32_t known = 0;
+};
+using SeriesRowFn = std::function<void(const SeriesRow&)>;
+
+// One step with its phases summed (ScanStepBreakdown): the per-step bars of a step-time chart.
+struct StepBreakdownRow {
+  int64_t step = 0;
+  int64_t duration_ns = 0;            // end - start
+  std::optional<int64_t> wait_ns;     // loader wait (steps.wait_ns)
+  int64_t phase_ns[4] = {0, 0, 0, 0};  // forward, backward, optimizer, comm (wall)
+  int64_t other_phase_ns = 0;         // phases of other names (wall)
+  bool comm = false;                  // a comm phase was recorded for this step
+  int64_t gpu_ns = 0;                 // sum of the phases' GPU time
+  bool gpu_known = false;             // some phase of the step had a GPU time
+};
+using StepBreakdownFn = std::function<void(const StepBreakdownRow&)>;
 
 // Contracts of each call are SqliteStore's (sqlite_store.h). Whether one object may be used
 // from several threads at once is thread_safe(): SqliteStore is one connection (no), PgStore a
@@ -73,6 +106,11 @@ class RunStore {
                                                            int64_t before_run_id, int limit) = 0;
   virtual Expected<RunData> LoadRun(int64_t run_id) = 0;
   virtual Expected<std::vector<StepRow>> LoadSteps(int64_t run_id) = 0;
+  // Each step of a run with its phases summed, by step (two ordered scans merged, no row
+  // held beyond the run's phases' four numbers).
+  virtual Status ScanStepBreakdown(int64_t run_id, const StepBreakdownFn& each) = 0;
+  // The run's phases rows, in LoadRun's order (by step, then name).
+  virtual Expected<std::vector<PhaseRow>> LoadPhases(int64_t run_id) = 0;
   virtual Expected<std::vector<CommBucketRow>> LoadCommBuckets(int64_t run_id) = 0;
   // The run's kernels rows, in LoadRun's order.
   virtual Expected<std::vector<KernelRow>> LoadKernels(int64_t run_id) = 0;
@@ -80,6 +118,18 @@ class RunStore {
   // ts_ns, gpu_index, util_mean_pct, mem_used_max_bytes, power_mean_mw and temp_max_c read;
   // empty when the run has none (/metrics' latest GPU values).
   virtual Expected<std::vector<GpuRollupRow>> LatestGpuSecond(int64_t run_id) = 0;
+  // The series columns of a run's 1 s GPU rollups with ts_ns in [from_ns, to_ns], of one GPU
+  // (gpu) or all, by gpu_index then ts_ns, one row at a time (a 24 h x 8 GPU window is 691,200
+  // rows: streamed, never held): v = util_mean_pct, mem_used_max_bytes, power_mean_mw,
+  // temp_max_c.
+  virtual Status ScanGpuSeries(int64_t run_id, std::optional<int64_t> gpu, int64_t from_ns,
+                               int64_t to_ns, const SeriesRowFn& each) = 0;
+  // Likewise the host samples, by ts_ns: v = cpu_pct, mem_used_bytes, disk_read_bps,
+  // proc_cpu_pct, proc_rss_bytes (gpu_index 0).
+  virtual Status ScanHostSeries(int64_t run_id, int64_t from_ns, int64_t to_ns,
+                                const SeriesRowFn& each) = 0;
+  // Steps count, newest times and headline insight of a run (a runs list's columns).
+  virtual Expected<RunProgress> LoadRunProgress(int64_t run_id) = 0;
 };
 
 // The one column of a series metric (LoadSeries), with its table, or nullopt for an unknown

@@ -7,6 +7,7 @@
 //   Reader: Int(), Real(), Text(), OptInt(), OptReal(), OptText() read columns 0, 1, 2, ...
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -390,6 +391,19 @@ inline constexpr const char* kInsertIngestBatchSql =
 inline constexpr const char* kStepsSql =
     "SELECT step, start_ns, end_ns, wait_ns, wait_source, forward_calls, backward_calls,"
     " optimizer_calls FROM steps WHERE run_id = ? ORDER BY step";
+inline constexpr const char* kPhasesSql =
+    "SELECT step, name, wall_ns, gpu_ns, calls FROM phases WHERE run_id = ?"
+    " ORDER BY step, name";
+template <class R>
+PhaseRow ReadPhase(R& c) {
+  PhaseRow r;
+  r.step = c.Int();
+  r.name = c.Text();
+  r.wall_ns = c.Int();
+  r.gpu_ns = c.OptInt();
+  r.calls = c.Int();
+  return r;
+}
 inline constexpr const char* kCommBucketsSql =
     "SELECT step, bucket, start_ns, end_ns, bytes FROM comm_buckets WHERE run_id = ?"
     " ORDER BY step, bucket, start_ns";
@@ -452,6 +466,123 @@ GpuRollupRow ReadLatestGpu(R& c) {
   return r;
 }
 
+// ScanGpuSeries' query (parameters: run_id, from_ns, to_ns, and gpu_index when `one_gpu`);
+// its rows read with ReadSeriesRow(c, true, 4). The index gpu_samples_1s_series covers it.
+inline std::string GpuSeriesSql(bool one_gpu) {
+  return std::string(
+             "SELECT ts_ns, gpu_index, util_mean_pct, mem_used_max_bytes, power_mean_mw,"
+             " temp_max_c FROM gpu_samples_1s WHERE run_id = ? AND ts_ns BETWEEN ? AND ?") +
+         (one_gpu ? " AND gpu_index = ?" : "") + " ORDER BY gpu_index, ts_ns";
+}
+
+// ScanHostSeries' query (parameters: run_id, from_ns, to_ns); rows: ReadSeriesRow(c, false, 5).
+inline constexpr const char* kHostSeriesSql =
+    "SELECT ts_ns, cpu_pct, mem_used_bytes, disk_read_bps, proc_cpu_pct, proc_rss_bytes"
+    " FROM host_samples WHERE run_id = ? AND ts_ns BETWEEN ? AND ? ORDER BY ts_ns";
+template <class R>
+SeriesRow ReadSeriesRow(R& c, bool gpu, int values) {
+  SeriesRow r;
+  r.ts_ns = c.Int();
+  if (gpu) r.gpu_index = c.Int();
+  for (int i = 0; i < values; ++i) {
+    if (const std::optional<double> v = c.OptReal()) {
+      r.v[i] = *v;
+      r.known |= 1u << i;
+    }
+  }
+  return r;
+}
+
+// ScanStepBreakdown for a backend whose query(sql, purpose, bind, row) calls row(reader) per
+// result row: the phases as (step, kind, wall, gpu) numbers first, then the steps in order,
+// merged.
+template <class QueryFn>
+Status ScanStepBreakdownWith(QueryFn query, int64_t run_id, const StepBreakdownFn& each) {
+  struct Phase {
+    int64_t step, wall, gpu;
+    int kind;  // 0-3: forward, backward, optimizer, comm; 4: another name
+    bool has_gpu;
+  };
+  std::vector<Phase> phases;
+  Status st = query(
+      "SELECT step, CASE name WHEN 'forward' THEN 0 WHEN 'backward' THEN 1"
+      " WHEN 'optimizer' THEN 2 WHEN 'comm' THEN 3 ELSE 4 END, wall_ns, gpu_ns"
+      " FROM phases WHERE run_id = ? ORDER BY step",
+      "scan phases", [&](auto& b) { b.Int(run_id); },
+      [&](auto& c) {
+        Phase p{};
+        p.step = c.Int();
+        p.kind = static_cast<int>(c.Int());
+        p.wall = c.Int();
+        const std::optional<int64_t> gpu = c.OptInt();
+        p.gpu = gpu.value_or(0);
+        p.has_gpu = gpu.has_value();
+        phases.push_back(p);
+        return Status::Ok();
+      });
+  if (!st.ok()) return st;
+  size_t k = 0;
+  return query(
+      "SELECT step, end_ns - start_ns, wait_ns FROM steps WHERE run_id = ? ORDER BY step",
+      "scan steps", [&](auto& b) { b.Int(run_id); },
+      [&](auto& c) {
+        StepBreakdownRow r;
+        r.step = c.Int();
+        r.duration_ns = c.Int();
+        r.wait_ns = c.OptInt();
+        while (k < phases.size() && phases[k].step < r.step) ++k;
+        for (; k < phases.size() && phases[k].step == r.step; ++k) {
+          const Phase& p = phases[k];
+          if (p.kind < 4) {
+            r.phase_ns[p.kind] += p.wall;
+          } else {
+            r.other_phase_ns += p.wall;
+          }
+          r.comm = r.comm || p.kind == 3;
+          if (p.has_gpu) {
+            r.gpu_ns += p.gpu;
+            r.gpu_known = true;
+          }
+        }
+        each(r);
+        return Status::Ok();
+      });
+}
+
+// LoadRunProgress' two queries: the counts and newest times (parameters: run_id five times),
+// and the headline insight (parameter: run_id).
+inline constexpr const char* kRunProgressSql =
+    "SELECT (SELECT count(*) FROM steps WHERE run_id = ?),"
+    " (SELECT max(step) FROM steps WHERE run_id = ?),"
+    " (SELECT max(end_ns) FROM steps WHERE run_id = ?),"
+    " (SELECT max(ts_ns) FROM gpu_samples_1s WHERE run_id = ?),"
+    " (SELECT max(ts_ns) FROM host_samples WHERE run_id = ?)";
+template <class R>
+RunProgress ReadRunProgress(R& c) {
+  RunProgress p;
+  p.steps = c.Int();
+  p.last_step = c.OptInt();
+  p.last_step_end_ns = c.OptInt();
+  const std::optional<int64_t> gpu = c.OptInt();
+  const std::optional<int64_t> host = c.OptInt();
+  p.last_sample_ns = gpu && host ? std::max(*gpu, *host) : gpu ? gpu : host;
+  return p;
+}
+inline constexpr const char* kHeadlineSql =
+    "SELECT ordinal, rule_id, family, severity, message, fix FROM insights WHERE run_id = ?"
+    " ORDER BY ordinal LIMIT 1";
+template <class R>
+InsightRow ReadHeadline(R& c) {
+  InsightRow r;
+  r.ordinal = c.Int();
+  r.rule_id = c.Text();
+  r.family = c.Text();
+  r.severity = c.Text();
+  r.message = c.Text();
+  r.fix = c.OptText();
+  return r;
+}
+
 // LIMIT's operand for "at most `limit` rows, all when negative" (both dialects take a bound).
 inline int64_t Limit(int limit) { return limit < 0 ? INT64_MAX : int64_t{limit}; }
 
@@ -503,18 +634,10 @@ Status LoadRunTables(QueryFn&& query, int64_t run_id, const LoadDialect& dialect
     d.steps.push_back(ReadStep(c));
     return ok();
   });
-  load(
-      "SELECT step, name, wall_ns, gpu_ns, calls FROM phases WHERE run_id = ?"
-      " ORDER BY step, name",
-      "load phases", [&](auto& c) {
-        PhaseRow& r = d.phases.emplace_back();
-        r.step = c.Int();
-        r.name = c.Text();
-        r.wall_ns = c.Int();
-        r.gpu_ns = c.OptInt();
-        r.calls = c.Int();
-        return ok();
-      });
+  load(kPhasesSql, "load phases", [&](auto& c) {
+    d.phases.push_back(ReadPhase(c));
+    return ok();
+  });
   load(
       "SELECT gpu_index, name, uuid, memory_total_bytes, sm_clock_max_mhz FROM gpus"
       " WHERE run_id = ? ORDER BY gpu_index",
