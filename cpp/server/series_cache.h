@@ -20,6 +20,21 @@
 
 namespace gpuprof::server {
 
+namespace series_cache_detail {
+// Outside SeriesCache: clang cannot default-construct a nested class with member initializers
+// (std::optional<Tier>::emplace()) while the enclosing class is incomplete.
+struct Extremes {
+  int64_t min_ts = 0, max_ts = 0;
+  double min = 0, max = 0;
+  bool any = false;
+};
+// One source's buckets: per series (GPU x column, or host column), bucket index -> extremes.
+struct Tier {
+  int64_t complete_to_ns = 0;  // buckets before this are final
+  std::map<int64_t, std::vector<std::vector<Extremes>>> by_gpu;  // [gpu][column][bucket]
+};
+}  // namespace series_cache_detail
+
 class SeriesCache {
  public:
   static constexpr int64_t kBucketNs = 60'000'000'000;  // one minute
@@ -45,16 +60,8 @@ class SeriesCache {
   void Invalidate(int64_t run_id, int64_t oldest_ns);
 
  private:
-  struct Extremes {
-    int64_t min_ts = 0, max_ts = 0;
-    double min = 0, max = 0;
-    bool any = false;
-  };
-  // One source's buckets: per series (GPU x column, or host column), bucket index -> extremes.
-  struct Tier {
-    int64_t complete_to_ns = 0;  // buckets before this are final
-    std::map<int64_t, std::vector<std::vector<Extremes>>> by_gpu;  // [gpu][column][bucket]
-  };
+  using Extremes = series_cache_detail::Extremes;
+  using Tier = series_cache_detail::Tier;
   struct Run {
     std::mutex mu;  // one reader extends a run's summary at a time
     std::optional<Tier> gpu, host;
