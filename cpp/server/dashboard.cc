@@ -1,5 +1,8 @@
 #include "server/dashboard.h"
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -37,8 +40,25 @@ Expected<std::unique_ptr<Dashboard>> Dashboard::Start(DashboardOptions options) 
   d->http_ = std::move(*http);
   d->port_ = d->http_->port();
   d->url_ = "http://" + options.host + ":" + std::to_string(d->port_) + "/login?token=" + *token;
-  d->serve_thread_ = std::thread([p = d.get()] { p->http_->Serve(); });
-  d->watch_thread_ = std::thread([p = d.get()] { p->Watch(); });
+  // The threads (and the connection threads the server starts) block the asynchronous signals:
+  // a Ctrl-C must reach Python's main thread, which may be asleep in a system call that only a
+  // signal delivered to it interrupts (a signal taken by another thread leaves it asleep).
+  sigset_t async_signals, previous;
+  sigemptyset(&async_signals);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGCHLD,
+                  SIGWINCH}) {
+    sigaddset(&async_signals, sig);
+  }
+  pthread_sigmask(SIG_BLOCK, &async_signals, &previous);
+  d->serve_thread_ = std::thread([p = d.get()] {
+    pthread_setname_np(pthread_self(), "gpuprof-dash");
+    p->http_->Serve();
+  });
+  d->watch_thread_ = std::thread([p = d.get()] {
+    pthread_setname_np(pthread_self(), "gpuprof-dashw");
+    p->Watch();
+  });
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   return d;
 }
 

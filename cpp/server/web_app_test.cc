@@ -3,6 +3,8 @@
 // reads the pages use, and the in-process Dashboard (real HTTP, live events from commits).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -579,6 +581,27 @@ TEST(DashboardTest, ServesTheRunOverHttpAndTurnsCommitsIntoLiveEvents) {
   auto runs = HttpCall(base, "GET", "/api/v1/runs", {}, "");
   ASSERT_TRUE(runs.ok());
   EXPECT_EQ(runs->status, 401);  // the token first
+
+  // Its threads block SIGINT (a Ctrl-C goes to the main thread); the caller's mask is kept.
+  int named = 0;
+  for (const auto& task : fs::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name != "gpuprof-dash" && name != "gpuprof-dashw") continue;
+    ++named;
+    std::ifstream status(task.path() / "status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("SigBlk:", 0) != 0) continue;
+      const uint64_t blocked = std::stoull(line.substr(7), nullptr, 16);
+      EXPECT_TRUE(blocked & (1ull << (SIGINT - 1))) << name << ": " << line;
+      EXPECT_TRUE(blocked & (1ull << (SIGTERM - 1))) << name << ": " << line;
+    }
+  }
+  EXPECT_GE(named, 2);  // the server, the watcher, and the connections the server started
+  sigset_t mine;
+  pthread_sigmask(SIG_SETMASK, nullptr, &mine);
+  EXPECT_FALSE(sigismember(&mine, SIGINT));
 
   auto viewer = d.api().bus().Subscribe(*id);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the watcher's baseline
