@@ -890,7 +890,7 @@ Expected<RunProgress> PgStore::LoadRunProgress(int64_t run_id) {
   if (!progress) return progress.status();
   auto headline = Rows<InsightRow>(sql::kHeadlineSql, "load the headline insight",
                                    [&](PgBinder& b) { b.Int(run_id); },
-                                   [](PgReader& r) { return sql::ReadHeadline(r); });
+                                   [](PgReader& r) { return sql::ReadInsight(r); });
   if (!headline) return headline.status();
   RunProgress p = progress->empty() ? RunProgress{} : progress->front();
   if (!headline->empty()) p.headline = headline->front();

@@ -774,7 +774,7 @@ Expected<RunProgress> SqliteStore::LoadRunProgress(int64_t run_id) {
   if (!progress) return progress.status();
   auto headline = Rows<InsightRow>(sql::kHeadlineSql, "load the headline insight",
                                    [&](Binder& b) { b.Int(run_id); },
-                                   [](Reader& r) { return sql::ReadHeadline(r); });
+                                   [](Reader& r) { return sql::ReadInsight(r); });
   if (!headline) return headline.status();
   RunProgress p = progress->empty() ? RunProgress{} : progress->front();
   if (!headline->empty()) p.headline = headline->front();

@@ -568,11 +568,14 @@ RunProgress ReadRunProgress(R& c) {
   p.last_sample_ns = gpu && host ? std::max(*gpu, *host) : gpu ? gpu : host;
   return p;
 }
-inline constexpr const char* kHeadlineSql =
-    "SELECT ordinal, rule_id, family, severity, message, fix FROM insights WHERE run_id = ?"
-    " ORDER BY ordinal LIMIT 1";
+// A run's insights in ordinal order (parameter: run_id), read with ReadInsight; LIMIT 1 of it
+// is the headline (LoadRunProgress).
+inline constexpr const char* kInsightsSql =
+    "SELECT ordinal, rule_id, family, severity, message, fix, evidence_json FROM insights"
+    " WHERE run_id = ? ORDER BY ordinal";
+inline const std::string kHeadlineSql = std::string(kInsightsSql) + " LIMIT 1";
 template <class R>
-InsightRow ReadHeadline(R& c) {
+InsightRow ReadInsight(R& c) {
   InsightRow r;
   r.ordinal = c.Int();
   r.rule_id = c.Text();
@@ -580,6 +583,7 @@ InsightRow ReadHeadline(R& c) {
   r.severity = c.Text();
   r.message = c.Text();
   r.fix = c.OptText();
+  r.evidence_json = c.OptText();
   return r;
 }
 
@@ -775,20 +779,10 @@ Status LoadRunTables(QueryFn&& query, int64_t run_id, const LoadDialect& dialect
         r.message = c.Text();
         return ok();
       });
-  load(
-      "SELECT ordinal, rule_id, family, severity, message, fix, evidence_json FROM insights"
-      " WHERE run_id = ? ORDER BY ordinal",
-      "load insights", [&](auto& c) {
-        InsightRow& r = d.insights.emplace_back();
-        r.ordinal = c.Int();
-        r.rule_id = c.Text();
-        r.family = c.Text();
-        r.severity = c.Text();
-        r.message = c.Text();
-        r.fix = c.OptText();
-        r.evidence_json = c.OptText();
-        return ok();
-      });
+  load(kInsightsSql, "load insights", [&](auto& c) {
+    d.insights.push_back(ReadInsight(c));
+    return ok();
+  });
   return st;
 }
 
