@@ -184,6 +184,8 @@ class ServerApi {
   // run -> (fingerprint, report)
   std::map<int64_t, std::pair<std::string, nlohmann::json>> reports_;
   std::map<int64_t, uint64_t> run_writes_;  // batches stored per run (part of the fingerprint)
+  // run -> (fingerprint with the points asked, the /steps answer)
+  std::map<int64_t, std::pair<std::string, nlohmann::json>> steps_answers_;
   std::string session_cookie_, csrf_cookie_;  // names (with options_.cookie_suffix)
   std::atomic<bool> token_used_{false};
   std::mutex logins_mu_;

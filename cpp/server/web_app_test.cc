@@ -312,6 +312,7 @@ TEST_F(WebAppTest, StepsReadOnlyStepsAndLeaveUnmeasuredCommNull) {
     comm.calls = 1;
     ASSERT_TRUE((*db)->WriteRows(run_, {store::Row{comm}}).ok());
   }
+  Open(ApiOptions{});  // written behind the server's back: a server started after it reads it
   doc = json::parse(Get("/api/v1/runs/" + std::to_string(run_) + "/steps", cookie).body);
   EXPECT_EQ(doc["rows"][0]["comm_ns"], 0.0);
   EXPECT_EQ(doc["rows"][1]["comm_ns"], 20'000'000.0);
@@ -547,6 +548,46 @@ TEST_F(WebAppTest, TheReportIsComputedAgainOnlyWhenItsRunChanged) {
   const std::string second = Get(path, cookie).body;
   EXPECT_NE(second, first);
   EXPECT_THAT(second, HasSubstr("late diagnostic"));
+}
+
+TEST_F(WebAppTest, AStepBreakdownIsReusedOnlyWhileItsRunIsUnchanged) {
+  // GIVEN a pushed run with two steps, its breakdown read WHEN a batch adds GPU time to an old
+  // step (and then a new step) THEN the next read shows it.
+  HttpRequest put;
+  put.method = "PUT";
+  put.target = "/api/v1/runs/s1";
+  put.headers["x-api-key"] = "key";
+  put.headers["content-type"] = "application/json";
+  put.body = json{{"run", store::RunInfoToJson(MakeRun("steps"))}}.dump();
+  HttpResponse created = api_->Handle(put);
+  ASSERT_EQ(created.status, 201) << created.body;
+  const int64_t id = json::parse(created.body)["run_id"];
+  auto batch = [&](const std::string& batch_id, const json& rows) {
+    HttpRequest post = put;
+    post.method = "POST";
+    post.target = "/api/v1/runs/s1/batches";
+    post.body = json{{"batch_id", batch_id}, {"rows", rows}}.dump();
+    HttpResponse r = api_->Handle(post);
+    ASSERT_EQ(r.status, 200) << r.body;
+  };
+  auto step = [](int64_t s) {
+    return json{{"step", s}, {"start_ns", s * 100}, {"end_ns", s * 100 + 90},
+                {"forward_calls", 1}, {"backward_calls", 1}, {"optimizer_calls", 1}};
+  };
+  batch("a", {{"steps", {step(0), step(1)}},
+              {"phases", {{{"step", 0}, {"name", "forward"}, {"wall_ns", 40}, {"calls", 1}}}}});
+  const std::string cookie = LoginCookie();
+  const std::string path = "/api/v1/runs/" + std::to_string(id) + "/steps";
+  json first = json::parse(Get(path, cookie).body);
+  EXPECT_TRUE(first["rows"][0]["gpu_ns"].is_null());
+  EXPECT_EQ(json::parse(Get(path, cookie).body), first);
+  batch("b", {{"phase_gpu_times", {{{"step", 0}, {"name", "forward"}, {"gpu_ns", 33}}}}});
+  json second = json::parse(Get(path, cookie).body);
+  EXPECT_EQ(second["rows"][0]["gpu_ns"], 33);
+  batch("c", {{"steps", {step(2)}}});
+  EXPECT_EQ(json::parse(Get(path, cookie).body)["steps_total"], 3);
+  // Another resolution is another answer.
+  EXPECT_EQ(json::parse(Get(path + "?points=1", cookie).body)["rows"].size(), 1u);
 }
 
 TEST_F(WebAppTest, TheSeriesAnswerSaysWhichResolutionItCameFrom) {
