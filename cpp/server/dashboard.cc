@@ -65,9 +65,9 @@ Expected<std::unique_ptr<Dashboard>> Dashboard::Start(DashboardOptions options) 
 Dashboard::~Dashboard() { Stop(); }
 
 void Dashboard::Stop() {
+  if (!watch_thread_.joinable() && !serve_thread_.joinable()) return;  // stopped already
   {
     std::lock_guard lock(mu_);
-    if (stopping_ && !watch_thread_.joinable() && !serve_thread_.joinable()) return;
     stopping_ = true;
   }
   cv_.notify_all();
@@ -103,11 +103,7 @@ void Dashboard::Watch() {
           const bool created = it == seen.end();
           Seen& s = seen[r.run_id];
           if (!first && (created || s.status != r.status || s.end_ns != r.end_ns)) {
-            json e = {{"run_name", r.run_name}, {"status", r.status}, {"created", created},
-                      {"hostname", r.hostname}, {"start_unix_ns", r.start_unix_ns}};
-            e["group_id"] = r.group_id ? json(*r.group_id) : json(nullptr);
-            e["end_ns"] = r.end_ns ? json(*r.end_ns) : json(nullptr);
-            api_->bus().PublishRun(r.run_id, std::move(e));
+            api_->bus().PublishRun(r.run_id, RunEvent(r, created));
           }
           const bool was_running = s.status == "running" || created;
           s.status = r.status;

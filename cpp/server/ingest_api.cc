@@ -84,14 +84,6 @@ std::string PromLabel(const std::string& v) {
   return out;
 }
 
-// The live event of a run created or updated (LiveBus::PublishRun).
-json RunEvent(const store::RunInfo& info, bool created) {
-  json e = {{"run_name", info.run_name}, {"status", info.status}, {"created", created},
-            {"hostname", info.hostname}, {"start_unix_ns", info.start_unix_ns}};
-  e["group_id"] = info.group_id ? json(*info.group_id) : json(nullptr);
-  e["end_ns"] = info.end_ns ? json(*info.end_ns) : json(nullptr);
-  return e;
-}
 
 // The live event of a batch stored (LiveBus::PublishBatch): rows per table, the newest step
 // and the newest telemetry timestamp in it.
@@ -202,6 +194,14 @@ std::optional<int64_t> ParseInt(const std::string& text) {
 }
 
 }  // namespace
+
+json RunEvent(const store::RunInfo& info, bool created) {
+  json e = {{"run_name", info.run_name}, {"status", info.status}, {"created", created},
+            {"hostname", info.hostname}, {"start_unix_ns", info.start_unix_ns}};
+  e["group_id"] = info.group_id ? json(*info.group_id) : json(nullptr);
+  e["end_ns"] = info.end_ns ? json(*info.end_ns) : json(nullptr);
+  return e;
+}
 
 HttpResponse ErrorResponse(int status, const std::string& message) {
   return Json(status, json{{"error", message}});

@@ -192,6 +192,10 @@ class ServerApi {
   std::map<std::string, std::deque<int64_t>> logins_;  // per address: attempts in the last minute
 };
 
+// The live event of a run created (`created`) or updated, as LiveBus::PublishRun takes it: the
+// ingest API's and the in-process dashboard's watcher's.
+nlohmann::json RunEvent(const store::RunInfo& info, bool created);
+
 // 32 random bytes as hex: a fresh session-signing secret.
 Expected<std::string> RandomSecret();
 
