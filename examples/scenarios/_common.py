@@ -28,15 +28,17 @@ def model_and_optimizer(width: int = 128, depth: int = 3):
 
 
 class GpuBound(nn.Module):
-    """The model with 5 ms of 'GPU work' (a sleep) per forward: the loop is paced by compute, not by its
-    input (a sleep between batches would be a loader stall)."""
+    """The model with 20 ms of 'GPU work' (a sleep) per forward: the loop is paced by compute, not by
+    its input (a sleep between batches would be a loader stall). 20 ms, not less: a shared machine's
+    scheduling hiccups (10-15 ms on a loaded 2-core VM) must not double a step, or the run shows a
+    step-time variance the scenario does not have."""
 
     def __init__(self, inner: nn.Module) -> None:
         super().__init__()
         self.inner = inner
 
     def forward(self, x):
-        time.sleep(0.005)
+        time.sleep(0.020)
         return self.inner(x)
 
 
