@@ -4,7 +4,7 @@ PY := .venv/bin/python
 PY312 := .venv312/bin/python
 PY313 := .venv313/bin/python
 
-.PHONY: help setup demo test test-cpp test-fuzz test-py fuzz bench bench-lines bench-dashboard screenshots rules-table format clean
+.PHONY: help setup demo test test-cpp test-fuzz test-py fuzz bench bench-lines bench-dashboard bench-distributed screenshots rules-table format clean
 
 help: ## Show this help
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-12s %s\n", $$1, $$2}'
@@ -36,6 +36,9 @@ fuzz: ## Fuzz the ingest parser for 300 s (libFuzzer, ASan+UBSan; scripts/fuzz.s
 
 bench: setup ## Benchmarks (not pass/fail): overhead vs torch.profiler, hook and sampler costs
 	$(PY) bench/overhead.py
+
+bench-distributed: setup ## DDP comm hook cost per step (2-rank gloo, interleaved rounds) and clock alignment time
+	$(PY) bench/distributed.py $(ARGS)
 
 bench-dashboard: setup ## The dashboard's first render and window changes on the 24 h x 8 GPU run (Chromium)
 	test -f build/long_run/long_run.db || bench/long_run/run.sh 24 8

@@ -587,6 +587,7 @@ def test_invalid_options_name_the_problem(db, kwargs, message):
     ({"summary": "no"}, "summary must be a bool"),
     ({"host": 1}, "host must be a bool, got int 1"),
     ({"cuda_events": None}, "cuda_events must be a bool"),
+    ({"comm_hook": "yes"}, "comm_hook must be a bool"),
     ({"db": 123}, "db must be a file path"),
     ({"db": b"x.db"}, "db must be a file path"),
     ({"mock_gpus": "2"}, "mock_gpus must be an int in 1..64, got str '2'"),

@@ -298,13 +298,16 @@ TEST_F(CliTest, InsightsForAGroup) {
                                analysis::FormatDuration(87.0 * kMs) + " vs " +
                                analysis::FormatDuration(62.0 * kMs) + " on rank 0 ("));
   // bucket_skew needs collective timings, which these ranks did not record.
-  EXPECT_THAT(r.out, ::testing::ContainsRegex("\n  bucket_skew +gpuprof does not time DDP.s collectives yet"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("\n  bucket_skew +no collective timings: the DDP "
+                                              "comm hook was not installed"));
   // The DB may be named too.
   EXPECT_EQ(Run("insights gpuprof.db --group job").out, r.out);
 
   const Result j = Run("insights gpuprof.db --group job --json");
   EXPECT_EQ(j.code, 0) << j.err;
-  const auto doc = nlohmann::json::parse(j.out);
+  auto doc = nlohmann::json::parse(j.out);
+  EXPECT_TRUE(doc["group_of_run_name"].is_null());  // NAME was the group id
+  doc.erase("group_of_run_name");
   EXPECT_EQ(doc, analysis::GroupReportJson(*report));
   EXPECT_EQ(doc["group_id"], "job");
   ASSERT_EQ(doc["ranks"].size(), 2u);
@@ -318,13 +321,49 @@ TEST_F(CliTest, UnknownGroupIsAClearError) {
   const Result r = Run("insights g.db --group jbo");
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.out, "");
-  EXPECT_EQ(r.err, "gpuprof: no runs with group_id 'jbo' in g.db (groups: job)\n");
+  EXPECT_EQ(r.err, "gpuprof: no runs with group_id 'jbo' in g.db, nor runs of that name with a "
+                   "group_id (groups: job; --group takes a group id or the run name of the "
+                   "group's runs)\n");
+  // A run name whose runs have no group_id is not a group either.
+  EXPECT_THAT(Run("insights g.db --group single").err,
+              HasSubstr("no runs with group_id 'single' in g.db, nor runs of that name"));
   WriteRuns(Path("plain.db"), {StallRun("single", 5).Build()});
   EXPECT_EQ(Run("insights plain.db --group job").err,
-            "gpuprof: no runs with group_id 'job' in plain.db (no run in it has a group_id)\n");
+            "gpuprof: no runs with group_id 'job' in plain.db, nor runs of that name with a "
+            "group_id (no run in it has a group_id; --group takes a group id or the run name "
+            "of the group's runs)\n");
   const Result with_run = Run("insights g.db 1 --group job");
   EXPECT_EQ(with_run.code, 2);
   EXPECT_THAT(with_run.err, HasSubstr("--group analyzes every run of the group; leave out RUN"));
+}
+
+TEST_F(CliTest, GroupByTheRunNameOfItsRanks) {
+  // GIVEN two launches of a job named "ddp" (groups "a1" then "b2"), their ranks' runs named so
+  WriteRuns(Path("g.db"), {RankRun("a1", 0, 62).Build(), RankRun("a1", 1, 62).Build(),
+                           StallRun("single", 5).Build(), RankRun("b2", 0, 62).Build(),
+                           RankRun("b2", 1, 87).Build()});
+  // WHEN --group is given the run name
+  const Result r = Run("insights g.db --group ddp");
+  EXPECT_EQ(r.code, 0) << r.err;
+  // THEN the newest group is analyzed, and the report says which and why first
+  auto store = analysis::testing::OpenDb(Path("g.db"));
+  auto report = analysis::AnalyzeStoredGroup(*store, "b2", {});
+  ASSERT_TRUE(report.ok()) << report.error();
+  EXPECT_EQ(r.out, "group b2: the newest group of runs named 'ddp' (2 groups)\n" +
+                       analysis::FormatGroupReport(*report, "g.db"));
+  EXPECT_THAT(r.out, HasSubstr("gpuprof · group b2 · 2 ranks (runs 4, 5)"));
+  // AND --json has the same group, and says how NAME was read
+  const Result j = Run("insights g.db --group ddp --json");
+  EXPECT_EQ(j.code, 0) << j.err;
+  auto doc = nlohmann::json::parse(j.out);
+  EXPECT_EQ(doc["group_id"], "b2");
+  EXPECT_EQ(doc["group_of_run_name"], (nlohmann::json{{"run_name", "ddp"}, {"groups", 2}}));
+  doc.erase("group_of_run_name");
+  EXPECT_EQ(doc, analysis::GroupReportJson(*report));
+  // AND a group id wins over a run name: the older group by its id
+  const Result by_id = Run("insights g.db --group a1");
+  EXPECT_EQ(by_id.code, 0) << by_id.err;
+  EXPECT_THAT(by_id.out, ::testing::StartsWith("gpuprof · group a1 · 2 ranks (runs 1, 2)"));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 //
 //   gpuprof insights [DB] [RUN] [--json] [--gpu-rate USD]   report of a stored run
 //   gpuprof insights [DB] --group NAME [--json]              every rank of a multi-rank run
+//                                                            (NAME: group id or run name)
 //   gpuprof insights --storage-url URL [RUN | --group NAME]  the same from a server's storage
 //   gpuprof rules [--markdown | --reference]                 the rule registry / MFU and
 //                                                            cost reference tables
@@ -250,11 +251,25 @@ int RunInsights(InsightsArgs args) {
       return UsageError("--group analyzes every run of the group; leave out RUN (got '" +
                         args.run + "')");
     }
-    auto group = analysis::AnalyzeStoredGroup(db, *args.group, options);
+    // NAME is a group id, or the run name of a group's runs (the newest such group).
+    auto name = analysis::ResolveGroupName(db, *args.group);
+    if (!name) return Fail(name.error());
+    auto group = analysis::AnalyzeStoredGroup(db, name->group_id, options);
     if (!group) return Fail(group.error());
     if (args.json) {
-      std::cout << DumpJson(analysis::GroupReportJson(*group)) << "\n";
+      nlohmann::json doc = analysis::GroupReportJson(*group);
+      // How NAME was read: null for a group id, else the run name and its groups.
+      doc["group_of_run_name"] =
+          name->groups_of_run_name
+              ? nlohmann::json{{"run_name", *args.group}, {"groups", *name->groups_of_run_name}}
+              : nlohmann::json(nullptr);
+      std::cout << DumpJson(doc) << "\n";
     } else {
+      if (name->groups_of_run_name) {
+        std::cout << "group " << name->group_id << ": the newest group of runs named '"
+                  << *args.group << "' ("
+                  << analysis::Plural(*name->groups_of_run_name, "group", "groups") << ")\n";
+      }
       std::cout << analysis::FormatGroupReport(*group, args.db);
     }
     return 0;
@@ -494,8 +509,10 @@ int Main(int argc, char** argv) {
                      "not_evaluated; with --group: ranks, insights, not_evaluated) instead of "
                      "text");
   insights->add_option("--group", insights_args.group,
-                       "Analyze every rank of a multi-rank run: the runs whose group_id is NAME "
-                       "(per-rank step times, rank skew, per-bucket collective skew)")
+                       "Analyze every rank of a multi-rank run: the runs whose group_id is NAME, "
+                       "or, when none has, the newest group of the runs named NAME (per-rank "
+                       "step and work times, clock offsets, rank skew, per-bucket collective "
+                       "skew)")
       ->type_name("NAME");
   insights->add_option("--storage-url", insights_args.storage_url,
                        "Read the runs of a team server's storage instead of a DB file: "

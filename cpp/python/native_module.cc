@@ -405,6 +405,14 @@ NB_MODULE(_native, m) {
              return nb::steal(h);
            },
            nb::arg("kind"), nb::arg("original"), nb::arg("callback").none() = nb::none())
+      // From any thread: one DDP gradient bucket's collective (monotonic ns, as monotonic_ns()).
+      .def("add_comm_bucket",
+           [](PySession& s, int64_t bucket, int64_t start_ns, int64_t end_ns,
+              std::optional<int64_t> bytes) {
+             if (!s.Forked()) s.session().AddCommBucket(bucket, start_ns, end_ns, bytes);
+           },
+           nb::arg("bucket"), nb::arg("start_ns"), nb::arg("end_ns"),
+           nb::arg("bytes").none() = nb::none())
       .def("add_diagnostic",
            [](PySession& s, const std::string& level, const std::string& source,
               const std::string& message) {
@@ -426,13 +434,20 @@ NB_MODULE(_native, m) {
              d["gpu_backend"] = i.gpu_backend;
              d["gpu_model"] = i.gpu_model;
              d["gpu_count"] = i.gpu_count;
+             // The run clock: start_unix_ns + (monotonic_ns() - anchor_mono_ns).
+             d["start_unix_ns"] = s.session().anchor().unix_ns;
+             d["anchor_mono_ns"] = s.session().anchor().mono_ns;
+             d["group_id"] = i.group_id;
+             d["config_json"] = i.config_json;
              return d;
            })
       .def("update_run",
            [](PySession& s, std::optional<std::string> device_kind,
               std::optional<std::string> gpu_model, std::optional<int64_t> gpu_count,
               std::optional<double> flops_per_step, std::optional<std::string> flops_method,
-              std::optional<std::string> dtype, std::optional<std::string> config_json) {
+              std::optional<std::string> dtype, std::optional<std::string> config_json,
+              std::optional<std::string> group_id, std::optional<int64_t> rank,
+              std::optional<int64_t> world_size) {
              if (s.Forked()) return;
              gpuprof::Status st = s.session().UpdateRun([&](gpuprof::store::RunInfo* r) {
                if (device_kind) r->device_kind = device_kind;
@@ -442,6 +457,9 @@ NB_MODULE(_native, m) {
                if (flops_method) r->flops_method = flops_method;
                if (dtype) r->dtype = dtype;
                if (config_json) r->config_json = config_json;
+               if (group_id) r->group_id = group_id;
+               if (rank) r->rank = rank;
+               if (world_size) r->world_size = world_size;
              });
              if (!st.ok()) throw std::runtime_error(st.message());
            },
@@ -449,7 +467,8 @@ NB_MODULE(_native, m) {
            nb::arg("gpu_count").none() = nb::none(),
            nb::arg("flops_per_step").none() = nb::none(),
            nb::arg("flops_method").none() = nb::none(), nb::arg("dtype").none() = nb::none(),
-           nb::arg("config_json").none() = nb::none())
+           nb::arg("config_json").none() = nb::none(), nb::arg("group_id").none() = nb::none(),
+           nb::arg("rank").none() = nb::none(), nb::arg("world_size").none() = nb::none())
       .def("stats", &PySession::Stats)
       .def("push_warning", &PySession::PushWarning)
       .def("stop", &PySession::Stop, nb::arg("status"), nb::arg("error").none() = nb::none());

@@ -319,6 +319,40 @@ TEST_F(WebAppTest, StepsReadOnlyStepsAndLeaveUnmeasuredCommNull) {
   EXPECT_EQ(doc["rows"][1]["other_ns"], 70'000'000.0);
 }
 
+TEST_F(WebAppTest, StepsCountTheExposedCollectivesOfTheCommBucketsAsComm) {
+  // GIVEN DDP bucket timings: step 2 (backward 50 ms) readied its last bucket 40 ms in and its
+  // collectives were done at 52 ms; step 3 (no phases) had 8 ms between its only bucket being
+  // ready and done; step 4's backward (5 ms) is shorter than its 20 ms of exposed comm
+  {
+    auto db = store::SqliteStore::Open((dir_ / "s.db").string(),
+                                       store::SqliteStore::Mode::kReadWrite);
+    ASSERT_TRUE(db.ok());
+    constexpr int64_t kMs = 1'000'000;
+    std::vector<store::Row> rows = {
+        store::PhaseRow{2, "backward", 50 * kMs, std::nullopt, 1},
+        store::PhaseRow{4, "backward", 5 * kMs, std::nullopt, 1},
+        store::CommBucketRow{2, 0, 220 * kMs, 230 * kMs, std::nullopt},
+        store::CommBucketRow{2, 1, 240 * kMs, 252 * kMs, std::nullopt},
+        store::CommBucketRow{3, 0, 310 * kMs, 318 * kMs, std::nullopt},
+        store::CommBucketRow{4, 0, 410 * kMs, 430 * kMs, std::nullopt}};
+    ASSERT_TRUE((*db)->WriteRows(run_, rows).ok());
+  }
+  Open(ApiOptions{});
+  const std::string cookie = LoginCookie();
+  json doc = json::parse(Get("/api/v1/runs/" + std::to_string(run_) + "/steps", cookie).body);
+  ASSERT_EQ(doc["rows"].size(), 5u);
+  // THEN comm is the exposed time, taken out of backward where there is one
+  EXPECT_EQ(doc["rows"][2]["comm_ns"], 12'000'000.0);
+  EXPECT_EQ(doc["rows"][2]["backward_ns"], 38'000'000.0);
+  EXPECT_EQ(doc["rows"][2]["other_ns"], 40'000'000.0);  // 90 - 38 - 12
+  EXPECT_EQ(doc["rows"][3]["comm_ns"], 8'000'000.0);
+  EXPECT_EQ(doc["rows"][3]["backward_ns"], 0.0);
+  EXPECT_EQ(doc["rows"][4]["comm_ns"], 5'000'000.0);  // at most the backward it happens in
+  EXPECT_EQ(doc["rows"][4]["backward_ns"], 0.0);
+  // AND a step without buckets of a run that has them had no exposed comm
+  EXPECT_EQ(doc["rows"][0]["comm_ns"], 0.0);
+}
+
 TEST_F(WebAppTest, FaviconIsNoContentAndServerPagesNeedNone) {
   EXPECT_EQ(Get("/favicon.ico").status, 204);
   EXPECT_THAT(Get("/login?token=x").body, HasSubstr("rel=\"icon\" href=\"data:,\""));

@@ -13,10 +13,18 @@ package only holds what must touch Python objects.
 
 from __future__ import annotations
 
+import sys
+
 from ._flops import TransformerArch
 from ._profile import GpuprofWarning, Profile, Step, profile
 
 __all__ = ["profile", "Profile", "Step", "TransformerArch", "GpuprofWarning", "__version__"]
+
+if "torch" in sys.modules:
+    # A DDP comm hook registered from here on is wrapped (transparently) so that a profile
+    # started later still times its buckets; see _distributed.install_registration_shim.
+    from ._distributed import install_registration_shim as _shim
+    _shim()
 
 try:
     from ._native import __version__

@@ -158,6 +158,8 @@ class Step:
         self._open = False
         self._prof._flop_step(False, self.index, ok=exc[0] is None if exc else True)
         self._prof._emit_kind("STEP_END", 0, self.index)
+        if self._prof._coordinator is not None:
+            self._prof._coordinate()
 
     def phase(self, name: str) -> "_Phase":
         """Times a named phase of this step (forward, backward, optimizer or any name)."""
@@ -276,6 +278,10 @@ class Profile:
         self.run_id: Optional[int] = None
         # profile(dashboard=...): the port to serve on (0 = a free one), None = no dashboard.
         self._dashboard_port: Optional[int] = None
+        self._coordinator: Any = None  # _distributed.Coordinator on a distributed rank
+        self._coordinator_hook: Any = None  # its optimizer-step hook until it has run
+        self._ddp: Any = None  # _distributed.DdpTiming in auto mode
+        self._comm_hook = True  # profile(comm_hook=)
         # The dashboard's login URL (single-use token) once it serves; None without one.
         self.dashboard_url: Optional[str] = None
 
@@ -342,12 +348,17 @@ class Profile:
         if opts.get("group_id") is not None:
             env.pop("group_id", None)  # an explicit group= wins over $TORCHELASTIC_RUN_ID
         opts.update(env)
+        distributed, notes = self._distributed_options(opts, torch)
         try:
             self._session = _native.Session(opts)
         except Exception as e:  # a profiler failure never breaks the training
             self._disable(f"gpuprof could not start recording: {e}")
             return
         self.run_id = self._session.run_id
+        for note in notes:
+            self._session.add_diagnostic("warning", "distributed", note)
+        if distributed:
+            self._start_coordinator(torch, opts)
         if self._dashboard_port is not None:
             self._start_dashboard(_native)
         if self._auto:
@@ -360,6 +371,75 @@ class Profile:
             else:
                 self._install_torch(torch)
         self._install_sigterm()
+
+    def _distributed_options(self, opts: dict[str, Any], torch: Any) -> tuple[bool, list[str]]:
+        """The rank environment into opts (runs.rank / world_size, config_json "distributed")
+        and, under torchrun with no group yet, a group id agreed through torchrun's store.
+        Returns (whether this is a rank of a multi-process job, problems to note)."""
+        from . import _distributed as d
+        env = d.rank_environment()
+        try:
+            initialized = (torch is not None and torch.distributed.is_available()
+                           and torch.distributed.is_initialized())
+        except Exception:
+            initialized = False
+        if env.get("world_size", 1) < 2 and not initialized:
+            return False, []
+        notes: list[str] = []
+        if opts.get("group_id") is not None:
+            env["group_source"] = ("group=" if self._options.get("group_id") is not None
+                                   else "torchrun rendezvous id")
+        elif not initialized:
+            group, problem = d.agree_group_through_launcher(self.run_name)
+            if problem:
+                notes.append(problem)
+            if group is not None:
+                opts["group_id"] = group
+                env["group_source"] = "agreed through torchrun's store"
+        config = json.loads(opts["config_json"])
+        config["distributed"] = env
+        opts["config_json"] = json.dumps(config, sort_keys=True, allow_nan=False)
+        return True, notes
+
+    def _start_coordinator(self, torch: Any, opts: dict[str, Any]) -> None:
+        """Group id (when none yet) and clock alignment once torch.distributed is up: now,
+        or after the first optimizer step (prof.step() block) that finds it initialised."""
+        from . import _distributed as d
+        try:
+            self._coordinator = d.Coordinator(self._session, torch, self.run_name,
+                                              json.loads(opts["config_json"]),
+                                              need_group=opts.get("group_id") is None)
+            if self._coordinator.try_now() or torch is None or not self._auto:
+                return
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+            self._coordinator_hook = register_optimizer_step_post_hook(
+                lambda *_: self._coordinate())
+        except Exception as e:  # a profiler failure never breaks the training
+            self._session.add_diagnostic("warning", "distributed",
+                                         f"distributed set-up failed: {e!r}")
+
+    def _coordinate(self) -> None:
+        """After a step, on the training thread: the deferred group id / clock alignment."""
+        c = self._coordinator
+        if c is None or c.done or self._state != "running" or os.getpid() != self._pid:
+            return
+        # The optimizer hook stays registered (a no-op once done) until stop(): removing it
+        # from inside torch's loop over the hooks would break that loop.
+        c.try_now()
+
+    def _finish_coordinator(self) -> None:
+        hook, self._coordinator_hook = self._coordinator_hook, None
+        if hook is not None:
+            try:
+                hook.remove()
+            except Exception:
+                pass
+        c = self._coordinator
+        if c is not None and not c.done and self._session is not None:
+            self._session.add_diagnostic(
+                "info", "distributed", "torch.distributed was never initialised during the "
+                "run: no group id agreed (pass group= or torchrun --rdzv-id) and clocks not "
+                "aligned")
 
     def _start_dashboard(self, native: Any) -> None:
         """The in-process dashboard: a native server thread over this run's file, reachable
@@ -388,6 +468,10 @@ class Profile:
             patches, self._patches = self._patches, None
             if patches is not None:
                 patches.uninstall()
+            self._finish_coordinator()
+            ddp, self._ddp = self._ddp, None
+            if ddp is not None:
+                ddp.uninstall()
             session, self._session = self._session, None
             if session is not None:
                 session.stop("failed", _storable_text(
@@ -448,6 +532,7 @@ class Profile:
             import_dynamo()  # before the patches, which it must not record (see there)
             self._patches = TorchPatches(self._session, self._kinds, self._timer, edge)
             self._patches.install(torch)
+            self._install_ddp_timing(torch)
         except Exception as e:
             self._session.add_diagnostic("error", "auto", f"auto-instrumentation failed: {e!r}")
             _warn(f"gpuprof: auto-instrumentation failed ({e!r}); recording telemetry only")
@@ -464,6 +549,18 @@ class Profile:
                 self._session.add_diagnostic(
                     "error", "flops", f"automatic FLOP count failed: installing its optimizer "
                     f"hooks raised {e!r}")
+
+    def _install_ddp_timing(self, torch: Any) -> None:
+        """Per-bucket timing of DDP's gradient collectives (a failure is a diagnostic)."""
+        try:
+            if not self._comm_hook or not torch.distributed.is_available():
+                return
+            from ._distributed import DdpTiming
+            self._ddp = DdpTiming(self._session, torch)
+            self._ddp.install()
+        except Exception as e:
+            self._session.add_diagnostic("warning", "comm", f"DDP comm timing not installed: "
+                                         f"{e!r}")
 
     def _loader_edge(self, kind: int, begin: bool, ts: int) -> None:
         """The outermost DataLoader iter()/next() on the training thread begins or ends."""
@@ -497,6 +594,10 @@ class Profile:
                 return None
             problems = []
             self._finish_flop_count()
+            self._finish_coordinator()
+            if self._ddp is not None:
+                self._ddp.uninstall()
+                self._ddp = None
             if self._patches is not None:
                 problems += self._patches.uninstall()
                 self._patches = None
@@ -551,6 +652,11 @@ class Profile:
         counter, self._flop_counter = self._flop_counter, None
         patches, self._patches = self._patches, None
         self._timer = None  # CUDA cannot be used in a forked child
+        self._coordinator = self._coordinator_hook = None
+        if self._ddp is not None:
+            from . import _distributed
+            _distributed._sink.session = _distributed._sink.cuda = None
+            self._ddp = None
         try:
             if counter is not None:
                 counter.finish()
@@ -843,7 +949,7 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
             arch: Optional[TransformerArch] = None,
             tokens_per_step: Optional[int] = None,
             server: Optional[str] = None, api_key: Optional[str] = None,
-            dashboard: "bool | int" = False) -> Profile:
+            dashboard: "bool | int" = False, comm_hook: bool = True) -> Profile:
     """Profiles the code inside ``with``.
 
     run_name: groups runs for regression comparison. db: SQLite file (created if missing).
@@ -863,6 +969,8 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
     ("key=value,...", e.g. "util=40,temp=88,throttle=1"; docs/telemetry.md) script gpu="mock".
     cuda_events: time phases on the GPU with CUDA events when CUDA is available.
     summary: print the insight summary when the block exits.
+    comm_hook: in auto mode, time the gradient buckets of DistributedDataParallel models with a
+    comm hook (chaining the user's); False leaves DDP's built-in allreduce alone.
     dashboard: serve a live dashboard of this run from the training process: True (a free port)
     or a port number; bound to 127.0.0.1. Its URL, with a single-use login token, is the first
     line printed; it stays reachable until the process exits (docs/dashboard.md).
@@ -882,6 +990,7 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
     host = _check_bool("host", host)
     cuda_events = _check_bool("cuda_events", cuda_events)
     summary = _check_bool("summary", summary)
+    comm_hook = _check_bool("comm_hook", comm_hook)
     if group is not None:
         if not isinstance(group, str):
             raise TypeError(f"gpuprof.profile: group must be a string, got "
@@ -963,7 +1072,7 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
         "group_id": group,
     }
     config = {k: v for k, v in options.items() if k != "db_path"}
-    config.update(auto=auto, cuda_events=cuda_events, summary=summary)
+    config.update(auto=auto, cuda_events=cuda_events, summary=summary, comm_hook=comm_hook)
     if arch is not None:
         # "grad_checkpoint" is read by the gradient_checkpointing_detected rule; without an
         # arch the key is absent (not declared), never false.
@@ -986,4 +1095,5 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
         options.update(push)
     prof = Profile(run_name, options, auto=auto, print_summary=summary, cuda_events=cuda_events)
     prof._dashboard_port = port
+    prof._comm_hook = comm_hook
     return prof

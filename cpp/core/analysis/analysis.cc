@@ -1,5 +1,7 @@
 #include "analysis/analysis.h"
 
+#include <set>
+
 #include "analysis/format.h"
 #include "analysis/run_loader.h"
 
@@ -41,6 +43,29 @@ Expected<GroupReport> AnalyzeStoredGroup(store::RunStore& store, const std::stri
                                                    : ("groups: " + known).c_str()));
   }
   return AnalyzeGroup(group_id, std::move(runs).value(), MakeRuleContextFromEnv(options));
+}
+
+Expected<GroupName> ResolveGroupName(store::RunStore& store, const std::string& name) {
+  auto runs = store.ListRuns();
+  if (!runs) return runs.status();
+  std::set<std::string> groups, of_name;
+  const store::RunInfo* newest = nullptr;
+  for (const store::RunInfo& r : *runs) {
+    if (!r.group_id) continue;
+    if (*r.group_id == name) return GroupName{name, std::nullopt};
+    groups.insert(*r.group_id);
+    if (r.run_name != name) continue;
+    of_name.insert(*r.group_id);
+    if (!newest || r.run_id > newest->run_id) newest = &r;
+  }
+  if (newest) return GroupName{*newest->group_id, of_name.size()};
+  std::string known;
+  for (const std::string& g : groups) known += (known.empty() ? "" : ", ") + g;
+  return Status::Error(StrFormat(
+      "no runs with group_id '%s' in %s, nor runs of that name with a group_id (%s; --group "
+      "takes a group id or the run name of the group's runs)",
+      name.c_str(), store.location().c_str(),
+      groups.empty() ? "no run in it has a group_id" : ("groups: " + known).c_str()));
 }
 
 Expected<std::string> SummaryText(store::RunStore& store, int64_t run_id,

@@ -36,6 +36,18 @@ Expected<Report> AnalyzeRun(store::RunStore& store, int64_t run_id,
 Expected<GroupReport> AnalyzeStoredGroup(store::RunStore& store, const std::string& group_id,
                                          const AnalysisOptions& options);
 
+// What `gpuprof insights --group NAME` analyzes: NAME as a group id when some run has that
+// runs.group_id; else, when runs named NAME (runs.run_name) have a group_id, the group of the
+// newest of them (largest run_id), with the number of distinct groups those runs belong to.
+// Errors: neither (the message lists the groups that exist and says run names are accepted),
+// store read failures.
+struct GroupName {
+  std::string group_id;
+  // Set when NAME was read as a run name: how many groups the runs of that name belong to.
+  std::optional<size_t> groups_of_run_name;
+};
+Expected<GroupName> ResolveGroupName(store::RunStore& store, const std::string& name);
+
 // The summary block for a stored run (what FinalizeRun returns), without writing anything.
 // `db_path` is quoted in the "Full report:" hint as given.
 Expected<std::string> SummaryText(store::RunStore& store, int64_t run_id,

@@ -1,6 +1,7 @@
 #include "analysis/group.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "analysis/format.h"
@@ -11,6 +12,8 @@ namespace gpuprof::analysis {
 namespace {
 
 using nlohmann::json;
+
+constexpr const char* kNoAlignment = "not aligned: no clock alignment recorded";
 
 std::string Tag(Severity s) { return "[" + std::string(SeverityTag(s)) + "]"; }
 
@@ -30,7 +33,102 @@ std::string Pct1(const std::optional<double>& f) {
   return OrDash(f, [](double v) { return FormatPercent(v, 1); });
 }
 
+// An integer of a JSON object: an integer, or a finite number rounded; nullopt otherwise.
+std::optional<int64_t> IntKey(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end()) return std::nullopt;
+  if (it->is_number_integer()) return it->get<int64_t>();
+  if (it->is_number_float()) {
+    const double v = it->get<double>();
+    if (std::isfinite(v) && std::fabs(v) < 9e18) return static_cast<int64_t>(std::llround(v));
+  }
+  return std::nullopt;
+}
+
+// "+1.2 µs", "-340 ns", "0 ns".
+std::string SignedDuration(int64_t ns) {
+  return (ns > 0 ? "+" : "") + FormatDuration(static_cast<double>(ns));
+}
+
+// ranks[i]'s clock; read from its run when the view was assembled by hand without clocks.
+RankClock ClockOf(const GroupView& g, size_t i) {
+  return i < g.clocks.size() ? g.clocks[i] : ReadRankClock(g.ranks[i].run());
+}
+
+// The clock column of one rank: its offset and uncertainty, "reference", or "—".
+std::string ClockCell(const RunView& v, const RankClock& c) {
+  if (!c.aligned()) return "—";
+  if (v.run().rank && c.reference_rank == v.run().rank && *c.offset_ns == 0) return "reference";
+  std::string out = SignedDuration(*c.offset_ns);
+  if (c.uncertainty_ns) out += " ±" + FormatDuration(static_cast<double>(*c.uncertainty_ns));
+  return out;
+}
+
 }  // namespace
+
+RankClock ReadRankClock(const store::RunInfo& run) {
+  RankClock c;
+  json dist;
+  if (run.config_json) {
+    const json config = json::parse(*run.config_json, nullptr, /*allow_exceptions=*/false);
+    if (config.is_object()) {
+      if (auto it = config.find("distributed"); it != config.end() && it->is_object()) dist = *it;
+    }
+  }
+  std::string reason;
+  if (dist.is_object()) {
+    c.offset_ns = IntKey(dist, "clock_offset_ns");
+    c.uncertainty_ns = IntKey(dist, "clock_uncertainty_ns");
+    c.reference_rank = IntKey(dist, "clock_reference_rank");
+    c.rounds = IntKey(dist, "clock_rounds");
+    if (auto it = dist.find("clock_method"); it != dist.end() && it->is_string()) {
+      c.method = it->get<std::string>();
+    }
+    if (auto it = dist.find("clock_unaligned_reason"); it != dist.end() && it->is_string()) {
+      reason = it->get<std::string>();
+    }
+  }
+  if (!c.offset_ns) {
+    c.uncertainty_ns.reset();
+    c.unaligned_reason = reason.empty() ? std::string(kNoAlignment) : "not aligned: " + reason;
+  }
+  return c;
+}
+
+int64_t GroupView::AlignedNs(size_t i, int64_t rel_ns) const {
+  const int64_t offset = i < clocks.size() ? clocks[i].offset_ns.value_or(0) : 0;
+  return ranks[i].run().start_unix_ns + rel_ns - offset;
+}
+
+size_t GroupView::AlignedRanks() const {
+  return static_cast<size_t>(
+      std::count_if(clocks.begin(), clocks.end(), [](const RankClock& c) { return c.aligned(); }));
+}
+
+std::string GroupView::AlignmentBasis() const {
+  const size_t n = ranks.size(), aligned = AlignedRanks();
+  if (aligned == 0) {
+    return "clocks not aligned: wall clocks compared as they are (each run's start time; as "
+           "close as the hosts' clock sync)";
+  }
+  std::optional<int64_t> reference, worst;
+  std::string method;
+  for (const RankClock& c : clocks) {
+    if (!c.aligned()) continue;
+    if (!reference && c.reference_rank) reference = c.reference_rank;
+    if (c.uncertainty_ns) worst = std::max(worst.value_or(0), *c.uncertainty_ns);
+    if (method.empty()) method = c.method;
+  }
+  std::string how;
+  if (worst) how = "±" + FormatDuration(static_cast<double>(*worst));
+  if (!method.empty()) how += (how.empty() ? "" : "; ") + method;
+  std::string out = "clocks aligned to " +
+                    (reference ? "rank " + std::to_string(*reference) : "the reference rank");
+  if (aligned < n) out += StrFormat(" on %zu of %zu ranks", aligned, n);
+  if (!how.empty()) out += " (" + how + ")";
+  if (aligned < n) out += "; the others' wall clocks compared as they are";
+  return out;
+}
 
 GroupView BuildGroupView(std::string group_id, std::vector<store::RunData> runs) {
   GroupView g;
@@ -50,6 +148,21 @@ GroupView BuildGroupView(std::string group_id, std::vector<store::RunData> runs)
     }
   }
   for (store::RunData& d : kept) g.ranks.push_back(BuildRunView(std::move(d)));
+  for (const RunView& v : g.ranks) g.clocks.push_back(ReadRankClock(v.run()));
+  // The rank the others were aligned to is at offset 0 by definition, unless it says otherwise.
+  std::optional<int64_t> reference;
+  for (const RankClock& c : g.clocks) {
+    if (c.aligned() && c.reference_rank) reference = c.reference_rank;
+  }
+  for (size_t i = 0; reference && i < g.ranks.size(); ++i) {
+    RankClock& c = g.clocks[i];
+    if (c.aligned() || g.ranks[i].run().rank != reference) continue;
+    if (c.unaligned_reason != kNoAlignment) continue;  // it recorded why it is not aligned
+    c.offset_ns = 0;
+    c.uncertainty_ns = 0;
+    c.reference_rank = reference;
+    c.unaligned_reason.clear();
+  }
   return g;
 }
 
@@ -67,7 +180,7 @@ GroupReport AnalyzeGroup(std::string group_id, std::vector<store::RunData> runs,
   EvaluateRules(
       /*group=*/true,
       [&](const RuleSpec& spec) { return EvaluateGroupRule(spec, report.view, context); },
-      &report.insights, &report.not_evaluated);
+      &report.insights, &report.not_evaluated, &report.explained);
   return report;
 }
 
@@ -82,8 +195,9 @@ std::string FormatGroupReport(const GroupReport& report, const std::string& db_p
                               g.ranks.size() == 1 ? "" : "s", ids.c_str());
   std::vector<std::vector<std::string>> rows = {
       {"rank", "run", "host", "status", "steps", "median", "mean", "p99", "loader wait",
-       "comm"}};
-  for (const RunView& v : g.ranks) {
+       "comm", "clock offset"}};
+  for (size_t i = 0; i < g.ranks.size(); ++i) {
+    const RunView& v = g.ranks[i];
     const store::RunInfo& r = v.run();
     const RankStats st = ComputeRankStats(v);
     auto dur = [&](double DurationStats::*field) {
@@ -93,7 +207,8 @@ std::string FormatGroupReport(const GroupReport& report, const std::string& db_p
                     std::to_string(r.run_id), r.hostname.empty() ? "—" : r.hostname, r.status,
                     std::to_string(v.steps.size()), dur(&DurationStats::p50_ns),
                     dur(&DurationStats::mean_ns), dur(&DurationStats::p99_ns),
-                    Pct1(st.wait_fraction), Pct1(st.comm_fraction)});
+                    Pct1(st.wait_fraction), Pct1(st.comm_fraction),
+                    ClockCell(v, ClockOf(g, i))});
   }
   std::vector<size_t> width(rows[0].size(), 0);
   for (const auto& row : rows) {
@@ -110,6 +225,18 @@ std::string FormatGroupReport(const GroupReport& report, const std::string& db_p
     while (!line.empty() && line.back() == ' ') line.pop_back();
     out += line + "\n";
   }
+  out += "  " + g.AlignmentBasis() + "\n";
+  // The ranks without an offset, grouped by why.
+  std::vector<std::pair<std::string, std::string>> why;  // (reason, ranks)
+  for (size_t i = 0; i < g.ranks.size(); ++i) {
+    const RankClock c = ClockOf(g, i);
+    if (c.aligned()) continue;
+    auto it = std::find_if(why.begin(), why.end(),
+                           [&](const auto& w) { return w.first == c.unaligned_reason; });
+    if (it == why.end()) it = why.insert(why.end(), {c.unaligned_reason, ""});
+    it->second += (it->second.empty() ? "" : ", ") + rules::RankLabel(g.ranks[i].run());
+  }
+  for (const auto& [reason, labels] : why) out += "  " + labels + ": " + reason + "\n";
   if (!g.superseded.empty()) {
     std::string old;
     for (size_t i = 0; i < g.superseded.size(); ++i) {
@@ -128,6 +255,11 @@ std::string FormatGroupReport(const GroupReport& report, const std::string& db_p
       out += StrFormat("  %-8s%s\n", Tag(in.severity).c_str(), in.message.c_str());
       out += "          fix: " + in.fix + "\n";
       out += "          rule: " + in.rule_id + " (" + in.family + ")\n";
+      for (const Explained& e : report.explained) {
+        if (e.by == in.rule_id) {
+          out += "          explains: " + e.insight.rule_id + " — " + e.insight.message + "\n";
+        }
+      }
     }
   }
   if (!report.not_evaluated.empty()) {
@@ -154,7 +286,9 @@ json GroupReportJson(const GroupReport& report) {
                 {"p99_ns", s->p99_ns}, {"min_ns", s->min_ns},   {"max_ns", s->max_ns}};
   };
   json ranks = json::array();
-  for (const RunView& v : g.ranks) {
+  for (size_t i = 0; i < g.ranks.size(); ++i) {
+    const RunView& v = g.ranks[i];
+    const RankClock clock = ClockOf(g, i);
     const store::RunInfo& r = v.run();
     const RankStats st = ComputeRankStats(v);
     ranks.push_back({{"rank", J(r.rank)},
@@ -167,19 +301,35 @@ json GroupReportJson(const GroupReport& report) {
                      {"steps", v.steps.size()},
                      {"steady", duration(v.steady)},
                      {"wait_fraction", J(st.wait_fraction)},
-                     {"comm_fraction", J(st.comm_fraction)}});
+                     {"comm_fraction", J(st.comm_fraction)},
+                     {"clock_offset_ns", J(clock.offset_ns)},
+                     {"clock_uncertainty_ns", J(clock.uncertainty_ns)},
+                     {"clock_unaligned_reason", clock.aligned() ? json(nullptr)
+                                                                : json(clock.unaligned_reason)}});
   }
+  std::optional<int64_t> reference, uncertainty;
+  for (const RankClock& c : g.clocks) {
+    if (!c.aligned()) continue;
+    if (!reference && c.reference_rank) reference = c.reference_rank;
+    if (c.uncertainty_ns) uncertainty = std::max(uncertainty.value_or(0), *c.uncertainty_ns);
+  }
+  json alignment = {{"basis", g.AlignmentBasis()},
+                    {"aligned_ranks", g.AlignedRanks()},
+                    {"reference_rank", J(reference)},
+                    {"uncertainty_ns", J(uncertainty)}};
   json superseded = json::array();
   for (const auto& r : g.superseded) {
     superseded.push_back({{"run_id", r.run_id}, {"rank", J(r.rank)}});
   }
-  json insights = InsightsJson(report.insights);
+  json insights = InsightsJson(report.insights, report.explained);
   json not_evaluated = NotEvaluatedJson(report.not_evaluated);
   return json{{"format", "gpuprof.group_insights/1"},
               {"group_id", g.group_id},
               {"ranks", ranks},
+              {"clock_alignment", alignment},
               {"superseded_runs", superseded},
               {"insights", insights},
+              {"explained", ExplainedJson(report.explained)},
               {"not_evaluated", not_evaluated}};
 }
 

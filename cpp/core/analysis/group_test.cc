@@ -21,6 +21,7 @@ using testing::RunBuilder;
 using testing::Split;
 using testing::StepShape;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // ---------------------------------------------------------------- comm_dominant
 
@@ -63,8 +64,11 @@ TEST(CommDominant, NearMissAndSingleProcess) {
 TEST(CommDominant, NotEvaluatedForARankWithoutTimings) {
   RunBuilder b;
   b.Rank("job", 3, 8).Steps(20, Split(100, 5, 90));
-  EXPECT_THAT(*Eval("comm_dominant", b).not_evaluated,
-              HasSubstr("rank of 8: gpuprof does not time DDP's collectives yet"));
+  // gpuprof times DDP's buckets with a comm hook of its own: none means it was not installed.
+  EXPECT_EQ(*Eval("comm_dominant", b).not_evaluated,
+            "no collective timings: the DDP comm hook was not installed (no "
+            "DistributedDataParallel model in auto mode, FSDP/DeepSpeed, or a comm hook "
+            "registered before profile() started; see the run's diagnostics)");
   RunBuilder none;
   EXPECT_EQ(*Eval("comm_dominant", none).not_evaluated, "no steps recorded");
 }
@@ -147,14 +151,44 @@ TEST(BucketSkew, NotEvaluated) {
   no_comm.Rank("job", 1, 2).Steps(20, Split(100, 5, 90));
   EXPECT_EQ(*EvalGroup("bucket_skew", {Bucketed(0, 0, kOnTime), no_comm}).not_evaluated,
             "collective timings (comm_buckets) recorded on 1 of 2 ranks; needs at least 2");
-  // AND with none recorded anywhere, the reason says gpuprof does not time them yet
+  // AND with none recorded anywhere, the reason says the comm hook was not installed
   RunBuilder no_comm0;
   no_comm0.Rank("job", 0, 2).Steps(20, Split(100, 5, 90));
   EXPECT_THAT(*EvalGroup("bucket_skew", {no_comm0, no_comm}).not_evaluated,
-              HasSubstr("gpuprof does not time DDP's collectives yet"));
+              HasSubstr("no collective timings: the DDP comm hook was not installed ("));
   EXPECT_EQ(*EvalGroup("bucket_skew", {Bucketed(0, 0, kOnTime, 4), Bucketed(1, 0, kOnTime, 4)})
                  .not_evaluated,
             "no bucket was timed on 2+ ranks on at least 5 steps");
+}
+
+// The "distributed" object the recording side writes into runs.config_json.
+std::string Distributed(const nlohmann::json& fields) {
+  return nlohmann::json{{"distributed", fields}}.dump();
+}
+
+TEST(BucketSkew, SubtractsEachRanksMeasuredClockOffset) {
+  // GIVEN two ranks that start every bucket together, rank 1's wall clock reading 30 ms ahead
+  // of rank 0's (so are its run's start and every time on it)
+  RunBuilder r1 = Bucketed(1, 0, kOnTime);
+  r1.run().start_unix_ns += 30 * kMs;
+  // WHEN no offset was measured THEN rank 1 looks late on every bucket
+  EXPECT_TRUE(EvalGroup("bucket_skew", {Bucketed(0, 0, kOnTime), r1}).fired());
+  // WHEN its offset to rank 0 was measured THEN the ranks line up
+  r1.Config(Distributed({{"rank", 1},
+                         {"clock_offset_ns", 30 * kMs},
+                         {"clock_uncertainty_ns", 56'000},
+                         {"clock_reference_rank", 0}}));
+  const RuleResult aligned = EvalGroup("bucket_skew", {Bucketed(0, 0, kOnTime), r1});
+  EXPECT_FALSE(aligned.fired());
+  EXPECT_FALSE(aligned.skipped());
+  // AND a real straggler is measured by its own delay, not the clocks'
+  RunBuilder late = Bucketed(1, 0, [](int64_t, int64_t bk) { return bk == 3 ? 20.0 : 0.0; });
+  late.run().start_unix_ns += 30 * kMs;
+  late.Config(*r1.run().config_json);
+  const RuleResult r = EvalGroup("bucket_skew", {Bucketed(0, 0, kOnTime), late});
+  ASSERT_TRUE(r.fired());
+  EXPECT_DOUBLE_EQ(r.insight->evidence["p95_delta_ns"].get<double>(), 20.0 * kMs);
+  EXPECT_EQ(r.insight->evidence["aligned_ranks"], 2);  // rank 0 is the reference
 }
 
 // ---------------------------------------------------------------- rank_skew
@@ -173,6 +207,7 @@ TEST(RankSkew, FiresOnTheSlowRank) {
       "rank_skew", {Ranked(0, 62), Ranked(1, 62), Ranked(2, 63), Ranked(3, 87)});
   ASSERT_TRUE(r.fired());
   EXPECT_EQ(r.insight->severity, Severity::kMed);
+  EXPECT_EQ(r.insight->evidence["basis"], "step_time");  // no collective timings to go by
   EXPECT_EQ(r.insight->message, "Rank skew: rank 3 median step " + FormatDuration(87.0 * kMs) +
                                     " vs " + FormatDuration(62.0 * kMs) +
                                     ", the median of the other 3 ranks (" +
@@ -196,6 +231,175 @@ TEST(RankSkew, NotEvaluatedWithoutTwoSteadyRanks) {
             "needs at least 2 ranks with a steady state; the group has 1");
   EXPECT_EQ(*EvalGroup("rank_skew", {Ranked(0, 62), Ranked(1, 90, 1)}).not_evaluated,
             "needs at least 2 ranks with a steady state; the group has 1");
+}
+
+// Rank `rank` of 2 of a synchronous (DDP) job: 20 steps of 100 ms, started together on every
+// rank (each waits for the slowest in the collectives); its buckets 0..3 are ready at
+// ready_ms(bucket) into the step and every collective has finished at 75 ms.
+RunBuilder Ddp(int64_t rank, const std::function<double(int64_t)>& ready_ms) {
+  RunBuilder b;
+  b.Rank("job", rank, 2);
+  b.run().run_id = 30 + rank;
+  b.Steps(20, Split(100, 5, 90));
+  for (const auto& s : b.steps()) {
+    for (int64_t bk = 0; bk < 4; ++bk) {
+      b.CommBucket(s.step, bk, s.start_ns + static_cast<int64_t>(ready_ms(bk) * kMs),
+                   s.start_ns + 75 * kMs);
+    }
+  }
+  return b;
+}
+// Rank 0's backward readies a bucket every 10 ms from 20 ms on.
+const auto kFast = [](int64_t bk) { return 20.0 + 10.0 * static_cast<double>(bk); };
+// A rank whose whole backward is 50% slower: late on every bucket, by 20 ms on the last.
+const auto kSlow = [](int64_t bk) { return 10.0 + 15.0 * static_cast<double>(bk + 1); };
+// A rank with 25 ms more work before bucket 2 (late on buckets 2 and 3 only).
+const auto kSlowBefore2 = [](int64_t bk) { return kFast(bk) + (bk >= 2 ? 25.0 : 0.0); };
+
+TEST(RankSkew, FindsTheSlowRankOfASynchronousJobByItsWorkTime) {
+  // GIVEN a DDP job whose ranks all take 100 ms per step, rank 1 working 20 ms longer before
+  // its last bucket while rank 0 waits for it in the collectives
+  const RuleResult r = EvalGroup("rank_skew", {Ddp(0, kFast), Ddp(1, kSlow)});
+  // THEN rank_skew compares the work time: rank 0 works 100 - 20 = 80 ms, rank 1 100 ms
+  ASSERT_TRUE(r.fired());
+  EXPECT_EQ(r.insight->message, "Rank skew: rank 1 works " + FormatDuration(100.0 * kMs) +
+                                    " per step vs " + FormatDuration(80.0 * kMs) +
+                                    " on rank 0 (25% slower; the others wait for it in the "
+                                    "collectives)");
+  EXPECT_EQ(r.insight->evidence["basis"], "work_time");
+  EXPECT_EQ(r.insight->evidence["run_id"], 31);
+  EXPECT_DOUBLE_EQ(r.insight->evidence["others_median_ns"].get<double>(), 80.0 * kMs);
+  EXPECT_DOUBLE_EQ(r.insight->evidence["step_median_ns"].get<double>(), 100.0 * kMs);
+  EXPECT_EQ(r.insight->evidence["work_steps"], 20u - kWarmupSteps);
+  // AND by step time alone nothing differs: with buckets timed on one rank only it passes
+  RunBuilder untimed = Ddp(1, kSlow);
+  untimed.data().comm_buckets.clear();
+  const RuleResult by_step = EvalGroup("rank_skew", {Ddp(0, kFast), untimed});
+  EXPECT_FALSE(by_step.fired());
+  EXPECT_FALSE(by_step.skipped());
+  // AND equal ranks pass on the work-time basis too
+  EXPECT_FALSE(EvalGroup("rank_skew", {Ddp(0, kFast), Ddp(1, kFast)}).fired());
+}
+
+TEST(RankSkew, WorkTimeUsesTheMeasuredClockOffsets) {
+  // GIVEN equal ranks, rank 1's wall clock 30 ms ahead: unaligned, rank 0 seems to wait 30 ms
+  RunBuilder ahead = Ddp(1, kFast);
+  ahead.run().start_unix_ns += 30 * kMs;
+  EXPECT_TRUE(EvalGroup("rank_skew", {Ddp(0, kFast), ahead}).fired());
+  // WHEN the offset was measured THEN neither waits for the other
+  ahead.Config(Distributed({{"clock_offset_ns", 30 * kMs}, {"clock_reference_rank", 0}}));
+  EXPECT_FALSE(EvalGroup("rank_skew", {Ddp(0, kFast), ahead}).fired());
+}
+
+// ---------------------------------------------------------------- precedence
+
+TEST(DistributedPrecedence, ARankLateOnEveryBucketIsRankSkew) {
+  // GIVEN rank 1 slower through its whole backward: late on all 4 buckets, and working longer
+  const GroupReport report =
+      AnalyzeGroup("job", {Ddp(0, kFast).Build(), Ddp(1, kSlow).Build()}, RuleContext{});
+  // THEN one finding: rank_skew, with bucket_skew of the same rank folded under it
+  ASSERT_EQ(report.insights.size(), 1u);
+  EXPECT_EQ(report.insights[0].rule_id, "rank_skew");
+  EXPECT_EQ(report.insights[0].evidence["bucket_local"], false);
+  ASSERT_EQ(report.explained.size(), 1u);
+  EXPECT_EQ(report.explained[0].by, "rank_skew");
+  EXPECT_EQ(report.explained[0].insight.rule_id, "bucket_skew");
+  EXPECT_EQ(report.explained[0].insight.evidence["rank_wide"], true);
+  EXPECT_EQ(report.explained[0].insight.evidence["late_buckets"], 4);
+  EXPECT_EQ(report.explained[0].insight.evidence["buckets_evaluated"], 4);
+  // AND the report prints the folded finding under the one that explains it
+  const std::string text = FormatGroupReport(report, "db");
+  EXPECT_THAT(text, HasSubstr("          explains: bucket_skew — " +
+                              report.explained[0].insight.message + "\n"));
+  const nlohmann::json j = GroupReportJson(report);
+  EXPECT_EQ(j["insights"][0]["explains"], nlohmann::json::array({"bucket_skew"}));
+  ASSERT_EQ(j["explained"].size(), 1u);
+  EXPECT_EQ(j["explained"][0]["explained_by"], "rank_skew");
+}
+
+TEST(DistributedPrecedence, ARankLateBeforeSomeBucketsIsBucketSkew) {
+  // GIVEN rank 1 with extra work before bucket 2 only: late on 2 of the 4 buckets
+  const GroupReport report =
+      AnalyzeGroup("job", {Ddp(0, kFast).Build(), Ddp(1, kSlowBefore2).Build()}, RuleContext{});
+  // THEN one finding: bucket_skew, with rank_skew of the same rank folded under it
+  ASSERT_EQ(report.insights.size(), 1u);
+  EXPECT_EQ(report.insights[0].rule_id, "bucket_skew");
+  EXPECT_EQ(report.insights[0].message, "Bucket 2: rank 1 is late on 100% of steps (p95 delta " +
+                                            FormatDuration(25.0 * kMs) +
+                                            "); 1 more bucket/rank pair shows the same");
+  EXPECT_EQ(report.insights[0].evidence["rank_wide"], false);
+  EXPECT_EQ(report.insights[0].evidence["late_buckets"], 2);
+  ASSERT_EQ(report.explained.size(), 1u);
+  EXPECT_EQ(report.explained[0].by, "bucket_skew");
+  EXPECT_EQ(report.explained[0].insight.rule_id, "rank_skew");
+  EXPECT_EQ(report.explained[0].insight.evidence["bucket_local"], true);
+}
+
+TEST(DistributedPrecedence, FindingsAboutDifferentRanksAreNotFolded) {
+  auto finding = [](const std::string& id, nlohmann::json evidence) {
+    Insight in;
+    in.rule_id = id;
+    in.evidence = std::move(evidence);
+    return in;
+  };
+  // GIVEN bucket_skew late on every bucket on one rank and rank_skew on another
+  std::vector<Insight> fired = {finding("bucket_skew", {{"rank_wide", true}, {"run_id", 11}}),
+                                finding("rank_skew", {{"bucket_local", false}, {"run_id", 12}})};
+  std::vector<Explained> explained;
+  ApplyPrecedence(&fired, &explained);
+  // THEN both are reported
+  EXPECT_EQ(fired.size(), 2u);
+  EXPECT_TRUE(explained.empty());
+  // AND of the same rank, the condition decides the direction
+  fired = {finding("bucket_skew", {{"rank_wide", true}, {"run_id", 11}}),
+           finding("rank_skew", {{"bucket_local", false}, {"run_id", 11}})};
+  ApplyPrecedence(&fired, &explained);
+  ASSERT_EQ(fired.size(), 1u);
+  EXPECT_EQ(fired[0].rule_id, "rank_skew");
+  ASSERT_EQ(explained.size(), 1u);
+  EXPECT_EQ(explained[0].by, "rank_skew");
+}
+
+// ---------------------------------------------------------------- rank clocks
+
+TEST(RankClock, ReadsTheDistributedObjectOfConfigJson) {
+  RunBuilder b;
+  b.Config(Distributed({{"rank", 1},
+                        {"world_size", 2},
+                        {"clock_offset_ns", -1234},
+                        {"clock_uncertainty_ns", 56000.4},
+                        {"clock_reference_rank", 0},
+                        {"clock_rounds", 64},
+                        {"clock_method", "gloo send/recv ping-pong"}}));
+  const RankClock c = ReadRankClock(b.run());
+  EXPECT_TRUE(c.aligned());
+  EXPECT_EQ(c.offset_ns, -1234);
+  EXPECT_EQ(c.uncertainty_ns, 56000);  // a float is rounded
+  EXPECT_EQ(c.reference_rank, 0);
+  EXPECT_EQ(c.rounds, 64);
+  EXPECT_EQ(c.method, "gloo send/recv ping-pong");
+  EXPECT_EQ(c.unaligned_reason, "");
+}
+
+TEST(RankClock, WithoutAnOffsetItSaysWhyAndKeepsNoUncertainty) {
+  RunBuilder b;
+  b.Config(Distributed({{"clock_unaligned_reason", "gloo unavailable"},
+                        {"clock_uncertainty_ns", 5}}));
+  RankClock c = ReadRankClock(b.run());
+  EXPECT_FALSE(c.aligned());
+  EXPECT_FALSE(c.uncertainty_ns);
+  EXPECT_EQ(c.unaligned_reason, "not aligned: gloo unavailable");
+  // Whatever config_json holds that is not an offset reads as "none recorded", never 0.
+  for (const std::optional<std::string>& config :
+       {std::optional<std::string>(), std::optional<std::string>("not json {"),
+        std::optional<std::string>("[1, 2]"), std::optional<std::string>(R"({"distributed": 3})"),
+        std::optional<std::string>(R"({"distributed": {"clock_offset_ns": "12"}})"),
+        std::optional<std::string>(R"({"grad_checkpoint": true})")}) {
+    b.run().config_json = config;
+    c = ReadRankClock(b.run());
+    EXPECT_FALSE(c.offset_ns) << config.value_or("null");
+    EXPECT_EQ(c.unaligned_reason, "not aligned: no clock alignment recorded");
+  }
 }
 
 // ---------------------------------------------------------------- group view and report
@@ -234,11 +438,16 @@ TEST(GroupReport, TextListsRanksInsightsAndSkippedRules) {
   const std::string text = FormatGroupReport(report, "my runs.db");
   EXPECT_THAT(text, HasSubstr("gpuprof · group job · 2 ranks (runs 20, 21)\n"));
   EXPECT_THAT(text, ::testing::ContainsRegex("\n +rank +run +host +status +steps +median +mean "
-                                             "+p99 +loader wait +comm\n"));
+                                             "+p99 +loader wait +comm +clock offset\n"));
   EXPECT_THAT(text, ::testing::ContainsRegex(
                         "\n +0 +20 +node-0 +ok +30 +" + FormatDuration(62.0 * kMs) + " +" +
                         FormatDuration(62.0 * kMs) + " +" + FormatDuration(62.0 * kMs) + " +" +
-                        FormatPercent(5.0 / 62, 1) + " +" + FormatPercent(10.0 / 62, 1) + "\n"));
+                        FormatPercent(5.0 / 62, 1) + " +" + FormatPercent(10.0 / 62, 1) +
+                        " +—\n"));
+  // No clock offsets recorded: the wall clocks are compared as they are, and the report says so.
+  EXPECT_THAT(text, HasSubstr("\n  clocks not aligned: wall clocks compared as they are (each "
+                              "run's start time; as close as the hosts' clock sync)\n  rank 0, "
+                              "rank 1: not aligned: no clock alignment recorded\n"));
   EXPECT_THAT(text, HasSubstr("[MED]   " + report.insights[0].message));
   EXPECT_THAT(text, HasSubstr("fix: " + report.insights[0].fix));
   EXPECT_THAT(text, HasSubstr("Per-rank reports: gpuprof insights 'my runs.db' RUN (e.g. 20)"));
@@ -256,11 +465,69 @@ TEST(GroupReport, JsonHasRanksInsightsAndNotEvaluated) {
   EXPECT_EQ(j["ranks"][1]["run_id"], 21);
   EXPECT_DOUBLE_EQ(j["ranks"][1]["steady"]["p50_ns"].get<double>(), 87.0 * kMs);
   EXPECT_TRUE(j["ranks"][1]["comm_fraction"].is_null());  // not measured, not 0
+  EXPECT_TRUE(j["ranks"][1]["clock_offset_ns"].is_null());
+  EXPECT_TRUE(j["ranks"][1]["clock_uncertainty_ns"].is_null());
+  EXPECT_EQ(j["ranks"][1]["clock_unaligned_reason"], "not aligned: no clock alignment recorded");
+  EXPECT_EQ(j["clock_alignment"]["aligned_ranks"], 0);
+  EXPECT_TRUE(j["clock_alignment"]["reference_rank"].is_null());
+  EXPECT_THAT(j["clock_alignment"]["basis"].get<std::string>(),
+              HasSubstr("clocks not aligned: wall clocks compared as they are"));
+  EXPECT_EQ(j["explained"], nlohmann::json::array());
   ASSERT_EQ(j["insights"].size(), 1u);
   EXPECT_EQ(j["insights"][0]["rule_id"], "rank_skew");
   ASSERT_EQ(j["not_evaluated"].size(), 1u);
   EXPECT_EQ(j["not_evaluated"][0]["rule_id"], "bucket_skew");
   EXPECT_EQ(nlohmann::json::parse(j.dump()), j);
+}
+
+TEST(GroupReport, ShowsEachRanksClockOffsetAndTheAlignmentBasis) {
+  // GIVEN rank 0 (the reference, which recorded no offset of its own), rank 1 aligned to it, and
+  // rank 2 whose alignment failed
+  std::vector<store::RunData> runs;
+  RunBuilder r1 = Ranked(1, 62);
+  r1.Config(Distributed({{"rank", 1},
+                         {"clock_offset_ns", -1234},
+                         {"clock_uncertainty_ns", 56000},
+                         {"clock_reference_rank", 0},
+                         {"clock_rounds", 64},
+                         {"clock_method", "gloo send/recv ping-pong"}}));
+  RunBuilder r2 = Ranked(2, 62);
+  r2.Config(Distributed({{"rank", 2}, {"clock_unaligned_reason", "gloo unavailable"}}));
+  const GroupReport report =
+      AnalyzeGroup("job", {Ranked(0, 62).Build(), r1.Build(), r2.Build()}, RuleContext{});
+  ASSERT_EQ(report.view.clocks.size(), 3u);
+  EXPECT_EQ(report.view.clocks[0].offset_ns, 0);  // the reference rank, by definition
+  EXPECT_EQ(report.view.AlignedNs(1, 5000), report.view.ranks[1].run().start_unix_ns + 6234);
+  const std::string text = FormatGroupReport(report, "db");
+  // THEN the clock column shows the reference, the offset with its uncertainty, and "—"
+  EXPECT_THAT(text, ::testing::ContainsRegex("\n +0 +20 +node-0 .* reference\n"));
+  EXPECT_THAT(text, ::testing::ContainsRegex("\n +1 +21 +node-1 .* " +
+                                             FormatDuration(-1234.0) + " ±" +
+                                             FormatDuration(56000.0) + "\n"));
+  EXPECT_THAT(text, ::testing::ContainsRegex("\n +2 +22 +node-2 .* +—\n"));
+  EXPECT_THAT(text, HasSubstr("\n  clocks aligned to rank 0 on 2 of 3 ranks (±" +
+                              FormatDuration(56000.0) + "; gloo send/recv ping-pong); the "
+                              "others' wall clocks compared as they are\n"
+                              "  rank 2: not aligned: gloo unavailable\n"));
+  // AND the JSON has the same, null with a reason where unknown
+  const nlohmann::json j = GroupReportJson(report);
+  EXPECT_EQ(j["ranks"][0]["clock_offset_ns"], 0);
+  EXPECT_EQ(j["ranks"][1]["clock_offset_ns"], -1234);
+  EXPECT_EQ(j["ranks"][1]["clock_uncertainty_ns"], 56000);
+  EXPECT_TRUE(j["ranks"][1]["clock_unaligned_reason"].is_null());
+  EXPECT_TRUE(j["ranks"][2]["clock_offset_ns"].is_null());
+  EXPECT_EQ(j["ranks"][2]["clock_unaligned_reason"], "not aligned: gloo unavailable");
+  EXPECT_EQ(j["clock_alignment"]["aligned_ranks"], 2);
+  EXPECT_EQ(j["clock_alignment"]["reference_rank"], 0);
+  EXPECT_EQ(j["clock_alignment"]["uncertainty_ns"], 56000);
+  // AND with every rank aligned the line says so without a caveat
+  r2.Config(Distributed({{"clock_offset_ns", 700}, {"clock_uncertainty_ns", 3000},
+                         {"clock_reference_rank", 0}}));
+  const GroupReport all =
+      AnalyzeGroup("job", {Ranked(0, 62).Build(), r1.Build(), r2.Build()}, RuleContext{});
+  EXPECT_EQ(all.view.AlignmentBasis(), "clocks aligned to rank 0 (±" + FormatDuration(56000.0) +
+                                           "; gloo send/recv ping-pong)");
+  EXPECT_THAT(FormatGroupReport(all, "db"), Not(HasSubstr("not aligned")));
 }
 
 // ---------------------------------------------------------------- through the store

@@ -292,13 +292,20 @@ void ApplyPrecedence(std::vector<Insight>* fired, std::vector<Explained>* explai
           auto it = x.evidence.find(e.when);
           if (it == x.evidence.end() || !it->is_boolean() || !it->get<bool>()) continue;
         }
+        if (!e.same.empty()) {
+          const nlohmann::json& other = (*fired)[j].evidence;
+          auto mine = x.evidence.find(e.same);
+          auto theirs = other.find(e.same);
+          if (mine == x.evidence.end() || theirs == other.end() || *mine != *theirs) continue;
+        }
         by[i] = j;
         break;
       }
     }
   }
   // Each finding's root: the first finding of its chain that nothing explains. The registry's
-  // relation is acyclic (tested); the bound only guards against a bad edit (a cycle is kept).
+  // relation is acyclic but for pairs with exclusive conditions (tested); the bound only guards
+  // against a bad edit (a cycle is kept).
   std::vector<std::string> root_id(n);
   for (size_t i = 0; i < n; ++i) {
     size_t root = i;
@@ -432,6 +439,12 @@ std::string FormatSummary(const Report& report, const std::string& db_path) {
   }
   out += StrFormat("  Full report: gpuprof insights %s %lld\n", ShellQuoteIfNeeded(db_path).c_str(),
                    static_cast<long long>(run.run_id));
+  if (run.group_id && run.world_size && *run.world_size > 1) {
+    // A rank of a distributed job: its peers are compared in the group report.
+    out += StrFormat("  All %lld ranks: gpuprof insights %s --group %s\n",
+                     static_cast<long long>(*run.world_size), ShellQuoteIfNeeded(db_path).c_str(),
+                     ShellQuoteIfNeeded(*run.group_id).c_str());
+  }
   out += Rule();
   return ValidUtf8(out);
 }
@@ -511,7 +524,10 @@ std::string FormatFullReport(const Report& report) {
       for (const PhaseSummary& p : b.phases) {
         any_gpu = any_gpu || p.gpu_mean_ns.has_value();
         row(p.name, FormatPercent(p.wall_fraction, 1),
-            "   " + FormatDuration(p.wall_total_ns / std::max<size_t>(1, p.steps)) + "/step");
+            "   " + FormatDuration(p.wall_total_ns / std::max<size_t>(1, p.steps)) + "/step" +
+                (p.derived ? " (collectives after the last gradient bucket was ready, from "
+                             "comm_buckets; taken out of backward)"
+                           : ""));
       }
       if (b.phases.empty()) row("phases", "—", "   (no phase timings recorded)");
       row("other", OrDash(b.other_fraction, [](double f) { return FormatPercent(f, 1); }),
@@ -608,7 +624,8 @@ json ReportJson(const Report& report) {
                       {"wall_fraction", p.wall_fraction},
                       {"wall_mean_ns", p.steps ? json(p.wall_total_ns / p.steps) : json(nullptr)},
                       {"gpu_mean_ns", J(p.gpu_mean_ns)},
-                      {"gpu_steps", p.gpu_steps}});
+                      {"gpu_steps", p.gpu_steps},
+                      {"derived", p.derived}});
   }
   json steps = {
       {"count", v.steps.size()},

@@ -115,6 +115,16 @@ TEST(Summary, SaysSoWhenThereAreNoInsights) {
   EXPECT_THAT(text, HasSubstr("Full report: gpuprof insights runs/x.db 1"));
 }
 
+TEST(Summary, ARankOfAGroupPointsToTheGroupReport) {
+  RunBuilder b = HealthyRun();
+  b.Rank("my job", 1, 4);
+  const std::string text = FormatSummary(Analyze(b.Build(), RuleContext{}), "runs/x.db");
+  EXPECT_THAT(text, HasSubstr("  All 4 ranks: gpuprof insights runs/x.db --group 'my job'\n"));
+  // AND a run of no group has no such line
+  EXPECT_THAT(FormatSummary(Analyze(HealthyRun().Build(), RuleContext{}), "x.db"),
+              ::testing::Not(HasSubstr("--group")));
+}
+
 TEST(Summary, NotEvaluatedLineNamesWhatFitsThenCounts) {
   RunBuilder b = HealthyRun();
   b.Cpu();
@@ -235,6 +245,34 @@ TEST(FullReport, ListsHeaderStepsTelemetryInsightsAndSkippedRules) {
   // A rule that needs host telemetry names why it is missing.
   EXPECT_THAT(text, ContainsRegex("\n  host_memory_pressure +swap-in rate not sampled \\(telemetry "
                                   "unavailable: /proc not readable\\)"));
+}
+
+TEST(FullReport, ShowsTheCommPhaseDerivedFromTheBuckets) {
+  // GIVEN a DDP rank whose steps (100 ms: forward 30, backward 50, optimizer 10) wait 20 ms
+  // after their last gradient bucket was ready for the collectives to finish
+  RunBuilder b;
+  b.Rank("job", 1, 2).Steps(20, StepShape{});
+  for (const auto& s : b.steps()) {
+    b.CommBucket(s.step, 0, s.start_ns + 50 * kMs, s.start_ns + 60 * kMs);
+    b.CommBucket(s.step, 1, s.start_ns + 60 * kMs, s.start_ns + 80 * kMs);
+  }
+  const Report report = Analyze(b.Build(), RuleContext{});
+  const std::string text = FormatFullReport(report);
+  // THEN the breakdown has a comm row of 20% and backward lost as much
+  EXPECT_THAT(text, ContainsRegex(Row("backward", FormatPercent(0.30, 1))));
+  EXPECT_THAT(text, ContainsRegex(Row("comm", FormatPercent(0.20, 1)) + " +" +
+                                  FormatDuration(20.0 * kMs) + "/step \\(collectives after the "
+                                  "last gradient bucket was ready, from comm_buckets; taken out "
+                                  "of backward\\)"));
+  EXPECT_THAT(text, ContainsRegex(Row("other", FormatPercent(0.05, 1))));
+  // AND the JSON phase says it was derived
+  const nlohmann::json j = ReportJson(report);
+  const nlohmann::json& phases = j["steps"]["breakdown"]["phases"];
+  ASSERT_EQ(phases.size(), 4u);
+  EXPECT_EQ(phases[3]["name"], "comm");
+  EXPECT_EQ(phases[3]["derived"], true);
+  EXPECT_EQ(phases[3]["calls"], 2 * (20 - kWarmupSteps));
+  EXPECT_EQ(phases[1]["derived"], false);
 }
 
 TEST(FullReport, NoStepsAndRunningRun) {

@@ -175,6 +175,7 @@ Breakdown ComputeBreakdown(const std::vector<StepView>& steps, size_t begin) {
       if (inserted) {
         PhaseSummary fresh;
         fresh.name = p.name;
+        fresh.derived = p.derived;
         b.phases.push_back(std::move(fresh));
       }
       PhaseSummary& ps = b.phases[it->second];
@@ -269,6 +270,42 @@ std::optional<std::pair<int64_t, int64_t>> RunView::SteadyWindow() const {
   return std::make_pair(steps[steady_begin].start_ns, steps.back().end_ns);
 }
 
+// The derived comm phase of each step with comm_buckets rows and no recorded "comm" phase
+// (StepView::phases).
+static void DeriveCommPhases(const std::vector<store::CommBucketRow>& buckets,
+                             const std::unordered_map<int64_t, size_t>& by_step,
+                             std::vector<StepView>* steps) {
+  struct Acc {
+    int64_t last_start = 0, last_end = 0, rows = 0;
+  };
+  std::map<int64_t, Acc> per_step;
+  for (const auto& b : buckets) {
+    auto [it, inserted] = per_step.try_emplace(b.step, Acc{b.start_ns, b.end_ns, 0});
+    Acc& a = it->second;
+    a.last_start = std::max(a.last_start, b.start_ns);
+    a.last_end = std::max(a.last_end, b.end_ns);
+    ++a.rows;
+  }
+  for (const auto& [step, a] : per_step) {
+    auto at = by_step.find(step);
+    if (at == by_step.end()) continue;  // buckets of a step that was never closed
+    StepView& s = (*steps)[at->second];
+    const auto named = [&](const char* name) {
+      return std::find_if(s.phases.begin(), s.phases.end(),
+                          [&](const PhaseTime& p) { return p.name == name; });
+    };
+    if (named(kCommPhase) != s.phases.end()) continue;  // recorded: it wins
+    int64_t exposed = std::max<int64_t>(0, a.last_end - a.last_start);
+    if (auto backward = named("backward"); backward != s.phases.end()) {
+      exposed = std::min(exposed, std::max<int64_t>(0, backward->wall_ns));
+      backward->wall_ns -= exposed;
+      s.phase_wall_ns -= exposed;
+    }
+    s.phases.push_back(PhaseTime{kCommPhase, exposed, std::nullopt, a.rows, true});
+    s.phase_wall_ns += exposed;
+  }
+}
+
 // Each step's overlap with the stalls (steps tile the timeline in step order; stalls are
 // sorted here, and one may span several steps).
 static void AssignStalls(std::vector<store::StallRow> stalls, std::vector<StepView>* steps) {
@@ -307,7 +344,9 @@ static void AssignCpuWaits(std::vector<store::CpuWaitRow> waits, std::vector<Ste
       const int64_t begin = std::max(w.start_ns, s.start_ns);
       const int64_t end = std::min(w.end_ns, s.end_ns);
       if (span <= 0) {  // a stretch of no length: all of it where it lies
-        if (w.start_ns >= s.start_ns && w.start_ns < s.end_ns) wait += static_cast<double>(w.wait_ns);
+        if (w.start_ns >= s.start_ns && w.start_ns < s.end_ns) {
+          wait += static_cast<double>(w.wait_ns);
+        }
         continue;
       }
       if (end > begin) {
@@ -348,6 +387,7 @@ RunView BuildRunView(store::RunData data) {
     s.phases.push_back(PhaseTime{p.name, p.wall_ns, p.gpu_ns, p.calls});
     s.phase_wall_ns += p.wall_ns;
   }
+  DeriveCommPhases(d.comm_buckets, by_step, &v.steps);
 
   const size_t n = v.steps.size();
   if (n >= kWarmupSteps + kMinSteadySteps) {

@@ -47,11 +47,15 @@ struct DurationStats {
 // nullopt for an empty list.
 std::optional<DurationStats> ComputeDurationStats(const std::vector<double>& values_ns);
 
+// The name of the phase BuildRunView derives from comm_buckets (see StepView::phases).
+inline constexpr const char* kCommPhase = "comm";
+
 struct PhaseTime {
   std::string name;
   int64_t wall_ns = 0;
   std::optional<int64_t> gpu_ns;
   int64_t calls = 0;
+  bool derived = false;  // computed from comm_buckets, not recorded as a phase
 };
 
 struct StepView {
@@ -61,7 +65,13 @@ struct StepView {
   int64_t duration_ns = 0;
   std::optional<int64_t> wait_ns;
   std::optional<std::string> wait_source;
-  std::vector<PhaseTime> phases;  // this step's phase rows, in stored order
+  // This step's phase rows, in stored order. A step with comm_buckets rows and no recorded
+  // phase named "comm" gets a derived one last: wall = its exposed communication, the time from
+  // its last gradient bucket being ready (the latest bucket start) to all its collectives having
+  // finished (the latest bucket end), at least 0 and, when the step has a "backward" phase, at
+  // most its wall, which loses as much (DDP waits for the collectives inside backward()); calls =
+  // its bucket rows; GPU time unknown. The backward phase's GPU time is left as recorded.
+  std::vector<PhaseTime> phases;
   int64_t phase_wall_ns = 0;      // sum of phases[].wall_ns (0 when there are none)
   // Time within the step when the process was held off the CPU (host_stalls overlapping it);
   // nullopt when the run had no stall watch.
@@ -87,6 +97,7 @@ struct PhaseSummary {
   size_t gpu_steps = 0;       // steady steps where GPU time was measured
   std::optional<double> gpu_total_ns;  // nullopt when never measured
   std::optional<double> gpu_mean_ns;   // per measured step
+  bool derived = false;       // the comm phase derived from comm_buckets (PhaseTime::derived)
 };
 
 // Where steady-state step time goes, as fractions of step time.

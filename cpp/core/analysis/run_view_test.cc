@@ -131,6 +131,88 @@ TEST(RunView, CanonicalPhasesComeFirstThenFirstAppearance) {
   EXPECT_FALSE(v.breakdown.phases[1].gpu_mean_ns);
 }
 
+// The phase named `name` of step `step`, or null.
+const PhaseTime* PhaseOf(const RunView& v, size_t step, const std::string& name) {
+  for (const PhaseTime& p : v.steps.at(step).phases) {
+    if (p.name == name) return &p;
+  }
+  return nullptr;
+}
+
+TEST(RunView, CommBucketsBecomeACommPhaseTakenOutOfBackward) {
+  // GIVEN 8 steps of 100 ms (forward 30, backward 50, optimizer 10) whose DDP buckets are ready
+  // at 40, 55 and 70 ms into the step, the collectives finishing at 60, 72 and 82 ms
+  RunBuilder b;
+  b.Steps(8, StepShape{});
+  for (const auto& s : b.steps()) {
+    if (s.step == 5) continue;  // a step without bucket rows
+    b.CommBucket(s.step, 0, s.start_ns + 40 * kMs, s.start_ns + 60 * kMs);
+    b.CommBucket(s.step, 1, s.start_ns + 55 * kMs, s.start_ns + 72 * kMs);
+    b.CommBucket(s.step, 2, s.start_ns + 70 * kMs, s.start_ns + 82 * kMs);
+  }
+  b.CommBucket(99, 0, 0, kMs);  // buckets of a step that was never closed: ignored
+  const RunView v = BuildRunView(b.Build());
+  // THEN each step with buckets has a derived comm phase: the last bucket was ready at 70 ms and
+  // the collectives were done at 82 ms, 12 ms exposed, which backward no longer counts
+  const PhaseTime* comm = PhaseOf(v, 4, "comm");
+  ASSERT_NE(comm, nullptr);
+  EXPECT_EQ(comm->wall_ns, 12 * kMs);
+  EXPECT_EQ(comm->calls, 3);
+  EXPECT_TRUE(comm->derived);
+  EXPECT_FALSE(comm->gpu_ns);  // unknown, not 0
+  EXPECT_EQ(PhaseOf(v, 4, "backward")->wall_ns, 38 * kMs);
+  EXPECT_EQ(v.steps[4].phase_wall_ns, 90 * kMs);  // the phases still sum to the same
+  // AND a step without bucket rows is left as recorded
+  EXPECT_EQ(PhaseOf(v, 5, "comm"), nullptr);
+  EXPECT_EQ(PhaseOf(v, 5, "backward")->wall_ns, 50 * kMs);
+  // AND the breakdown lists comm after the recorded phases, marked derived, over its 4 steps
+  const Breakdown& br = v.breakdown;
+  ASSERT_EQ(br.phases.size(), 4u);
+  EXPECT_EQ(br.phases[3].name, "comm");
+  EXPECT_TRUE(br.phases[3].derived);
+  EXPECT_FALSE(br.phases[1].derived);
+  EXPECT_EQ(br.phases[3].steps, 4u);
+  EXPECT_DOUBLE_EQ(br.phases[3].wall_fraction, 4 * 12.0 / (5 * 100.0));
+  EXPECT_DOUBLE_EQ(br.phases[1].wall_fraction, (4 * 38.0 + 50) / (5 * 100.0));
+}
+
+TEST(RunView, DerivedCommIsClippedToBackwardAndNeverNegative) {
+  RunBuilder b;
+  StepShape s;
+  s.phases = {{"forward", 30 * kMs, std::nullopt}, {"backward", 8 * kMs, 6 * kMs}};
+  StepShape no_backward;
+  no_backward.phases = {{"forward", 30 * kMs, std::nullopt}};
+  b.Step(s).Step(s).Step(no_backward);
+  // Step 0: 12 ms exposed but backward is 8 ms long: clipped to 8, backward left with 0.
+  b.CommBucket(0, 0, 10 * kMs, 20 * kMs).CommBucket(0, 1, 20 * kMs, 32 * kMs);
+  // Step 1: the bucket's end reads before its start: an exposed time below 0 reads 0.
+  b.CommBucket(1, 0, 100 * kMs + 50 * kMs, 100 * kMs + 45 * kMs);
+  // Step 2: no backward phase: the whole exposed time, nothing taken from elsewhere.
+  b.CommBucket(2, 0, 200 * kMs + 10 * kMs, 200 * kMs + 25 * kMs);
+  const RunView v = BuildRunView(b.Build());
+  EXPECT_EQ(PhaseOf(v, 0, "comm")->wall_ns, 8 * kMs);
+  EXPECT_EQ(PhaseOf(v, 0, "backward")->wall_ns, 0);
+  EXPECT_EQ(PhaseOf(v, 0, "backward")->gpu_ns, 6 * kMs);  // GPU time is left as recorded
+  EXPECT_EQ(v.steps[0].phase_wall_ns, 38 * kMs);
+  EXPECT_EQ(PhaseOf(v, 1, "comm")->wall_ns, 0);
+  EXPECT_EQ(PhaseOf(v, 1, "backward")->wall_ns, 8 * kMs);
+  EXPECT_EQ(PhaseOf(v, 2, "comm")->wall_ns, 15 * kMs);
+  EXPECT_EQ(v.steps[2].phase_wall_ns, 45 * kMs);
+}
+
+TEST(RunView, ARecordedCommPhaseWinsOverTheBuckets) {
+  RunBuilder b;
+  StepShape s;
+  s.phases = {{"backward", 50 * kMs, std::nullopt}, {"comm", 7 * kMs, std::nullopt}};
+  b.Step(s);
+  b.CommBucket(0, 0, 10 * kMs, 40 * kMs);
+  const RunView v = BuildRunView(b.Build());
+  ASSERT_EQ(v.steps[0].phases.size(), 2u);
+  EXPECT_EQ(PhaseOf(v, 0, "comm")->wall_ns, 7 * kMs);
+  EXPECT_FALSE(PhaseOf(v, 0, "comm")->derived);
+  EXPECT_EQ(PhaseOf(v, 0, "backward")->wall_ns, 50 * kMs);
+}
+
 TEST(RunView, DurationFromRunEndElseLastStep) {
   RunBuilder b;
   b.Steps(3, Dur(100));

@@ -71,7 +71,11 @@ void Recorder::Stop() {
   if (stall_watch_) stall_watch_->Stop();
   drain_thread_.Stop();
   // Everything the training thread emitted before Stop() is in the ring now: the caller
-  // guarantees no concurrent Emit() once it calls Stop().
+  // guarantees no concurrent Emit() once it calls Stop(). A bucket reported later is dropped.
+  {
+    std::lock_guard lock(comm_mu_);
+    comm_closed_ = true;
+  }
   Drain();
   assembler_.Finish(clock::NowNs());
   // One last telemetry tick so that short runs have at least one sample of each kind.
@@ -89,13 +93,36 @@ void Recorder::Stop() {
   }
 }
 
+void Recorder::AddCommBucket(const store::CommBucketRow& mono) {
+  std::lock_guard lock(comm_mu_);
+  if (comm_closed_ || comm_.size() >= kMaxPendingComm) {
+    dropped_comm_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  comm_.push_back(mono);
+}
+
 void Recorder::Drain() noexcept {
+  // The buckets are taken before the ring is read: every event emitted before a bucket was
+  // reported (the forward that opened its step) is then in the ring, and placed first.
+  std::vector<store::CommBucketRow> comm;
+  {
+    std::lock_guard lock(comm_mu_);
+    comm.swap(comm_);
+  }
   Event e;
   try {
     while (ring_.Pop(&e)) assembler_.OnEvent(e);
   } catch (...) {
     // Allocation failure inside the assembler: drop this event, keep the thread alive.
     dropped_events_.fetch_add(1, std::memory_order_relaxed);
+  }
+  for (const auto& c : comm) {
+    try {
+      assembler_.OnCommBucket(c);
+    } catch (...) {
+      dropped_comm_.fetch_add(1, std::memory_order_relaxed);
+    }
   }
 }
 

@@ -38,6 +38,8 @@ namespace gpuprof::record {
 // host_hz below one sample an hour sample once an hour.
 inline constexpr std::chrono::nanoseconds kMinSamplePeriod{1000};             // 1 µs
 inline constexpr std::chrono::nanoseconds kMaxSamplePeriod{3'600'000'000'000};  // 1 h
+// Bucket timings reported between two drains (every drain_interval_ms) at most.
+inline constexpr size_t kMaxPendingComm = 1 << 16;
 
 struct RecorderOptions {
   double sample_hz = 100.0;    // GPU telemetry; <= 0 disables the thread
@@ -79,7 +81,19 @@ class Recorder {
     }
   }
 
+  // From any thread (the DDP comm hook's callbacks run on the backend's threads): one bucket's
+  // collective, monotonic ns; placed in its step on the drain thread (StepAssembler::
+  // OnCommBucket). Ignored once Stop() has drained.
+  void AddCommBucket(const store::CommBucketRow& mono);
+
   uint64_t dropped_events() const { return dropped_events_.load(std::memory_order_relaxed); }
+  // Bucket timings not stored: reported after Stop(), over kMaxPendingComm, or placed in no
+  // step (before the first step, in a discarded accumulation, older than the recent steps).
+  // Read it after Stop().
+  uint64_t dropped_comm() const {
+    return dropped_comm_.load(std::memory_order_relaxed) +
+           static_cast<uint64_t>(assembler_.unmatched_comm());
+  }
   uint64_t gpu_ticks() const { return gpu_ticks_.load(std::memory_order_relaxed); }
   uint64_t host_ticks() const { return host_ticks_.load(std::memory_order_relaxed); }
   // Whether the stall watch runs (host telemetry on); its stalls so far.
@@ -104,9 +118,13 @@ class Recorder {
   StepAssembler assembler_;
   std::unique_ptr<telemetry::GpuCollector> gpu_;
   std::unique_ptr<telemetry::HostSampler> host_;
+  std::mutex comm_mu_;
+  std::vector<store::CommBucketRow> comm_;  // guarded by comm_mu_
+  bool comm_closed_ = false;                // guarded by comm_mu_
   std::mutex pids_mu_;
   std::vector<int64_t> pids_;  // process tree, updated by the host thread
   std::atomic<uint64_t> dropped_events_{0};
+  std::atomic<uint64_t> dropped_comm_{0};
   std::atomic<uint64_t> gpu_ticks_{0};
   std::atomic<uint64_t> host_ticks_{0};
   std::vector<store::GpuSampleRow> gpu_rows_;  // gpu thread scratch

@@ -149,6 +149,12 @@ StopResult Session::Stop(const std::string& status, const std::optional<std::str
                         " forward/backward calls were not followed by optimizer.step() and "
                         "belong to no step");
     }
+    if (const uint64_t lost = recorder_->dropped_comm(); lost > 0) {
+      AddDiagnostic("info", "comm",
+                    std::to_string(lost) + " collective bucket timings belong to no stored step "
+                                           "(before the first step, after the last, or reported "
+                                           "after the run ended) and were not stored");
+    }
     if (a.unmatched_events() > 0) {
       AddDiagnostic("info", "steps",
                     std::to_string(a.unmatched_events()) + " events could not be matched");

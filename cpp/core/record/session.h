@@ -59,6 +59,11 @@ class Session {
     recorder_->EmitAt(ts_ns, kind, arg, value);
   }
   uint32_t InternPhase(const std::string& name) { return names_.Intern(name); }
+  // From any thread: one DDP bucket's collective (monotonic ns). See Recorder::AddCommBucket.
+  void AddCommBucket(int64_t bucket, int64_t start_mono_ns, int64_t end_mono_ns,
+                     std::optional<int64_t> bytes) {
+    recorder_->AddCommBucket(store::CommBucketRow{0, bucket, start_mono_ns, end_mono_ns, bytes});
+  }
 
   void AddDiagnostic(const std::string& level, const std::string& source,
                      const std::string& message);
@@ -79,6 +84,7 @@ class Session {
   bool stopped() const { return stopped_; }
   Recorder& recorder() { return *recorder_; }
   int64_t RelNow() const { return clock::NowNs() - anchor_.mono_ns; }
+  const clock::Anchor& anchor() const { return anchor_; }
 
  private:
   explicit Session(SessionConfig config) : config_(std::move(config)) {}

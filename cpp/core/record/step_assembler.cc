@@ -7,6 +7,7 @@ namespace gpuprof::record {
 namespace {
 constexpr size_t kRecentSteps = 1024;  // closed steps kept for GPU times that resolve late
 constexpr int64_t kMaxIndexNotes = 100;  // diagnostics about remapped step(i) indices per run
+constexpr size_t kMaxCommPerStep = 65536;  // bucket timings held for one open step
 }  // namespace
 
 StepAssembler::StepAssembler(const PhaseNames* names, int64_t anchor_mono_ns, Sink sink)
@@ -27,6 +28,8 @@ void StepAssembler::OpenCommon(OpenStep* s, int64_t ts) {
   carry_wait_ns_ = 0;
   carry_wait_start_.reset();
   carry_wait_wrapped_ = false;
+  s->comm = std::move(comm_waiting_);
+  comm_waiting_.clear();
 }
 
 void StepAssembler::OpenAuto(int64_t ts) {
@@ -122,6 +125,7 @@ void StepAssembler::Close(int64_t end_ns) {
     pr.calls = p.calls;
     sink_(std::move(pr));
   }
+  for (store::CommBucketRow& c : s.comm) StoreComm(s.index, std::move(c));
   recent_.push_back(ClosedSpan{s.index, s.start_ns, std::max(end_ns, s.start_ns)});
   if (recent_.size() > kRecentSteps) recent_.pop_front();
   ++steps_emitted_;
@@ -137,8 +141,42 @@ void StepAssembler::CloseIfPending() {
   pending_close_ = false;
 }
 
+void StepAssembler::StoreComm(int64_t step, store::CommBucketRow row) {
+  row.step = step;
+  row.start_ns -= anchor_;
+  row.end_ns -= anchor_;
+  sink_(std::move(row));
+}
+
+void StepAssembler::OnCommBucket(const store::CommBucketRow& mono) {
+  const int64_t t = mono.start_ns;
+  if (open_ && t >= open_->start_ns && !(pending_close_ && !open_->manual && t > last_opt_end_)) {
+    if (open_->comm.size() < kMaxCommPerStep) {
+      open_->comm.push_back(mono);
+    } else {
+      ++unmatched_comm_;
+    }
+    return;
+  }
+  for (auto it = recent_.rbegin(); it != recent_.rend(); ++it) {
+    if (t >= it->start_ns && t <= it->end_ns) {
+      StoreComm(it->index, mono);
+      return;
+    }
+  }
+  // Between steps (after the last one closed, or after a pending auto step's optimizer): the
+  // next step's, which starts where the last one ended.
+  const bool after_last = (open_ && t >= open_->start_ns) || (prev_end_ && t >= *prev_end_);
+  if (after_last && comm_waiting_.size() < kMaxCommPerStep) {
+    comm_waiting_.push_back(mono);
+    return;
+  }
+  ++unmatched_comm_;
+}
+
 void StepAssembler::DiscardAutoAccumulation() {
   if (open_ && !open_->manual) {
+    unmatched_comm_ += static_cast<int64_t>(open_->comm.size());
     orphan_calls_ += open_->forward_calls + open_->backward_calls;
     open_.reset();
   }
@@ -272,6 +310,8 @@ void StepAssembler::Finish(int64_t now_mono_ns) {
   CloseIfPending();
   if (open_ && open_->manual) Close(now_mono_ns);
   DiscardAutoAccumulation();
+  unmatched_comm_ += static_cast<int64_t>(comm_waiting_.size());
+  comm_waiting_.clear();
 }
 
 }  // namespace gpuprof::record

@@ -44,6 +44,12 @@ class StepAssembler {
   StepAssembler(const PhaseNames* names, int64_t anchor_mono_ns, Sink sink);
 
   void OnEvent(const Event& e);
+  // One collective of a DDP gradient bucket (start: its comm hook was called; end: the collective
+  // finished), monotonic ns. It belongs to the step whose span holds its start: the open step
+  // (stored when that step closes; dropped with it when an auto step is discarded), a recently
+  // closed one (a late report: a CUDA event resolved later), or the next step when it starts
+  // between steps. Older than the recent steps, or before the first step: unmatched.
+  void OnCommBucket(const store::CommBucketRow& mono);
   // End of run: closes a pending auto step at its last optimizer end and an open manual step
   // at `now_mono_ns`. Activity after the last optimizer step is not a step (counted).
   void Finish(int64_t now_mono_ns);
@@ -54,6 +60,8 @@ class StepAssembler {
   int64_t orphan_calls() const { return orphan_calls_; }
   // Events that could not be placed (phase end without begin, GPU time of an unknown step).
   int64_t unmatched_events() const { return unmatched_events_; }
+  // Bucket timings placed in no stored step (see OnCommBucket).
+  int64_t unmatched_comm() const { return unmatched_comm_; }
 
  private:
   struct PhaseAcc {
@@ -74,6 +82,7 @@ class StepAssembler {
     // Manual s.phase() blocks named forward / backward / optimizer (PhaseNames ids 0..2).
     int64_t named_phase_calls[3] = {0, 0, 0};
     std::vector<PhaseAcc> phases;
+    std::vector<store::CommBucketRow> comm;  // monotonic times; stored at Close
   };
   struct ClosedSpan {
     int64_t index, start_ns, end_ns;
@@ -83,6 +92,7 @@ class StepAssembler {
   void OpenManual(int64_t index, int64_t ts);
   void OpenCommon(OpenStep* s, int64_t ts);
   void Close(int64_t end_ns);
+  void StoreComm(int64_t step, store::CommBucketRow row);
   void CloseIfPending();
   PhaseAcc& Phase(uint32_t id);
   void AddPhase(uint32_t id, int64_t wall_ns);
@@ -114,6 +124,8 @@ class StepAssembler {
   bool carry_wait_wrapped_ = false;
   bool wait_wrapped_ = false;  // the open wait's source (kWaitBegin value 0)
   std::deque<ClosedSpan> recent_;  // for late GPU times
+  std::vector<store::CommBucketRow> comm_waiting_;  // started between steps: the next one's
+  int64_t unmatched_comm_ = 0;
   int64_t steps_emitted_ = 0;
   int64_t orphan_calls_ = 0;
   int64_t unmatched_events_ = 0;

@@ -16,6 +16,7 @@ struct Collected {
   std::map<std::pair<int64_t, std::string>, store::PhaseRow> phases;
   std::vector<store::PhaseGpuRow> late_gpu;
   std::vector<store::DiagnosticRow> diagnostics;
+  std::vector<store::CommBucketRow> comm;
 };
 
 class StepAssemblerTest : public ::testing::Test {
@@ -26,6 +27,7 @@ class StepAssemblerTest : public ::testing::Test {
           if (auto* p = std::get_if<store::PhaseRow>(&row)) out_.phases[{p->step, p->name}] = *p;
           if (auto* g = std::get_if<store::PhaseGpuRow>(&row)) out_.late_gpu.push_back(*g);
           if (auto* d = std::get_if<store::DiagnosticRow>(&row)) out_.diagnostics.push_back(*d);
+          if (auto* c = std::get_if<store::CommBucketRow>(&row)) out_.comm.push_back(*c);
         }) {}
 
   // Feeds an event at kAnchor + t_ms.
@@ -41,6 +43,12 @@ class StepAssemblerTest : public ::testing::Test {
     At(t + f + b, EventKind::kOptimizerBegin);
     At(t + f + b + o, EventKind::kOptimizerEnd);
     return t + f + b + o;
+  }
+  // A bucket's collective over [kAnchor + start_ms, kAnchor + end_ms].
+  void Bucket(int64_t bucket, double start_ms, double end_ms) {
+    const int64_t start = kAnchor + static_cast<int64_t>(start_ms * kMs);
+    const int64_t end = kAnchor + static_cast<int64_t>(end_ms * kMs);
+    asm_.OnCommBucket(store::CommBucketRow{-1, bucket, start, end, 4096});
   }
   int64_t PhaseWall(int64_t step, const std::string& name) {
     auto it = out_.phases.find({step, name});
@@ -353,6 +361,70 @@ TEST_F(StepAssemblerTest, UnbalancedEventsAreCountedNotFatal) {
   asm_.Finish(kAnchor + 10 * kMs);
   EXPECT_EQ(out_.steps.size(), 0u);
   EXPECT_EQ(asm_.unmatched_events(), 4);
+}
+
+}  // namespace
+}  // namespace gpuprof::record
+
+namespace gpuprof::record {
+namespace {
+
+TEST_F(StepAssemblerTest, CommBucketsJoinTheStepHoldingTheirStart) {
+  // GIVEN two auto steps (10..16, 16..26) with buckets reported during their backward
+  At(10, EventKind::kForwardBegin);
+  At(12, EventKind::kForwardEnd);
+  At(12, EventKind::kBackwardBegin);
+  Bucket(1, 13, 14.5);
+  Bucket(0, 14, 15);
+  At(15, EventKind::kBackwardEnd);
+  At(15, EventKind::kOptimizerBegin);
+  At(16, EventKind::kOptimizerEnd);
+  // THEN nothing is stored while the step is open (a discarded step takes its buckets along)
+  EXPECT_TRUE(out_.comm.empty());
+  Iteration(20, 2, 3, 1);
+  // AND a bucket reported late (a resolved CUDA event) still finds its closed step
+  Bucket(1, 11, 13);
+  asm_.Finish(kAnchor + 100 * kMs);
+  ASSERT_EQ(out_.comm.size(), 3u);
+  EXPECT_EQ(out_.comm[0].step, 0);
+  EXPECT_EQ(out_.comm[0].bucket, 1);
+  EXPECT_EQ(out_.comm[0].start_ns, 13 * kMs);  // relative to the run's start
+  EXPECT_EQ(out_.comm[0].end_ns, 14500 * kMs / 1000);
+  EXPECT_EQ(out_.comm[0].bytes, 4096);
+  EXPECT_EQ(out_.comm[1].step, 0);
+  EXPECT_EQ(out_.comm[2].step, 0);  // the late one
+  EXPECT_EQ(asm_.unmatched_comm(), 0);
+}
+
+TEST_F(StepAssemblerTest, CommBucketBetweenStepsIsTheNextStepsAndOrphansAreCounted) {
+  // GIVEN a bucket before any step, one after step 0's optimizer (before step 1's forward)
+  Bucket(9, 1, 2);
+  Iteration(10, 2, 3, 1);  // step 0 pending close at 16
+  Bucket(0, 17, 18);
+  Iteration(20, 2, 3, 1);  // step 1: 16..26
+  // AND a bucket in a forward/backward that no optimizer step ends (discarded at Finish)
+  At(30, EventKind::kForwardBegin);
+  At(31, EventKind::kForwardEnd);
+  Bucket(0, 31.5, 32);
+  asm_.Finish(kAnchor + 100 * kMs);
+  // THEN the between-steps bucket is step 1's; the first and the orphan are unmatched
+  ASSERT_EQ(out_.comm.size(), 1u);
+  EXPECT_EQ(out_.comm[0].step, 1);
+  EXPECT_EQ(asm_.unmatched_comm(), 2);
+}
+
+TEST_F(StepAssemblerTest, CommBucketsOfManualSteps) {
+  // GIVEN manual steps 5 and 6 with a bucket each
+  At(0, EventKind::kStepBegin, 0, 5);
+  Bucket(0, 3, 4);
+  At(10, EventKind::kStepEnd, 0, 5);
+  At(10, EventKind::kStepBegin, 0, 6);
+  Bucket(0, 12, 13);
+  At(20, EventKind::kStepEnd, 0, 6);
+  asm_.Finish(kAnchor + 100 * kMs);
+  ASSERT_EQ(out_.comm.size(), 2u);
+  EXPECT_EQ(out_.comm[0].step, 5);
+  EXPECT_EQ(out_.comm[1].step, 6);
 }
 
 }  // namespace

@@ -62,7 +62,7 @@ struct StepBreakdownRow {
   std::optional<int64_t> wait_ns;     // loader wait (steps.wait_ns)
   int64_t phase_ns[4] = {0, 0, 0, 0};  // forward, backward, optimizer, comm (wall)
   int64_t other_phase_ns = 0;         // phases of other names (wall)
-  bool comm = false;                  // a comm phase was recorded for this step
+  bool comm = false;  // a comm phase was recorded, or derived from comm_buckets, for the step
   int64_t gpu_ns = 0;                 // sum of the phases' GPU time
   bool gpu_known = false;             // some phase of the step had a GPU time
 };

@@ -494,8 +494,11 @@ SeriesRow ReadSeriesRow(R& c, bool gpu, int values) {
 }
 
 // ScanStepBreakdown for a backend whose query(sql, purpose, bind, row) calls row(reader) per
-// result row: the phases as (step, kind, wall, gpu) numbers first, then the steps in order,
-// merged.
+// result row: the phases as (step, kind, wall, gpu) numbers first, then the comm_buckets summed
+// per step, then the steps in order, merged. A step with comm_buckets rows and no recorded
+// "comm" phase gets the one analysis::BuildRunView derives (run_view.h): its exposed
+// communication, max(end_ns) - max(start_ns) of its buckets, at least 0 and at most its backward
+// phase's wall, which loses as much.
 template <class QueryFn>
 Status ScanStepBreakdownWith(QueryFn query, int64_t run_id, const StepBreakdownFn& each) {
   struct Phase {
@@ -521,7 +524,23 @@ Status ScanStepBreakdownWith(QueryFn query, int64_t run_id, const StepBreakdownF
         return Status::Ok();
       });
   if (!st.ok()) return st;
-  size_t k = 0;
+  struct Comm {
+    int64_t step, exposed;
+  };
+  std::vector<Comm> comms;
+  st = query(
+      "SELECT step, MAX(end_ns) - MAX(start_ns) FROM comm_buckets WHERE run_id = ?"
+      " GROUP BY step ORDER BY step",
+      "scan comm_buckets", [&](auto& b) { b.Int(run_id); },
+      [&](auto& c) {
+        Comm m{};
+        m.step = c.Int();
+        m.exposed = c.Int();
+        comms.push_back(m);
+        return Status::Ok();
+      });
+  if (!st.ok()) return st;
+  size_t k = 0, m = 0;
   return query(
       "SELECT step, end_ns - start_ns, wait_ns FROM steps WHERE run_id = ? ORDER BY step",
       "scan steps", [&](auto& b) { b.Int(run_id); },
@@ -530,6 +549,7 @@ Status ScanStepBreakdownWith(QueryFn query, int64_t run_id, const StepBreakdownF
         r.step = c.Int();
         r.duration_ns = c.Int();
         r.wait_ns = c.OptInt();
+        bool backward = false;
         while (k < phases.size() && phases[k].step < r.step) ++k;
         for (; k < phases.size() && phases[k].step == r.step; ++k) {
           const Phase& p = phases[k];
@@ -539,10 +559,21 @@ Status ScanStepBreakdownWith(QueryFn query, int64_t run_id, const StepBreakdownF
             r.other_phase_ns += p.wall;
           }
           r.comm = r.comm || p.kind == 3;
+          backward = backward || p.kind == 1;
           if (p.has_gpu) {
             r.gpu_ns += p.gpu;
             r.gpu_known = true;
           }
+        }
+        while (m < comms.size() && comms[m].step < r.step) ++m;
+        if (m < comms.size() && comms[m].step == r.step && !r.comm) {
+          int64_t exposed = std::max<int64_t>(0, comms[m].exposed);
+          if (backward) {
+            exposed = std::min(exposed, std::max<int64_t>(0, r.phase_ns[1]));
+            r.phase_ns[1] -= exposed;
+          }
+          r.phase_ns[3] = exposed;
+          r.comm = true;
         }
         each(r);
         return Status::Ok();

@@ -2,7 +2,7 @@
 // (bucket_skew, rank_skew; see group.h).
 #include <algorithm>
 #include <map>
-#include <tuple>
+#include <unordered_map>
 
 #include "analysis/format.h"
 #include "analysis/group.h"
@@ -12,6 +12,143 @@
 namespace gpuprof::analysis::rules {
 
 using namespace thresholds;
+
+namespace {
+
+// Why a distributed rank has no collective timings: gpuprof times DDP's buckets with a comm
+// hook it installs itself, and it cannot in these cases.
+constexpr const char* kNoCommHook =
+    "no collective timings: the DDP comm hook was not installed (no DistributedDataParallel "
+    "model in auto mode, FSDP/DeepSpeed, or a comm hook registered before profile() started; "
+    "see the run's diagnostics)";
+
+// Every (step, bucket) of the group: the ranks that timed it and when each started it, on the
+// common clock (GroupView::AlignedNs). A rank with several rows of one key counts once, by its
+// earliest start.
+using BucketKey = std::pair<int64_t, int64_t>;  // (step, bucket)
+struct BucketStarts {
+  std::map<BucketKey, std::vector<std::pair<size_t, int64_t>>> starts;  // (rank index, start)
+  size_t ranks_with_buckets = 0;
+};
+
+BucketStarts CollectStarts(const GroupView& group) {
+  BucketStarts out;
+  for (size_t r = 0; r < group.ranks.size(); ++r) {
+    const auto& rows = group.ranks[r].data.comm_buckets;
+    if (!rows.empty()) ++out.ranks_with_buckets;
+    for (const auto& b : rows) {
+      auto& here = out.starts[{b.step, b.bucket}];
+      const int64_t at = group.AlignedNs(r, b.start_ns);
+      // The ranks are visited in turn: this rank's entry, if any, is the last one.
+      if (here.empty() || here.back().first != r) {
+        here.emplace_back(r, at);
+      } else {
+        here.back().second = std::min(here.back().second, at);
+      }
+    }
+  }
+  return out;
+}
+
+// bucket_skew's measurement, which rank_skew reads too (precedence between the two).
+struct BucketLateness {
+  struct Finding {
+    int64_t bucket = 0;
+    size_t rank = 0;  // index into GroupView::ranks
+    size_t late = 0, steps = 0;
+    double share = 0, p95 = 0;
+  };
+  size_t ranks_with_buckets = 0;
+  size_t buckets_evaluated = 0;  // buckets timed on 2+ ranks on kBucketSkewMinSteps+ steps
+  std::vector<Finding> findings;     // (bucket, rank) pairs late on kBucketLateFraction+ steps
+  std::vector<size_t> late_buckets;  // per rank index: the evaluated buckets it is late on
+  std::optional<Finding> worst;      // the highest share, then the largest p95
+  // Late on (almost) every evaluated bucket: the rank, not the work before one bucket.
+  bool RankWide(size_t rank) const {
+    const size_t late = late_buckets[rank];
+    return late > 0 && static_cast<double>(late) >=
+                           kBucketRankWideFraction * static_cast<double>(buckets_evaluated);
+  }
+};
+
+BucketLateness MeasureBucketLateness(const GroupView& group, const BucketStarts& all) {
+  BucketLateness out;
+  out.ranks_with_buckets = all.ranks_with_buckets;
+  out.late_buckets.assign(group.ranks.size(), 0);
+  struct BucketAcc {
+    size_t steps = 0;
+    std::map<size_t, std::vector<double>> late;  // rank index -> deltas on its late steps
+  };
+  std::map<int64_t, BucketAcc> buckets;
+  const double late_ns = kBucketLateMs * 1e6;
+  std::vector<double> others;
+  for (const auto& [key, here] : all.starts) {
+    if (here.size() < 2) continue;
+    BucketAcc& acc = buckets[key.second];
+    ++acc.steps;
+    size_t last = 0;
+    for (size_t i = 1; i < here.size(); ++i) {
+      if (here[i].second > here[last].second) last = i;
+    }
+    // Differences of int64 wall-clock ns: converting the absolute values to double first would
+    // lose sub-microsecond precision (they are ~1.7e18).
+    int64_t base = here[0].second;
+    for (const auto& [r, start] : here) base = std::min(base, start);
+    others.clear();
+    for (size_t i = 0; i < here.size(); ++i) {
+      if (i != last) others.push_back(static_cast<double>(here[i].second - base));
+    }
+    const double delta = static_cast<double>(here[last].second - base) - *Median(others);
+    if (delta > late_ns) acc.late[here[last].first].push_back(delta);
+  }
+  for (auto& [bucket, acc] : buckets) {
+    if (acc.steps < kBucketSkewMinSteps) continue;
+    ++out.buckets_evaluated;
+    for (auto& [rank, deltas] : acc.late) {
+      const double share = static_cast<double>(deltas.size()) / static_cast<double>(acc.steps);
+      if (share < kBucketLateFraction) continue;
+      ++out.late_buckets[rank];
+      std::sort(deltas.begin(), deltas.end());
+      const BucketLateness::Finding f{bucket,     rank,  deltas.size(),
+                                      acc.steps,  share, Percentile(deltas, 0.95)};
+      out.findings.push_back(f);
+      const auto& w = out.worst;
+      if (!w || f.share > w->share || (f.share == w->share && f.p95 > w->p95)) out.worst = f;
+    }
+  }
+  return out;
+}
+
+// Per rank index, its steady-state steps' work time: the step's duration minus the time it
+// waited for the other ranks in the collectives. Per step, that wait is the largest, over the
+// step's buckets timed on 2+ ranks, of how much later than this rank the last rank started the
+// bucket (0 when this rank was last); the fast ranks of a synchronous job spend it blocked in
+// the collectives. Steps without such a bucket are left out; a rank without any has none.
+std::vector<std::vector<double>> WorkTimes(const GroupView& group, const BucketStarts& all) {
+  std::vector<std::unordered_map<int64_t, int64_t>> wait(group.ranks.size());
+  for (const auto& [key, here] : all.starts) {
+    if (here.size() < 2) continue;
+    int64_t latest = here[0].second;
+    for (const auto& [r, at] : here) latest = std::max(latest, at);
+    for (const auto& [r, at] : here) {
+      int64_t& w = wait[r].try_emplace(key.first, 0).first->second;
+      w = std::max(w, latest - at);
+    }
+  }
+  std::vector<std::vector<double>> out(group.ranks.size());
+  for (size_t r = 0; r < group.ranks.size(); ++r) {
+    const RunView& v = group.ranks[r];
+    for (size_t i = v.steady_begin; i < v.steps.size(); ++i) {
+      auto it = wait[r].find(v.steps[i].step);
+      if (it == wait[r].end()) continue;
+      out[r].push_back(static_cast<double>(std::max<int64_t>(0, v.steps[i].duration_ns -
+                                                                    it->second)));
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 // Fires when, over the steady-state steps with comm_buckets rows, a collective is in flight for
 // more than kCommFraction of step time (per step, the union of its bucket intervals, so
@@ -26,10 +163,7 @@ RuleResult CommDominant(const RunView& view, const RuleContext&) {
     }
     const auto& ws = view.run().world_size;
     if (!ws || *ws <= 1) return RuleResult::Pass();
-    return RuleResult::Skip(StrFormat("rank of %lld: gpuprof does not time DDP's collectives "
-                                      "yet; torch.profiler shows the NCCL / gloo kernels "
-                                      "meanwhile",
-                                      static_cast<long long>(*ws)));
+    return RuleResult::Skip(kNoCommHook);
   }
   const double f = share->fraction();
   if (f <= kCommFraction) return RuleResult::Pass();
@@ -51,123 +185,45 @@ RuleResult CommDominant(const RunView& view, const RuleContext&) {
 
 // For every (step, bucket) timed on two or more ranks, the rank that started the collective
 // last is "late" when it started more than kBucketLateMs after the median start of the other
-// ranks. Start times are aligned across hosts with each run's start_unix_ns. Fires when one
-// rank is late on the same bucket on at least kBucketLateFraction of that bucket's steps;
-// reports the bucket with the highest share (then the largest p95 delta over its late steps).
+// ranks. Start times are put on one clock with each run's start_unix_ns minus the rank's
+// measured clock offset (GroupView::AlignedNs). Fires when one rank is late on the same bucket
+// on at least kBucketLateFraction of that bucket's steps; reports the bucket with the highest
+// share (then the largest p95 delta over its late steps). The evidence says whether that rank is
+// late on (almost) every evaluated bucket ("rank_wide": rank_skew's cause, which explains it).
 RuleResult BucketSkew(const GroupView& group, const RuleContext&) {
   const size_t nranks = group.ranks.size();
   if (nranks < 2) {
     return RuleResult::Skip(StrFormat("needs at least 2 ranks; the group has %zu", nranks));
   }
-  struct Row {
-    int64_t step, bucket, start;
-  };
-  std::vector<std::vector<Row>> rows(nranks);
-  size_t with_buckets = 0;
-  for (size_t r = 0; r < nranks; ++r) {
-    const RunView& v = group.ranks[r];
-    for (const auto& b : v.data.comm_buckets) {
-      rows[r].push_back({b.step, b.bucket, v.run().start_unix_ns + b.start_ns});
-    }
-    std::sort(rows[r].begin(), rows[r].end(), [](const Row& a, const Row& b) {
-      return std::tie(a.step, a.bucket, a.start) < std::tie(b.step, b.bucket, b.start);
-    });
-    if (!rows[r].empty()) ++with_buckets;
-  }
-  if (with_buckets == 0) {
-    return RuleResult::Skip("gpuprof does not time DDP's collectives yet; torch.profiler on two "
-                            "ranks shows which one starts the NCCL / gloo kernels last");
-  }
-  if (with_buckets < 2) {
+  const BucketStarts all = CollectStarts(group);
+  if (all.ranks_with_buckets == 0) return RuleResult::Skip(kNoCommHook);
+  if (all.ranks_with_buckets < 2) {
     return RuleResult::Skip(StrFormat("collective timings (comm_buckets) recorded on %zu of %zu "
                                       "ranks; needs at least 2",
-                                      with_buckets, nranks));
+                                      all.ranks_with_buckets, nranks));
   }
-  struct BucketAcc {
-    size_t steps = 0;
-    std::map<size_t, std::vector<double>> late;  // rank index -> deltas on its late steps
-  };
-  std::map<int64_t, BucketAcc> buckets;
-  std::vector<size_t> pos(nranks, 0);
-  const double late_ns = kBucketLateMs * 1e6;
-  std::vector<std::pair<size_t, int64_t>> here;  // (rank index, start) for the current key
-  std::vector<double> others;
-  while (true) {
-    // The smallest (step, bucket) among the ranks' cursors.
-    std::optional<std::pair<int64_t, int64_t>> key;
-    for (size_t r = 0; r < nranks; ++r) {
-      if (pos[r] >= rows[r].size()) continue;
-      const Row& row = rows[r][pos[r]];
-      const auto k = std::make_pair(row.step, row.bucket);
-      if (!key || k < *key) key = k;
-    }
-    if (!key) break;
-    here.clear();
-    for (size_t r = 0; r < nranks; ++r) {
-      bool first = true;
-      while (pos[r] < rows[r].size() && rows[r][pos[r]].step == key->first &&
-             rows[r][pos[r]].bucket == key->second) {
-        if (first) here.emplace_back(r, rows[r][pos[r]].start);  // duplicates: the earliest
-        first = false;
-        ++pos[r];
-      }
-    }
-    if (here.size() < 2) continue;
-    BucketAcc& acc = buckets[key->second];
-    ++acc.steps;
-    size_t last = 0;
-    for (size_t i = 1; i < here.size(); ++i) {
-      if (here[i].second > here[last].second) last = i;
-    }
-    // Differences of int64 wall-clock ns: converting the absolute values to double first would
-    // lose sub-microsecond precision (they are ~1.7e18).
-    int64_t base = here[0].second;
-    for (const auto& [r, start] : here) base = std::min(base, start);
-    others.clear();
-    for (size_t i = 0; i < here.size(); ++i) {
-      if (i != last) others.push_back(static_cast<double>(here[i].second - base));
-    }
-    const double delta = static_cast<double>(here[last].second - base) - *Median(others);
-    if (delta > late_ns) acc.late[here[last].first].push_back(delta);
-  }
-  bool evaluable = false;
-  struct Finding {
-    int64_t bucket = 0;
-    size_t rank = 0;
-    size_t late = 0, steps = 0;
-    double share = 0, p95 = 0;
-  };
-  std::optional<Finding> worst;
-  size_t findings = 0;
-  for (auto& [bucket, acc] : buckets) {
-    if (acc.steps < kBucketSkewMinSteps) continue;
-    evaluable = true;
-    for (auto& [rank, deltas] : acc.late) {
-      const double share = static_cast<double>(deltas.size()) / static_cast<double>(acc.steps);
-      if (share < kBucketLateFraction) continue;
-      ++findings;
-      std::sort(deltas.begin(), deltas.end());
-      const Finding f{bucket, rank, deltas.size(), acc.steps, share, Percentile(deltas, 0.95)};
-      if (!worst || f.share > worst->share || (f.share == worst->share && f.p95 > worst->p95)) {
-        worst = f;
-      }
-    }
-  }
-  if (!evaluable) {
+  const BucketLateness m = MeasureBucketLateness(group, all);
+  if (m.buckets_evaluated == 0) {
     return RuleResult::Skip(StrFormat("no bucket was timed on 2+ ranks on at least %zu steps",
                                       kBucketSkewMinSteps));
   }
-  if (!worst) return RuleResult::Pass();
-  const store::RunInfo& run = group.ranks[worst->rank].run();
+  if (!m.worst) return RuleResult::Pass();
+  const BucketLateness::Finding& worst = *m.worst;
+  const store::RunInfo& run = group.ranks[worst.rank].run();
+  const size_t findings = m.findings.size();
   nlohmann::json evidence = {
-      {"bucket", worst->bucket},
+      {"bucket", worst.bucket},
       {"rank", run.rank ? nlohmann::json(*run.rank) : nlohmann::json()},
       {"run_id", run.run_id},
-      {"late_steps", worst->late},
-      {"steps", worst->steps},
-      {"late_fraction", worst->share},
-      {"p95_delta_ns", worst->p95},
+      {"late_steps", worst.late},
+      {"steps", worst.steps},
+      {"late_fraction", worst.share},
+      {"p95_delta_ns", worst.p95},
       {"findings", findings},
+      {"late_buckets", m.late_buckets[worst.rank]},
+      {"buckets_evaluated", m.buckets_evaluated},
+      {"rank_wide", m.RankWide(worst.rank)},
+      {"aligned_ranks", group.AlignedRanks()},
       {"threshold", kBucketLateFraction},
   };
   std::string more;
@@ -176,21 +232,32 @@ RuleResult BucketSkew(const GroupView& group, const RuleContext&) {
                      findings == 2 ? " shows" : "s show");
   }
   return RuleResult::Fire(
-      worst->share >= kBucketHighFraction ? Severity::kHigh : Severity::kMed,
+      worst.share >= kBucketHighFraction ? Severity::kHigh : Severity::kMed,
       StrFormat("Bucket %lld: %s is late on %s of steps (p95 delta %s)%s",
-                static_cast<long long>(worst->bucket), RankLabel(run).c_str(),
-                FormatPercent(worst->share).c_str(), FormatDuration(worst->p95).c_str(),
+                static_cast<long long>(worst.bucket), RankLabel(run).c_str(),
+                FormatPercent(worst.share).c_str(), FormatDuration(worst.p95).c_str(),
                 more.c_str()),
       std::move(evidence));
 }
 
-// Fires when one rank's steady-state median step exceeds the median of the other ranks'
-// medians by more than kRankSkewFraction; reports the slowest such rank.
+// In synchronous data-parallel training every rank's step takes as long as the slowest rank's
+// (the others wait for it in the collectives), so step times cannot tell the slow rank. With
+// comm_buckets on 2+ ranks the ranks are compared by their work time (WorkTimes: step time minus
+// the wait for the others); else by step time. Fires when one rank's steady-state median
+// exceeds the median of the other ranks' medians by more than kRankSkewFraction; reports the
+// slowest such rank. The evidence says whether bucket_skew finds that rank late before only
+// some buckets ("bucket_local": bucket_skew's cause, which explains it).
 RuleResult RankSkew(const GroupView& group, const RuleContext&) {
-  std::vector<std::pair<size_t, double>> medians;  // (rank index, steady p50)
+  const BucketStarts all = CollectStarts(group);
+  const std::vector<std::vector<double>> work = WorkTimes(group, all);
+  std::vector<std::pair<size_t, double>> by_work, by_step;  // (rank index, steady median)
   for (size_t i = 0; i < group.ranks.size(); ++i) {
-    if (group.ranks[i].steady) medians.emplace_back(i, group.ranks[i].steady->p50_ns);
+    if (!group.ranks[i].steady) continue;
+    by_step.emplace_back(i, group.ranks[i].steady->p50_ns);
+    if (auto m = Median(work[i])) by_work.emplace_back(i, *m);
   }
+  const bool work_basis = by_work.size() >= 2;
+  const std::vector<std::pair<size_t, double>>& medians = work_basis ? by_work : by_step;
   if (medians.size() < 2) {
     return RuleResult::Skip(StrFormat("needs at least 2 ranks with a steady state; the group has "
                                       "%zu",
@@ -213,7 +280,8 @@ RuleResult RankSkew(const GroupView& group, const RuleContext&) {
     }
   }
   if (!worst || worst_frac <= kRankSkewFraction) return RuleResult::Pass();
-  const store::RunInfo& run = group.ranks[medians[*worst].first].run();
+  const size_t index = medians[*worst].first;
+  const store::RunInfo& run = group.ranks[index].run();
   const double mine = medians[*worst].second;
   std::string against;
   if (medians.size() == 2) {
@@ -221,15 +289,34 @@ RuleResult RankSkew(const GroupView& group, const RuleContext&) {
   } else {
     against = StrFormat(", the median of the other %zu ranks", medians.size() - 1);
   }
+  const BucketLateness buckets = MeasureBucketLateness(group, all);
+  const size_t late_buckets = buckets.late_buckets[index];
   nlohmann::json evidence = {
+      {"basis", work_basis ? "work_time" : "step_time"},
       {"rank", run.rank ? nlohmann::json(*run.rank) : nlohmann::json()},
       {"run_id", run.run_id},
       {"median_ns", mine},
       {"others_median_ns", worst_base},
+      {"step_median_ns", group.ranks[index].steady->p50_ns},
       {"slower_fraction", worst_frac},
       {"ranks", medians.size()},
+      {"late_buckets", late_buckets},
+      {"buckets_evaluated", buckets.buckets_evaluated},
+      {"bucket_local", late_buckets > 0 && !buckets.RankWide(index)},
+      {"aligned_ranks", group.AlignedRanks()},
       {"threshold", kRankSkewFraction},
   };
+  if (work_basis) {
+    evidence["work_steps"] = work[index].size();
+    return RuleResult::Fire(
+        Severity::kMed,
+        StrFormat("Rank skew: %s works %s per step vs %s%s (%s slower; the others wait for it "
+                  "in the collectives)",
+                  RankLabel(run).c_str(), FormatDuration(mine).c_str(),
+                  FormatDuration(worst_base).c_str(), against.c_str(),
+                  FormatPercent(worst_frac).c_str()),
+        std::move(evidence));
+  }
   return RuleResult::Fire(
       Severity::kMed,
       StrFormat("Rank skew: %s median step %s vs %s%s (%s slower)", RankLabel(run).c_str(),

@@ -15,7 +15,7 @@ std::string Num(double v) { return FormatCompact(v); }
 
 // A loader rule explains high_step_variance when the slow steps are mostly loader wait.
 const RuleExplains kLoaderVariance{"high_step_variance", "loader_caused",
-                                   "its slow steps are mostly loader wait"};
+                                   "its slow steps are mostly loader wait", ""};
 
 RuleSpec StallSpec() {
   return RuleSpec{
@@ -32,7 +32,7 @@ RuleSpec StallSpec() {
       .inputs = "steps.wait_ns on steady-state steps",
       .thresholds = {{"kStallFraction", kStallFraction, "fires above this share of step time"},
                      {"kStallHighFraction", kStallHighFraction, "high at or above this share"}},
-      .explains = {{"prefetch_queue_starved", "", ""}, kLoaderVariance},
+      .explains = {{"prefetch_queue_starved", "", "", ""}, kLoaderVariance},
       .evaluate = rules::DataloaderStall,
   };
 }
@@ -94,10 +94,10 @@ void AddDataPipeline(std::vector<RuleSpec>& r) {
                       "io_bound_dataloader)"},
                      {"kHostMinCoverageS", kHostMinCoverageS,
                       "...covering at least this many seconds"}},
-      .explains = {{"dataloader_stall", "", ""}, {"prefetch_queue_starved", "", ""},
+      .explains = {{"dataloader_stall", "", "", ""}, {"prefetch_queue_starved", "", "", ""},
                    kLoaderVariance,
                    {"cpu_contention", "own_threads",
-                    "the training's threads queue behind its own CPU-bound loading"}},
+                    "the training's threads queue behind its own CPU-bound loading", ""}},
       .evaluate = rules::CpuBoundDataloader,
   });
   r.push_back(RuleSpec{
@@ -117,7 +117,7 @@ void AddDataPipeline(std::vector<RuleSpec>& r) {
                      {"kIoBoundIops", kIoBoundIops, "...or above this mean IOPS"},
                      {"kIoCpuHeadroomPct", kIoCpuHeadroomPct,
                       "only with mean host CPU below this (%)"}},
-      .explains = {{"dataloader_stall", "", ""}, {"prefetch_queue_starved", "", ""},
+      .explains = {{"dataloader_stall", "", "", ""}, {"prefetch_queue_starved", "", "", ""},
                    kLoaderVariance},
       .evaluate = rules::IoBoundDataloader,
   });
@@ -229,7 +229,7 @@ void AddHost(std::vector<RuleSpec>& r) {
                       "stalls needed to fire"},
                      {"kHostStallMedShare", kHostStallMedShare, "med at or above this share"}},
       .explains = {{"high_step_variance", "stall_caused",
-                    "its slow steps are mostly time the process was held off the CPU"}},
+                    "its slow steps are mostly time the process was held off the CPU", ""}},
       .evaluate = rules::HostStalls,
   });
   r.push_back(RuleSpec{
@@ -254,7 +254,7 @@ void AddHost(std::vector<RuleSpec>& r) {
                       "training's own threads outnumber the cores",
                       true}},
       .explains = {{"high_step_variance", "cpu_wait_caused",
-                    "its slow steps are mostly its threads queueing for a CPU"}},
+                    "its slow steps are mostly its threads queueing for a CPU", ""}},
       .evaluate = rules::CpuContention,
   });
 }
@@ -287,7 +287,7 @@ void AddCompute(std::vector<RuleSpec>& r) {
       .thresholds = {{"kSmallBatchUtilPct", kSmallBatchUtilPct,
                       "fires above this mean GPU utilization (%)"},
                      {"kSmallBatchMfu", kSmallBatchMfu, "...with MFU below this"}},
-      .explains = {{"low_mfu", "", ""}},
+      .explains = {{"low_mfu", "", "", ""}},
       .evaluate = rules::SmallBatch,
   });
   r.push_back(RuleSpec{
@@ -445,7 +445,7 @@ void AddWarmup(std::vector<RuleSpec>& r) {
                       "...lifting the mean step time by at least this share"},
                      {"kWarmupMinSteps", static_cast<double>(kWarmupMinSteps),
                       "evaluated with at least this many steps"}},
-      .explains = {{"compilation_warmup", "", ""}},
+      .explains = {{"compilation_warmup", "", "", ""}},
       .evaluate = rules::FirstStepOutlier,
   });
   r.push_back(RuleSpec{
@@ -508,14 +508,23 @@ void AddDistributed(std::vector<RuleSpec>& r) {
              "clocks, CPU load, its own dataloader), its NIC / NVLink topology, and uneven work "
              "before that bucket (data-dependent layers, unbalanced shards).",
       .inputs = "comm_buckets on at least 2 ranks, for buckets timed on " +
-                std::to_string(kBucketSkewMinSteps) + "+ steps; runs.start_unix_ns aligns hosts",
+                std::to_string(kBucketSkewMinSteps) + "+ steps; hosts aligned by each run's "
+                "start_unix_ns minus its measured clock offset (runs.config_json "
+                "distributed.clock_offset_ns; the wall clock as it is without one)",
       .thresholds = {{"kBucketLateMs", kBucketLateMs,
                       "late: starts more than this (ms) after the others' median"},
                      {"kBucketLateFraction", kBucketLateFraction,
                       "fires at or above this share of the bucket's steps"},
                      {"kBucketHighFraction", kBucketHighFraction, "high at or above this share"},
                      {"kBucketSkewMinSteps", static_cast<double>(kBucketSkewMinSteps),
-                      "a bucket is judged on at least this many steps"}},
+                      "a bucket is judged on at least this many steps"},
+                     {"kBucketRankWideFraction", kBucketRankWideFraction,
+                      "late on at least this share of the judged buckets: the rank's work as a "
+                      "whole (rank_skew explains it), else the work before those buckets (it "
+                      "explains rank_skew of that rank)"}},
+      .explains = {{"rank_skew", "bucket_local",
+                    "the same rank is late before only some buckets: uneven work before them",
+                    "run_id"}},
       .evaluate_group = rules::BucketSkew,
   });
   r.push_back(RuleSpec{
@@ -523,14 +532,20 @@ void AddDistributed(std::vector<RuleSpec>& r) {
       .family = "distributed",
       .max_severity = Severity::kMed,
       .severity = "med",
-      .fires_when = "a rank's steady-state median step > " + Pct(kRankSkewFraction) +
+      .fires_when = "a rank's steady-state median work time (step time minus its wait for the "
+                    "other ranks in the collectives, from comm_buckets on 2+ ranks; else its "
+                    "step time) > " + Pct(kRankSkewFraction) +
                     " above the median of the other ranks' medians",
       .fix = "Find what differs on that rank: its host (CPU load, dataloader, page cache; read "
              "its own report with gpuprof insights DB RUN), its GPU (clocks, thermals, PCIe / "
              "NVLink topology), or uneven data sharding.",
-      .inputs = "steps of at least 2 ranks with a steady state",
+      .inputs = "steps of at least 2 ranks with a steady state (comm_buckets on 2+ of them for "
+                "the work-time comparison)",
       .thresholds = {{"kRankSkewFraction", kRankSkewFraction,
                       "fires above this share over the others"}},
+      .explains = {{"bucket_skew", "rank_wide",
+                    "the same rank is late on almost every bucket: its work as a whole",
+                    "run_id"}},
       .evaluate_group = rules::RankSkew,
   });
 }

@@ -210,8 +210,14 @@ inline constexpr double kBucketLateFraction = 0.60;
 inline constexpr double kBucketHighFraction = 0.90;
 // ...evaluated for buckets timed on 2+ ranks on at least this many steps.
 inline constexpr size_t kBucketSkewMinSteps = 5;
-// rank_skew: a rank whose steady-state median step exceeds the median of the other ranks'
-// medians by more than this fires.
+// A rank late (as above) on at least this share of the evaluated buckets is late on "every"
+// bucket: the cause is the rank's work as a whole (rank_skew's finding, which then explains
+// bucket_skew); late on fewer, the cause is the work before those buckets (bucket_skew's
+// finding, which then explains rank_skew of the same rank).
+inline constexpr double kBucketRankWideFraction = 0.80;
+// rank_skew: a rank whose steady-state median work time (step time minus its wait for the other
+// ranks in the collectives, when comm_buckets of 2+ ranks say so; else its step time) exceeds
+// the median of the other ranks' medians by more than this fires.
 inline constexpr double kRankSkewFraction = 0.20;
 // ---- regression
 // A run is compared by its throughput: the steady-state wall time per step, loader wait
@@ -251,12 +257,17 @@ struct RuleThreshold {
 // on its own: the report leads with the specific diagnosis and its fix, and never prints the
 // general finding's contradicting advice beside it. `when` names a boolean evidence key of the
 // explained insight that must be true for the fold (empty: always), for a general rule whose
-// finding is only sometimes the same cause (high_step_variance's "loader_caused"). The relation
-// is acyclic; chains resolve to the first finding that nothing explains.
+// finding is only sometimes the same cause (high_step_variance's "loader_caused"). `same` names
+// an evidence key both findings must hold with equal values (empty: none), for findings that
+// are one cause only when they are about the same thing ("run_id": the same rank). The relation
+// is acyclic except for a pair of rules that explain each other under conditions that exclude
+// each other (bucket_skew and rank_skew: "bucket_local" and "rank_wide" of one rank), so at most
+// one direction folds; chains resolve to the first finding that nothing explains.
 struct RuleExplains {
   std::string rule_id;
   std::string when;
   std::string when_text;  // `when` for a reader ("its slow steps are mostly loader wait")
+  std::string same;
 };
 
 struct RuleSpec {
