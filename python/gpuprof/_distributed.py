@@ -382,6 +382,8 @@ def timed_allreduce_hook() -> Callable[[Any, Any], Any]:
                 pass
         return fut.then(done)
 
+    # DDP's logging names the hook by its __qualname__: keep it short and recognisable.
+    gpuprof_allreduce_hook.__qualname__ = "gpuprof_allreduce_hook"
     gpuprof_allreduce_hook._gpuprof_inner = None  # type: ignore[attr-defined]
     return gpuprof_allreduce_hook
 

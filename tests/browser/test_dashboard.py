@@ -247,6 +247,12 @@ def test_group_view_lists_both_ranks_and_overlays_their_steps(page):
     ranks = page.page.eval_on_selector_all("#ranks tbody tr", "trs => trs.map(t => t.dataset.rank)")
     assert ranks == ["0", "1"]
     assert "g1-rank0" in page.page.inner_text("#ranks") and "g1-rank1" in page.page.inner_text("#ranks")
+    # AND ranks whose clocks were never aligned (RANK set, no process group) say so, never 0
+    clock = page.page.eval_on_selector_all(
+        "#ranks tbody tr td:last-child", "tds => tds.map(t => [t.innerText, t.querySelector('.unknown')?.title])")
+    assert [c[0] for c in clock] == ["—", "—"], clock
+    assert all(c[1] == "not aligned: no clock alignment recorded" for c in clock), clock
+    assert "clocks not aligned" in page.page.inner_text("[data-clock-basis]")
     assert page.page.evaluate("() => window.__gpuprof.charts.rank_steps.getLabels()") == [
         "x", "rank 0", "rank 1"]
     page.page.wait_for_selector("#insights .insights, #insights [data-empty]")

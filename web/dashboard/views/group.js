@@ -86,6 +86,18 @@ export function mountGroup(ctx) {
         html: fracCell("wait_fraction", "loader wait not measured") },
       { key: "comm", label: "Comm", numeric: true, value: (r) => r.comm_fraction,
         html: fracCell("comm_fraction", "no communication phase measured") },
+      { key: "clock", label: "Clock offset", numeric: true, value: (r) => r.clock_offset_ns,
+        html: (r) => {
+          if (isUnknown(r.clock_offset_ns)) {
+            return unknownCell(r.clock_unaligned_reason || "no clock alignment recorded");
+          }
+          if (r.rank === doc.clock_alignment?.reference_rank && r.clock_offset_ns === 0) {
+            return `<span class="muted" title="the clocks of the other ranks are measured against this one">reference</span>`;
+          }
+          const sign = r.clock_offset_ns < 0 ? "−" : "+";
+          const pm = isUnknown(r.clock_uncertainty_ns) ? "" : ` ±${formatNs(r.clock_uncertainty_ns)}`;
+          return escapeHtml(`${sign}${formatNs(Math.abs(r.clock_offset_ns))}${pm}`);
+        } },
     ];
     const t = sortableTable({ columns, rows: ranks, sort: { key: "rank", dir: "asc" }, label: "Ranks",
                               rowAttrs: (r) => `data-rank="${escapeHtml(r.rank ?? "")}" data-run-id="${r.run_id}"` });
@@ -93,8 +105,11 @@ export function mountGroup(ctx) {
       ? el("p", { class: "muted small" }, "Left out (a newer run of the same rank is used): " +
         doc.superseded_runs.map((s) => `run ${s.run_id} (${isUnknown(s.rank) ? "no rank" : `rank ${s.rank}`})`).join(", "))
       : null;
+    const basis = doc.clock_alignment?.basis
+      ? el("p", { class: "muted small", "data-clock-basis": "" }, doc.clock_alignment.basis)
+      : null;
     ranksBox.replaceChildren(t.table);
-    supersededBox.replaceChildren(superseded || "");
+    supersededBox.replaceChildren(basis || "", superseded || "");
     insightsBox.replaceChildren(insightList(doc.insights || [], { empty: "No group insights: nothing crossed a rule threshold." }),
                                 notEvaluatedList(doc.not_evaluated) || "");
   }
