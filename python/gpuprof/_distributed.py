@@ -303,6 +303,19 @@ def _bucket_bytes(bucket: Any) -> Optional[int]:
         return None
 
 
+def _report(session: Any, cuda: Any, index: int, start: int, start_ev: Any,
+            nbytes: Optional[int], now: Callable[[], int]) -> None:
+    """A bucket's collective completed: its end is taken now (CPU), or an end event is
+    recorded for later (CUDA). Never raises into the collective's callback."""
+    try:
+        if cuda is not None:
+            cuda.finish(index, start_ev, nbytes)
+        else:
+            session.add_comm_bucket(index, start, now(), nbytes)
+    except Exception:
+        pass
+
+
 def timed_hook(inner: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     """Wraps a DDP comm hook: the inner hook runs unchanged and its future is returned as it
     is; while a profile runs, the bucket's start (hook called) and end (future done) go to the
@@ -322,16 +335,8 @@ def timed_hook(inner: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
         try:
             index, nbytes = int(bucket.index()), _bucket_bytes(bucket)
 
-            def done(_: Any) -> None:
-                try:
-                    if cuda is not None:
-                        cuda.finish(index, start_ev, nbytes)
-                    else:
-                        session.add_comm_bucket(index, start, now(), nbytes)
-                except Exception:
-                    pass
-
-            fut.add_done_callback(done)
+            fut.add_done_callback(
+                lambda _: _report(session, cuda, index, start, start_ev, nbytes, now))
             if cuda is not None:
                 cuda.poll(session)
         except Exception:
@@ -366,13 +371,8 @@ def timed_allreduce_hook() -> Callable[[Any, Any], Any]:
 
         def done(f):  # type: ignore[no-untyped-def]
             if session is not None:
-                try:
-                    if start_ev is not None:
-                        cuda.finish(index, start_ev, nbytes)
-                    else:
-                        session.add_comm_bucket(index, start, now(), nbytes)
-                except Exception:
-                    pass
+                _report(session, cuda if start_ev is not None else None, index, start,
+                        start_ev, nbytes, now)
             return f.value()[0]
 
         if start_ev is not None:
