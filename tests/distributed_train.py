@@ -8,6 +8,7 @@ FSDP instead of DDP. Prints one JSON line per rank: "RESULT {...}".
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import time
@@ -44,6 +45,8 @@ def main() -> None:
     p.add_argument("--fsdp", action="store_true")
     p.add_argument("--no-ddp", action="store_true", help="no model wrapper, no collectives")
     p.add_argument("--no-comm-hook", action="store_true", help="profile(comm_hook=False)")
+    p.add_argument("--only-rank", type=int, default=-1,
+                   help="only this rank runs gpuprof (the others train unprofiled)")
     a = p.parse_args()
 
     if not a.init_late:
@@ -72,9 +75,12 @@ def main() -> None:
         return ddp
 
     early = wrap() if a.setup_before else None
-    with gpuprof.profile(a.name, db=a.db, gpu="none", auto=not a.manual,
-                         summary=rank == 0, host_hz=2.0,
-                         comm_hook=not a.no_comm_hook) as prof:
+    prof = gpuprof.profile(a.name, db=a.db, gpu="none", auto=not a.manual,
+                           summary=rank == 0, host_hz=2.0, comm_hook=not a.no_comm_hook)
+    if a.only_rank not in (-1, rank):
+        prof = contextlib.nullcontext(prof)  # never entered: this rank is not profiled
+    started = time.monotonic()
+    with prof:
         if a.init_late:
             dist.init_process_group("gloo")
         if early is not None:
@@ -110,9 +116,11 @@ def main() -> None:
             opt.step()
             opt.zero_grad()
         unchanged = all(torch.equal(b, t.detach()) for b, t in zip(before, model.parameters()))
+    prof = getattr(prof, "enter_result", prof)
     data = model._get_ddp_logging_data() if hasattr(model, "_get_ddp_logging_data") else {}
     hook_name = data.get("comm_hook") or None  # the registered hook's name; "" = none
     print("RESULT " + json.dumps({"rank": rank, "run_id": prof.run_id,
+                                  "seconds": round(time.monotonic() - started, 2),
                                   "hook_calls": hook_calls[0], "comm_hook": hook_name,
                                   "params_unchanged": unchanged if a.user_hook else None}),
           flush=True)

@@ -22,8 +22,11 @@ from collections import deque
 from typing import Any, Callable, Optional
 
 ROUNDS = 64                # ping-pong round trips with each peer
-_ARRIVE_TIMEOUT_S = 60.0   # rank 0 waits this long for every rank to reach the alignment
-_DECIDE_TIMEOUT_S = 120.0  # the other ranks wait this long for rank 0's decision
+# Rank 0 waits this long for every rank to reach the alignment (ranks of one SPMD script get
+# there within a fraction of a second: they have just met in init_process_group or in a DDP
+# step); when only some ranks run gpuprof, this is what the ones that do lose, once.
+_ARRIVE_TIMEOUT_S = 20.0
+_DECIDE_TIMEOUT_S = 30.0  # the other ranks wait this long for rank 0's decision
 _STORE_CONNECT_S = 10.0
 
 
