@@ -31,7 +31,7 @@ _STORE_CONNECT_S = 10.0
 
 
 def _int_env(name: str) -> Optional[int]:
-    v = os.environ.get(name, "").strip()
+    v = os.environ.get(name, "")
     return int(v) if v.isdigit() else None
 
 

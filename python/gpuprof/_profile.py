@@ -838,13 +838,11 @@ def _environment(torch: Any) -> dict[str, Any]:
             env["device_kind"] = "cuda" if torch.cuda.is_available() else "cpu"
         except Exception:
             env["device_kind"] = "unknown"
-    for var, key in (("RANK", "rank"), ("WORLD_SIZE", "world_size")):
-        if os.environ.get(var, "").isdigit():
-            env[key] = int(os.environ[var])
-    # Plain torchrun (no --rdzv-id) sets TORCHELASTIC_RUN_ID=none: that names no job, so
-    # it is treated as unset like "" (every such job would otherwise share one group).
-    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "").strip()
-    if run_id and run_id.lower() != "none":
+    from ._distributed import rank_environment, rendezvous_group
+    launcher = rank_environment()
+    env.update((k, launcher[k]) for k in ("rank", "world_size") if k in launcher)
+    run_id = rendezvous_group()
+    if run_id is not None:
         # Undecodable bytes (surrogate escapes) are stored as backslash escapes: every rank
         # reads the same variable, so the ranks still share one group.
         env["group_id"] = _storable_text(run_id)
