@@ -37,6 +37,8 @@ def main() -> None:
     p.add_argument("--late-ms", type=float, default=30.0)
     p.add_argument("--user-hook", action="store_true",
                    help="a user comm hook that zeroes the averaged gradient")
+    p.add_argument("--builtin-hook", action="store_true",
+                   help="register DDP's built-in ALLREDUCE comm hook")
     p.add_argument("--init-late", action="store_true",
                    help="initialise the process group inside the profile block")
     p.add_argument("--setup-before", action="store_true",
@@ -72,6 +74,8 @@ def main() -> None:
         ddp = DDP(inner, bucket_cap_mb=a.bucket_mb)
         if a.user_hook:
             ddp.register_comm_hook(None, zeroing_hook)
+        if a.builtin_hook:
+            ddp._register_builtin_comm_hook(dist.BuiltinCommHookType.ALLREDUCE)
         return ddp
 
     early = wrap() if a.setup_before else None

@@ -256,3 +256,15 @@ def test_profiling_only_rank_0_never_hangs_the_job(tmp_path):
     assert "not every rank runs gpuprof" in rs[0]["dist"]["clock_unaligned_reason"]
     assert "clock_offset_ns" not in rs[0]["dist"]
     assert results[0]["seconds"] < 60, results
+
+
+def test_the_builtin_allreduce_hook_registered_inside_is_timed(tmp_path):
+    # GIVEN DDP's built-in ALLREDUCE comm hook registered inside the profile block
+    db = tmp_path / "builtin.db"
+    results = torchrun(db, "--steps", "5", "--builtin-hook")
+    # THEN gpuprof's timed equivalent runs in its place and every rank's buckets are timed
+    assert all(r["comm_hook"] == "gpuprof_allreduce_hook" for r in results), results
+    for r in results:
+        steps = query(db, "SELECT COUNT(DISTINCT step) FROM comm_buckets WHERE run_id = ?",
+                      r["run_id"])[0][0]
+        assert steps >= 4
