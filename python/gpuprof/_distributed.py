@@ -245,7 +245,14 @@ _MAX_PENDING_EVENTS = 4096
 class _Sink:
     """Where timed buckets go while a profile runs (None when none does)."""
     session: Any = None
-    cuda: Any = None  # _CudaBucketTimer on a CUDA run
+    cuda: Any = None  # _CudaBucketTimer once a DDP model with CUDA parameters ran
+
+
+def _cuda_timer_for(tensor: Any) -> Any:
+    """The CUDA timer for a bucket on a GPU; None (wall clock) for a bucket in host memory (a
+    gloo model in a process that has a GPU too)."""
+    cuda = _sink.cuda
+    return cuda if cuda is not None and tensor.is_cuda else None
 
 
 _sink = _Sink()
@@ -329,10 +336,11 @@ def timed_hook(inner: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     # No annotations: DDP checks that "bucket" has none (or GradBucket) and the return none
     # (or Future[Tensor]), and this module's annotations are strings.
     def gpuprof_timed_hook(state, bucket):  # type: ignore[no-untyped-def]
-        session, cuda = _sink.session, _sink.cuda
+        session = _sink.session
         if session is None:
             return inner(state, bucket)
         start = now()
+        cuda = _cuda_timer_for(bucket.buffer())
         start_ev = cuda.start() if cuda is not None else None
         fut = inner(state, bucket)
         try:
@@ -362,11 +370,12 @@ def timed_allreduce_hook() -> Callable[[Any, Any], Any]:
     now = _native.monotonic_ns
 
     def gpuprof_allreduce_hook(process_group, bucket):  # type: ignore[no-untyped-def]
-        session, cuda = _sink.session, _sink.cuda
+        session = _sink.session
         start = now()
-        start_ev = cuda.start() if session is not None and cuda is not None else None
-        group = process_group if process_group is not None else dist.group.WORLD
         tensor = bucket.buffer()
+        cuda = _cuda_timer_for(tensor) if session is not None else None
+        start_ev = cuda.start() if cuda is not None else None
+        group = process_group if process_group is not None else dist.group.WORLD
         nbytes = tensor.numel() * tensor.element_size()
         tensor.div_(group.size())
         index = bucket.index()
@@ -374,8 +383,7 @@ def timed_allreduce_hook() -> Callable[[Any, Any], Any]:
 
         def done(f):  # type: ignore[no-untyped-def]
             if session is not None:
-                _report(session, cuda if start_ev is not None else None, index, start,
-                        start_ev, nbytes, now)
+                _report(session, cuda, index, start, start_ev, nbytes, now)
             return f.value()[0]
 
         if start_ev is not None:
@@ -442,7 +450,7 @@ class DdpTiming:
         self._torch = torch
         self._restore: list[tuple[Any, str, Any, Any]] = []
         self._noted: set[str] = set()
-        self.seen = False  # a DistributedDataParallel forward ran inside the profile
+        self._models: set[int] = set()  # id() of the DDP models that ran inside the profile
 
     def _note(self, key: str, level: str, message: str) -> None:
         if key not in self._noted:
@@ -460,9 +468,8 @@ class DdpTiming:
         original_builtin = DDP.__dict__.get("_register_builtin_comm_hook")
 
         def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-            timing.seen = True
-            if not getattr(self, "_gpuprof_hooked", False):
-                timing._hook_default(self)
+            if id(self) not in timing._models:
+                timing._first_forward(self)
             return original_forward(self, *args, **kwargs)
 
         def _register_builtin_comm_hook(self: Any, comm_hook_type: Any) -> None:
@@ -482,15 +489,23 @@ class DdpTiming:
             if old is not None:
                 setattr(DDP, attr, new)
                 self._restore.append((DDP, attr, old, new))
-        if self._torch.cuda.is_available():
-            try:
-                from . import _native
-                _sink.cuda = _CudaBucketTimer(self._torch, _native.monotonic_ns)
-            except Exception as e:
-                self._note("cuda", "warning", f"CUDA bucket timing unavailable: {e!r}")
-                _sink.cuda = None
         _sink.session = self._session
         self._session.set_telemetry_status("comm", True, "DDP comm hook")
+
+    def _first_forward(self, ddp: Any) -> None:
+        """A DDP model's first forward inside the profile: the CUDA timer when its parameters
+        are on a GPU (made here, on the training thread: it synchronizes once), and the timed
+        default hook when the model has no hook of its own."""
+        self._models.add(id(ddp))
+        if _sink.cuda is None:
+            try:
+                if any(p.is_cuda for p in ddp.module.parameters()):
+                    from . import _native
+                    _sink.cuda = _CudaBucketTimer(self._torch, _native.monotonic_ns)
+            except Exception as e:
+                self._note("cuda", "warning", f"CUDA bucket timing unavailable: {e!r}")
+        if not getattr(ddp, "_gpuprof_hooked", False):
+            self._hook_default(ddp)
 
     def _hook_default(self, ddp: Any) -> None:
         ddp._gpuprof_hooked = True
@@ -503,7 +518,7 @@ class DdpTiming:
                        "was imported cannot be wrapped: import gpuprof before registering it")
 
     def uninstall(self) -> None:
-        if not self.seen:
+        if not self._models:
             try:
                 dist = self._torch.distributed
                 if dist.is_initialized() and dist.get_world_size() > 1:
