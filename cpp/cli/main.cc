@@ -10,6 +10,11 @@
 //                                                            the team server (ingest)
 //   gpuprof push [DB] [RUN] --server URL [--api-key K]       send a stored run to a server
 //   gpuprof drain --server URL [--api-key K] [--dir D]       send the live push's spool files
+//   gpuprof nsys-import FILE.sqlite [--db DB] [--run N] [--replace] [--pid PID]
+//                                                            kernels of an nsys capture onto
+//                                                            a run's steps
+//   gpuprof export [DB] [RUN] [--format perfetto] [-o FILE|-] a run as a Perfetto / Chrome
+//                                                            trace-event JSON file
 //   gpuprof version
 //
 // Exit status: 0 on success (also --help), 1 when the data cannot be read or does not hold
@@ -32,6 +37,8 @@
 #include "analysis/format.h"
 #include "analysis/pricing.h"
 #include "analysis/rules/registry.h"
+#include "export_cmd.h"
+#include "nsys_import_cmd.h"
 #include "server/http_server.h"
 #include "server/ingest_api.h"
 #include "server/live_push.h"
@@ -576,6 +583,24 @@ int Main(int argc, char** argv) {
   drain->add_option("--dir", drain_args.dir,
                     "Spool directory (default: $GPUPROF_BUFFER_DIR, else ~/.gpuprof/buffer)");
 
+  const NsysImportCommand nsys_import = AddNsysImportCommand(app);
+
+  // `export` picks its DB and RUN as `insights` does.
+  const ExportCommand export_cmd = AddExportCommand(app, [](std::string db, std::string run) {
+    ApplyRunShorthand(&db, &run);
+    PickedRun picked;
+    OpenedRuns opened = OpenRuns(db);
+    if (opened.exit) {
+      picked.exit = opened.exit;
+      return picked;
+    }
+    const std::optional<int64_t> id = PickRun(db, run, opened.ids, &picked.exit);
+    if (!id) return picked;
+    picked.store = std::move(opened.store);
+    picked.run_id = *id;
+    return picked;
+  });
+
   CLI::App* version = app.add_subcommand("version", "Print the gpuprof version.");
 
   app.footer("Exit status: 0 ok, 1 data error (no such DB, run or group), 2 usage error.");
@@ -595,6 +620,8 @@ int Main(int argc, char** argv) {
   if (serve->parsed()) return RunServe(serve_args);
   if (push->parsed()) return RunPush(push_args);
   if (drain->parsed()) return RunDrain(drain_args);
+  if (nsys_import.command->parsed()) return nsys_import.run();
+  if (export_cmd.command->parsed()) return export_cmd.run();
   if (rules->parsed()) {
     if (reference) {
       std::cout << "Peak TFLOPs (dense, per GPU)\n\n"

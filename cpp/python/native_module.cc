@@ -6,6 +6,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 #include <pthread.h>
 #include <pythread.h>
 #include <unistd.h>
@@ -25,6 +26,7 @@
 #include "record/session.h"
 #include "server/dashboard.h"
 #include "server/live_push.h"
+#include "traces/cpu_op_events.h"
 #include "telemetry/mock_collector.h"
 
 namespace nb = nanobind;
@@ -43,6 +45,17 @@ std::optional<T> Opt(const nb::dict& d, const char* key) {
 }
 
 class PySession;
+
+// profile()'s trace options (trace_every_n_steps, trace_range_begin / _end,
+// continuous_traces_hz), absent or None = off.
+traces::TraceOptions TraceOptionsFrom(const nb::dict& options) {
+  traces::TraceOptions t;
+  t.every_n_steps = Opt<int64_t>(options, "trace_every_n_steps").value_or(0);
+  t.range_begin = Opt<int64_t>(options, "trace_range_begin");
+  t.range_end = Opt<int64_t>(options, "trace_range_end");
+  t.continuous_hz = Opt<double>(options, "continuous_traces_hz").value_or(0);
+  return t;
+}
 
 // Live sessions, for the fork handler. A forked child (a DataLoader worker, a process that saves a
 // checkpoint) inherits a copy of the session but none of its threads, and possibly mutexes that
@@ -87,6 +100,14 @@ class PySession {
     c.host_telemetry = Opt<bool>(options, "host").value_or(true);
     c.proc_root = Opt<std::string>(options, "proc_root").value_or("/proc");
     c.analysis.gpu_rate_usd_per_hour = Opt<double>(options, "gpu_rate");
+    // Kernel traces: the plan is checked here too (profile() checks it first).
+    if (auto plan = traces::TracePlan::Make(TraceOptionsFrom(options)); plan.ok()) {
+      c.trace_plan = *plan;
+    } else {
+      throw nb::value_error(plan.error().c_str());
+    }
+    c.trace_backend = Opt<std::string>(options, "trace_backend").value_or("");
+    c.cupti_library = Opt<std::string>(options, "cupti_library").value_or("");
     // The live push to a team server: every row the writer takes is teed to it.
     if (auto url = Opt<std::string>(options, "server_url")) {
       server::LivePushOptions p;
@@ -413,6 +434,24 @@ NB_MODULE(_native, m) {
            },
            nb::arg("bucket"), nb::arg("start_ns"), nb::arg("end_ns"),
            nb::arg("bytes").none() = nb::none())
+      // Kernel traces: whether a step is traced, the plan as text, and the CPU operators of a
+      // traced step ((name, calls, self_cpu_ns, cpu_ns or None) tuples; monotonic ns span).
+      .def("step_traced", [](PySession& s, int64_t step) { return s.session().StepTraced(step); })
+      .def("trace_plan", [](PySession& s) { return s.session().trace_plan().Describe(); })
+      .def("add_cpu_ops",
+           [](PySession& s, int64_t step, int64_t start_ns, int64_t end_ns, nb::list ops) {
+             if (s.Forked()) return;
+             std::vector<gpuprof::record::CpuOpTotals> v;
+             v.reserve(nb::len(ops));
+             for (nb::handle h : ops) {
+               auto t = nb::cast<std::tuple<std::string, int64_t, int64_t,
+                                            std::optional<int64_t>>>(h);
+               v.push_back(gpuprof::record::CpuOpTotals{std::get<0>(t), std::get<1>(t),
+                                                        std::get<2>(t), std::get<3>(t)});
+             }
+             s.session().AddCpuOps(step, start_ns, end_ns, std::move(v));
+           },
+           nb::arg("step"), nb::arg("start_ns"), nb::arg("end_ns"), nb::arg("ops"))
       .def("add_diagnostic",
            [](PySession& s, const std::string& level, const std::string& source,
               const std::string& message) {
@@ -477,6 +516,31 @@ NB_MODULE(_native, m) {
   m.def("check_mock_scenario", [](const std::string& spec) {
     auto parsed = gpuprof::telemetry::MockScenario::Parse(spec);
     if (!parsed) throw nb::value_error(parsed.error().c_str());
+  });
+  // torch.profiler's raw events of one traced step -> per operator (name, calls, self ns,
+  // inclusive ns), by self time (traces/cpu_op_events.h).
+  m.def("aggregate_cpu_ops", [](std::vector<std::string> names, std::vector<int64_t> starts,
+                                std::vector<int64_t> durations, std::vector<uint64_t> threads) {
+    if (starts.size() != names.size() || durations.size() != names.size() ||
+        threads.size() != names.size()) {
+      throw nb::value_error("aggregate_cpu_ops: names, starts, durations and threads must "
+                            "have the same length");
+    }
+    std::vector<gpuprof::traces::CpuOpEvent> events(names.size());
+    for (size_t i = 0; i < names.size(); ++i) {
+      events[i] = {std::move(names[i]), starts[i], durations[i], threads[i]};
+    }
+    auto totals = gpuprof::traces::AggregateCpuOps(std::move(events));
+    if (!totals) throw nb::value_error(totals.error().c_str());
+    std::vector<std::tuple<std::string, int64_t, int64_t, int64_t>> out;
+    out.reserve(totals->size());
+    for (auto& t : *totals) out.emplace_back(std::move(t.name), t.calls, t.self_ns, t.total_ns);
+    return out;
+  });
+  m.def("check_trace_options", [](nb::dict options) {
+    auto plan = gpuprof::traces::TracePlan::Make(gpuprof::python::TraceOptionsFrom(options));
+    if (!plan) throw nb::value_error(plan.error().c_str());
+    return plan->Describe();
   });
   m.def("transformer_flops", &TransformerFlops, nb::arg("arch"), nb::arg("tokens_per_step") = 1);
 

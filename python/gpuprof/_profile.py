@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import math
 import operator
@@ -152,11 +153,13 @@ class Step:
         self._open = True
         self._prof._emit_kind("STEP_BEGIN", 0, self.index)
         self._prof._flop_step(True, self.index)
+        self._prof._trace_step(True, self.index)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self._open = False
         self._prof._flop_step(False, self.index, ok=exc[0] is None if exc else True)
+        self._prof._trace_step(False, self.index)
         self._prof._emit_kind("STEP_END", 0, self.index)
         if self._prof._coordinator is not None:
             self._prof._coordinate()
@@ -284,6 +287,12 @@ class Profile:
         self._comm_hook = True  # profile(comm_hook=)
         # The dashboard's login URL (single-use token) once it serves; None without one.
         self.dashboard_url: Optional[str] = None
+        # Kernel traces: the step count, the CPU-operator capture (CPU run), NVTX ranges.
+        self._steps: Any = None  # _traces.StepCounter once torch is there
+        self._steps_hook: Any = None
+        self._cpu_ops: Any = None
+        self._nsys: Any = None
+        self._torch: Any = None
 
     # ---- lifecycle -----------------------------------------------------------------------
     @property
@@ -349,6 +358,7 @@ class Profile:
             env.pop("group_id", None)  # an explicit group= wins over $TORCHELASTIC_RUN_ID
         opts.update(env)
         distributed, notes = self._distributed_options(opts, torch)
+        self._trace_backend(opts, torch)
         try:
             self._session = _native.Session(opts)
         except Exception as e:  # a profiler failure never breaks the training
@@ -361,6 +371,7 @@ class Profile:
             self._start_coordinator(torch, opts)
         if self._dashboard_port is not None:
             self._start_dashboard(_native)
+        self._start_traces(torch, opts)
         if self._auto:
             if torch is None:
                 self._session.add_diagnostic(
@@ -371,6 +382,139 @@ class Profile:
             else:
                 self._install_torch(torch)
         self._install_sigterm()
+
+    def _trace_backend(self, opts: dict[str, Any], torch: Any) -> None:
+        """How traced steps are captured: kernels through CUPTI on a CUDA process, else the
+        CPU operators (torch.profiler) of the traced steps."""
+        if not self._tracing():
+            return
+        try:
+            cuda = torch is not None and torch.cuda.is_available()
+        except Exception:
+            cuda = False
+        if not cuda:
+            opts["trace_backend"] = "cpu_ops" if torch is not None else ""
+            return
+        opts["trace_backend"] = "cupti"
+        try:
+            from linescope._sampling import _cupti
+            ok, library = _cupti()
+            if ok and library:
+                opts["cupti_library"] = library
+        except Exception:  # the native tracer tries its default libraries
+            pass
+
+    def _tracing(self) -> bool:
+        o = self._options
+        return bool(o.get("trace_every_n_steps") or o.get("trace_range_begin") is not None
+                    or o.get("continuous_traces_hz"))
+
+    def _start_traces(self, torch: Any, opts: dict[str, Any]) -> None:
+        """The step count (auto: an optimizer post-hook) and, on a CPU run with a trace mode,
+        the CPU-operator capture of the traced steps."""
+        if torch is None:
+            return
+        self._torch = torch
+        from ._traces import CpuOpCapture, StepCounter
+        self._steps = StepCounter()
+        try:
+            if self._auto:
+                from torch.optim.optimizer import register_optimizer_step_post_hook
+                self._steps_hook = register_optimizer_step_post_hook(self._steps.optimizer_post)
+            if opts.get("trace_backend") == "cpu_ops":
+                self._cpu_ops = CpuOpCapture(self._session, torch, self._steps)
+                self._steps.listeners.append(self._cpu_ops.on_step)
+                self._session.set_telemetry_status(
+                    "cpu_ops", True, "torch_profiler (" + self._session.trace_plan() + ")")
+                if self._auto:
+                    self._cpu_ops.on_step(None, 0)
+        except Exception as e:  # a profiler failure never breaks the training
+            self._session.add_diagnostic("warning", "kernels", f"trace set-up failed: {e!r}")
+
+    def _trace_step(self, begin: bool, index: int) -> None:
+        """prof.step() edges for the step count (traced steps, NVTX step ranges)."""
+        steps = self._steps
+        if steps is None or self._state != "running":
+            return
+        try:
+            if begin:
+                steps.manual_begin(index)
+            else:
+                steps.manual_end()
+        except Exception as e:  # pragma: no cover - the listeners catch their own failures
+            _warn(f"gpuprof: kernel trace step edge failed: {e!r}")
+
+    def _finish_traces(self) -> None:
+        hook, self._steps_hook = self._steps_hook, None
+        if hook is not None:
+            try:
+                hook.remove()
+            except Exception:
+                pass
+        if self._nsys is not None:
+            self._nsys.close()
+        ops, self._cpu_ops = self._cpu_ops, None
+        if ops is not None:
+            ops.finish()
+            if ops.steps == 0 and not ops.failed:
+                self._session.add_diagnostic(
+                    "info", "kernels", "no traced step ran (" + self._session.trace_plan() +
+                    "): no CPU operators recorded")
+        if self._tracing():
+            torch = self._torch
+            try:
+                if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+                    torch.cuda.synchronize()  # the last traced kernels are delivered
+            except Exception:
+                pass
+
+    @contextlib.contextmanager
+    def nsys_capture(self) -> Iterator[None]:
+        """Marks a region for Nsight Systems: cudaProfilerStart/Stop around the block (for
+        ``nsys profile --capture-range=cudaProfilerApi``) and NVTX ranges naming gpuprof's
+        steps ("gpuprof step <i>") and phases ("gpuprof forward", ...), which ``gpuprof
+        nsys-import`` uses to attach the kernels to this run's steps. Without CUDA it records
+        a diagnostic and runs the block unchanged."""
+        torch = self._torch
+        ready = (self._state == "running" and torch is not None and self._steps is not None)
+        cuda = False
+        if ready:
+            try:
+                cuda = bool(torch.cuda.is_available())
+            except Exception:
+                cuda = False
+        if not ready or not cuda:
+            if self._session is not None and self._state == "running":
+                self._session.add_diagnostic(
+                    "info", "kernels", "nsys_capture(): " + (
+                        "no CUDA device: no profiler range or NVTX marks" if ready
+                        else "torch is not imported: no profiler range or NVTX marks"))
+            yield
+            return
+        from ._traces import NsysRanges
+        ranges = self._nsys
+        if ranges is None:
+            ranges = self._nsys = NsysRanges(torch)
+            self._steps.listeners.append(ranges.on_step)
+        started = False
+        try:
+            torch.cuda.profiler.start()
+            started = True
+            ranges.active = True
+            if self._steps.step is not None:
+                ranges.on_step(None, self._steps.step)
+        except Exception as e:  # never break the training for a capture mark
+            self._session.add_diagnostic("warning", "kernels", f"nsys_capture() start: {e!r}")
+        try:
+            yield
+        finally:
+            try:
+                ranges.close()
+                if started:
+                    torch.cuda.profiler.stop()
+            except Exception as e:
+                self._session.add_diagnostic("warning", "kernels",
+                                             f"nsys_capture() stop: {e!r}")
 
     def _distributed_options(self, opts: dict[str, Any], torch: Any) -> tuple[bool, list[str]]:
         """The rank environment into opts (runs.rank / world_size, config_json "distributed")
@@ -469,6 +613,12 @@ class Profile:
             if patches is not None:
                 patches.uninstall()
             self._finish_coordinator()
+            hook, self._steps_hook = self._steps_hook, None
+            if hook is not None:
+                hook.remove()
+            ops, self._cpu_ops = self._cpu_ops, None
+            if ops is not None:
+                ops.abandon()
             ddp, self._ddp = self._ddp, None
             if ddp is not None:
                 ddp.uninstall()
@@ -530,7 +680,14 @@ class Profile:
                 counter = StepFlopCounter(lambda: int(session.stats()["optimizer_calls"]))
             edge = counter.loader_edge if counter is not None else None
             import_dynamo()  # before the patches, which it must not record (see there)
-            self._patches = TorchPatches(self._session, self._kinds, self._timer, edge)
+            edges = self._timer
+            if torch.cuda.is_available():  # phase edges also mark nsys_capture()'s NVTX ranges
+                from ._traces import NsysRanges, PhaseEdges
+                self._nsys = NsysRanges(torch)
+                if self._steps is not None:
+                    self._steps.listeners.append(self._nsys.on_step)
+                edges = PhaseEdges(self._timer, self._nsys)
+            self._patches = TorchPatches(self._session, self._kinds, edges, edge)
             self._patches.install(torch)
             self._install_ddp_timing(torch)
         except Exception as e:
@@ -595,6 +752,7 @@ class Profile:
             problems = []
             self._finish_flop_count()
             self._finish_coordinator()
+            self._finish_traces()
             if self._ddp is not None:
                 self._ddp.uninstall()
                 self._ddp = None
@@ -653,6 +811,9 @@ class Profile:
         patches, self._patches = self._patches, None
         self._timer = None  # CUDA cannot be used in a forked child
         self._coordinator = self._coordinator_hook = None
+        cpu_ops, self._cpu_ops = self._cpu_ops, None  # the parent's torch.profiler state
+        self._nsys = None  # and NVTX ranges
+        steps_hook, self._steps_hook = self._steps_hook, None
         if self._ddp is not None:
             from . import _distributed
             _distributed._sink.session = _distributed._sink.cuda = None
@@ -662,6 +823,10 @@ class Profile:
                 counter.finish()
             if patches is not None:
                 patches.uninstall()
+            if steps_hook is not None:
+                steps_hook.remove()
+            if cpu_ops is not None:
+                cpu_ops.forget()
         except Exception:  # noqa: BLE001 - never raise into the child's code
             pass
         if _active is self:  # the child has one thread, and a fresh _active_lock (_after_fork)
@@ -783,6 +948,10 @@ class Profile:
         s.emit_at(ts, self._kinds["PHASE_BEGIN" if begin else "PHASE_END"], phase_id, 0)
         if self._timer is not None:
             self._timer.edge(phase_id, begin, ts)
+        nsys = self._nsys
+        if nsys is not None and nsys.active:
+            name = next((n for n, i in self._phase_ids.items() if i == phase_id), str(phase_id))
+            nsys.phase(1000 + phase_id, name, begin)
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
@@ -886,6 +1055,41 @@ def _arch_flops(arch: Optional[TransformerArch], tokens_per_step: Optional[int],
         raise ValueError(f"gpuprof.profile: arch: {e}") from None
 
 
+def _trace_options(every_n: Any, trace_range: Any, hz: Any) -> dict[str, Any]:
+    """Checks the kernel-trace arguments; returns the native session's trace options."""
+    out: dict[str, Any] = {}
+    if every_n is not None:
+        if isinstance(every_n, bool) or not isinstance(every_n, int):
+            raise TypeError(f"gpuprof.profile: trace_every_n_steps must be an int >= 1, got "
+                            f"{type(every_n).__name__} {every_n!r}")
+        if every_n < 1 or every_n > _MAX_STEP_INDEX:
+            raise ValueError(f"gpuprof.profile: trace_every_n_steps must be >= 1, got {every_n}")
+        out["trace_every_n_steps"] = every_n
+    if trace_range is not None:
+        ok = isinstance(trace_range, (tuple, list)) and len(trace_range) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in trace_range)
+        if not ok:
+            raise TypeError(f"gpuprof.profile: trace_range must be a pair of ints (first step, "
+                            f"step after the last), got {trace_range!r}")
+        a, b = trace_range
+        if a < 0 or b <= a or b > _MAX_STEP_INDEX:
+            raise ValueError(f"gpuprof.profile: trace_range=(a, b) traces steps a..b-1 and "
+                             f"needs 0 <= a < b, got {tuple(trace_range)!r}")
+        out["trace_range_begin"], out["trace_range_end"] = a, b
+    if hz is not None:
+        out["continuous_traces_hz"] = _check_positive("continuous_traces_hz", hz, maximum=100.0)
+    if out:
+        try:
+            from . import _native
+        except ImportError:
+            return out
+        try:
+            _native.check_trace_options(out)
+        except ValueError as e:
+            raise ValueError(f"gpuprof.profile: {e}") from None
+    return out
+
+
 def _server_options(server: Optional[str], api_key: Optional[str]) -> dict[str, Any]:
     """The live-push options: from the arguments, else $GPUPROF_SERVER / $GPUPROF_API_KEY."""
     explicit = server is not None
@@ -947,7 +1151,10 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
             arch: Optional[TransformerArch] = None,
             tokens_per_step: Optional[int] = None,
             server: Optional[str] = None, api_key: Optional[str] = None,
-            dashboard: "bool | int" = False, comm_hook: bool = True) -> Profile:
+            dashboard: "bool | int" = False, comm_hook: bool = True,
+            trace_every_n_steps: Optional[int] = None,
+            trace_range: Optional[tuple[int, int]] = None,
+            continuous_traces_hz: Optional[float] = None) -> Profile:
     """Profiles the code inside ``with``.
 
     run_name: groups runs for regression comparison. db: SQLite file (created if missing).
@@ -972,6 +1179,12 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
     dashboard: serve a live dashboard of this run from the training process: True (a free port)
     or a port number; bound to 127.0.0.1. Its URL, with a single-use login token, is the first
     line printed; it stays reachable until the process exits (docs/dashboard.md).
+    trace_every_n_steps, trace_range, continuous_traces_hz: kernel traces (README "Kernel
+    traces"). trace_every_n_steps=N traces steps 0, N, 2N, ... plus the warm-up steps 0, 1 and
+    5; trace_range=(a, b) traces steps a..b-1; continuous_traces_hz=f aggregates every kernel of
+    the run per 1/f-second window. On CUDA the kernels come from CUPTI (kernels table); on a CPU
+    run the traced steps' CPU operators come from torch.profiler (cpu_ops table). Off by
+    default.
     server, api_key: push the run live to a team server (``gpuprof serve``): "http://HOST:PORT"
     and one of its write keys; default $GPUPROF_SERVER and $GPUPROF_API_KEY. A native thread
     sends the new rows once a second; what the server does not take is spooled to
@@ -1055,6 +1268,7 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
     if not db_path:
         raise ValueError("gpuprof.profile: db must be a file path")
     _check_utf8("db", db_path)
+    trace = _trace_options(trace_every_n_steps, trace_range, continuous_traces_hz)
     options: dict[str, Any] = {
         "run_name": run_name,
         "db_path": db_path,
@@ -1070,6 +1284,11 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
         "group_id": group,
     }
     config = {k: v for k, v in options.items() if k != "db_path"}
+    options.update(trace)
+    if trace:
+        config["trace"] = {"every_n_steps": trace_every_n_steps,
+                           "range": list(trace_range) if trace_range is not None else None,
+                           "continuous_hz": continuous_traces_hz}
     config.update(auto=auto, cuda_events=cuda_events, summary=summary, comm_hook=comm_hook)
     if arch is not None:
         # "grad_checkpoint" is read by the gradient_checkpointing_detected rule; without an

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
+#include <map>
+#include <set>
 
 #include "analysis/format.h"
 #include "analysis/pricing.h"
@@ -140,6 +142,15 @@ std::string TelemetryLine(const RunView& v, const std::string& source) {
     out = "no status recorded";
   }
   if (source == "gpu" && v.gpu.samples > 0) out += " · " + GpuAggText(v.gpu);
+  if (source == "kernels" && !v.data.kernels.empty() && row && !row->available) {
+    // Recorded otherwise than by the run's own tracer (gpuprof nsys-import).
+    std::set<std::string> from;
+    for (const store::KernelRow& k : v.data.kernels) from.insert(k.source);
+    std::string names;
+    for (const std::string& f : from) names += (names.empty() ? "" : ", ") + f;
+    out += " · " + Plural(v.data.kernels.size(), "kernel row",
+                          "kernel rows") + " added later (" + names + ")";
+  }
   if (source == "host" && v.host.samples > 0) out += " · " + HostAggText(v.host);
   if (source == "stalls" && v.stalls_watched) {
     const StallTotals t = TotalStalls(v);
@@ -449,6 +460,94 @@ std::string FormatSummary(const Report& report, const std::string& db_path) {
   return ValidUtf8(out);
 }
 
+// The traced kernels (GPU time) or, on a CPU run, CPU operators (self CPU time) of a run,
+// summed per name over all traced windows.
+struct TopTraced {
+  bool recorded = false;
+  bool cpu = false;
+  std::set<std::string> sources;
+  std::set<std::pair<int64_t, int64_t>> windows;
+  size_t steps = 0;  // windows that are traced steps
+  double total_ns = 0;
+  struct Entry {
+    std::string name;
+    int64_t calls = 0;
+    double ns = 0;
+  };
+  std::vector<Entry> top;  // descending ns
+  size_t names = 0;
+};
+
+TopTraced ComputeTopTraced(const RunView& v, size_t n) {
+  TopTraced t;
+  std::map<std::string, TopTraced::Entry> by_name;
+  std::set<int64_t> steps;
+  auto add = [&](const std::string& name, int64_t calls, int64_t ns, int64_t a, int64_t b,
+                 const std::optional<int64_t>& step, const std::string& source) {
+    auto& e = by_name[name];
+    e.name = name;
+    e.calls += calls;
+    e.ns += static_cast<double>(ns);
+    t.total_ns += static_cast<double>(ns);
+    t.windows.emplace(a, b);
+    if (step) steps.insert(*step);
+    t.sources.insert(source);
+  };
+  if (!v.data.kernels.empty()) {
+    for (const auto& k : v.data.kernels) {
+      add(k.name, k.calls, k.gpu_ns, k.window_start_ns, k.window_end_ns, k.step, k.source);
+    }
+  } else {
+    t.cpu = true;
+    for (const auto& o : v.data.cpu_ops) {
+      add(o.name, o.calls, o.self_cpu_ns, o.window_start_ns, o.window_end_ns, o.step, o.source);
+    }
+  }
+  t.recorded = !by_name.empty();
+  t.steps = steps.size();
+  t.names = by_name.size();
+  for (auto& [name, e] : by_name) t.top.push_back(std::move(e));
+  std::sort(t.top.begin(), t.top.end(), [](const auto& a, const auto& b) {
+    return a.ns != b.ns ? a.ns > b.ns : a.name < b.name;
+  });
+  if (t.top.size() > n) t.top.resize(n);
+  return t;
+}
+
+std::string TopTracedText(const RunView& v) {
+  const TopTraced t = ComputeTopTraced(v, kReportTopKernels);
+  if (!t.recorded) {
+    const auto* status = v.Telemetry("kernels");
+    std::string why = status && status->reason ? *status->reason
+                                               : "no kernel trace was recorded for this run";
+    return "\nTop kernels: not recorded — " + why + "\n";
+  }
+  std::string sources;
+  for (const auto& s : t.sources) sources += (sources.empty() ? "" : ", ") + s;
+  std::string where = t.steps > 0 ? Plural(t.steps, "traced step", "traced steps")
+                                  : Plural(t.windows.size(), "window", "windows");
+  std::string out = StrFormat(
+      "\nTop %s (%s · %s · %s %s%s)\n", t.cpu ? "CPU operators" : "kernels", sources.c_str(),
+      where.c_str(), t.cpu ? "self CPU time" : "GPU time",
+      FormatDuration(t.total_ns).c_str(),
+      t.cpu ? "; host time, a CPU run has no GPU kernels" : "");
+  out += StrFormat("  %7s %10s %8s %10s  %s\n", "share", t.cpu ? "self CPU" : "GPU time",
+                   "calls", "per call", t.cpu ? "operator" : "kernel");
+  for (const auto& e : t.top) {
+    const double share = t.total_ns > 0 ? e.ns / t.total_ns : 0;
+    out += StrFormat("  %7s %10s %8lld %10s  %s\n", FormatPercent(share, 1).c_str(),
+                     FormatDuration(e.ns).c_str(), static_cast<long long>(e.calls),
+                     e.calls > 0 ? FormatDuration(e.ns / static_cast<double>(e.calls)).c_str()
+                                 : "—",
+                     OneLine(e.name, 90).c_str());
+  }
+  if (t.names > t.top.size()) {
+    out += StrFormat("  … %zu more %s\n", t.names - t.top.size(),
+                     t.cpu ? "operators" : "kernels");
+  }
+  return out;
+}
+
 std::string FormatFullReport(const Report& report) {
   const RunView& v = report.view;
   const store::RunInfo& run = v.run();
@@ -558,6 +657,7 @@ std::string FormatFullReport(const Report& report) {
   for (const std::string& s : sources) {
     out += "  " + PadRight(s, 12) + " " + TelemetryLine(v, s) + "\n";
   }
+  out += TopTracedText(v);
 
   out += "\n";
   if (report.insights.empty()) {
@@ -711,6 +811,34 @@ json ReportJson(const Report& report) {
   }
   json insights = InsightsJson(report.insights, report.explained);
   json not_evaluated = NotEvaluatedJson(report.not_evaluated);
+  // The traced kernels (GPU time) or, on a CPU run, operators (self CPU time), top first.
+  json top_kernels;
+  {
+    const TopTraced t = ComputeTopTraced(v, kReportTopKernels);
+    if (!t.recorded) {
+      const auto* status = v.Telemetry("kernels");
+      top_kernels = {{"recorded", false},
+                     {"reason", status && status->reason
+                                    ? *status->reason
+                                    : std::string("no kernel trace was recorded for this run")}};
+    } else {
+      json entries = json::array();
+      for (const auto& e : t.top) {
+        entries.push_back({{"name", e.name},
+                           {"calls", e.calls},
+                           {t.cpu ? "self_cpu_ns" : "gpu_ns", e.ns},
+                           {"share", t.total_ns > 0 ? json(e.ns / t.total_ns) : json(nullptr)}});
+      }
+      top_kernels = {{"recorded", true},
+                     {"kind", t.cpu ? "cpu_operators" : "kernels"},
+                     {"sources", std::vector<std::string>(t.sources.begin(), t.sources.end())},
+                     {"traced_steps", t.steps},
+                     {"windows", t.windows.size()},
+                     {t.cpu ? "total_self_cpu_ns" : "total_gpu_ns", t.total_ns},
+                     {"names", t.names},
+                     {"top", entries}};
+    }
+  }
   return json{{"format", "gpuprof.insights/1"},
               {"run", run},
               {"steps", steps},
@@ -720,6 +848,7 @@ json ReportJson(const Report& report) {
               {"host", host},
               {"stalls", stalls},
               {"cpu_wait", cpu_wait},
+              {"top_kernels", top_kernels},
               {"insights", insights},
               {"explained", ExplainedJson(report.explained)},
               {"data_loss", DataLoss(v)},

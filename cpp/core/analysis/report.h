@@ -87,6 +87,8 @@ Report Analyze(store::RunData data, const RuleContext& context);
 inline constexpr int kSummaryRuleWidth = 60;
 // The summary block shows at most this many insights, then "… N more".
 inline constexpr size_t kSummaryMaxInsights = 8;
+// Rows of the full report's top-kernels (or top CPU operators) section.
+inline constexpr size_t kReportTopKernels = 10;
 // The summary's "Not evaluated (N): ..." line names rules until it would pass this many bytes.
 inline constexpr size_t kSummaryMaxLineColumns = 120;
 

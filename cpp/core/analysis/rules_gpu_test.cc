@@ -196,14 +196,73 @@ TEST(SdpaSuboptimal, NearMisses) {
 TEST(SdpaSuboptimal, NotEvaluatedWithoutKernelTimings) {
   RunBuilder b;
   b.Steps(5, StepShape{});
-  // The reason says what to use meanwhile.
-  EXPECT_THAT(*Eval("sdpa_suboptimal", b).not_evaluated,
-              HasSubstr("needs per-kernel GPU times, which gpuprof does not record yet; for GPU "
-                        "time per source line now, run the script under `linescope --backend "
-                        "sampler --gpu`"));
+  // The reason says how to get the timings.
+  EXPECT_EQ(*Eval("sdpa_suboptimal", b).not_evaluated,
+            "needs per-kernel GPU times: trace steps with profile(trace_every_n_steps=N), "
+            "trace_range=(a, b) or continuous_traces_hz=1.0, or import an Nsight Systems "
+            "capture (gpuprof nsys-import)");
+  // The session's own reason, when it recorded one, wins (tracing off, CUPTI missing).
+  RunBuilder with_status = b;
+  with_status.Telemetry("kernels", false, std::nullopt, "CUPTI could not be loaded");
+  EXPECT_EQ(*Eval("sdpa_suboptimal", with_status).not_evaluated,
+            "needs traced kernels: CUPTI could not be loaded");
   b.Cpu();
   EXPECT_EQ(*Eval("sdpa_suboptimal", b).not_evaluated,
-            "needs per-kernel GPU times; a CPU run has no GPU kernels");
+            "needs traced steps: profile(trace_every_n_steps=N) records the CPU operators of a "
+            "CPU run");
+}
+
+// A CPU run: the traced steps' operators (self CPU time) stand in for kernels.
+RunBuilder CpuOps(const std::vector<std::pair<std::string, int64_t>>& ms_per_step) {
+  RunBuilder b;
+  b.Cpu();
+  b.Steps(20, Split(100, 5, 90));
+  for (int64_t s = 0; s < 4; ++s) {
+    for (const auto& [name, ms] : ms_per_step) {
+      b.CpuOp(s * 100 * kMs, (s + 1) * 100 * kMs, s, name, 3, ms * kMs);
+    }
+  }
+  return b;
+}
+
+TEST(SdpaSuboptimal, FiresOnTheCpuOperatorsOfACpuRun) {
+  const RuleResult r = Eval("sdpa_suboptimal", CpuOps({{"aten::addmm", 40},
+                                                        {"aten::bmm", 35},
+                                                        {"aten::_softmax", 15},
+                                                        {"aten::mul", 10}}));
+  ASSERT_TRUE(r.fired());
+  EXPECT_EQ(r.insight->evidence["basis"], "cpu_ops");
+  EXPECT_EQ(r.insight->message,
+            "Softmax and bmm operators take 50% of CPU operator self time (softmax 15%, bmm "
+            "35%) and no fused attention operator ran: attention is computed unfused");
+  // F.scaled_dot_product_attention on inputs its fused kernels refuse (3-D on CPU, fp32 on
+  // some GPUs) runs its math path: the message says so.
+  const RuleResult math = Eval("sdpa_suboptimal",
+                               CpuOps({{"aten::addmm", 40},
+                                       {"aten::_scaled_dot_product_attention_math", 1},
+                                       {"aten::bmm", 35},
+                                       {"aten::_softmax", 15}}));
+  ASSERT_TRUE(math.fired());
+  EXPECT_EQ(math.insight->evidence["sdpa_math_fallback"], true);
+  EXPECT_THAT(math.insight->message,
+              HasSubstr("(scaled_dot_product_attention fell back to its math path)"));
+  // torch's fused CPU attention operator ran: nothing to say.
+  EXPECT_FALSE(Eval("sdpa_suboptimal",
+                    CpuOps({{"aten::addmm", 40},
+                            {"aten::_scaled_dot_product_flash_attention_for_cpu", 50},
+                            {"aten::bmm", 5},
+                            {"aten::_softmax", 5}}))
+                   .fired());
+}
+
+TEST(SdpaSuboptimal, KernelsWinOverCpuOperators) {
+  // Both tables (an nsys import into a run that also traced CPU operators): GPU time decides,
+  // the two are never summed.
+  RunBuilder b = CpuOps({{"aten::bmm", 60}, {"aten::_softmax", 40}});
+  for (int64_t w = 0; w < 2; ++w) b.Kernel(w * kSec, (w + 1) * kSec, "sm90_gemm", 10, kSec / 2);
+  const RuleResult r = Eval("sdpa_suboptimal", b);
+  EXPECT_FALSE(r.fired());
+  EXPECT_FALSE(r.skipped());
 }
 
 // ---------------------------------------------------------------- kernel_drift
@@ -242,6 +301,26 @@ TEST(KernelDrift, NearMisses) {
   // A tiny kernel tripling adds 0.2 ms to ~200 ms of kernel time per window (< 1%).
   EXPECT_FALSE(Eval("kernel_drift", Drift(100, 300)).fired());
   EXPECT_FALSE(Eval("kernel_drift", Drift(100, 300)).skipped());
+}
+
+TEST(KernelDrift, FiresOnCpuOperatorsThatSlowDown) {
+  RunBuilder b;
+  b.Cpu();
+  b.Steps(20, Split(100, 5, 90));
+  for (int64_t s = 0; s < 8; ++s) {
+    const int64_t mm_ms = s < 4 ? 10 : 30;
+    b.CpuOp(s * 100 * kMs, (s + 1) * 100 * kMs, s, "aten::mm", 4, mm_ms * kMs);
+    b.CpuOp(s * 100 * kMs, (s + 1) * 100 * kMs, s, "aten::relu", 4, 20 * kMs);
+  }
+  const RuleResult r = Eval("kernel_drift", b);
+  ASSERT_TRUE(r.fired());
+  EXPECT_EQ(r.insight->evidence["basis"], "cpu_ops");
+  EXPECT_EQ(r.insight->evidence["kernel"], "aten::mm");
+  EXPECT_EQ(r.insight->message, "CPU operator drift: aten::mm added " +
+                                    FormatDuration(20.0 * kMs) + "/window in the second half (" +
+                                    FormatDuration(10.0 * kMs) + " → " +
+                                    FormatDuration(30.0 * kMs) + " per window, +" +
+                                    FormatPercent(2.0) + ")");
 }
 
 TEST(KernelDrift, NotEvaluatedOnTooFewWindows) {

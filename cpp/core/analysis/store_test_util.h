@@ -51,6 +51,7 @@ inline int64_t WriteRun(store::SqliteStore& db, const store::RunData& data) {
   for (const auto& r : data.host_samples) rows.emplace_back(r);
   for (const auto& r : data.worker_samples_10s) rows.emplace_back(r);
   for (const auto& r : data.kernels) rows.emplace_back(r);
+  for (const auto& r : data.cpu_ops) rows.emplace_back(r);
   for (const auto& r : data.comm_buckets) rows.emplace_back(r);
   for (const auto& r : data.stalls) rows.emplace_back(r);
   for (const auto& r : data.cpu_waits) rows.emplace_back(r);

@@ -136,6 +136,14 @@ class RunBuilder {
                                              calls, gpu_ns, "torch_profiler"});
     return *this;
   }
+  // A CPU operator of a traced step (cpu_ops: torch.profiler on a CPU run).
+  RunBuilder& CpuOp(int64_t window_start_ns, int64_t window_end_ns, std::optional<int64_t> step,
+                    std::string name, int64_t calls, int64_t self_cpu_ns) {
+    data_.cpu_ops.push_back(store::CpuOpRow{window_start_ns, window_end_ns, step,
+                                            std::move(name), calls, self_cpu_ns, std::nullopt,
+                                            "torch_profiler"});
+    return *this;
+  }
   RunBuilder& CommBucket(int64_t step, int64_t bucket, int64_t start_ns, int64_t end_ns,
                          std::optional<int64_t> bytes = std::nullopt) {
     data_.comm_buckets.push_back(store::CommBucketRow{step, bucket, start_ns, end_ns, bytes});

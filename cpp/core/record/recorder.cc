@@ -23,7 +23,13 @@ Recorder::Recorder(RecorderOptions options, clock::Anchor anchor, store::StoreWr
       anchor_(anchor),
       writer_(writer),
       ring_(options.ring_capacity),
-      assembler_(names, anchor.mono_ns, [this](store::Row&& row) { writer_->Push(std::move(row)); }),
+      assembler_(names, anchor.mono_ns,
+                 [this](store::Row&& row) {
+                   if (step_observer_) {
+                     if (const auto* s = std::get_if<store::StepRow>(&row)) step_observer_(*s);
+                   }
+                   writer_->Push(std::move(row));
+                 }),
       gpu_(std::move(gpu)),
       host_(std::move(host)) {
   pids_.push_back(static_cast<int64_t>(getpid()));

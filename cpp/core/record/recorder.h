@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -103,6 +104,11 @@ class Recorder {
   bool watching_cpu_wait() const { return stall_watch_ && stall_watch_->watching_cpu_wait(); }
   int64_t cpu_wait_ns() const { return stall_watch_ ? stall_watch_->cpu_wait_ns() : 0; }
   const StepAssembler& assembler() const { return assembler_; }
+  // Called on the recorder thread with every step row as it is stored (kernel traces take
+  // their traced steps' spans from it). Set before Start().
+  void SetStepObserver(std::function<void(const store::StepRow&)> fn) {
+    step_observer_ = std::move(fn);
+  }
   telemetry::GpuCollector* gpu() { return gpu_.get(); }
 
  private:
@@ -116,6 +122,7 @@ class Recorder {
   store::StoreWriter* writer_;
   SpscRing<Event> ring_;
   StepAssembler assembler_;
+  std::function<void(const store::StepRow&)> step_observer_;
   std::unique_ptr<telemetry::GpuCollector> gpu_;
   std::unique_ptr<telemetry::HostSampler> host_;
   std::mutex comm_mu_;

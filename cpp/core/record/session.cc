@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <exception>
 
 #include "analysis/format.h"
@@ -104,8 +105,98 @@ Expected<std::unique_ptr<Session>> Session::Start(SessionConfig config) {
   s->recorder_ = std::make_unique<Recorder>(s->config_.recorder, s->anchor_, s->writer_.get(),
                                             &s->names_, std::move(gpu), std::move(host),
                                             std::move(cpu_wait));
+  s->StartTraces();
   s->recorder_->Start();
   return s;
+}
+
+void Session::StartTraces() {
+  const traces::TracePlan& plan = config_.trace_plan;
+  if (!plan.enabled()) {
+    SetTelemetryStatus("kernels", false, std::nullopt,
+                       "kernel tracing is off (profile(trace_every_n_steps=N), trace_range=(a, "
+                       "b) or continuous_traces_hz=f turns it on)");
+    return;
+  }
+  if (config_.trace_backend == "cpu_ops") {
+    SetTelemetryStatus("kernels", false, std::nullopt,
+                       "a CPU run has no GPU kernels: the traced steps' CPU operators are "
+                       "recorded instead (" + plan.Describe() + ")");
+    if (plan.continuous()) {
+      AddDiagnostic("info", "kernels",
+                    "continuous_traces_hz aggregates GPU kernels (CUPTI) and has no CPU "
+                    "equivalent: a CPU run records the operators of traced steps only "
+                    "(trace_every_n_steps=N or trace_range=(a, b))");
+    }
+    return;  // the Python layer sets cpu_ops' status when its profiler runs
+  }
+  if (config_.trace_backend != "cupti") {
+    SetTelemetryStatus("kernels", false, std::nullopt,
+                       "no CUDA device in this process: no kernels to trace");
+    return;
+  }
+  traces::KernelCaptureOptions options;
+  options.plan = plan;
+  options.cupti_library = config_.cupti_library;
+  store::StoreWriter* writer = writer_.get();
+  auto capture = traces::KernelCapture::Open(
+      options, anchor_.mono_ns, [writer](std::vector<store::Row>&& rows) {
+        for (auto& r : rows) writer->Push(std::move(r));
+      });
+  if (!capture) {
+    SetTelemetryStatus("kernels", false, std::nullopt,
+                       "kernel tracing could not start: " + capture.error());
+    AddDiagnostic("warning", "kernels", "kernel tracing could not start: " + capture.error());
+    return;
+  }
+  capture_ = std::move(capture.value());
+  SetTelemetryStatus("kernels", true, "cupti (" + plan.Describe() + ")", std::nullopt);
+  traces::KernelCapture* c = capture_.get();
+  recorder_->SetStepObserver([c](const store::StepRow& step) { c->OnStepRow(step); });
+}
+
+void Session::StopTraces() {
+  if (!capture_) return;
+  capture_->Stop();
+  for (const std::string& note : capture_->TakeNotes()) AddDiagnostic("info", "kernels", note);
+  const traces::KernelCapture::Stats st = capture_->stats();
+  std::string msg = "kernel trace (" + config_.trace_plan.Describe() + ", " +
+                    capture_->library_path() + "): " + std::to_string(st.traced_kernels) +
+                    " kernels of traced steps/windows in " + std::to_string(st.rows) +
+                    " rows; " + std::to_string(st.untraced_kernels) +
+                    " kernels of untraced steps not kept";
+  if (st.late_rows) msg += "; " + std::to_string(st.late_rows) + " rows delivered late";
+  if (st.unplaced_kernels) {
+    msg += "; " + std::to_string(st.unplaced_kernels) +
+           " kernels of a traced step that was never stored (not written)";
+  }
+  if (st.dropped_records) {
+    msg += "; CUPTI dropped " + std::to_string(st.dropped_records) + " records (buffers full)";
+  }
+  AddDiagnostic(st.dropped_records ? "warning" : "info", "kernels", msg);
+}
+
+void Session::AddCpuOps(int64_t step, int64_t start_mono_ns, int64_t end_mono_ns,
+                        std::vector<CpuOpTotals> ops) {
+  if (!writer_ || stopped_) return;
+  std::sort(ops.begin(), ops.end(), [](const CpuOpTotals& a, const CpuOpTotals& b) {
+    return a.self_cpu_ns != b.self_cpu_ns ? a.self_cpu_ns > b.self_cpu_ns : a.name < b.name;
+  });
+  const int64_t start = start_mono_ns - anchor_.mono_ns, end = end_mono_ns - anchor_.mono_ns;
+  const size_t keep = std::min(ops.size(), kMaxCpuOpRows);
+  for (size_t i = 0; i < keep; ++i) {
+    writer_->Push(store::CpuOpRow{start, end, step, ops[i].name, ops[i].calls,
+                                  ops[i].self_cpu_ns, ops[i].cpu_ns, "torch_profiler"});
+  }
+  if (keep < ops.size()) {
+    store::CpuOpRow other{start, end, step, "", 0, 0, std::nullopt, "torch_profiler"};
+    for (size_t i = keep; i < ops.size(); ++i) {
+      other.calls += ops[i].calls;
+      other.self_cpu_ns += ops[i].self_cpu_ns;
+    }
+    other.name = "(" + std::to_string(ops.size() - keep) + " other operators)";
+    writer_->Push(std::move(other));
+  }
 }
 
 Session::~Session() {
@@ -137,6 +228,7 @@ StopResult Session::Stop(const std::string& status, const std::optional<std::str
   std::string problems;
   try {
     recorder_->Stop();
+    StopTraces();
     const auto& a = recorder_->assembler();
     if (recorder_->dropped_events() > 0) {
       AddDiagnostic("warning", "recorder",

@@ -18,6 +18,8 @@
 #include "record/recorder.h"
 #include "store/sqlite_store.h"
 #include "telemetry/gpu_collector.h"
+#include "traces/kernel_capture.h"
+#include "traces/trace_plan.h"
 
 namespace gpuprof::record {
 
@@ -30,7 +32,23 @@ struct SessionConfig {
   bool host_telemetry = true;  // profile(host=); host sampling also needs recorder.host_hz > 0
   std::string proc_root = "/proc";
   analysis::AnalysisOptions analysis;
+  // Kernel traces (profile(trace_every_n_steps=, trace_range=, continuous_traces_hz=)).
+  traces::TracePlan trace_plan;
+  // How traced steps are captured: "cupti" (a CUDA run: kernels through CUPTI, natively),
+  // "cpu_ops" (the Python layer records CPU operators with torch.profiler; AddCpuOps), or "".
+  std::string trace_backend;
+  std::string cupti_library;  // "" = KernelTracer's default candidates
 };
+
+// One operator's totals over a traced window, as the Python layer hands them (AddCpuOps).
+struct CpuOpTotals {
+  std::string name;
+  int64_t calls = 0;
+  int64_t self_cpu_ns = 0;
+  std::optional<int64_t> cpu_ns;
+};
+// Rows kept per traced window; the rest are folded into one "(N other operators)" row.
+inline constexpr size_t kMaxCpuOpRows = 50;
 
 // The diagnostics source of rows the store could not take (StoreWriter::lost()).
 inline constexpr const char* kStoreDiagnosticSource = "store";
@@ -54,10 +72,19 @@ class Session {
   // Hot path (training thread). See Recorder::Emit.
   void Emit(EventKind kind, uint32_t arg = 0, int64_t value = 0) noexcept {
     recorder_->Emit(kind, arg, value);
+    if (capture_) ToCapture(kind, value);
   }
   void EmitAt(int64_t ts_ns, EventKind kind, uint32_t arg, int64_t value) noexcept {
     recorder_->EmitAt(ts_ns, kind, arg, value);
+    if (capture_) ToCapture(kind, value);
   }
+  // Whether step `step` is traced (TracePlan); the trace plan as text.
+  bool StepTraced(int64_t step) const { return config_.trace_plan.StepTraced(step); }
+  const traces::TracePlan& trace_plan() const { return config_.trace_plan; }
+  // The CPU operators of traced step `step` (monotonic ns span), from torch.profiler: written
+  // as cpu_ops rows, the kMaxCpuOpRows with the most self time and one row for the rest.
+  void AddCpuOps(int64_t step, int64_t start_mono_ns, int64_t end_mono_ns,
+                 std::vector<CpuOpTotals> ops);
   uint32_t InternPhase(const std::string& name) { return names_.Intern(name); }
   // From any thread: one DDP bucket's collective (monotonic ns). See Recorder::AddCommBucket.
   void AddCommBucket(int64_t bucket, int64_t start_mono_ns, int64_t end_mono_ns,
@@ -96,6 +123,22 @@ class Session {
   std::unique_ptr<store::SqliteStore> control_;  // lifecycle connection
   std::unique_ptr<store::StoreWriter> writer_;
   std::unique_ptr<Recorder> recorder_;
+  void ToCapture(EventKind kind, int64_t value) noexcept {
+    using traces::StepEdge;
+    switch (kind) {
+      case EventKind::kForwardBegin: capture_->OnEvent(StepEdge::kForwardBegin); break;
+      case EventKind::kBackwardBegin: capture_->OnEvent(StepEdge::kBackwardBegin); break;
+      case EventKind::kWaitBegin: capture_->OnEvent(StepEdge::kWaitBegin); break;
+      case EventKind::kOptimizerEnd: capture_->OnEvent(StepEdge::kOptimizerEnd); break;
+      case EventKind::kStepBegin: capture_->OnEvent(StepEdge::kStepBegin, value); break;
+      case EventKind::kStepEnd: capture_->OnEvent(StepEdge::kStepEnd); break;
+      default: break;
+    }
+  }
+  void StartTraces();  // Start(): the kernel capture or the status saying why there is none
+  void StopTraces();   // Stop(): after the recorder closed the last step
+
+  std::unique_ptr<traces::KernelCapture> capture_;
   bool stopped_ = false;
   StopResult result_;
 };

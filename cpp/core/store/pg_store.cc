@@ -458,8 +458,41 @@ Expected<std::unique_ptr<PgStore>> PgStore::Open(const std::string& url, Options
   bool has_runs = false;
   std::optional<std::string> version;
   if (Status st = inspect(&has_runs, &version); !st.ok()) return st;
+  // A database created before cpu_ops and kernels' launch columns existed gets them (one
+  // server at a time, under the schema lock), so that this build's writes and reads work.
+  auto upgrade = [&]() -> Status {
+    bool current = false;
+    Status st = c.Query(
+        "SELECT to_regclass('cpu_ops') IS NOT NULL AND EXISTS (SELECT 1 FROM "
+        "information_schema.columns WHERE table_name = 'kernels' AND column_name = 'max_ns' "
+        "AND table_schema = current_schema())",
+        "read schema", [](PgBinder&) {}, [&](PgReader& r) {
+          current = r.Text() == "t";
+          return Status::Ok();
+        });
+    if (!st.ok() || current) return st;
+    auto ddl = PgSchemaSql();
+    if (!ddl) return ddl.status();
+    std::string sql = *ddl;
+    for (const auto& [column, type] : sql::kKernelLaunchColumns) {
+      sql += std::string("ALTER TABLE kernels ADD COLUMN IF NOT EXISTS ") + column + " " + type +
+             (std::string(type) == "TEXT" ? " COLLATE \"C\"" : "") + ";\n";
+    }
+    const std::string key = std::to_string(kSchemaLockKey);
+    if (Status s = c.Exec("SELECT pg_advisory_lock(" + key + ")", "lock schema creation");
+        !s.ok()) {
+      return s;
+    }
+    st = store->InTransaction(
+        c, [&](Conn& conn) { return conn.Exec(sql, "add what this database lacks"); });
+    c.Exec("SELECT pg_advisory_unlock(" + key + ")", "unlock schema creation");
+    return st;
+  };
   if (has_runs || version) {
     if (Status st = validate(has_runs, version); !st.ok()) return st;
+    if (options.create) {
+      if (Status st = upgrade(); !st.ok()) return st;
+    }
     return store;
   }
   if (!options.create) {

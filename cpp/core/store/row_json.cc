@@ -76,6 +76,13 @@ template <typename F> void Fields(WorkerRollupRow& r, F&& f) {
 template <typename F> void Fields(KernelRow& r, F&& f) {
   f("window_start_ns", r.window_start_ns); f("window_end_ns", r.window_end_ns);
   f("name", r.name); f("calls", r.calls); f("gpu_ns", r.gpu_ns); f("source", r.source);
+  f("step", r.step); f("device", r.device); f("stream", r.stream); f("grid", r.grid);
+  f("block", r.block); f("min_ns", r.min_ns); f("max_ns", r.max_ns);
+}
+template <typename F> void Fields(CpuOpRow& r, F&& f) {
+  f("window_start_ns", r.window_start_ns); f("window_end_ns", r.window_end_ns);
+  f("step", r.step); f("name", r.name); f("calls", r.calls); f("self_cpu_ns", r.self_cpu_ns);
+  f("cpu_ns", r.cpu_ns); f("source", r.source);
 }
 template <typename F> void Fields(CommBucketRow& r, F&& f) {
   f("step", r.step); f("bucket", r.bucket); f("start_ns", r.start_ns); f("end_ns", r.end_ns);
@@ -116,7 +123,7 @@ constexpr const char* kTables[] = {
     "steps",        "phases",           "phase_gpu_times", "gpus",
     "gpu_samples",  "host_samples",     "worker_samples",  "kernels",
     "comm_buckets", "telemetry_status", "diagnostics",     "gpu_samples_1s",
-    "worker_samples_10s", "host_stalls", "cpu_waits"};
+    "worker_samples_10s", "host_stalls", "cpu_waits", "cpu_ops"};
 static_assert(std::size(kTables) == std::variant_size_v<Row>);
 
 template <typename T> struct IsOptional : std::false_type {};

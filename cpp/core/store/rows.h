@@ -177,13 +177,39 @@ struct HostCoreRow {
   std::vector<double> cpu_per_core;
 };
 
+// Kernel time of one window: the kernels of one name and launch configuration that were
+// launched in [window_start_ns, window_end_ns) (run-relative, by launch time). A traced step's
+// window is its span (step set); a continuous-trace window is a fixed period (step null).
+// gpu_ns is device time (sum of the kernels' durations). Table kernels; the launch columns
+// (step .. max_ns) came after the first files were written and read as null there.
 struct KernelRow {
   int64_t window_start_ns = 0;
   int64_t window_end_ns = 0;
   std::string name;
   int64_t calls = 0;
   int64_t gpu_ns = 0;
-  std::string source;
+  std::string source;                // cupti | nsys | torch_profiler
+  std::optional<int64_t> step;       // the traced step; null: a time window
+  std::optional<int64_t> device;     // CUDA device ordinal
+  std::optional<int64_t> stream;     // CUDA stream id (CUPTI's / nsys' numbering)
+  std::optional<std::string> grid;   // "x,y,z"
+  std::optional<std::string> block;  // "x,y,z"
+  std::optional<int64_t> min_ns;     // shortest and longest single kernel
+  std::optional<int64_t> max_ns;
+};
+
+// CPU time of one operator name in one traced window (torch.profiler's CPU activities on a run
+// that has no GPU kernels to trace). self_cpu_ns excludes the operator's child operators,
+// cpu_ns includes them; both are host time, never GPU time. Table cpu_ops.
+struct CpuOpRow {
+  int64_t window_start_ns = 0;
+  int64_t window_end_ns = 0;
+  std::optional<int64_t> step;
+  std::string name;
+  int64_t calls = 0;
+  int64_t self_cpu_ns = 0;
+  std::optional<int64_t> cpu_ns;
+  std::string source;  // torch_profiler
 };
 
 struct CommBucketRow {
@@ -240,6 +266,7 @@ struct CpuWaitRow {
 // What the writer queue carries. Every row belongs to the run the writer was opened for.
 using Row = std::variant<StepRow, PhaseRow, PhaseGpuRow, GpuInfoRow, GpuSampleRow, HostSampleRow,
                          WorkerSampleRow, KernelRow, CommBucketRow, TelemetryStatusRow,
-                         DiagnosticRow, GpuRollupRow, WorkerRollupRow, StallRow, CpuWaitRow>;
+                         DiagnosticRow, GpuRollupRow, WorkerRollupRow, StallRow, CpuWaitRow,
+                         CpuOpRow>;
 
 }  // namespace gpuprof::store

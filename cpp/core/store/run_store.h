@@ -28,6 +28,7 @@ struct RunData {
   std::vector<HostSampleRow> host_samples;  // cpu_per_core empty (raw tier)
   std::vector<WorkerRollupRow> worker_samples_10s;
   std::vector<KernelRow> kernels;
+  std::vector<CpuOpRow> cpu_ops;  // empty in a file older than the table
   std::vector<CommBucketRow> comm_buckets;
   std::vector<StallRow> stalls;  // host_stalls by start_ns (empty in a file older than the table)
   std::vector<CpuWaitRow> cpu_waits;  // cpu_waits by start_ns (likewise)

@@ -195,17 +195,39 @@ CREATE TABLE IF NOT EXISTS worker_samples_10s (
   PRIMARY KEY (run_id, ts_ns, pid)
 );
 
--- Kernel aggregates per step window (filled by later trace features / nsys import).
+-- Kernel aggregates per window: a traced step's span (step set) or a continuous-trace period
+-- (step NULL); one row per kernel name and launch configuration (CUPTI capture, nsys import).
 CREATE TABLE IF NOT EXISTS kernels (
   run_id   BIGINT NOT NULL,
   window_start_ns BIGINT NOT NULL,
   window_end_ns   BIGINT NOT NULL,
   name     TEXT NOT NULL,
   calls    BIGINT NOT NULL,
-  gpu_ns   BIGINT NOT NULL,
-  source   TEXT NOT NULL              -- torch_profiler | cupti | nsys
+  gpu_ns   BIGINT NOT NULL,             -- device time: sum of the kernels' durations
+  source   TEXT NOT NULL,               -- cupti | nsys | torch_profiler
+  step     BIGINT,                      -- the traced step; NULL: a time window
+  device   BIGINT,
+  stream   BIGINT,
+  grid     TEXT,                        -- "x,y,z"
+  block    TEXT,                        -- "x,y,z"
+  min_ns   BIGINT,
+  max_ns   BIGINT
 );
 CREATE INDEX IF NOT EXISTS kernels_by_run ON kernels(run_id, window_start_ns);
+
+-- CPU operators of traced steps (torch.profiler CPU activities; a run without GPU kernels).
+CREATE TABLE IF NOT EXISTS cpu_ops (
+  run_id   BIGINT NOT NULL,
+  window_start_ns BIGINT NOT NULL,
+  window_end_ns   BIGINT NOT NULL,
+  step     BIGINT,
+  name     TEXT NOT NULL,
+  calls    BIGINT NOT NULL,
+  self_cpu_ns BIGINT NOT NULL,          -- host time without child operators
+  cpu_ns   BIGINT,                      -- host time with child operators
+  source   TEXT NOT NULL                -- torch_profiler
+);
+CREATE INDEX IF NOT EXISTS cpu_ops_by_run ON cpu_ops(run_id, window_start_ns);
 
 -- Per collective bucket timing (filled by the DDP comm hook, later).
 CREATE TABLE IF NOT EXISTS comm_buckets (

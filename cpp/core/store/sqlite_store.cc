@@ -313,7 +313,10 @@ Expected<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path
   if (Status st = store->Exec("PRAGMA synchronous=NORMAL", "set synchronous"); !st.ok()) {
     return st;
   }
-  if (!fs->empty) return store;
+  if (!fs->empty) {
+    if (Status st = store->Upgrade(); !st.ok()) return st;
+    return store;
+  }
 
   // A new file: schema and meta in one transaction. Another process may have created it
   // meanwhile; the write lock serializes us, and we look again once we hold it.
@@ -353,6 +356,56 @@ Expected<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path
   }
   if (Status st = store->Commit(); !st.ok()) return st;
   return store;
+}
+
+Expected<std::vector<std::string>> SqliteStore::MissingSchema() {
+  std::vector<std::string> missing;
+  std::set<std::string> tables, kernel_columns;
+  Status st = Query("SELECT name FROM sqlite_master WHERE type = 'table'", "read schema",
+                    [](Binder&) {}, [&](sqlite3_stmt* s) {
+                      tables.insert(Reader(s).Text());
+                      return Status::Ok();
+                    });
+  if (!st.ok()) return st;
+  st = Query("SELECT name FROM pragma_table_info('kernels')", "read the kernels columns",
+             [](Binder&) {}, [&](sqlite3_stmt* s) {
+               kernel_columns.insert(Reader(s).Text());
+               return Status::Ok();
+             });
+  if (!st.ok()) return st;
+  for (const char* t : {"host_stalls", "cpu_waits", "cpu_ops"}) {
+    if (!tables.count(t)) missing.push_back(std::string("table ") + t);
+  }
+  for (const auto& [column, type] : sql::kKernelLaunchColumns) {
+    if (!kernel_columns.count(column)) missing.push_back(std::string("kernels.") + column);
+  }
+  return missing;
+}
+
+Status SqliteStore::Upgrade() {
+  Expected<std::vector<std::string>> missing = MissingSchema();
+  if (!missing) return missing.status();
+  if (missing->empty()) return Status::Ok();  // nothing to write: no write lock taken
+  if (Status st = Begin(); !st.ok()) return st;
+  // Another writer may have upgraded meanwhile: look again under the write lock.
+  missing = MissingSchema();
+  Status st = missing.ok() ? Exec(kSchemaSql, "add the tables this file lacks")
+                           : missing.status();
+  for (size_t i = 0; st.ok() && i < missing->size(); ++i) {
+    const std::string& m = (*missing)[i];
+    if (m.rfind("kernels.", 0) != 0) continue;
+    for (const auto& [column, type] : sql::kKernelLaunchColumns) {
+      if (m == std::string("kernels.") + column) {
+        st = Exec(("ALTER TABLE kernels ADD COLUMN " + std::string(column) + " " + type).c_str(),
+                  "add column kernels." + std::string(column));
+      }
+    }
+  }
+  if (!st.ok()) {
+    Rollback();
+    return st;
+  }
+  return Commit();
 }
 
 SqliteStore::~SqliteStore() {
@@ -618,6 +671,30 @@ Status SqliteStore::WriteRange(int64_t run_id, It begin, It end) {
   return Commit();
 }
 
+Status SqliteStore::ReplaceKernels(int64_t run_id, const std::string& source,
+                                   const std::vector<Row>& rows) {
+  if (Status st = Begin(); !st.ok()) return st;
+  Stmt del;
+  if (sqlite3_prepare_v2(db_, "DELETE FROM kernels WHERE run_id = ? AND source = ?", -1,
+                         del.out(), nullptr) != SQLITE_OK) {
+    Status st = Error("prepare the delete of kernels");
+    Rollback();
+    return st;
+  }
+  Binder b(del.get());
+  b.Int(run_id).Text(source);
+  if (b.rc() != SQLITE_OK || sqlite3_step(del.get()) != SQLITE_DONE) {
+    Status st = Error("delete the run's " + source + " kernels");
+    Rollback();
+    return st;
+  }
+  if (Status st = WriteEach(run_id, rows.begin(), rows.end()); !st.ok()) {
+    Rollback();
+    return st;
+  }
+  return Commit();
+}
+
 // ---- reads -----------------------------------------------------------------------------------
 
 // Runs `sql` with `bind` and calls `each(stmt)` per result row.
@@ -702,8 +779,13 @@ Expected<std::vector<CommBucketRow>> SqliteStore::LoadCommBuckets(int64_t run_id
 }
 
 Expected<std::vector<KernelRow>> SqliteStore::LoadKernels(int64_t run_id) {
-  return Rows<KernelRow>(sql::kKernelsSql, "load kernels", [run_id](Binder& b) { b.Int(run_id); },
-                         [](Reader& c) { return sql::ReadKernel(c); });
+  Expected<std::vector<std::string>> missing = MissingSchema();
+  if (!missing) return missing.status();
+  const bool launch =
+      std::find(missing->begin(), missing->end(), "kernels.step") == missing->end();
+  return Rows<KernelRow>(launch ? sql::kKernelsSql : sql::kKernelsOldSql, "load kernels",
+                         [run_id](Binder& b) { b.Int(run_id); },
+                         [launch](Reader& c) { return sql::ReadKernel(c, launch); });
 }
 
 Expected<std::vector<GpuRollupRow>> SqliteStore::LatestGpuSecond(int64_t run_id) {
@@ -797,18 +879,19 @@ Expected<RunData> SqliteStore::LoadRun(int64_t run_id) {
   if (!st.ok()) return st;
   if (!found) return Status::Error(path_ + ": no run " + std::to_string(run_id));
 
-  // host_stalls and cpu_waits came after the first files were written: a file opened read-only
-  // may predate them (no stall watch then: telemetry_status has no such source either).
+  // host_stalls, cpu_waits, cpu_ops and kernels' launch columns came after the first files were
+  // written: a file opened read-only may predate them (then nothing of theirs was recorded).
   sql::LoadDialect dialect;
   dialect.insertion_order = "rowid";
-  int stall_tables = 0;
-  st = Query("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
-             "('host_stalls', 'cpu_waits')",
-             "look for host_stalls and cpu_waits", [](Binder&) {}, [&](sqlite3_stmt* s) {
-               stall_tables = static_cast<int>(sqlite3_column_int64(s, 0));
-               return Status::Ok();
-             });
-  if (!st.ok()) return st;
+  Expected<std::vector<std::string>> missing = MissingSchema();
+  if (!missing) return missing.status();
+  auto lacks = [&](const std::string& what) {
+    return std::find(missing->begin(), missing->end(), what) != missing->end();
+  };
+  const int stall_tables =
+      (lacks("table host_stalls") ? 0 : 1) + (lacks("table cpu_waits") ? 0 : 1);
+  dialect.has_cpu_ops_table = !lacks("table cpu_ops");
+  dialect.has_kernel_launch_columns = !lacks("kernels.step");
   dialect.has_stalls_tables = stall_tables == 2;
   st = sql::LoadRunTables(
       [this](const std::string& sql, const std::string& purpose, auto bind, auto each) {
@@ -933,7 +1016,7 @@ const char* RowTable(const Row& row) {
       "steps",       "phases",       "phases",         "gpus",
       "gpu_samples", "host_samples", "worker_samples", "kernels",
       "comm_buckets", "telemetry_status", "diagnostics", "gpu_samples_1s",
-      "worker_samples_10s", "host_stalls", "cpu_waits"};
+      "worker_samples_10s", "host_stalls", "cpu_waits", "cpu_ops"};
   static_assert(std::size(kNames) == std::variant_size_v<Row>);
   return kNames[row.index()];
 }
@@ -944,7 +1027,7 @@ std::optional<int64_t> RowTime(const Row& row) {
         using T = std::decay_t<decltype(r)>;
         if constexpr (std::is_same_v<T, StepRow>) {
           return r.end_ns;
-        } else if constexpr (std::is_same_v<T, KernelRow>) {
+        } else if constexpr (std::is_same_v<T, KernelRow> || std::is_same_v<T, CpuOpRow>) {
           return r.window_start_ns;
         } else if constexpr (std::is_same_v<T, CommBucketRow> || std::is_same_v<T, StallRow> ||
                              std::is_same_v<T, CpuWaitRow>) {
@@ -994,7 +1077,8 @@ Expected<std::unique_ptr<StoreWriter>> StoreWriter::Start(const std::string& pat
   if (options.capacity == 0 || options.max_batch == 0 || options.flush_interval_ms <= 0) {
     return Status::Error("store writer: capacity, max_batch and flush_interval_ms must be > 0");
   }
-  Expected<std::unique_ptr<SqliteStore>> store = SqliteStore::Open(path, SqliteStore::Mode::kReadWrite);
+  Expected<std::unique_ptr<SqliteStore>> store =
+      SqliteStore::Open(path, SqliteStore::Mode::kReadWrite);
   if (!store.ok()) return store.status();
   Expected<bool> exists = (*store)->RunExists(run_id);
   if (!exists.ok()) return exists.status();

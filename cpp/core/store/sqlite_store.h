@@ -84,6 +84,9 @@ class SqliteStore final : public RunStore {
   // GPU time when its gpu_ns is nullopt, adds its gpu_ns to a placeholder's, and otherwise
   // replaces it. Other tables append. The writer thread uses the same code.
   Status WriteRows(int64_t run_id, const std::vector<Row>& rows) override;
+  // Deletes the run's kernels rows of `source` and writes `rows`, in one transaction (a
+  // re-import: gpuprof nsys-import --replace).
+  Status ReplaceKernels(int64_t run_id, const std::string& source, const std::vector<Row>& rows);
   // A team server's write of one client batch: the rows and the batch id in one transaction,
   // unless ingest_batches already holds (run_id, batch_id): then nothing is written and
   // *duplicate is set. Insights, when given, replace the run's in the same transaction.
@@ -155,6 +158,10 @@ class SqliteStore final : public RunStore {
   Status Begin();   // BEGIN IMMEDIATE
   Status Commit();  // rolls back when the commit fails
   void Rollback();  // no-op outside a transaction
+  // What an older file lacks of the current schema (tables, kernels' launch columns): none
+  // when all is there. Upgrade adds what is missing in one transaction (a writer's Open).
+  Expected<std::vector<std::string>> MissingSchema();
+  Status Upgrade();
   template <typename T>
   Status WriteOne(size_t index, int64_t run_id, const T& row);
   Status WriteCores(int64_t run_id, const HostSampleRow& row);  // host_core_samples

@@ -1612,3 +1612,122 @@ TEST_F(StoreTest, WriterThroughputGpuSamples) {
 
 }  // namespace
 }  // namespace gpuprof::store
+
+// ---- kernel traces: launch columns and cpu_ops ---------------------------------------------
+
+namespace gpuprof::store {
+namespace {
+
+TEST_F(StoreTest, KernelLaunchDetailAndCpuOperatorsRoundTrip) {
+  // GIVEN a kernel of a traced step with its launch detail, a continuous-window kernel without
+  // any, and CPU operators with and without their inclusive time
+  auto store = OpenRw(Path("gpuprof.db"));
+  const int64_t id = *store->BeginRun(MinimalRun("exp"));
+  KernelRow k{100, 250, "flash_fwd_kernel", 4, 8000, "cupti"};
+  k.step = 7;
+  k.device = 1;
+  k.stream = 13;
+  k.grid = "128,8,1";
+  k.block = "256,1,1";
+  k.min_ns = 1500;
+  k.max_ns = 2600;
+  const KernelRow window{1'000'000'000, 2'000'000'000, "ampere_sgemm", 90, 45000, "cupti"};
+  const CpuOpRow op{100, 250, 7, "aten::bmm", 6, 4200, 5100, "torch_profiler"};
+  const CpuOpRow bare{300, 400, std::nullopt, "aten::softmax", 2, 900, std::nullopt,
+                      "torch_profiler"};
+  Status st = store->WriteRows(id, {Row(k), Row(window), Row(op), Row(bare)});
+  ASSERT_TRUE(st.ok()) << st.message();
+  // WHEN the run is loaded (LoadRun and LoadKernels)
+  auto d = store->LoadRun(id);
+  ASSERT_TRUE(d.ok()) << d.error();
+  auto kernels = store->LoadKernels(id);
+  ASSERT_TRUE(kernels.ok()) << kernels.error();
+  // THEN every field comes back, and unknown ones stay null (never 0)
+  for (const auto* ks : {&d->kernels, &*kernels}) {
+    ASSERT_EQ(ks->size(), 2u);
+    const KernelRow& a = ks->at(0);
+    EXPECT_EQ(a.name, "flash_fwd_kernel");
+    EXPECT_EQ(a.step, 7);
+    EXPECT_EQ(a.device, 1);
+    EXPECT_EQ(a.stream, 13);
+    EXPECT_EQ(a.grid, "128,8,1");
+    EXPECT_EQ(a.block, "256,1,1");
+    EXPECT_EQ(a.min_ns, 1500);
+    EXPECT_EQ(a.max_ns, 2600);
+    const KernelRow& b = ks->at(1);
+    EXPECT_EQ(b.name, "ampere_sgemm");
+    EXPECT_EQ(b.calls, 90);
+    EXPECT_EQ(b.step, std::nullopt);
+    EXPECT_EQ(b.grid, std::nullopt);
+    EXPECT_EQ(b.min_ns, std::nullopt);
+  }
+  ASSERT_EQ(d->cpu_ops.size(), 2u);
+  const CpuOpRow& o = d->cpu_ops[0];
+  EXPECT_EQ(std::tie(o.window_start_ns, o.window_end_ns, o.name, o.calls, o.self_cpu_ns),
+            std::tie(op.window_start_ns, op.window_end_ns, op.name, op.calls, op.self_cpu_ns));
+  EXPECT_EQ(o.step, 7);
+  EXPECT_EQ(o.cpu_ns, 5100);
+  EXPECT_EQ(o.source, "torch_profiler");
+  EXPECT_EQ(d->cpu_ops[1].step, std::nullopt);
+  EXPECT_EQ(d->cpu_ops[1].cpu_ns, std::nullopt);
+  EXPECT_EQ(QueryInt(store->handle(), "SELECT count(*) FROM cpu_ops WHERE cpu_ns IS NULL"), 1);
+}
+
+TEST_F(StoreTest, AFileWithoutTheTraceSchemaIsReadAndUpgradedByAWriter) {
+  // GIVEN a file as an earlier gpuprof wrote it: no cpu_ops table, kernels without the launch
+  // columns, one kernel row
+  const std::string path = Path("old.db");
+  int64_t id = 0;
+  {
+    auto store = OpenRw(path);
+    id = *store->BeginRun(MinimalRun("old"));
+    ASSERT_TRUE(store->WriteRows(id, {Row(KernelRow{10, 20, "gemm", 3, 900, "cupti"})}).ok());
+    sqlite3* db = store->handle();
+    char* err = nullptr;
+    std::string sql = "DROP TABLE cpu_ops;";
+    for (const char* c : {"step", "device", "stream", "grid", "block", "min_ns", "max_ns"}) {
+      sql += std::string("ALTER TABLE kernels DROP COLUMN ") + c + ";";
+    }
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << err;
+  }
+  // WHEN a reader opens it
+  {
+    auto ro = OpenRo(path);
+    auto d = ro->LoadRun(id);
+    ASSERT_TRUE(d.ok()) << d.error();
+    // THEN it reads the old kernels (launch detail unknown) and no CPU operators, and the file
+    // is left as it was
+    ASSERT_EQ(d->kernels.size(), 1u);
+    EXPECT_EQ(d->kernels[0].calls, 3);
+    EXPECT_EQ(d->kernels[0].step, std::nullopt);
+    EXPECT_TRUE(d->cpu_ops.empty());
+    auto k = ro->LoadKernels(id);
+    ASSERT_TRUE(k.ok()) << k.error();
+    ASSERT_EQ(k->size(), 1u);
+    EXPECT_EQ(QueryInt(ro->handle(), "SELECT count(*) FROM sqlite_master WHERE name='cpu_ops'"),
+              0);
+  }
+  // WHEN a writer opens it
+  auto rw = OpenRw(path);
+  // THEN the table and the columns are added, the old row is kept, new rows are written
+  EXPECT_EQ(QueryInt(rw->handle(), "SELECT count(*) FROM sqlite_master WHERE name='cpu_ops'"),
+            1);
+  EXPECT_EQ(QueryInt(rw->handle(), "SELECT count(*) FROM pragma_table_info('kernels') "
+                                   "WHERE name IN ('step','grid','max_ns')"),
+            3);
+  KernelRow k{30, 40, "gemm", 1, 100, "cupti"};
+  k.step = 2;
+  Status st = rw->WriteRows(id, {Row(k), Row(CpuOpRow{30, 40, 2, "aten::mm", 1, 50, 60,
+                                                      "torch_profiler"})});
+  ASSERT_TRUE(st.ok()) << st.message();
+  auto d = rw->LoadRun(id);
+  ASSERT_TRUE(d.ok()) << d.error();
+  ASSERT_EQ(d->kernels.size(), 2u);
+  EXPECT_EQ(d->kernels[0].step, std::nullopt);
+  EXPECT_EQ(d->kernels[1].step, 2);
+  ASSERT_EQ(d->cpu_ops.size(), 1u);
+  EXPECT_EQ(d->cpu_ops[0].name, "aten::mm");
+}
+
+}  // namespace
+}  // namespace gpuprof::store

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "store/rows.h"
@@ -227,12 +228,26 @@ template <>
 struct RowTraits<KernelRow> {
   static constexpr const char* kPurpose = "insert into kernels";
   static constexpr const char* kSql =
-      "INSERT INTO kernels(run_id, window_start_ns, window_end_ns, name, calls, gpu_ns, source)"
-      " VALUES(?,?,?,?,?,?,?)";
+      "INSERT INTO kernels(run_id, window_start_ns, window_end_ns, name, calls, gpu_ns, source,"
+      " step, device, stream, grid, block, min_ns, max_ns) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
   template <class B>
   static void Bind(B& b, const KernelRow& r) {
     b.Int(r.window_start_ns).Int(r.window_end_ns).Text(r.name).Int(r.calls).Int(r.gpu_ns);
-    b.Text(r.source);
+    b.Text(r.source).Int(r.step).Int(r.device).Int(r.stream).Text(r.grid).Text(r.block);
+    b.Int(r.min_ns).Int(r.max_ns);
+  }
+};
+
+template <>
+struct RowTraits<CpuOpRow> {
+  static constexpr const char* kPurpose = "insert into cpu_ops";
+  static constexpr const char* kSql =
+      "INSERT INTO cpu_ops(run_id, window_start_ns, window_end_ns, step, name, calls,"
+      " self_cpu_ns, cpu_ns, source) VALUES(?,?,?,?,?,?,?,?,?)";
+  template <class B>
+  static void Bind(B& b, const CpuOpRow& r) {
+    b.Int(r.window_start_ns).Int(r.window_end_ns).Int(r.step).Text(r.name).Int(r.calls);
+    b.Int(r.self_cpu_ns).Int(r.cpu_ns).Text(r.source);
   }
 };
 
@@ -433,18 +448,55 @@ CommBucketRow ReadCommBucket(R& c) {
   return r;
 }
 
-// A run's kernel windows (parameter: run_id), LoadRun's order.
+// A run's kernel windows (parameter: run_id), LoadRun's order. kKernelsSql reads a file older
+// than the launch columns (LoadDialect::has_kernel_launch_columns false).
 inline constexpr const char* kKernelsSql =
+    "SELECT window_start_ns, window_end_ns, name, calls, gpu_ns, source, step, device, stream,"
+    " grid, block, min_ns, max_ns FROM kernels"
+    " WHERE run_id = ? ORDER BY window_start_ns, name, source";
+inline constexpr const char* kKernelsOldSql =
     "SELECT window_start_ns, window_end_ns, name, calls, gpu_ns, source FROM kernels"
     " WHERE run_id = ? ORDER BY window_start_ns, name, source";
 template <class R>
-KernelRow ReadKernel(R& c) {
+KernelRow ReadKernel(R& c, bool launch_columns = true) {
   KernelRow r;
   r.window_start_ns = c.Int();
   r.window_end_ns = c.Int();
   r.name = c.Text();
   r.calls = c.Int();
   r.gpu_ns = c.Int();
+  r.source = c.Text();
+  if (!launch_columns) return r;
+  r.step = c.OptInt();
+  r.device = c.OptInt();
+  r.stream = c.OptInt();
+  r.grid = c.OptText();
+  r.block = c.OptText();
+  r.min_ns = c.OptInt();
+  r.max_ns = c.OptInt();
+  return r;
+}
+
+// Columns added to kernels after the first files were written (name, type). A writer opening an
+// older file or database adds them (and creates tables it lacks) before writing.
+inline constexpr std::pair<const char*, const char*> kKernelLaunchColumns[] = {
+    {"step", "BIGINT"}, {"device", "BIGINT"}, {"stream", "BIGINT"}, {"grid", "TEXT"},
+    {"block", "TEXT"},  {"min_ns", "BIGINT"}, {"max_ns", "BIGINT"}};
+
+// A run's CPU operator windows (parameter: run_id).
+inline constexpr const char* kCpuOpsSql =
+    "SELECT window_start_ns, window_end_ns, step, name, calls, self_cpu_ns, cpu_ns, source"
+    " FROM cpu_ops WHERE run_id = ? ORDER BY window_start_ns, name";
+template <class R>
+CpuOpRow ReadCpuOp(R& c) {
+  CpuOpRow r;
+  r.window_start_ns = c.Int();
+  r.window_end_ns = c.Int();
+  r.step = c.OptInt();
+  r.name = c.Text();
+  r.calls = c.Int();
+  r.self_cpu_ns = c.Int();
+  r.cpu_ns = c.OptInt();
   r.source = c.Text();
   return r;
 }
@@ -633,6 +685,9 @@ inline std::string SeriesSql(const SeriesColumn& c) {
 struct LoadDialect {
   // Whether host_stalls and cpu_waits exist (a read-only SQLite file may predate them).
   bool has_stalls_tables = true;
+  // Whether cpu_ops exists and kernels has the launch columns (step .. max_ns).
+  bool has_cpu_ops_table = true;
+  bool has_kernel_launch_columns = true;
   // The column that orders rows inserted with equal keys (SQLite's rowid, Postgres' seq).
   std::string insertion_order = "rowid";
 };
@@ -760,10 +815,17 @@ Status LoadRunTables(QueryFn&& query, int64_t run_id, const LoadDialect& dialect
         r.rss_max_bytes = c.OptInt();
         return ok();
       });
-  load(kKernelsSql, "load kernels", [&](auto& c) {
-    d.kernels.push_back(ReadKernel(c));
-    return ok();
-  });
+  load(dialect.has_kernel_launch_columns ? kKernelsSql : kKernelsOldSql, "load kernels",
+       [&](auto& c) {
+         d.kernels.push_back(ReadKernel(c, dialect.has_kernel_launch_columns));
+         return ok();
+       });
+  if (dialect.has_cpu_ops_table) {
+    load(kCpuOpsSql, "load cpu_ops", [&](auto& c) {
+      d.cpu_ops.push_back(ReadCpuOp(c));
+      return ok();
+    });
+  }
   load(kCommBucketsSql, "load comm_buckets", [&](auto& c) {
     d.comm_buckets.push_back(ReadCommBucket(c));
     return ok();

@@ -226,6 +226,8 @@ static_assert(offsetof(KernelRecordPrefix, start) == 16 &&
               offsetof(KernelRecordPrefix, end) == 24 &&
               offsetof(KernelRecordPrefix, deviceId) == 40 &&
               offsetof(KernelRecordPrefix, streamId) == 48 &&
+              offsetof(KernelRecordPrefix, gridX) == 52 &&
+              offsetof(KernelRecordPrefix, blockX) == 64 &&
               offsetof(KernelRecordPrefix, correlationId) == 92 &&
               offsetof(KernelRecordPrefix, gridId) == 96 &&
               offsetof(KernelRecordPrefix, name) == 104 && sizeof(KernelRecordPrefix) == 112);

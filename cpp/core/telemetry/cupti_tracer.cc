@@ -6,8 +6,10 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 namespace gpuprof::telemetry {
@@ -474,6 +476,18 @@ uint64_t KernelTracer::LookupTag(uint32_t correlation_id, int* reason) const noe
   return tag;
 }
 
+size_t KernelTracer::LaunchKeyHash::operator()(const LaunchKey& k) const noexcept {
+  // Each field mixed in with a multiply (splitmix64's constant) and a final avalanche.
+  auto mix = [](uint64_t h, uint64_t v) { return (h ^ v) * 0x9e3779b97f4a7c15ULL; };
+  uint64_t h = mix(k.tag, (uint64_t{k.name} << 32) | k.device);
+  h = mix(h, (uint64_t{k.stream} << 32) | static_cast<uint32_t>(k.grid[0]));
+  h = mix(h, (uint64_t{static_cast<uint32_t>(k.grid[1])} << 32) | static_cast<uint32_t>(k.grid[2]));
+  h = mix(h,
+          (uint64_t{static_cast<uint32_t>(k.block[0])} << 32) | static_cast<uint32_t>(k.block[1]));
+  h = mix(h, static_cast<uint32_t>(k.block[2]));
+  return static_cast<size_t>(h ^ (h >> 32));
+}
+
 void KernelTracer::ProcessBuffer(cu::Context context, uint32_t stream_id, uint8_t* buffer,
                                  size_t valid_size) {
   std::lock_guard<std::mutex> lock(accum_mu_);
@@ -485,7 +499,7 @@ void KernelTracer::ProcessBuffer(cu::Context context, uint32_t stream_id, uint8_
   const char* last_name = nullptr;
   size_t last_index = 0;
   auto account = [&](Op op, uint32_t id, uint64_t start, uint64_t end, uint64_t bytes,
-                     const char* name) {
+                     const cu::KernelRecordPrefix* kernel) {
     if ((start == 0 && end == 0) || end < start) {
       ++invalid_;
       ++cum_invalid_;
@@ -518,7 +532,7 @@ void KernelTracer::ProcessBuffer(cu::Context context, uint32_t stream_id, uint8_
         totals->kernel_ns += ns;
         pending_.push_back(Interval{reason == 0 ? tag : kNoTag, start, end});
         max_start_seen_ = std::max(max_start_seen_, start);
-        const char* key = name != nullptr ? name : "<unnamed kernel>";
+        const char* key = kernel->name != nullptr ? kernel->name : "<unnamed kernel>";
         size_t index = last_index;  // same pointer within one buffer: the same kernel
         if (key != last_name) {
           // A pointer seen before names the same kernel unless its module was unloaded and
@@ -537,6 +551,19 @@ void KernelTracer::ProcessBuffer(cu::Context context, uint32_t stream_id, uint8_
         last_index = index;
         ++names_[index].count;
         names_[index].ns += ns;
+        if (options_.launch_detail && reason == 0) {
+          const LaunchKey launch{tag,
+                                 static_cast<uint32_t>(index),
+                                 kernel->deviceId,
+                                 kernel->streamId,
+                                 {kernel->gridX, kernel->gridY, kernel->gridZ},
+                                 {kernel->blockX, kernel->blockY, kernel->blockZ}};
+          LaunchAcc& acc = launches_[launch];
+          ++acc.count;
+          acc.ns += ns;
+          acc.min_ns = std::min(acc.min_ns, ns);
+          acc.max_ns = std::max(acc.max_ns, ns);
+        }
         break;
       }
       case kMemcpy:
@@ -568,7 +595,7 @@ void KernelTracer::ProcessBuffer(cu::Context context, uint32_t stream_id, uint8_
       case cu::kActivityKernel:
       case cu::kActivityConcurrentKernel: {
         const auto* k = reinterpret_cast<const cu::KernelRecordPrefix*>(record);
-        account(kKernel, k->correlationId, k->start, k->end, 0, k->name);
+        account(kKernel, k->correlationId, k->start, k->end, 0, k);
         break;
       }
       case cu::kActivityMemcpy: {
@@ -642,6 +669,30 @@ KernelTraceTotals KernelTracer::TakeTotals() {
   out.unattributed_untagged = untagged_;
   out.unattributed_unmatched = unmatched_;
   out.unattributed_evicted = evicted_;
+  out.launches.reserve(launches_.size());
+  for (const auto& [key, acc] : launches_) {
+    KernelLaunchTotals& l = out.launches.emplace_back();
+    l.tag = key.tag;
+    l.name = names_[key.name].name;
+    l.device = key.device;
+    l.stream = key.stream;
+    std::copy(std::begin(key.grid), std::end(key.grid), l.grid);
+    std::copy(std::begin(key.block), std::end(key.block), l.block);
+    l.count = acc.count;
+    l.ns = acc.ns;
+    l.min_ns = acc.min_ns;
+    l.max_ns = acc.max_ns;
+  }
+  std::sort(out.launches.begin(), out.launches.end(),
+            [](const KernelLaunchTotals& a, const KernelLaunchTotals& b) {
+              if (a.tag != b.tag) return a.tag < b.tag;
+              if (a.ns != b.ns) return a.ns > b.ns;
+              auto config = [](const KernelLaunchTotals& l) {
+                return std::tuple(l.device, l.stream, l.grid[0], l.grid[1], l.grid[2],
+                                  l.block[0], l.block[1], l.block[2]);
+              };
+              return a.name != b.name ? a.name < b.name : config(a) < config(b);
+            });
   out.kernels = std::move(names_);
   std::sort(out.kernels.begin(), out.kernels.end(),
             [](const KernelNameTotals& a, const KernelNameTotals& b) {
@@ -658,6 +709,7 @@ KernelTraceTotals KernelTracer::TakeTotals() {
   names_.clear();
   name_index_.clear();
   name_ptr_index_.clear();
+  launches_.clear();
   return out;
 }
 

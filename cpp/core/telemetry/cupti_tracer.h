@@ -21,6 +21,13 @@
 //                   options.busy_order_window_ns of each other (see TakeTotals).
 //   memcpy_* / memset_*  the same sums for copies and sets issued through the runtime API
 //                   (copy-engine time, kept apart from kernel time).
+// Per kernel name (KernelNameTotals, over all tags): count and summed duration. With
+// options.launch_detail, per tag, kernel name and launch configuration (KernelLaunchTotals: the
+// record's deviceId, streamId, grid and block): count and summed, shortest and longest duration,
+// for tagged kernels only (a kernel of a CUDA graph carries its own configuration). Both live
+// in hash maps: their memory is bounded by the number of distinct names and (tag, name,
+// configuration) keys seen between two TakeTotals calls (about 100 bytes per launch key), a
+// record costs one lookup in each and allocates only the first time its key is seen.
 // A kernel launched with a nested driver call (runtime -> driver) is tagged once: the nested
 // driver callback reuses the runtime call's tag without calling tag_fn again.
 //
@@ -83,6 +90,10 @@ struct KernelTracerOptions {
   // the latest start seen) before they are merged into the per-tag union, so that intervals
   // delivered out of start order are still merged exactly. TakeTotals merges everything pending.
   uint64_t busy_order_window_ns = 1'000'000'000;
+  // Also keep per tag, per kernel name and launch configuration (device, stream, grid, block)
+  // the count, summed / shortest / longest duration (KernelTraceTotals::launches). Tagged
+  // kernel records only (unattributed ones are in `unattributed` as before).
+  bool launch_detail = false;
 };
 
 // Totals of one tag (or of the unattributed bucket, tag == kNoTag). Durations in ns.
@@ -106,6 +117,21 @@ struct KernelNameTotals {
   uint64_t ns = 0;
 };
 
+// Totals of one (tag, kernel name, launch configuration): kernels of one tag with the same name,
+// launched on the same device and stream with the same grid and block dimensions. Durations in ns.
+struct KernelLaunchTotals {
+  uint64_t tag = kNoTag;
+  std::string name;     // as CUPTI reports it (usually mangled)
+  uint32_t device = 0;  // CUPTI deviceId
+  uint32_t stream = 0;  // CUPTI streamId
+  int32_t grid[3] = {0, 0, 0};
+  int32_t block[3] = {0, 0, 0};
+  uint64_t count = 0;
+  uint64_t ns = 0;  // sum of durations
+  uint64_t min_ns = 0;
+  uint64_t max_ns = 0;
+};
+
 // Everything accumulated between two TakeTotals calls.
 struct KernelTraceTotals {
   std::vector<KernelTagTotals> tags;      // ascending tag; only tags that received records
@@ -114,6 +140,8 @@ struct KernelTraceTotals {
   uint64_t unattributed_unmatched = 0;    // no traced launch callback saw the correlation id
   uint64_t unattributed_evicted = 0;      // the id's table slot was reused before delivery
   std::vector<KernelNameTotals> kernels;  // descending ns
+  std::vector<KernelLaunchTotals> launches;  // with options.launch_detail: ascending tag, then
+                                             // descending ns
   uint64_t records = 0;                   // kernel + memcpy + memset records with timestamps
   uint64_t invalid_records = 0;           // records without usable timestamps: in no total
   uint64_t dropped_records = 0;           // records CUPTI reported as dropped (buffers full)
@@ -173,6 +201,25 @@ class KernelTracer {
     uint64_t start;
     uint64_t end;
   };
+  // A KernelLaunchTotals key; `name` indexes names_.
+  struct LaunchKey {
+    uint64_t tag;
+    uint32_t name;
+    uint32_t device;
+    uint32_t stream;
+    int32_t grid[3];
+    int32_t block[3];
+    bool operator==(const LaunchKey&) const = default;
+  };
+  struct LaunchKeyHash {
+    size_t operator()(const LaunchKey& k) const noexcept;
+  };
+  struct LaunchAcc {
+    uint64_t count = 0;
+    uint64_t ns = 0;
+    uint64_t min_ns = ~uint64_t{0};
+    uint64_t max_ns = 0;
+  };
 
   KernelTracer();
 
@@ -225,6 +272,7 @@ class KernelTracer {
   std::vector<KernelNameTotals> names_;
   std::unordered_map<std::string, size_t> name_index_;
   std::unordered_map<const char*, size_t> name_ptr_index_;
+  std::unordered_map<LaunchKey, LaunchAcc, LaunchKeyHash> launches_;  // options_.launch_detail
   std::vector<Interval> pending_;  // [0, pending_sorted_) is in start order
   size_t pending_sorted_ = 0;
   std::unordered_map<uint64_t, uint64_t> covered_until_;  // per tag: end of the merged union

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,6 +41,7 @@ struct Fake {
     EXPECT_NE(handle, nullptr) << dlerror();
     Bind(launch, "fake_cupti_launch");
     Bind(launch_via, "fake_cupti_launch_via");
+    Bind(launch_config, "fake_cupti_launch_config");
     Bind(memcpy, "fake_cupti_memcpy");
     Bind(memset, "fake_cupti_memset");
     Bind(drop, "fake_cupti_drop");
@@ -63,6 +65,7 @@ struct Fake {
   void* handle = nullptr;
   decltype(fake_cupti_launch)* launch = nullptr;
   decltype(fake_cupti_launch_via)* launch_via = nullptr;
+  decltype(fake_cupti_launch_config)* launch_config = nullptr;
   decltype(fake_cupti_memcpy)* memcpy = nullptr;
   decltype(fake_cupti_memset)* memset = nullptr;
   decltype(fake_cupti_drop)* drop = nullptr;
@@ -208,6 +211,109 @@ TEST_F(KernelTracerTest,
   EXPECT_EQ(a->kernel_ns, 7'000u);
   EXPECT_EQ(tags_.calls.load(), 1u);
   EXPECT_EQ(tracer->tagged_calls(), 2u);
+}
+
+TEST_F(KernelTracerTest, GivenLaunchDetailOff_WhenKernelsRun_ThenNoLaunchTotalsAreKept) {
+  // GIVEN a tracer with the default options (launch_detail off)
+  auto tracer = OpenFake();
+  ASSERT_NE(tracer, nullptr);
+  // WHEN tagged kernels run
+  t_tag = kTagA;
+  const int32_t grid[3] = {4, 1, 1}, block[3] = {256, 1, 1};
+  fake_.launch_config("gemm", 100, 0, 0, grid, block);
+  fake_.launch("relu", 50, 1);
+  KernelTraceTotals totals = FlushAndTake(*tracer);
+  // THEN the tag and name totals are there, and no per-launch totals
+  ASSERT_NE(FindTag(totals, kTagA), nullptr);
+  EXPECT_EQ(FindTag(totals, kTagA)->kernel_count, 2u);
+  EXPECT_THAT(totals.kernels, SizeIs(2));
+  EXPECT_THAT(totals.launches, IsEmpty());
+}
+
+TEST_F(KernelTracerTest, GivenLaunchDetail_WhenConfigsDiffer_ThenEachTagNameConfigIsOneEntry) {
+  // GIVEN a tracer keeping per-launch-configuration totals
+  KernelTracerOptions options;
+  options.launch_detail = true;
+  auto tracer = OpenFake(options);
+  ASSERT_NE(tracer, nullptr);
+  const int32_t small[3] = {4, 1, 1}, large[3] = {8, 2, 1};
+  const int32_t wide[3] = {256, 1, 1}, square[3] = {16, 16, 1};
+
+  // WHEN tag A runs gemm with two grids and on two streams, and relu with the defaults
+  t_tag = kTagA;
+  fake_.launch_config("gemm", 100, 0, 0, small, wide);
+  fake_.launch_config("gemm", 300, 0, 0, small, wide);
+  fake_.launch_config("gemm", 1'000, 0, 0, large, wide);
+  fake_.launch_config("gemm", 50, 1, 0, small, wide);
+  fake_.launch("relu", 20, 0);
+  // and tag B runs gemm on device 1 and add (as heavy: ties are ordered by name)
+  t_tag = kTagB;
+  fake_.launch_config("gemm", 700, 2, 1, small, square);
+  fake_.launch_config("add", 700, 2, 1, small, square);
+  // and an untagged gemm runs with the first configuration
+  t_tag = kNoTag;
+  fake_.launch_config("gemm", 5'000, 0, 0, small, wide);
+  KernelTraceTotals totals = FlushAndTake(*tracer);
+
+  // THEN each (tag, name, device, stream, grid, block) has its own count and durations,
+  // ascending tag, heaviest first; the untagged kernel is in none of them
+  ASSERT_THAT(totals.launches, SizeIs(6));
+  struct Want {
+    uint64_t tag;
+    const char* name;
+    uint32_t device, stream;
+    const int32_t* grid;
+    const int32_t* block;
+    uint64_t count, ns, min_ns, max_ns;
+  };
+  const Want expected[] = {
+      {kTagA, "gemm", 0, 0, large, wide, 1, 1'000, 1'000, 1'000},
+      {kTagA, "gemm", 0, 0, small, wide, 2, 400, 100, 300},
+      {kTagA, "gemm", 0, 1, small, wide, 1, 50, 50, 50},
+      {kTagA, "relu", 0, 0, nullptr, nullptr, 1, 20, 20, 20},
+      {kTagB, "add", 1, 2, small, square, 1, 700, 700, 700},
+      {kTagB, "gemm", 1, 2, small, square, 1, 700, 700, 700},
+  };
+  const int32_t default_grid[3] = {1, 1, 1}, default_block[3] = {128, 1, 1};
+  for (size_t i = 0; i < std::size(expected); ++i) {
+    const KernelLaunchTotals& got = totals.launches[i];
+    const Want& want = expected[i];
+    const int32_t* grid = want.grid != nullptr ? want.grid : default_grid;
+    const int32_t* block = want.block != nullptr ? want.block : default_block;
+    SCOPED_TRACE("launches[" + std::to_string(i) + "]");
+    EXPECT_EQ(got.tag, want.tag);
+    EXPECT_EQ(got.name, want.name);
+    EXPECT_EQ(got.device, want.device);
+    EXPECT_EQ(got.stream, want.stream);
+    EXPECT_TRUE(std::equal(grid, grid + 3, got.grid));
+    EXPECT_TRUE(std::equal(block, block + 3, got.block));
+    EXPECT_EQ(got.count, want.count);
+    EXPECT_EQ(got.ns, want.ns);
+    EXPECT_EQ(got.min_ns, want.min_ns);
+    EXPECT_EQ(got.max_ns, want.max_ns);
+  }
+  // and the other totals are unchanged by the option
+  EXPECT_EQ(totals.unattributed.kernel_count, 1u);
+  EXPECT_EQ(totals.unattributed.kernel_ns, 5'000u);
+  ASSERT_NE(FindTag(totals, kTagA), nullptr);
+  EXPECT_EQ(FindTag(totals, kTagA)->kernel_ns, 1'470u);
+  ASSERT_THAT(totals.kernels, SizeIs(3));
+  EXPECT_EQ(totals.kernels[0].name, "gemm");
+  EXPECT_EQ(totals.kernels[0].count, 6u);
+
+  // WHEN taken again with nothing new, THEN there are no launches (Take resets)
+  EXPECT_THAT(FlushAndTake(*tracer).launches, IsEmpty());
+
+  // WHEN a runtime launch makes a nested driver call
+  t_tag = kTagA;
+  fake_.launch_via("conv", 0, 7'000, 0, FAKE_CUPTI_VIA_RUNTIME_NESTED_DRIVER);
+  KernelTraceTotals nested = FlushAndTake(*tracer);
+  // THEN its kernel is counted once, under the runtime call's tag
+  ASSERT_THAT(nested.launches, SizeIs(1));
+  EXPECT_EQ(nested.launches[0].tag, kTagA);
+  EXPECT_EQ(nested.launches[0].name, "conv");
+  EXPECT_EQ(nested.launches[0].count, 1u);
+  EXPECT_EQ(nested.launches[0].ns, 7'000u);
 }
 
 TEST_F(KernelTracerTest, GivenUntaggedAndUntracedLaunches_WhenTraced_ThenTheyAreUnattributed) {

@@ -106,9 +106,44 @@ bool IsFusedAttention(const std::string& lower) {
 }
 
 std::string KernelsMissing(const RunView& view) {
-  if (view.IsCpuRun()) return "needs per-kernel GPU times; a CPU run has no GPU kernels";
-  return "needs per-kernel GPU times, which gpuprof does not record yet; for GPU time per source "
-         "line now, run the script under `linescope --backend sampler --gpu`";
+  if (const auto* t = view.Telemetry("kernels"); t && !t->available && t->reason) {
+    return "needs traced kernels: " + *t->reason;
+  }
+  if (view.IsCpuRun()) {
+    return "needs traced steps: profile(trace_every_n_steps=N) records the CPU operators of a "
+           "CPU run";
+  }
+  return "needs per-kernel GPU times: trace steps with profile(trace_every_n_steps=N), "
+         "trace_range=(a, b) or continuous_traces_hz=1.0, or import an Nsight Systems capture "
+         "(gpuprof nsys-import)";
+}
+
+// The traced time the two rules read: the kernels table (GPU time) when it has rows, else the
+// cpu_ops table (CPU self time of the operators, a CPU run).
+struct TimedName {
+  int64_t window_start_ns, window_end_ns;
+  const std::string* name;
+  int64_t calls, ns;
+};
+struct Traced {
+  std::vector<TimedName> rows;
+  bool cpu = false;
+  const char* unit() const { return cpu ? "operator" : "kernel"; }
+  const char* time() const { return cpu ? "CPU operator self time" : "GPU kernel time"; }
+};
+Traced TracedTimes(const RunView& view) {
+  Traced t;
+  if (!view.data.kernels.empty()) {
+    for (const auto& k : view.data.kernels) {
+      t.rows.push_back({k.window_start_ns, k.window_end_ns, &k.name, k.calls, k.gpu_ns});
+    }
+  } else {
+    t.cpu = true;
+    for (const auto& o : view.data.cpu_ops) {
+      t.rows.push_back({o.window_start_ns, o.window_end_ns, &o.name, o.calls, o.self_cpu_ns});
+    }
+  }
+  return t;
 }
 
 }  // namespace
@@ -248,30 +283,37 @@ RuleResult GradientCheckpointing(const RunView& view, const RuleContext&) {
 // kernel (flash / memory-efficient / cuDNN attention) ran at all: attention is computed as
 // matmul-softmax-matmul.
 RuleResult SdpaSuboptimal(const RunView& view, const RuleContext&) {
-  if (view.data.kernels.empty()) return RuleResult::Skip(KernelsMissing(view));
+  const Traced traced = TracedTimes(view);
+  if (traced.rows.empty()) return RuleResult::Skip(KernelsMissing(view));
   double total = 0, softmax = 0, bmm = 0;
-  for (const auto& k : view.data.kernels) {
-    const std::string name = Lower(k.name);
-    const double ns = static_cast<double>(k.gpu_ns);
+  bool math_fallback = false;  // torch's SDPA ran, but took its unfused math path
+  for (const auto& k : traced.rows) {
+    const std::string name = Lower(*k.name);
+    const double ns = static_cast<double>(k.ns);
     total += ns;
     if (IsFusedAttention(name)) return RuleResult::Pass();
+    if (Contains(name, "scaled_dot_product_attention_math")) math_fallback = true;
     if (Contains(name, "softmax")) softmax += ns;
     else if (Contains(name, "bmm")) bmm += ns;
   }
-  if (total <= 0) return RuleResult::Skip("kernel times are all 0");
+  if (total <= 0) return RuleResult::Skip(std::string(traced.unit()) + " times are all 0");
   const double share = (softmax + bmm) / total;
   if (softmax <= 0 || bmm <= 0 || share <= kSdpaHotFraction) return RuleResult::Pass();
   nlohmann::json evidence = {
       {"share", share},          {"softmax_share", softmax / total},
-      {"bmm_share", bmm / total}, {"kernel_total_ns", total},
-      {"threshold", kSdpaHotFraction},
+      {"bmm_share", bmm / total}, {traced.cpu ? "cpu_op_total_ns" : "kernel_total_ns", total},
+      {"threshold", kSdpaHotFraction}, {"basis", traced.cpu ? "cpu_ops" : "kernels"},
+      {"sdpa_math_fallback", math_fallback},
   };
   return RuleResult::Fire(
       Severity::kMed,
-      StrFormat("Softmax and bmm kernels take %s of GPU kernel time (softmax %s, bmm %s) and no "
-                "fused attention kernel ran: attention is computed unfused",
-                FormatPercent(share).c_str(), FormatPercent(softmax / total).c_str(),
-                FormatPercent(bmm / total).c_str()),
+      StrFormat("Softmax and bmm %ss take %s of %s (softmax %s, bmm %s) and no fused "
+                "attention %s ran: attention is computed unfused%s",
+                traced.unit(), FormatPercent(share).c_str(), traced.time(),
+                FormatPercent(softmax / total).c_str(), FormatPercent(bmm / total).c_str(),
+                traced.unit(),
+                math_fallback ? " (scaled_dot_product_attention fell back to its math path)"
+                              : ""),
       std::move(evidence));
 }
 
@@ -281,7 +323,8 @@ RuleResult SdpaSuboptimal(const RunView& view, const RuleContext&) {
 // count), and the added time is at least kDriftMinShare of the mean kernel time per window.
 // Reports the kernel that added the most time per window.
 RuleResult KernelDrift(const RunView& view, const RuleContext&) {
-  const auto& kernels = view.data.kernels;
+  const Traced traced = TracedTimes(view);
+  const auto& kernels = traced.rows;
   if (kernels.empty()) return RuleResult::Skip(KernelsMissing(view));
   int64_t lo = kernels.front().window_start_ns, hi = kernels.front().window_end_ns;
   std::set<std::pair<int64_t, int64_t>> windows;
@@ -297,10 +340,10 @@ RuleResult KernelDrift(const RunView& view, const RuleContext&) {
   size_t n1 = 0, n2 = 0;
   for (const auto& [a, b] : windows) (second_half(a, b) ? n2 : n1) += 1;
   if (n1 < kDriftMinWindows || n2 < kDriftMinWindows) {
-    return RuleResult::Skip(StrFormat("kernel timings cover %zu window%s; drift needs at least %zu "
+    return RuleResult::Skip(StrFormat("%s timings cover %zu window%s; drift needs at least %zu "
                                       "in each half of the run",
-                                      windows.size(), windows.size() == 1 ? "" : "s",
-                                      kDriftMinWindows));
+                                      traced.unit(), windows.size(),
+                                      windows.size() == 1 ? "" : "s", kDriftMinWindows));
   }
   struct Acc {
     double ns[2] = {0, 0};
@@ -310,10 +353,10 @@ RuleResult KernelDrift(const RunView& view, const RuleContext&) {
   double total = 0;
   for (const auto& k : kernels) {
     const int h = second_half(k.window_start_ns, k.window_end_ns) ? 1 : 0;
-    Acc& a = by_name[k.name];
-    a.ns[h] += static_cast<double>(k.gpu_ns);
+    Acc& a = by_name[*k.name];
+    a.ns[h] += static_cast<double>(k.ns);
     a.calls[h] += static_cast<double>(k.calls);
-    total += static_cast<double>(k.gpu_ns);
+    total += static_cast<double>(k.ns);
   }
   const double per_window_total = total / static_cast<double>(windows.size());
   const std::string* worst = nullptr;
@@ -343,15 +386,18 @@ RuleResult KernelDrift(const RunView& view, const RuleContext&) {
       {"second_half_ns_per_window", worst_t2}, {"growth", worst_growth},
       {"windows_first_half", n1},  {"windows_second_half", n2},
       {"drifting_kernels", drifting}, {"threshold", kDriftGrowth},
+      {"basis", traced.cpu ? "cpu_ops" : "kernels"},
   };
   std::string more;
   if (drifting > 1) {
-    more = StrFormat("; %zu more kernel%s drifted", drifting - 1, drifting == 2 ? "" : "s");
+    more = StrFormat("; %zu more %s%s drifted", drifting - 1, traced.unit(),
+                     drifting == 2 ? "" : "s");
   }
   return RuleResult::Fire(
       Severity::kMed,
-      StrFormat("Kernel drift: %s added %s/window in the second half (%s → %s per window, +%s)%s",
-                worst->c_str(), FormatDuration(worst_added).c_str(),
+      StrFormat("%s drift: %s added %s/window in the second half (%s → %s per window, +%s)%s",
+                traced.cpu ? "CPU operator" : "Kernel", worst->c_str(),
+                FormatDuration(worst_added).c_str(),
                 FormatDuration(worst_t1).c_str(), FormatDuration(worst_t2).c_str(),
                 FormatPercent(worst_growth).c_str(), more.c_str()),
       std::move(evidence));

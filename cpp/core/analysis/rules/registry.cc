@@ -333,10 +333,10 @@ void AddCompute(std::vector<RuleSpec>& r) {
       .fires_when = "softmax + bmm kernels > " + Pct(kSdpaHotFraction) +
                     " of kernel time with no flash / memory-efficient attention kernel",
       .fix = "Use torch.nn.functional.scaled_dot_product_attention instead of "
-             "matmul-softmax-matmul, and keep it on a fused backend (fp16/bf16 inputs, a "
-             "supported head dim, is_causal=True instead of a dense mask); or install "
-             "FlashAttention.",
-      .inputs = "kernels (names and gpu_ns)",
+             "matmul-softmax-matmul, and keep it on a fused backend (4-D (batch, heads, seq, "
+             "head_dim) inputs, fp16/bf16 on GPU, a supported head dim, is_causal=True "
+             "instead of a dense mask); or install FlashAttention.",
+      .inputs = "kernels (names and gpu_ns); on a CPU run cpu_ops (names and self_cpu_ns)",
       .thresholds = {{"kSdpaHotFraction", kSdpaHotFraction,
                       "fires above this share of kernel time"}},
       .evaluate = rules::SdpaSuboptimal,
@@ -352,8 +352,8 @@ void AddCompute(std::vector<RuleSpec>& r) {
       .fix = "Look for memory fragmentation (torch.cuda.memory_stats: num_alloc_retries; try "
              "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), cuBLAS/cuDNN autotune cache "
              "invalidation from changing shapes, or clocks dropping (see thermal_throttling).",
-      .inputs = "kernels with at least " + std::to_string(kDriftMinWindows) +
-                " windows in each half of the run",
+      .inputs = "kernels (on a CPU run cpu_ops) with at least " +
+                std::to_string(kDriftMinWindows) + " windows in each half of the run",
       .thresholds = {{"kDriftGrowth", kDriftGrowth, "fires above this growth"},
                      {"kDriftMinShare", kDriftMinShare,
                       "added time at least this share of kernel time per window"},

@@ -163,8 +163,15 @@ bool KernelKindEnabledLocked() {
          S().kinds.count(cu::kActivityKernel) != 0;
 }
 
+// Where and how a simulated kernel runs (the record's deviceId, grid and block).
+struct LaunchConfig {
+  uint32_t device = 0;
+  int32_t grid[3] = {1, 1, 1};
+  int32_t block[3] = {128, 1, 1};
+};
+
 void EmitKernel(const char* name, uint64_t start_ns, uint64_t duration_ns, uint32_t stream,
-                uint32_t id, bool timestamps) {
+                uint32_t id, bool timestamps, const LaunchConfig& config = {}) {
   std::lock_guard<std::mutex> lock(S().mu);
   uint64_t start = PlaceLocked(stream, start_ns, duration_ns);
   if (!KernelKindEnabledLocked()) return;
@@ -180,12 +187,15 @@ void EmitKernel(const char* name, uint64_t start_ns, uint64_t duration_ns, uint3
   k.start = timestamps ? start : 0;
   k.end = timestamps ? start + duration_ns : 0;
   k.completed = k.end;
-  k.deviceId = 0;
+  k.deviceId = config.device;
   k.contextId = 1;
   k.streamId = stream;
-  k.gridX = k.gridY = k.gridZ = 1;
-  k.blockX = 128;
-  k.blockY = k.blockZ = 1;
+  k.gridX = config.grid[0];
+  k.gridY = config.grid[1];
+  k.gridZ = config.grid[2];
+  k.blockX = config.block[0];
+  k.blockY = config.block[1];
+  k.blockZ = config.block[2];
   k.correlationId = id;
   k.gridId = id;
   k.name = interned;
@@ -388,6 +398,20 @@ FAKE_CUPTI_EXPORT uint32_t fake_cupti_launch_via(const char* name, uint64_t star
 FAKE_CUPTI_EXPORT uint32_t fake_cupti_launch(const char* name, uint64_t duration_ns,
                                              uint32_t stream) {
   return fake_cupti_launch_via(name, 0, duration_ns, stream, FAKE_CUPTI_VIA_RUNTIME);
+}
+
+FAKE_CUPTI_EXPORT uint32_t fake_cupti_launch_config(const char* name, uint64_t duration_ns,
+                                                    uint32_t stream, uint32_t device,
+                                                    const int32_t grid[3],
+                                                    const int32_t block[3]) {
+  LaunchConfig config;
+  config.device = device;
+  if (grid != nullptr) std::copy(grid, grid + 3, config.grid);
+  if (block != nullptr) std::copy(block, block + 3, config.block);
+  uint32_t id = NextId();
+  Call(cu::kDomainRuntimeApi, cu::rt::kCudaLaunchKernel_v7000, id, "cudaLaunchKernel_v7000", name);
+  EmitKernel(name, 0, duration_ns, stream, id, true, config);
+  return id;
 }
 
 FAKE_CUPTI_EXPORT uint32_t fake_cupti_memcpy(uint64_t bytes, uint64_t duration_ns,

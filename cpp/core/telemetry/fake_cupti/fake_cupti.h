@@ -22,11 +22,14 @@
  * fake) and a new buffer is requested. No buffer (no callbacks registered, or the request
  * callback returned none or one too small for the record) drops the record and counts it, as
  * CUPTI does. Records are longer than the documented prefixes (kernel 224 bytes, memcpy 96,
- * memset 80) and zero past them; kernel names are interned (stable pointers).
+ * memset 80) and zero past them; kernel names are interned (stable pointers). Kernel records
+ * carry deviceId 0, grid (1, 1, 1) and block (128, 1, 1) unless fake_cupti_launch_config says
+ * otherwise; contextId is always 1.
  *
  * Time: each stream has its own timeline starting at 1'000'000'000 ns; work with start_ns == 0
  * starts where the stream's previous work ended (so work on one stream runs back to back and
- * work on different streams overlaps); an explicit start_ns is used as given.
+ * work on different streams overlaps); an explicit start_ns is used as given. Timelines are per
+ * stream number, whatever the device.
  *
  * Control functions (C linkage; also meant for ctypes):
  */
@@ -57,6 +60,11 @@ uint32_t fake_cupti_launch(const char* name, uint64_t duration_ns, uint32_t stre
  * work ended. Returns the record's correlation id, 0 for an unknown `via`. */
 uint32_t fake_cupti_launch_via(const char* name, uint64_t start_ns, uint64_t duration_ns,
                                uint32_t stream, int via);
+/* As fake_cupti_launch, with the record's launch configuration chosen: deviceId `device`,
+ * gridX/Y/Z = grid[0..2], blockX/Y/Z = block[0..2] (a null grid or block keeps the defaults
+ * above). Returns the record's correlation id. */
+uint32_t fake_cupti_launch_config(const char* name, uint64_t duration_ns, uint32_t stream,
+                                  uint32_t device, const int32_t grid[3], const int32_t block[3]);
 /* One cudaMemcpyAsync (cbid 41) / cudaMemsetAsync (cbid 51) of `bytes`. Returns the id. */
 uint32_t fake_cupti_memcpy(uint64_t bytes, uint64_t duration_ns, uint32_t stream);
 uint32_t fake_cupti_memset(uint64_t bytes, uint64_t duration_ns, uint32_t stream);

@@ -1,0 +1,35 @@
+// `gpuprof export [DB] [RUN] --format perfetto [-o FILE]`: a stored run as a Chrome trace-event
+// JSON file that ui.perfetto.dev and chrome://tracing open (traces/perfetto_export.h has the
+// track layout). Without -o it writes <run name>-<run id>.trace.json in the current directory;
+// `-o -` writes to stdout.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "store/run_store.h"
+
+namespace gpuprof::cli {
+
+// A run picked from `[DB] [RUN]` the way `gpuprof insights` picks it (main.cc): the store
+// opened read-only and the run's id, or the exit status after the message saying why not.
+struct PickedRun {
+  std::unique_ptr<store::RunStore> store;
+  int64_t run_id = 0;
+  int exit = 0;  // non-zero: failed, message printed
+};
+using RunPicker = std::function<PickedRun(std::string db, std::string run)>;
+
+struct ExportCommand {
+  CLI::App* command = nullptr;  // parsed() after app.parse() when it was given
+  std::function<int()> run;     // runs it: the exit status (0, 1 data error, 2 usage error)
+};
+
+// Adds the `export` subcommand to `app`; `pick` resolves its DB and RUN arguments.
+ExportCommand AddExportCommand(CLI::App& app, RunPicker pick);
+
+}  // namespace gpuprof::cli

@@ -1,0 +1,20 @@
+// `gpuprof nsys-import FILE.sqlite [--db DB] [--run N] [--replace] [--pid PID]`: the kernels of
+// an Nsight Systems capture (`nsys export --type sqlite`) attached to the steps of a stored run,
+// as kernels rows with source "nsys" (traces/nsys_import.h says how kernels are matched).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace gpuprof::cli {
+
+struct NsysImportCommand {
+  CLI::App* command = nullptr;  // parsed() after app.parse() when it was given
+  std::function<int()> run;     // runs it: the exit status (0, 1 data error, 2 usage error)
+};
+
+// Adds the `nsys-import` subcommand to `app`; its arguments live in the returned `run`.
+NsysImportCommand AddNsysImportCommand(CLI::App& app);
+
+}  // namespace gpuprof::cli
