@@ -10,6 +10,7 @@ import json
 import re
 import signal
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -115,6 +116,25 @@ def test_a_pushed_run_reports_the_same_on_the_server_and_a_second_push_stores_no
     assert f"gpuprof_ingest_rows_total {rows}\n" in metrics
     assert "gpuprof_runs_live 0\n" in metrics
     assert "new-key" not in metrics and "old-key" not in metrics
+
+
+@pytest.mark.parametrize("server", ["sqlite", "postgres"], indirect=True)
+def test_a_traced_cpu_runs_operators_are_pushed_with_the_run(server, tmp_path):
+    """The CPU operators of traced steps (cpu_ops) travel with `gpuprof push`: the server's
+    report has the same top-operators table and the same sdpa_suboptimal finding."""
+    base, store, _ = server
+    local = tmp_path / "local.db"
+    rec = subprocess.run([sys.executable, str(Path(__file__).parent / "traces_train.py"),
+                          str(local), "attention", "6", "auto",
+                          json.dumps({"trace_every_n_steps": 2})],
+                         capture_output=True, text=True, timeout=180)
+    assert rec.returncode == 0, rec.stderr[-2000:]
+    run_cli("push", str(local), "--server", base, "--api-key", "new-key", check=True)
+    here, there = report_without_paths(local, "1"), report_without_paths(store, "1")
+    assert here["top_kernels"]["kind"] == "cpu_operators"
+    assert here["top_kernels"]["traced_steps"] == 5  # steps 0, 1, 2, 4 and 5 (warm-up)
+    assert there == here
+    assert "sdpa_suboptimal" in {i["rule_id"] for i in there["insights"]}
 
 
 def test_keys_and_bad_input_get_a_4xx_that_says_what_was_wrong(server):

@@ -1098,31 +1098,52 @@ HttpResponse ServerApi::Kernels(const std::string& id, const HttpRequest& reques
   }
   auto db = Read();
   if (auto missing = NoSuchRun(*db, *run_id)) return *missing;
-  auto rows = db->LoadKernels(*run_id);
-  if (!rows) return Error(500, "store: " + rows.error());
+  // The traced time per name: GPU time of the kernels table, or, on a run without kernels
+  // (a CPU run), the self CPU time of its traced steps' operators (cpu_ops). Never mixed.
+  struct Timed {
+    int64_t window_start_ns;
+    const std::string* name;
+    const std::string* source;
+    int64_t calls, ns;
+  };
+  std::vector<Timed> timed;
+  auto kernels = db->LoadKernels(*run_id);
+  if (!kernels) return Error(500, "store: " + kernels.error());
+  for (const store::KernelRow& k : *kernels) {
+    timed.push_back({k.window_start_ns, &k.name, &k.source, k.calls, k.gpu_ns});
+  }
+  const bool cpu = kernels->empty();
+  Expected<std::vector<store::CpuOpRow>> ops = std::vector<store::CpuOpRow>{};
+  if (cpu) {
+    ops = db->LoadCpuOps(*run_id);
+    if (!ops) return Error(500, "store: " + ops.error());
+    for (const store::CpuOpRow& o : *ops) {
+      timed.push_back({o.window_start_ns, &o.name, &o.source, o.calls, o.self_cpu_ns});
+    }
+  }
+  const char* time_key = cpu ? "self_cpu_ns" : "gpu_ns";
   // Per (name, source) over the windows that start in [from_ns, to_ns].
   struct Acc {
-    int64_t calls = 0, gpu_ns = 0, windows = 0;
+    int64_t calls = 0, ns = 0, windows = 0;
   };
-  std::map<std::pair<std::string, std::string>, Acc> by_kernel;
+  std::map<std::pair<std::string, std::string>, Acc> by_name;
   std::set<int64_t> windows;
   std::set<std::string> sources;
   int64_t total = 0;
-  for (const store::KernelRow& k : *rows) {
-    if (k.window_start_ns < *from || k.window_start_ns > *to) continue;
-    Acc& a = by_kernel[{k.name, k.source}];
-    a.calls += k.calls;
-    a.gpu_ns += k.gpu_ns;
+  for (const Timed& t : timed) {
+    if (t.window_start_ns < *from || t.window_start_ns > *to) continue;
+    Acc& a = by_name[{*t.name, *t.source}];
+    a.calls += t.calls;
+    a.ns += t.ns;
     ++a.windows;
-    total += k.gpu_ns;
-    windows.insert(k.window_start_ns);
-    sources.insert(k.source);
+    total += t.ns;
+    windows.insert(t.window_start_ns);
+    sources.insert(*t.source);
   }
-  std::vector<std::pair<std::pair<std::string, std::string>, Acc>> sorted(by_kernel.begin(),
-                                                                          by_kernel.end());
+  std::vector<std::pair<std::pair<std::string, std::string>, Acc>> sorted(by_name.begin(),
+                                                                          by_name.end());
   std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
-    return a.second.gpu_ns != b.second.gpu_ns ? a.second.gpu_ns > b.second.gpu_ns
-                                              : a.first < b.first;
+    return a.second.ns != b.second.ns ? a.second.ns > b.second.ns : a.first < b.first;
   });
   json list = json::array();
   for (size_t i = 0; i < sorted.size() && i < static_cast<size_t>(*top); ++i) {
@@ -1130,21 +1151,26 @@ HttpResponse ServerApi::Kernels(const std::string& id, const HttpRequest& reques
     list.push_back({{"name", key.first},
                     {"source", key.second},
                     {"calls", a.calls},
-                    {"gpu_ns", a.gpu_ns},
-                    {"mean_ns", a.calls > 0 ? json(static_cast<double>(a.gpu_ns) / a.calls)
+                    {time_key, a.ns},
+                    {"mean_ns", a.calls > 0 ? json(static_cast<double>(a.ns) / a.calls)
                                             : json(nullptr)},
-                    {"share_pct", total > 0 ? json(100.0 * a.gpu_ns / total) : json(nullptr)},
+                    {"share_pct", total > 0 ? json(100.0 * a.ns / total) : json(nullptr)},
                     {"windows", a.windows}});
   }
+  const bool recorded = !timed.empty();
   json out = {{"run_id", *run_id},
-              {"recorded", !rows->empty()},
+              {"recorded", recorded},
+              {"kind", !recorded ? json(nullptr) : json(cpu ? "cpu_operators" : "kernels")},
               {"kernels_total", sorted.size()},
               {"windows", windows.size()},
-              {"total_gpu_ns", total},
+              {cpu ? "total_self_cpu_ns" : "total_gpu_ns", total},
               {"sources", json(std::vector<std::string>(sources.begin(), sources.end()))},
               {"kernels", list}};
-  out["reason"] = rows->empty() ? json("no kernel trace was recorded for this run")
-                                : json(nullptr);
+  out["reason"] = recorded ? json(nullptr)
+                           : json("no kernel trace was recorded for this run (profile("
+                                  "trace_every_n_steps=N), trace_range=(a, b) or "
+                                  "continuous_traces_hz=f records one; `gpuprof insights` "
+                                  "says why this run has none)");
   return Json(200, out);
 }
 

@@ -379,6 +379,46 @@ TEST_F(ServerApiTest, ViewersGetTheTopKernelsOrNotRecordedWithTheReason) {
   EXPECT_EQ(Viewer("GET", "/api/v1/runs/1/kernels", "").status, 401);
 }
 
+TEST_F(ServerApiTest, ACpuRunsTopKernelsAreItsTracedOperatorsByCpuTime) {
+  ASSERT_EQ(Call("PUT", "/api/v1/runs/r1", Run()).status, 201);
+  const auto [cookie, csrf] = Login();
+  // A CPU run: no kernels, the operators of two traced steps (pushed like any other rows)
+  std::vector<store::Row> rows = {
+      store::Row(store::CpuOpRow{0, 100, 0, "aten::bmm", 6, 4'000'000, 4'500'000,
+                                 "torch_profiler"}),
+      store::Row(store::CpuOpRow{0, 100, 0, "aten::_softmax", 2, 1'000'000, std::nullopt,
+                                 "torch_profiler"}),
+      store::Row(store::CpuOpRow{1000, 1100, 10, "aten::bmm", 6, 4'000'000, 4'400'000,
+                                 "torch_profiler"})};
+  ASSERT_EQ(Call("POST", "/api/v1/runs/r1/batches",
+                 json{{"batch_id", "ops"}, {"rows", store::RowsToJson(rows)}})
+                .status,
+            200);
+  json k = json::parse(Viewer("GET", "/api/v1/runs/1/kernels", cookie).body);
+  EXPECT_EQ(k["recorded"], true);
+  EXPECT_EQ(k["kind"], "cpu_operators");
+  // Host time under its own keys: never reported as GPU time
+  EXPECT_FALSE(k.contains("total_gpu_ns"));
+  EXPECT_EQ(k["total_self_cpu_ns"], 9'000'000);
+  ASSERT_EQ(k["kernels"].size(), 2u);
+  EXPECT_EQ(k["kernels"][0]["name"], "aten::bmm");
+  EXPECT_EQ(k["kernels"][0]["self_cpu_ns"], 8'000'000);
+  EXPECT_FALSE(k["kernels"][0].contains("gpu_ns"));
+  EXPECT_EQ(k["kernels"][0]["windows"], 2);
+  EXPECT_EQ(k["windows"], 2);
+  // Once a kernel exists (an nsys import), the kernels are what is shown
+  ASSERT_EQ(Call("POST", "/api/v1/runs/r1/batches",
+                 json{{"batch_id", "k"},
+                      {"rows", store::RowsToJson({store::Row(
+                                   store::KernelRow{0, 100, "gemm", 1, 5, "nsys"})})}})
+                .status,
+            200);
+  json g = json::parse(Viewer("GET", "/api/v1/runs/1/kernels", cookie).body);
+  EXPECT_EQ(g["kind"], "kernels");
+  EXPECT_EQ(g["total_gpu_ns"], 5);
+  EXPECT_EQ(g["kernels"].size(), 1u);
+}
+
 TEST_F(ServerApiTest, ARunIsCreatedOnceAndABatchSentTwiceIsStoredOnce) {
   // GIVEN a run created by its client's id
   HttpResponse created = Call("PUT", "/api/v1/runs/node-1:42:1:1", Run());

@@ -73,6 +73,7 @@ Expected<PushResult> PushRun(const std::string& db_path, int64_t run_id,
   for (const auto& r : raw->worker_samples) rows.emplace_back(r);
   for (const auto& r : data->worker_samples_10s) rows.emplace_back(r);
   for (const auto& r : data->kernels) rows.emplace_back(r);
+  for (const auto& r : data->cpu_ops) rows.emplace_back(r);
   for (const auto& r : data->comm_buckets) rows.emplace_back(r);
   for (const auto& r : data->stalls) rows.emplace_back(r);
   for (const auto& r : data->cpu_waits) rows.emplace_back(r);

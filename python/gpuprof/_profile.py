@@ -415,6 +415,12 @@ class Profile:
         if torch is None:
             return
         self._torch = torch
+        if not self._tracing():
+            try:  # on CUDA the count also names nsys_capture()'s NVTX step ranges
+                if not torch.cuda.is_available():
+                    return  # nothing needs it: no hook of ours on the optimizers
+            except Exception:
+                return
         from ._traces import CpuOpCapture, StepCounter
         self._steps = StepCounter()
         try:
@@ -476,14 +482,14 @@ class Profile:
         nsys-import`` uses to attach the kernels to this run's steps. Without CUDA it records
         a diagnostic and runs the block unchanged."""
         torch = self._torch
-        ready = (self._state == "running" and torch is not None and self._steps is not None)
+        ready = self._state == "running" and torch is not None
         cuda = False
         if ready:
             try:
                 cuda = bool(torch.cuda.is_available())
             except Exception:
                 cuda = False
-        if not ready or not cuda:
+        if not ready or not cuda or self._steps is None:
             if self._session is not None and self._state == "running":
                 self._session.add_diagnostic(
                     "info", "kernels", "nsys_capture(): " + (

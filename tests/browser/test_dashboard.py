@@ -387,3 +387,36 @@ def test_the_in_process_dashboard_logs_in_with_the_printed_url_once(browser, tmp
             c.close()
         stop.touch()
         finish(proc)
+
+
+def test_a_cpu_runs_kernels_panel_shows_its_traced_operators_as_cpu_time(browser, tmp_path):
+    """A CPU run traced with trace_every_n_steps: the run view's kernels panel becomes "Top
+    CPU operators", with self CPU time (host time), never a GPU time column."""
+    import subprocess
+    import sys
+    db = tmp_path / "cpu.db"
+    rec = subprocess.run([sys.executable, str(Path(__file__).parent.parent / "traces_train.py"),
+                          str(db), "attention", "6", "auto",
+                          json.dumps({"trace_every_n_steps": 2})],
+                         capture_output=True, text=True, timeout=180)
+    assert rec.returncode == 0, rec.stderr[-2000:]
+    srv = Server(tmp_path).start()
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    try:
+        push(db, srv.url)
+        w = Watched(context, srv.url)
+        w.login()
+        w.goto("#/runs/1", "run")
+        w.page.wait_for_selector("#kernels table")
+        assert w.page.inner_text("#h-kernels") == "Top CPU operators"
+        headers = w.page.locator("#kernels thead th").all_inner_texts()
+        assert any("Self CPU time" in h for h in headers), headers
+        assert not any("GPU time" in h for h in headers), headers
+        names = w.page.locator("#kernels tbody code").all_inner_texts()
+        assert "aten::bmm" in names, names
+        note = w.page.inner_text('#kernels [data-kind="cpu_operators"]')
+        assert "self CPU time" in note and "5 traced windows" in note, note  # 0, 1, 2, 4, 5
+        w.check()
+    finally:
+        context.close()
+        srv.stop()

@@ -2,12 +2,16 @@
 // analysis, with mock GPUs and the real /proc.
 #include "record/session.h"
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
 #include <chrono>
 #include <filesystem>
+#include <set>
 #include <thread>
+
+#include "fake_cupti/fake_cupti.h"
 
 namespace gpuprof::record {
 namespace {
@@ -239,6 +243,96 @@ TEST_F(SessionTest, FullRingDropsAndCountsInsteadOfBlocking) {
     noted |= diag.message.find("events dropped") != std::string::npos;
   }
   EXPECT_TRUE(noted);
+}
+
+}  // namespace
+}  // namespace gpuprof::record
+
+namespace gpuprof::record {
+namespace {
+
+// The fake CUPTI (telemetry/fake_cupti) that the session's kernel capture loads.
+std::string FakeCupti() {
+  const char* env = std::getenv("GPUPROF_FAKE_CUPTI_DIR");
+  std::string dir = env != nullptr && *env != '\0' ? env : GPUPROF_FAKE_CUPTI_DIR_DEFAULT;
+  return dir + "/libcupti.so";
+}
+
+TEST_F(SessionTest, TracedStepsKernelsAreStoredPerStepAndJudgedByTheRules) {
+  // GIVEN the fake CUPTI and a session tracing every 2nd step (plus the warm-up steps 0, 1, 5)
+  void* lib = dlopen(FakeCupti().c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << dlerror();
+  auto reset = reinterpret_cast<decltype(fake_cupti_reset)*>(dlsym(lib, "fake_cupti_reset"));
+  auto launch = reinterpret_cast<decltype(fake_cupti_launch_config)*>(
+      dlsym(lib, "fake_cupti_launch_config"));
+  ASSERT_TRUE(reset && launch);
+  reset();
+  SessionConfig c = Config("traced");
+  traces::TraceOptions t;
+  t.every_n_steps = 2;
+  auto plan = traces::TracePlan::Make(t);
+  ASSERT_TRUE(plan.ok()) << plan.error();
+  c.trace_plan = *plan;
+  c.trace_backend = "cupti";
+  c.cupti_library = FakeCupti();
+  auto s = Session::Start(c);
+  ASSERT_TRUE(s.ok()) << s.error();
+  Session& session = *s.value();
+  // WHEN 7 auto-mode iterations each launch attention as bmm + softmax + bmm and one GEMM
+  const int32_t grid[3] = {64, 8, 1}, block[3] = {256, 1, 1};
+  for (int i = 0; i < 7; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    session.Emit(EventKind::kForwardBegin);
+    launch("ampere_bmm_kernel", 300'000, 7, 0, grid, block);
+    launch("softmax_warp_forward", 200'000, 7, 0, grid, block);
+    launch("ampere_bmm_kernel", 300'000, 7, 0, grid, block);
+    launch("sm90_xmma_gemm", 400'000, 7, 0, grid, block);
+    session.Emit(EventKind::kForwardEnd);
+    session.Emit(EventKind::kBackwardBegin);
+    session.Emit(EventKind::kBackwardEnd);
+    session.Emit(EventKind::kOptimizerBegin);
+    session.Emit(EventKind::kOptimizerEnd);
+  }
+  const StopResult r = session.Stop("ok", std::nullopt);
+  ASSERT_FALSE(r.error.has_value()) << *r.error;
+  // THEN the kernels of steps 0, 1, 2, 4, 5 and 6 are stored, per step, with launch detail
+  const store::RunData d = Load(session.run_id());
+  ASSERT_EQ(d.steps.size(), 7u);
+  std::set<int64_t> traced;
+  for (const store::KernelRow& k : d.kernels) {
+    ASSERT_TRUE(k.step.has_value()) << k.name;
+    traced.insert(*k.step);
+    EXPECT_EQ(k.source, "cupti");
+    EXPECT_EQ(k.stream, 7);
+    EXPECT_EQ(k.device, 0);
+    EXPECT_EQ(k.grid, "64,8,1");
+    EXPECT_EQ(k.block, "256,1,1");
+    const store::StepRow& step = d.steps[static_cast<size_t>(*k.step)];
+    EXPECT_EQ(k.window_start_ns, step.start_ns);
+    EXPECT_EQ(k.window_end_ns, step.end_ns);
+    if (k.name == "ampere_bmm_kernel") {
+      EXPECT_EQ(k.calls, 2);
+      EXPECT_EQ(k.gpu_ns, 600'000);
+      EXPECT_EQ(k.min_ns, 300'000);
+      EXPECT_EQ(k.max_ns, 300'000);
+    }
+  }
+  EXPECT_EQ(traced, (std::set<int64_t>{0, 1, 2, 4, 5, 6}));
+  EXPECT_EQ(d.kernels.size(), 6u * 3u);
+  // AND sdpa_suboptimal fires from them (bmm + softmax: 800 of 1200 µs per step)
+  bool sdpa = false;
+  for (const auto& in : d.insights) sdpa |= in.rule_id == "sdpa_suboptimal";
+  EXPECT_TRUE(sdpa);
+  bool status = false;
+  for (const auto& ts : d.telemetry) {
+    if (ts.source == "kernels") {
+      status = true;
+      EXPECT_TRUE(ts.available);
+      EXPECT_NE(ts.backend.value_or("").find("cupti"), std::string::npos);
+    }
+  }
+  EXPECT_TRUE(status);
+  dlclose(lib);
 }
 
 }  // namespace

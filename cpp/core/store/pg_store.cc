@@ -865,6 +865,11 @@ Expected<std::vector<KernelRow>> PgStore::LoadKernels(int64_t run_id) {
                          [](PgReader& r) { return sql::ReadKernel(r); });
 }
 
+Expected<std::vector<CpuOpRow>> PgStore::LoadCpuOps(int64_t run_id) {
+  return Rows<CpuOpRow>(sql::kCpuOpsSql, "load cpu_ops", [&](PgBinder& b) { b.Int(run_id); },
+                        [](PgReader& r) { return sql::ReadCpuOp(r); });
+}
+
 Expected<std::vector<GpuRollupRow>> PgStore::LatestGpuSecond(int64_t run_id) {
   return Rows<GpuRollupRow>(sql::kLatestGpuSecondSql, "load the latest GPU second",
                             [&](PgBinder& b) { b.Int(run_id).Int(run_id); },

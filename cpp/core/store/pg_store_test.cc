@@ -106,6 +106,11 @@ std::vector<Row> EveryTable() {
   rows.emplace_back(KernelRow{0, 1000, "sm90_xmma_gemm", 7, 12345, "cupti"});
   rows.emplace_back(KernelRow{0, 1000, "Zeta", 1, 1, "cupti"});
   rows.emplace_back(KernelRow{0, 1000, "alpha", 1, 1, "cupti"});  // byte order: Z < a
+  KernelRow launch{0, 1000, "flash_fwd", 2, 800, "nsys", 4, 0, 7, "16,8,1", "128,1,1", 350, 450};
+  rows.emplace_back(launch);
+  rows.emplace_back(CpuOpRow{0, 1000, 4, "aten::bmm", 3, 9000, 9500, "torch_profiler"});
+  rows.emplace_back(CpuOpRow{0, 1000, std::nullopt, "(12 other operators)", 40, 700,
+                             std::nullopt, "torch_profiler"});
   rows.emplace_back(CommBucketRow{0, 3, 10, 20, std::nullopt});
   rows.emplace_back(TelemetryStatusRow{"gpu", true, "mock", std::nullopt});
   rows.emplace_back(TelemetryStatusRow{"cuda_events", false, std::nullopt, "no CUDA"});
@@ -150,6 +155,7 @@ nlohmann::json AsJson(const RunData& d) {
   add(d.host_samples);
   add(d.worker_samples_10s);
   add(d.kernels);
+  add(d.cpu_ops);
   add(d.comm_buckets);
   add(d.stalls);
   add(d.cpu_waits);
@@ -160,6 +166,42 @@ nlohmann::json AsJson(const RunData& d) {
   j["run"] = run;
   j["insights"] = InsightsToJson(d.insights);
   return j;
+}
+
+TEST_F(PgStoreTest, ADatabaseWithoutTheTraceSchemaIsUpgradedWhenOpenedForWriting) {
+  // GIVEN a database as an earlier server created it: no cpu_ops, kernels without the launch
+  // columns, one run with a kernel row
+  {
+    auto pg = OpenPg();
+    ASSERT_TRUE(pg);
+    auto id = pg->BeginRun(Info("old"));
+    ASSERT_TRUE(id.ok()) << id.error();
+    ASSERT_TRUE(pg->WriteRows(*id, {Row(KernelRow{0, 10, "gemm", 1, 5, "cupti"})}).ok());
+  }
+  std::string error;
+  ASSERT_TRUE(Exec(url_, "DROP TABLE cpu_ops; ALTER TABLE kernels DROP COLUMN step, DROP COLUMN "
+                         "device, DROP COLUMN stream, DROP COLUMN grid, DROP COLUMN block, "
+                         "DROP COLUMN min_ns, DROP COLUMN max_ns",
+                   &error))
+      << error;
+  // WHEN a server opens it to write
+  auto pg = OpenPg();
+  ASSERT_TRUE(pg);
+  // THEN the old row reads back and the new rows are stored
+  KernelRow k{20, 30, "gemm", 2, 9, "cupti"};
+  k.step = 3;
+  k.block = "64,1,1";
+  ASSERT_TRUE(pg->WriteRows(1, {Row(k), Row(CpuOpRow{20, 30, 3, "aten::mm", 1, 4, 6,
+                                                     "torch_profiler"})})
+                  .ok());
+  auto d = pg->LoadRun(1);
+  ASSERT_TRUE(d.ok()) << d.error();
+  ASSERT_EQ(d->kernels.size(), 2u);
+  EXPECT_EQ(d->kernels[0].step, std::nullopt);
+  EXPECT_EQ(d->kernels[1].step, 3);
+  EXPECT_EQ(d->kernels[1].block, "64,1,1");
+  ASSERT_EQ(d->cpu_ops.size(), 1u);
+  EXPECT_EQ(d->cpu_ops[0].name, "aten::mm");
 }
 
 TEST_F(PgStoreTest, EveryRowReadsBackAsSqliteGivesItBack) {
@@ -192,13 +234,19 @@ TEST_F(PgStoreTest, EveryRowReadsBackAsSqliteGivesItBack) {
   EXPECT_EQ(from_pg->host_samples.at(0).cpu_pct, 33.333333333333336);
   EXPECT_EQ(from_pg->kernels.at(0).name, "Zeta");  // byte order, as SQLite
   EXPECT_EQ(from_pg->kernels.at(1).name, "alpha");
+  EXPECT_EQ(from_pg->kernels.at(2).grid, "16,8,1");  // launch detail and null alike
+  EXPECT_EQ(from_pg->kernels.at(2).max_ns, 450);
+  EXPECT_EQ(from_pg->kernels.at(0).step, std::nullopt);
+  ASSERT_EQ(from_pg->cpu_ops.size(), 2u);
+  EXPECT_EQ(from_pg->cpu_ops.at(1).cpu_ns, 9500);
+  EXPECT_EQ(from_pg->cpu_ops.at(0).cpu_ns, std::nullopt);
   EXPECT_EQ(from_pg->diagnostics.at(1).message, "second, untimed");
   EXPECT_EQ(from_pg->diagnostics.at(3).message, "a at 5, written second");
   // The light reads agree too.
   auto kernels_pg = pg->LoadKernels(1), kernels_lite = (*lite)->LoadKernels(1);
   ASSERT_TRUE(kernels_pg.ok() && kernels_lite.ok());
-  ASSERT_EQ(kernels_pg->size(), 3u);
-  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(kernels_pg->at(i).name, kernels_lite->at(i).name);
+  ASSERT_EQ(kernels_pg->size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(kernels_pg->at(i).name, kernels_lite->at(i).name);
   auto latest_pg = pg->LatestGpuSecond(1), latest_lite = (*lite)->LatestGpuSecond(1);
   ASSERT_TRUE(latest_pg.ok() && latest_lite.ok());
   ASSERT_EQ(latest_pg->size(), 1u);

@@ -115,6 +115,8 @@ class RunStore {
   virtual Expected<std::vector<CommBucketRow>> LoadCommBuckets(int64_t run_id) = 0;
   // The run's kernels rows, in LoadRun's order.
   virtual Expected<std::vector<KernelRow>> LoadKernels(int64_t run_id) = 0;
+  // The run's cpu_ops rows, in LoadRun's order (empty for a file that predates the table).
+  virtual Expected<std::vector<CpuOpRow>> LoadCpuOps(int64_t run_id) = 0;
   // The newest second of gpu_samples_1s of a run, one row per GPU (by gpu_index), with
   // ts_ns, gpu_index, util_mean_pct, mem_used_max_bytes, power_mean_mw and temp_max_c read;
   // empty when the run has none (/metrics' latest GPU values).

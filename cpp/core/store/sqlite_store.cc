@@ -788,6 +788,16 @@ Expected<std::vector<KernelRow>> SqliteStore::LoadKernels(int64_t run_id) {
                          [launch](Reader& c) { return sql::ReadKernel(c, launch); });
 }
 
+Expected<std::vector<CpuOpRow>> SqliteStore::LoadCpuOps(int64_t run_id) {
+  Expected<std::vector<std::string>> missing = MissingSchema();
+  if (!missing) return missing.status();
+  if (std::find(missing->begin(), missing->end(), "table cpu_ops") != missing->end()) {
+    return std::vector<CpuOpRow>{};
+  }
+  return Rows<CpuOpRow>(sql::kCpuOpsSql, "load cpu_ops", [run_id](Binder& b) { b.Int(run_id); },
+                        [](Reader& c) { return sql::ReadCpuOp(c); });
+}
+
 Expected<std::vector<GpuRollupRow>> SqliteStore::LatestGpuSecond(int64_t run_id) {
   return Rows<GpuRollupRow>(sql::kLatestGpuSecondSql, "load the latest GPU second",
                             [run_id](Binder& b) { b.Int(run_id).Int(run_id); },

@@ -135,6 +135,7 @@ class SqliteStore final : public RunStore {
   Expected<std::vector<PhaseRow>> LoadPhases(int64_t run_id) override;
   Status ScanStepBreakdown(int64_t run_id, const StepBreakdownFn& each) override;
   Expected<std::vector<KernelRow>> LoadKernels(int64_t run_id) override;
+  Expected<std::vector<CpuOpRow>> LoadCpuOps(int64_t run_id) override;
   // The raw tier of one run (a missing run is an error).
   Expected<RawSamples> LoadRawSamples(int64_t run_id);
   // Deletes the run's raw-tier rows with from_ns <= ts_ns < to_ns, in one transaction.

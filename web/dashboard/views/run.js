@@ -106,6 +106,7 @@ export function mountRun(ctx) {
   const stepsBox = el("div", { class: "wide-chart", id: "step-chart" });
   const insightsBox = el("div", { class: "panel-body" }, el("p", { class: "muted loading" }, "Computing insights…"));
   const kernelsBox = el("div", { class: "panel-body" }, el("p", { class: "muted loading" }, "Loading kernels…"));
+  const kernelsHeading = el("h2", { id: "h-kernels" }, "Top kernels");
 
   const body = el("div", { class: "run-body" }, cards, toolbar,
     el("section", { class: "section", "aria-labelledby": "h-gpus" }, el("h2", { id: "h-gpus" }, "GPUs"), gpuGrid),
@@ -116,7 +117,7 @@ export function mountRun(ctx) {
       el("section", { class: "panel", id: "insights", "aria-labelledby": "h-insights" },
         el("h2", { id: "h-insights" }, "Insights"), insightsBox),
       el("section", { class: "panel", id: "kernels", "aria-labelledby": "h-kernels" },
-        el("h2", { id: "h-kernels" }, "Top kernels"), kernelsBox)));
+        kernelsHeading, kernelsBox)));
   ctx.root.append(
     el("nav", { class: "crumbs", "aria-label": "Breadcrumb" }, el("a", { href: "#/runs" }, "Runs"), " / ", el("span", {}, `#${id}`)),
     el("div", { class: "page-head" }, title, badge),
@@ -396,23 +397,31 @@ export function mountRun(ctx) {
         `not recorded \u2014 ${data.reason || "no kernel trace for this run"}`));
       return;
     }
+    // A CPU run's "kernels" are its traced steps' CPU operators: host time, labelled so.
+    const cpu = data.kind === "cpu_operators";
+    const timeKey = cpu ? "self_cpu_ns" : "gpu_ns";
+    const total = cpu ? data.total_self_cpu_ns : data.total_gpu_ns;
+    const unit = cpu ? "operator" : "kernel";
     const columns = [
-      { key: "name", label: "Kernel", value: (k) => k.name, cls: "kernel-name",
+      { key: "name", label: cpu ? "CPU operator" : "Kernel", value: (k) => k.name, cls: "kernel-name",
         html: (k) => `<code title="${escapeHtml(k.name)}">${escapeHtml(k.name)}</code>` },
       { key: "source", label: "Source", value: (k) => k.source, html: (k) => escapeHtml(k.source ?? UNKNOWN) },
       { key: "calls", label: "Calls", numeric: true, value: (k) => k.calls, html: (k) => escapeHtml(formatCount(k.calls)) },
-      { key: "gpu", label: "GPU time", numeric: true, value: (k) => k.gpu_ns, html: (k) => escapeHtml(formatNs(k.gpu_ns)) },
+      { key: "time", label: cpu ? "Self CPU time" : "GPU time", numeric: true, value: (k) => k[timeKey],
+        html: (k) => escapeHtml(formatNs(k[timeKey])) },
       { key: "mean", label: "Mean", numeric: true, value: (k) => k.mean_ns, html: (k) => escapeHtml(formatNs(k.mean_ns)) },
       { key: "share", label: "Share", numeric: true, value: (k) => k.share_pct,
         html: (k) => (isUnknown(k.share_pct) ? UNKNOWN
           : `<span class="share"><span class="share-bar" style="width:${Math.max(0, Math.min(100, k.share_pct)).toFixed(1)}%"></span>${escapeHtml(formatPct(k.share_pct))}</span>`) },
     ];
-    const t = sortableTable({ columns, rows: data.kernels || [], sort: { key: "gpu", dir: "desc" },
-                              label: "Top kernels by GPU time", className: "compact" });
-    const note = el("p", { class: "muted small" },
-      `${formatCount(data.kernels_total)} kernels, ${formatNs(data.total_gpu_ns)} GPU time in ${formatCount(data.windows)} traced window${data.windows === 1 ? "" : "s"}` +
+    const t = sortableTable({ columns, rows: data.kernels || [], sort: { key: "time", dir: "desc" },
+                              label: cpu ? "Top CPU operators by self CPU time" : "Top kernels by GPU time",
+                              className: "compact" });
+    const note = el("p", { class: "muted small", "data-kind": data.kind },
+      `${formatCount(data.kernels_total)} ${unit}s, ${formatNs(total)} ${cpu ? "self CPU time (host time: a CPU run has no GPU kernels)" : "GPU time"} in ${formatCount(data.windows)} traced window${data.windows === 1 ? "" : "s"}` +
       (data.sources && data.sources.length ? ` \u00b7 ${data.sources.join(", ")}` : "") +
       (win.kind === "all" ? "" : " \u00b7 windows starting in the selected time range"));
+    kernelsHeading.textContent = cpu ? "Top CPU operators" : "Top kernels";
     kernelsBox.replaceChildren(t.table, note);
   }
 
