@@ -96,6 +96,23 @@ def test_manual_steps_are_traced_by_their_own_index(tmp_path):
     assert {2, 3} <= stored
 
 
+@pytest.mark.parametrize("model, mode", [("mlp", "loader"), ("bare", "auto"),
+                                         ("bare", "loader")])
+def test_steps_switch_at_the_loader_or_backward_without_modules(tmp_path, model, mode):
+    """The profiler switches at the first loader fetch, forward or backward after the
+    optimizer step: a loop over a DataLoader, and one with no nn.Module at all, trace the
+    same steps, each with its backward's operators (a loop with neither modules nor a
+    DataLoader switches at the backward, so its forward counts to the step before)."""
+    db = tmp_path / "t.db"
+    run = record(db, model=model, steps=10, mode=mode, trace_every_n_steps=4)
+    assert traced_steps(db, run) == {0, 1, 4, 5, 8}
+    for step in (1, 4, 5):
+        names = {r[0] for r in query(db, "SELECT name FROM cpu_ops WHERE run_id=? AND step=?",
+                                     run, step)}
+        assert any("backward" in n.lower() or "Backward" in n for n in names), (step, names)
+        assert names & {"aten::addmm", "aten::mm", "aten::matmul"}, (step, names)
+
+
 def test_untraced_run_has_no_operators_and_says_why(tmp_path):
     db = tmp_path / "t.db"
     run = record(db, steps=6)

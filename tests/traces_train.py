@@ -6,7 +6,8 @@
 MODEL: mlp | attention (matmul-softmax-matmul by hand) | sdpa
 (F.scaled_dot_product_attention on 4-D inputs: its fused CPU kernel) | sdpa3d (on 3-D inputs:
 its unfused math fallback) | growing (an MLP whose matmul grows in the second half
-of the run); MODE: auto | manual (prof.step(i)). Prints the run id as the last line.
+of the run) | bare (no nn.Module: a parameter and a matmul); MODE: auto | manual
+(prof.step(i)) | loader (auto, batches from a torch DataLoader). Prints the run id as the last line.
 """
 
 from __future__ import annotations
@@ -72,22 +73,37 @@ def main() -> None:
     elif model_name in ("attention", "sdpa", "sdpa3d"):
         model = Attention(fused=model_name != "attention", heads=model_name == "sdpa")
         make = lambda: torch.randn(4, 256, 16)  # noqa: E731
+    elif model_name == "bare":
+        w = nn.Parameter(torch.randn(32, 32) / 6)
+        model = None
+        make = lambda: torch.randn(8, 32)  # noqa: E731
     elif model_name == "growing":
         model = Growing(switch=steps // 2)
         make = lambda: torch.randn(64, 64)  # noqa: E731
     else:
         raise SystemExit(f"unknown model {model_name}")
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    if model is None:
+        params = [w]
+
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            return (x @ w).relu()
+    else:
+        params = list(model.parameters())
+        forward = model
+    opt = torch.optim.SGD(params, lr=1e-3)
+    batches = [make() for _ in range(steps)]
+    if mode == "loader":
+        batches = torch.utils.data.DataLoader(torch.stack(batches), batch_size=None)
     with gpuprof.profile(model_name, db=db, gpu="none", summary=False,
-                         auto=(mode == "auto"), **options) as prof:
-        for i in range(steps):
+                         auto=(mode != "manual"), **options) as prof:
+        for i, x in enumerate(batches):
             if mode == "manual":
                 with prof.step(i):
-                    model(make()).float().mean().backward()
+                    forward(x).float().mean().backward()
                     opt.step()
                     opt.zero_grad()
             else:
-                model(make()).float().mean().backward()
+                forward(x).float().mean().backward()
                 opt.step()
                 opt.zero_grad()
     print(prof.run_id)

@@ -62,12 +62,13 @@ THRESHOLDS: dict[str, Any] = {
     "overhead_launch_bound_warn": 1.15,  # same, launch-bound small MLP (informational)
 }
 
-CHECK_ORDER = ["nvml", "phases", "mfu", "overhead", "linescope", "scalene"]
+CHECK_ORDER = ["nvml", "phases", "mfu", "overhead", "traces", "linescope", "scalene"]
 CHECK_TITLES = {
     "nvml": "Real NVML telemetry",
     "phases": "CUDA-event phase timing",
     "mfu": "MFU on real kernels",
     "overhead": "Overhead on GPU",
+    "traces": "Kernel traces: CUPTI capture, top kernels, sdpa_suboptimal, kernel_drift",
     "linescope": "linescope sampler: GPU time and memory per line",
     "scalene": "linescope scalene backend on the real driver",
 }
@@ -1106,10 +1107,11 @@ def check_overhead(ctx: Ctx, c: Check) -> None:
 
 sys.path.insert(0, str(HERE))
 from linescope_checks import check_linescope, check_scalene  # noqa: E402
+from trace_checks import check_traces  # noqa: E402
 
 CHECKS: dict[str, Callable[[Ctx, Check], None]] = {
     "nvml": check_nvml, "phases": check_phases, "mfu": check_mfu, "overhead": check_overhead,
-    "linescope": check_linescope, "scalene": check_scalene,
+    "traces": lambda ctx, c: check_traces(ctx, c, sys.modules[__name__]), "linescope": check_linescope, "scalene": check_scalene,
 }
 
 

@@ -693,8 +693,15 @@ class Profile:
                 if self._steps is not None:
                     self._steps.listeners.append(self._nsys.on_step)
                 edges = PhaseEdges(self._timer, self._nsys)
+            cpu_ops = self._cpu_ops if edges is None else None  # a CPU run tracing operators
+            if cpu_ops is not None:
+                from ._traces import CpuOpEdges
+                edges = CpuOpEdges(cpu_ops, edge)
+                edge = edges.loader_edge
             self._patches = TorchPatches(self._session, self._kinds, edges, edge)
             self._patches.install(torch)
+            if cpu_ops is not None:  # its step edges wait for these hooks, not a pre-hook
+                cpu_ops.edges_installed = True
             self._install_ddp_timing(torch)
         except Exception as e:
             self._session.add_diagnostic("error", "auto", f"auto-instrumentation failed: {e!r}")

@@ -80,9 +80,11 @@ class CpuOpCapture:
     An auto-mode step ends in the optimizer's post-hook, inside the record_function scope
     torch opens around optimizer.step(); stopping or starting the profiler there corrupts
     kineto's state (a crash in about half of the runs). So a step edge met inside the
-    optimizer step is only noted, and carried out at the next module forward (a global
-    forward pre-hook that exists only while an edge is pending) or at stop(): the operators
-    of the optimizer's tail and of the loader wait go to the step that just ended."""
+    optimizer step is only noted, and carried out at the next safe point: the first loader
+    wait, forward or backward after it (CpuOpEdges, the auto hooks' callback), else the next
+    module forward (a global forward pre-hook that exists only while an edge is pending), or
+    stop(). What runs between the optimizer step and that point (zero_grad, logging) goes to
+    the step that just ended."""
 
     def __init__(self, session: Any, torch: Any, counter: Optional[StepCounter] = None) -> None:
         self._session = session
@@ -93,6 +95,7 @@ class CpuOpCapture:
         self._start = 0
         self._pending: Any = None  # the deferred new step (or _PENDING_NONE), None = none
         self._hook: Any = None
+        self.edges_installed = False  # CpuOpEdges calls safe_point(): no forward pre-hook
         self.failed = False
         self.steps = 0
 
@@ -107,7 +110,7 @@ class CpuOpCapture:
 
     def _defer(self, new: Optional[int]) -> None:
         self._pending = _PENDING_NONE if new is None else new
-        if self._hook is not None:
+        if self._hook is not None or self.edges_installed:
             return
         try:
             from torch.nn.modules.module import register_module_forward_pre_hook
@@ -122,6 +125,11 @@ class CpuOpCapture:
         pending, self._pending = self._pending, None
         if pending is not None and not self.failed:
             self._apply(None if pending is _PENDING_NONE else pending)
+
+    def safe_point(self) -> None:
+        """Outside optimizer.step(): a deferred step edge is carried out now."""
+        if self._pending is not None:
+            self._run_pending()
 
     def forget(self) -> None:
         """In a forked child: the parent's profiler and pending edge are dropped, untouched."""
@@ -254,6 +262,42 @@ class NsysRanges:
 
 
 _HOOK_PHASES = {0: "forward", 1: "backward", 2: "optimizer"}
+_OPTIMIZER = 2
+
+
+class CpuOpEdges:
+    """The auto hooks' edge callback on a CPU run that captures CPU operators (same protocol as
+    CudaPhaseTimer): the beginning of a loader wait, a forward or a backward is outside
+    optimizer.step(), so a step edge deferred there is carried out at the first of them. A
+    loop with a DataLoader switches at the batch fetch; one with modules at the forward; a
+    loop with neither at the backward (the forward's operators then count to the step
+    before). Composes with another loader-edge callback (the FLOP count's)."""
+
+    def __init__(self, capture: CpuOpCapture,
+                 loader: Optional[Callable[[int, bool, int], None]] = None) -> None:
+        self._capture = capture
+        self._loader = loader
+
+    def __call__(self, kind: int, begin: bool, ts: int) -> None:
+        if begin and kind != _OPTIMIZER:
+            self._capture.safe_point()
+
+    def loader_edge(self, kind: int, begin: bool, ts: int) -> None:
+        if begin:
+            self._capture.safe_point()
+        if self._loader is not None:
+            self._loader(kind, begin, ts)
+
+    def wrap_optimizer_hooks(self, pre: Callable[..., bool],
+                             post: Callable[..., bool]) -> tuple[Callable[..., None],
+                                                                 Callable[..., None]]:
+        def plain_pre(*args: Any, **kwargs: Any) -> None:
+            pre(*args, **kwargs)
+
+        def plain_post(*args: Any, **kwargs: Any) -> None:
+            post(*args, **kwargs)
+
+        return plain_pre, plain_post
 
 
 class PhaseEdges:
