@@ -87,3 +87,38 @@ def test_cpu_run_records_why_cuda_events_are_off(db):
     assert available == 0 and "CUDA not available" in reason
     # AND phase GPU times are unknown (NULL), not zero
     assert db.rows("SELECT DISTINCT gpu_ns FROM phases") == [(None,)]
+
+
+class RecordingSession:
+    def __init__(self) -> None:
+        self.emitted: list[tuple[int, int, int, int]] = []
+
+    def emit_at(self, ts: int, kind: int, phase: int, ns: int) -> None:
+        self.emitted.append((ts, kind, phase, ns))
+
+
+def test_a_closure_inside_the_optimizer_step_is_not_optimizer_gpu_time():
+    """optimizer.step(closure): the optimizer's interval pauses while the closure's forward
+    and backward run; its GPU time is its own segments, all reported at its begin timestamp
+    (the step's), and the forward and backward keep theirs."""
+    session = RecordingSession()
+    timer = CudaPhaseTimer(session, 99, FakeTorch)
+    FORWARD, BACKWARD, OPTIMIZER = 0, 1, 2
+    script = [(0, OPTIMIZER, True, 100), (1, FORWARD, True, 101), (3, FORWARD, False, 103),
+              (3, BACKWARD, True, 103), (6, BACKWARD, False, 106), (7, OPTIMIZER, False, 107),
+              # a plain step afterwards is unchanged
+              (10, FORWARD, True, 110), (11, FORWARD, False, 111),
+              (11, BACKWARD, True, 111), (13, BACKWARD, False, 113),
+              (13, OPTIMIZER, True, 113), (14, OPTIMIZER, False, 114)]
+    for clock, phase, begin, ts in script:
+        FakeEvent.clock = clock
+        timer.edge(phase, begin, ts)
+    timer.finish()
+    got: dict[tuple[int, int], float] = {}
+    for ts, kind, phase, ns in session.emitted:
+        assert kind == 99
+        got[(ts, phase)] = got.get((ts, phase), 0) + ns
+    assert got == {(101, FORWARD): 2e6, (103, BACKWARD): 3e6, (100, OPTIMIZER): 2e6,
+                   (110, FORWARD): 1e6, (111, BACKWARD): 2e6, (113, OPTIMIZER): 1e6}
+    # segments: before the forward, between forward and backward (the loss), after backward
+    assert sum(1 for e in session.emitted if e[2] == OPTIMIZER and e[0] == 100) == 3

@@ -4,14 +4,20 @@ At each outermost phase boundary an event is recorded on the current stream; com
 are resolved later with the non-blocking Event.query() and handed to the native recorder as
 (begin CPU timestamp, phase, GPU ns). Nothing here synchronizes during the loop; only
 finish(), after the loop has ended, waits for the last outstanding events.
+
+A forward or backward inside an open optimizer step (optimizer.step(closure): LBFGS,
+Lightning) pauses the optimizer's interval: the optimizer's GPU time is its own segments, each
+reported with the optimizer's begin timestamp (so they add up on its step), and the nested
+work is the forward's and backward's.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 _MAX_PENDING = 4096  # bounded: beyond this, the oldest unresolved pair is dropped
+_OPTIMIZER = 2  # hook kinds 0/1/2: forward / backward / optimizer
 
 
 class CudaPhaseTimer:
@@ -23,6 +29,7 @@ class CudaPhaseTimer:
         self._pool: list[Any] = []
         self._open: dict[int, tuple[int, Any]] = {}
         self._pending: deque[tuple[int, int, Any, Any]] = deque()
+        self._paused_ts: Optional[int] = None  # the open optimizer's begin, while it is paused
         self.dropped = 0
         self.resolved = 0
 
@@ -31,11 +38,26 @@ class CudaPhaseTimer:
 
     def edge(self, phase_id: int, begin: bool, ts: int) -> None:
         """A phase boundary on the training thread: record an event, resolve finished ones."""
+        nested = phase_id in (0, 1)  # forward, backward
         if begin:
+            if nested and _OPTIMIZER in self._open:  # a closure inside optimizer.step()
+                opt_ts = self._open[_OPTIMIZER][0]
+                self._close(_OPTIMIZER)
+                self._paused_ts = opt_ts
             ev = self._event()
             ev.record()
             self._open[phase_id] = (ts, ev)
             return
+        self._close(phase_id)
+        if phase_id == _OPTIMIZER:
+            self._paused_ts = None
+        elif (self._paused_ts is not None and 0 not in self._open and 1 not in self._open):
+            ev = self._event()  # back in the optimizer's own work
+            ev.record()
+            self._open[_OPTIMIZER] = (self._paused_ts, ev)
+            self._paused_ts = None
+
+    def _close(self, phase_id: int) -> None:
         opened = self._open.pop(phase_id, None)
         if opened is None:
             return

@@ -216,6 +216,7 @@ class StepFlopCounter:
         self._step_blocks = 0     # prof.step() blocks begun (step mode)
         self._raised = False      # a counted prof.step() block ended by an exception
         self._loader_saved: Optional[dict[Any, dict[Any, int]]] = None  # see loader_edge
+        self._closure_window = False  # counting through an optimizer step (its closure)
         self.flops: Optional[int] = None
         self.counted_after: Optional[int] = None  # optimizer steps before the counted window
         self.counted_window: Optional[str] = None  # the counted step, in words
@@ -235,6 +236,11 @@ class StepFlopCounter:
         if self._done or self._step_mode or threading.get_ident() != self._owner:
             return
         self._posts += 1
+        if self._counter is not None and self._closure_window:
+            self._closure_window = False
+            self._end_window(inside="post", closure=True)
+            if self._done:
+                return
         if self._counter is None and self._posts >= self.COUNT_AFTER:
             try:
                 from torch.utils.flop_counter import FlopCounterMode
@@ -252,7 +258,24 @@ class StepFlopCounter:
         if (self._done or self._step_mode or self._counter is None
                 or threading.get_ident() != self._owner):
             return
-        counter = self._close(inside="pre")
+        try:
+            counted = int(self._counter.get_total_flops())
+            calls = self._optimizer_calls() - self._calls_at_open
+        except Exception as e:
+            self._close(inside="pre")
+            self._fail(f"automatic FLOP count failed: reading the count raised {e!r}",
+                       inside="pre")
+            return
+        if counted == 0 and calls == 1:
+            # Nothing since the last optimizer step: the forward and backward may run inside
+            # this one (optimizer.step(closure): LBFGS, Lightning). Count through it; its post
+            # hook ends the window.
+            self._closure_window = True
+            return
+        self._end_window(inside="pre", closure=False)
+
+    def _end_window(self, inside: str, closure: bool) -> None:
+        counter = self._close(inside=inside)
         if counter is None:
             return
         try:
@@ -263,13 +286,16 @@ class StepFlopCounter:
             calls = self._optimizer_calls() - self._calls_at_open
         except Exception as e:
             self._fail(f"automatic FLOP count failed: reading the count raised {e!r}",
-                       inside="pre")
+                       inside=inside)
             return
         if total > 0 and calls == 1:
             self.flops = total
-            self.counted_after = self._posts
-            self.counted_window = f"the step after optimizer step {self._posts}"
-            self._stop_hooks(inside="pre")
+            self.counted_after = self._posts - (1 if closure else 0)
+            self.counted_window = (
+                f"optimizer step {self._posts} with its closure (forward and backward inside "
+                "optimizer.step)" if closure
+                else f"the step after optimizer step {self._posts}")
+            self._stop_hooks(inside=inside)
         elif self._windows >= self.MAX_WINDOWS:
             self._fail(f"automatic FLOP count found no clean one-step window in "
                        f"{self._windows} tries (none with FLOPs FlopCounterMode counts — matmul, "

@@ -207,8 +207,21 @@ void StepAssembler::OnEvent(const Event& e) {
   switch (e.kind) {
     case EventKind::kForwardBegin:
     case EventKind::kBackwardBegin: {
+      if (opt_begin_ && !opt_nested_begin_) {
+        // Closure-style step (optimizer.step(closure): LBFGS, Lightning's automatic
+        // optimization): the forward / backward run inside the optimizer step. The iteration
+        // began with that optimizer call, so a pending step closes at its last optimizer end
+        // and the new one starts at this optimizer's begin; the nested time is the step's
+        // forward / backward, not the optimizer's.
+        if (pending_close_ && open_ && !open_->manual && *opt_begin_ >= last_opt_end_) {
+          CloseIfPending();
+          opened_by_optimizer_ = true;
+        }
+        opt_nested_begin_ = ts;
+      }
       CloseIfPending();
-      if (!open_) OpenAuto(ts);
+      if (!open_) OpenAuto(opened_by_optimizer_ ? *opt_begin_ : ts);
+      opened_by_optimizer_ = false;
       (e.kind == EventKind::kForwardBegin ? fwd_begin_ : bwd_begin_) = ts;
       break;
     }
@@ -225,21 +238,33 @@ void StepAssembler::OnEvent(const Event& e) {
       if (!UserPhaseOpen(id)) AddPhase(id, ts - *begin);
       (fwd ? open_->forward_calls : open_->backward_calls) += 1;
       begin.reset();
+      if (opt_nested_begin_ && !fwd_begin_ && !bwd_begin_) {  // back in the optimizer's own work
+        opt_nested_ns_ += std::max<int64_t>(0, ts - *opt_nested_begin_);
+        opt_nested_begin_.reset();
+      }
       break;
     }
     case EventKind::kOptimizerBegin:
-      // A second optimizer after the first one's end is part of the same iteration: no close.
+      // A second optimizer after the first one's end is part of the same iteration: no close
+      // (unless a forward / backward follows inside it: a closure-style step, see above).
       if (!open_) OpenAuto(ts);
       opt_begin_ = ts;
+      opt_nested_ns_ = 0;
+      opt_nested_begin_.reset();
       break;
-    case EventKind::kOptimizerEnd:
+    case EventKind::kOptimizerEnd: {
       if (!opt_begin_ || !open_) {
         ++unmatched_events_;
         opt_begin_.reset();
         break;
       }
-      if (!UserPhaseOpen(PhaseNames::kOptimizer))
-        AddPhase(PhaseNames::kOptimizer, ts - *opt_begin_);
+      if (opt_nested_begin_) {  // a forward / backward still open: its time is not ours
+        opt_nested_ns_ += std::max<int64_t>(0, ts - *opt_nested_begin_);
+        opt_nested_begin_.reset();
+      }
+      const int64_t own = std::max<int64_t>(0, ts - *opt_begin_ - opt_nested_ns_);
+      opt_nested_ns_ = 0;
+      if (!UserPhaseOpen(PhaseNames::kOptimizer)) AddPhase(PhaseNames::kOptimizer, own);
       open_->optimizer_calls += 1;
       opt_begin_.reset();
       if (!open_->manual) {
@@ -247,6 +272,7 @@ void StepAssembler::OnEvent(const Event& e) {
         last_opt_end_ = ts;
       }
       break;
+    }
     case EventKind::kStepBegin:
       CloseIfPending();
       if (open_ && open_->manual) Close(ts);  // step(i) entered twice without exit

@@ -3,6 +3,10 @@
 // Auto mode (patched torch): a step ends at the end of the last optimizer step before the
 // next forward/backward/dataloader wait, so gradient accumulation (several forward+backward
 // per optimizer.step) and several optimizers stepping in one iteration each make ONE step.
+// A closure-style step (optimizer.step(closure): the forward and backward run inside the
+// optimizer step, as LBFGS and Lightning's automatic optimization do) starts at that
+// optimizer's begin, and its optimizer phase is the optimizer's own time, without the nested
+// forward / backward (which are the step's forward and backward phases).
 // Manual mode: prof.step(i) brackets the step, and every bracket is a step. Step numbers
 // increase in run order: step(i) is stored as step i when i is above the last stored step,
 // otherwise (an epoch loop restarting enumerate() at 0, a repeated index) as the next free
@@ -117,6 +121,12 @@ class StepAssembler {
   bool pending_close_ = false;
   int64_t last_opt_end_ = 0;
   std::optional<int64_t> fwd_begin_, bwd_begin_, opt_begin_, wait_begin_;
+  // Closure-style steps: the forward / backward time inside the open optimizer step (taken out
+  // of the optimizer phase), the start of the nested stretch being timed, and whether the step
+  // being opened began at the optimizer's begin.
+  int64_t opt_nested_ns_ = 0;
+  std::optional<int64_t> opt_nested_begin_;
+  bool opened_by_optimizer_ = false;
   std::vector<std::pair<uint32_t, int64_t>> phase_stack_;  // manual phases: (id, begin)
   // Explicit dataloader wait seen while no step was open; belongs to the next step.
   int64_t carry_wait_ns_ = 0;

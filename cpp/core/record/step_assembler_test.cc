@@ -131,6 +131,63 @@ TEST_F(StepAssemblerTest, SeveralOptimizersInOneIterationAreOneStep) {
   EXPECT_EQ(out_.steps[1].wait_ns, 11 * kMs);
 }
 
+TEST_F(StepAssemblerTest, ClosureStyleStepsStartAtTheOptimizerAndExcludeTheClosure) {
+  // GIVEN optimizer.step(closure) three times, 4 ms apart: the optimizer begins, the closure
+  // runs forward (2 ms) and backward (3 ms) inside it, then the optimizer's own update (1 ms)
+  double t = 10;
+  for (int it = 0; it < 3; ++it) {
+    At(t, EventKind::kOptimizerBegin);
+    At(t + 0.5, EventKind::kForwardBegin);
+    At(t + 2.5, EventKind::kForwardEnd);
+    At(t + 2.5, EventKind::kBackwardBegin);
+    At(t + 5.5, EventKind::kBackwardEnd);
+    At(t + 6.5, EventKind::kOptimizerEnd);
+    t += 6.5 + 4;
+  }
+  asm_.Finish(kAnchor + 100 * kMs);
+  // THEN each call is one step that starts at its optimizer's begin
+  ASSERT_EQ(out_.steps.size(), 3u);
+  EXPECT_EQ(out_.steps[0].start_ns, 10 * kMs);
+  EXPECT_EQ(out_.steps[0].end_ns, static_cast<int64_t>(16.5 * kMs));
+  EXPECT_EQ(out_.steps[1].start_ns, out_.steps[0].end_ns);
+  EXPECT_EQ(out_.steps[1].end_ns, static_cast<int64_t>(27 * kMs));
+  EXPECT_EQ(out_.steps[1].wait_ns, 4 * kMs);  // the gap before its optimizer call
+  // AND the optimizer phase is its own time only: the closure's forward and backward are the
+  // step's forward and backward, and the phases never sum to more than the step
+  for (int64_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(PhaseWall(i, "forward"), 2 * kMs);
+    EXPECT_EQ(PhaseWall(i, "backward"), 3 * kMs);
+    EXPECT_EQ(PhaseWall(i, "optimizer"), static_cast<int64_t>(1.5 * kMs));
+    const store::StepRow& st = out_.steps[static_cast<size_t>(i)];
+    const int64_t phases = PhaseWall(i, "forward") + PhaseWall(i, "backward") +
+                           PhaseWall(i, "optimizer") + st.wait_ns.value_or(0);
+    EXPECT_LE(phases, st.end_ns - st.start_ns);
+    EXPECT_EQ(st.forward_calls, 1);
+    EXPECT_EQ(st.optimizer_calls, 1);
+  }
+}
+
+TEST_F(StepAssemblerTest, AClosureEvaluatedSeveralTimesIsOneStep) {
+  // GIVEN LBFGS with max_iter=3: one optimizer call evaluates the closure three times
+  At(0, EventKind::kOptimizerBegin);
+  double t = 1;
+  for (int i = 0; i < 3; ++i) {
+    At(t, EventKind::kForwardBegin);
+    At(t + 1, EventKind::kForwardEnd);
+    At(t + 1, EventKind::kBackwardBegin);
+    At(t + 3, EventKind::kBackwardEnd);
+    t += 4;  // 1 ms of line search between evaluations
+  }
+  At(t, EventKind::kOptimizerEnd);  // 13
+  asm_.Finish(kAnchor + 100 * kMs);
+  ASSERT_EQ(out_.steps.size(), 1u);
+  EXPECT_EQ(out_.steps[0].forward_calls, 3);
+  EXPECT_EQ(out_.steps[0].backward_calls, 3);
+  EXPECT_EQ(PhaseWall(0, "forward"), 3 * kMs);
+  EXPECT_EQ(PhaseWall(0, "backward"), 6 * kMs);
+  EXPECT_EQ(PhaseWall(0, "optimizer"), 4 * kMs);  // 13 ms minus the 9 ms of closure work
+}
+
 TEST_F(StepAssemblerTest, ActivityAfterLastOptimizerStepIsCountedNotAStep) {
   // GIVEN one full iteration and then an evaluation forward with no optimizer step
   Iteration(0, 1, 1, 1);
