@@ -44,6 +44,12 @@ if ! $PY -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13
     >/dev/null 2>&1; then
   $PY -m pip install -q "torch==2.13.0"
 fi
+# Trainer integrations' tests run against the real framework (after torch, so that pip keeps
+# the CPU torch above and does not pull a CUDA one).
+if ! $PY -c "import lightning, sys; sys.exit(0 if lightning.__version__ == '2.6.6' else 1)" \
+    >/dev/null 2>&1; then
+  $PY -m pip install -q "lightning==2.6.6"
+fi
 
 # --- browser tests (tests/browser: linescope's HTML report in headless Chromium) -------------
 # Debian's chromium + PyPI playwright driving it (executable_path=/usr/bin/chromium); playwright

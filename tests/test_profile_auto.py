@@ -803,3 +803,37 @@ print(ref() is None, len(hooks), torch.nn.Module.__call__ is torch.nn.Module._wr
     # THEN no gpuprof hook survives the run (torch._dynamo was imported before the patches
     # went in, so its tables hold torch's own functions), and the finished run is freed
     assert done.stdout.split() == ["True", "0", "True"]
+
+
+def test_evaluation_blocks_are_in_no_step_and_reported_apart(tmp_path):
+    """prof.evaluation(): a validation pass inside the training loop is neither a step nor part
+    of the next step's time; it is counted in a diagnostic."""
+    import sqlite3
+    import time
+
+    import torch
+    from torch import nn
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(8, 16)
+    db = tmp_path / "e.db"
+    with gpuprof.profile("eval", db=str(db), gpu="none", summary=False) as prof:
+        for i in range(9):
+            model(x).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            if i % 3 == 2:
+                with prof.evaluation(), torch.no_grad():
+                    for _ in range(4):
+                        model(x)
+                    time.sleep(0.05)
+    con = sqlite3.connect(db)
+    steps = con.execute("SELECT step, start_ns, end_ns, forward_calls FROM steps "
+                        "ORDER BY step").fetchall()
+    (diag,), = con.execute("SELECT message FROM diagnostics WHERE source='evaluation'")
+    con.close()
+    assert [s[0] for s in steps] == list(range(9))
+    assert all(s[3] == 1 for s in steps)
+    assert all(end - start < 50_000_000 for _, start, end, _ in steps), steps  # no 50 ms eval
+    assert diag.startswith("evaluation: 3 loops") and "12 forward calls" in diag, diag

@@ -552,6 +552,8 @@ NB_MODULE(_native, m) {
   kinds.attr("WAIT_BEGIN") = static_cast<int>(gpuprof::record::EventKind::kWaitBegin);
   kinds.attr("WAIT_END") = static_cast<int>(gpuprof::record::EventKind::kWaitEnd);
   kinds.attr("GPU_PHASE") = static_cast<int>(gpuprof::record::EventKind::kGpuPhase);
+  kinds.attr("EXCLUDE_BEGIN") = static_cast<int>(gpuprof::record::EventKind::kExcludeBegin);
+  kinds.attr("EXCLUDE_END") = static_cast<int>(gpuprof::record::EventKind::kExcludeEnd);
   kinds.attr("FORWARD") = static_cast<int>(kHookForward);
   kinds.attr("BACKWARD") = static_cast<int>(kHookBackward);
   kinds.attr("OPTIMIZER") = static_cast<int>(kHookOptimizer);

@@ -18,7 +18,15 @@ import sys
 from ._flops import TransformerArch
 from ._profile import GpuprofWarning, Profile, Step, profile
 
-__all__ = ["profile", "Profile", "Step", "TransformerArch", "GpuprofWarning", "__version__"]
+__all__ = ["profile", "Profile", "Step", "TransformerArch", "GpuprofWarning", "LightningCallback",
+           "__version__"]
+
+
+def __getattr__(name: str):  # the trainer integrations import their framework on first use
+    if name == "LightningCallback":
+        from ._lightning import lightning_callback_class
+        return lightning_callback_class()
+    raise AttributeError(f"module 'gpuprof' has no attribute {name!r}")
 
 if "torch" in sys.modules:
     # A DDP comm hook registered from here on is wrapped (transparently) so that a profile

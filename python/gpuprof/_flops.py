@@ -172,13 +172,17 @@ class StepFlopCounter:
 
     Optimizer mode (no ``prof.step()``; a stored step ends at an optimizer step): the window
     runs from the end of the ``COUNT_AFTER``-th ``optimizer.step()`` (torch's global
-    optimizer-step post hook) to the start of the next one (pre hook): the forward and
-    backward passes, every micro-batch of a gradient-accumulation step included, of step
-    index 2 in a loop with one optimizer. A window that counts nothing (it fell between two
+    optimizer-step post hook) through the next one (to its post hook): the forward and
+    backward passes of step index 2 in a loop with one optimizer, every micro-batch of a
+    gradient-accumulation step included, and a closure's (``optimizer.step(closure)``:
+    LBFGS, Lightning) that runs inside the optimizer step. When no forward ran inside the
+    optimizer step, the count stops at its pre hook, so an optimizer's own matmuls (Muon,
+    Shampoo) are not model FLOPs. A window that counts nothing (it fell between two
     optimizers of one iteration) or that spans two steps (a GradScaler skipped the optimizer
     step of the first: the window saw two outermost optimizer calls, from
     ``optimizer_calls``, the native hook counter) is discarded and opened again at the next
-    post hook, at most ``MAX_WINDOWS`` times.
+    post hook, at most ``MAX_WINDOWS`` times. An evaluation (``prof.evaluation()``) drops an
+    open window.
 
     Step mode (the loop groups its iterations with ``prof.step()``; each block is a stored
     step, whatever optimizers run in it, e.g. a GAN's D and G steps): from the first
@@ -192,9 +196,9 @@ class StepFlopCounter:
     every op goes through a Python dispatch mode — does not reach the steady-state step time
     MFU divides by.
 
-    After the count the post hook is removed at once; the pre hook cannot remove itself (torch
-    iterates the hook dict while calling it), so it stays as a one-attribute no-op until
-    ``finish()``. Only the thread that entered profile() is counted (dispatch modes are
+    A hook cannot remove itself (torch iterates the hook dict while calling it): after a count
+    at the post hook, the next pre hook removes the post hook and stays as a one-attribute
+    no-op until ``finish()``. Only the thread that entered profile() is counted (dispatch modes are
     thread-local). Nothing here raises into the training loop: a failure is kept as text and
     reported by ``finish()``.
     """
@@ -202,8 +206,10 @@ class StepFlopCounter:
     COUNT_AFTER = 2
     MAX_WINDOWS = 8
 
-    def __init__(self, optimizer_calls: Callable[[], int]) -> None:
+    def __init__(self, optimizer_calls: Callable[[], int],
+                 forward_calls: Callable[[], int] = lambda: 0) -> None:
         self._optimizer_calls = optimizer_calls
+        self._forward_calls = forward_calls
         self._calls_at_open = 0
         self._owner = threading.get_ident()
         self._handles: dict[str, Any] = {}
@@ -216,7 +222,10 @@ class StepFlopCounter:
         self._step_blocks = 0     # prof.step() blocks begun (step mode)
         self._raised = False      # a counted prof.step() block ended by an exception
         self._loader_saved: Optional[dict[Any, dict[Any, int]]] = None  # see loader_edge
-        self._closure_window = False  # counting through an optimizer step (its closure)
+        # The window's count and forward calls at the pre hook of the optimizer step it runs
+        # through (None: not inside that step yet).
+        self._at_pre: Optional[tuple[int, int]] = None
+        self._remove_post_at_pre = False
         self.flops: Optional[int] = None
         self.counted_after: Optional[int] = None  # optimizer steps before the counted window
         self.counted_window: Optional[str] = None  # the counted step, in words
@@ -233,12 +242,13 @@ class StepFlopCounter:
 
     # torch treats a hook's non-None return value as replacement arguments: these return None.
     def _post(self, *_: Any) -> None:
-        if self._done or self._step_mode or threading.get_ident() != self._owner:
+        if self._step_mode or threading.get_ident() != self._owner:
+            return
+        if self._done:
             return
         self._posts += 1
-        if self._counter is not None and self._closure_window:
-            self._closure_window = False
-            self._end_window(inside="post", closure=True)
+        if self._counter is not None and self._at_pre is not None:
+            self._end_window()
             if self._done:
                 return
         if self._counter is None and self._posts >= self.COUNT_AFTER:
@@ -247,6 +257,7 @@ class StepFlopCounter:
                 counter = FlopCounterMode(display=False)
                 _count_globally_only(counter)
                 self._calls_at_open = self._optimizer_calls()
+                self._at_pre = None
                 counter.__enter__()
                 self._counter = counter
                 self._windows += 1
@@ -255,52 +266,71 @@ class StepFlopCounter:
                            inside="post")
 
     def _pre(self, *_: Any) -> None:
-        if (self._done or self._step_mode or self._counter is None
+        if self._done:
+            # Counted at the last post hook, which could not remove itself (torch iterates
+            # that dict while calling it): it goes now; this pre hook stays a no-op.
+            if "post" in self._handles and self._remove_post_at_pre:
+                self._remove_post_at_pre = False
+                self._remove_hooks(inside="pre")
+            return
+        if (self._step_mode or self._counter is None
                 or threading.get_ident() != self._owner):
             return
+        # The window goes on through this optimizer step: its closure, when it has one
+        # (optimizer.step(closure): LBFGS, Lightning), runs a forward and backward of the step.
         try:
-            counted = int(self._counter.get_total_flops())
-            calls = self._optimizer_calls() - self._calls_at_open
+            self._at_pre = (int(self._counter.get_total_flops()), self._forward_calls())
         except Exception as e:
             self._close(inside="pre")
             self._fail(f"automatic FLOP count failed: reading the count raised {e!r}",
                        inside="pre")
-            return
-        if counted == 0 and calls == 1:
-            # Nothing since the last optimizer step: the forward and backward may run inside
-            # this one (optimizer.step(closure): LBFGS, Lightning). Count through it; its post
-            # hook ends the window.
-            self._closure_window = True
-            return
-        self._end_window(inside="pre", closure=False)
 
-    def _end_window(self, inside: str, closure: bool) -> None:
-        counter = self._close(inside=inside)
-        if counter is None:
+    def _end_window(self) -> None:
+        """At the post hook of the optimizer step that ends the window."""
+        at_pre, self._at_pre = self._at_pre, None
+        counter = self._close(inside="post")
+        if counter is None or at_pre is None:
             return
         try:
             total = int(counter.get_total_flops())
-            # Outermost optimizer calls (optimizer.step, GradScaler.step) begun in the window,
-            # this one included: more than 1 means a step whose optimizer.step() never ran
-            # (a GradScaler skipping an inf/NaN step), so the window holds two steps' work.
+            closure = self._forward_calls() > at_pre[1]
+            # Outermost optimizer calls (optimizer.step, GradScaler.step) begun in the window:
+            # more than 1 means a step whose optimizer.step() never ran (a GradScaler skipping
+            # an inf/NaN step), so the window holds two steps' work.
             calls = self._optimizer_calls() - self._calls_at_open
         except Exception as e:
             self._fail(f"automatic FLOP count failed: reading the count raised {e!r}",
-                       inside=inside)
+                       inside="post")
             return
-        if total > 0 and calls == 1:
-            self.flops = total
-            self.counted_after = self._posts - (1 if closure else 0)
+        # Without a forward inside the optimizer step, its own work (an optimizer that runs
+        # matmuls, as Muon or Shampoo do) is not the model's: the count stops at its begin.
+        flops = total if closure else at_pre[0]
+        if flops > 0 and calls == 1:
+            self.flops = flops
+            self.counted_after = self._posts - 1
             self.counted_window = (
-                f"optimizer step {self._posts} with its closure (forward and backward inside "
-                "optimizer.step)" if closure
-                else f"the step after optimizer step {self._posts}")
-            self._stop_hooks(inside=inside)
+                f"the step after optimizer step {self._posts - 1}, its closure included "
+                "(forward and backward inside optimizer.step)" if closure
+                else f"the step after optimizer step {self._posts - 1}")
+            self._done = True
+            self._remove_post_at_pre = True  # at the next pre hook (see _pre)
         elif self._windows >= self.MAX_WINDOWS:
             self._fail(f"automatic FLOP count found no clean one-step window in "
                        f"{self._windows} tries (none with FLOPs FlopCounterMode counts — matmul, "
                        "convolution, attention — and exactly one optimizer step); pass arch= or "
-                       "flops_per_step= to profile()", inside="pre", failure=False)
+                       "flops_per_step= to profile()", inside="post", failure=False)
+
+    def exclude_begin(self) -> None:
+        """An evaluation begins (prof.evaluation()): an open window would count its forwards,
+        so it is dropped; the next optimizer step's post hook opens another."""
+        if (self._done or self._counter is None or threading.get_ident() != self._owner):
+            return
+        self._at_pre = None
+        self._close(inside=None)
+        if self._windows >= self.MAX_WINDOWS and not self._done:
+            self._fail(f"automatic FLOP count found no clean one-step window in "
+                       f"{self._windows} tries (each was interrupted by an evaluation); pass "
+                       "arch= or flops_per_step= to profile()", inside=None, failure=False)
 
     def step_begin(self, index: int) -> None:
         """A ``prof.step(index)`` block was entered (any thread; only the owner's count)."""

@@ -683,7 +683,8 @@ class Profile:
             counter: Optional[StepFlopCounter] = None
             if self._options.get("flops_method") is None:
                 session = self._session
-                counter = StepFlopCounter(lambda: int(session.stats()["optimizer_calls"]))
+                counter = StepFlopCounter(lambda: int(session.stats()["optimizer_calls"]),
+                                          lambda: int(session.stats()["forward_calls"]))
             edge = counter.loader_edge if counter is not None else None
             import_dynamo()  # before the patches, which it must not record (see there)
             edges = self._timer
@@ -900,6 +901,26 @@ class Profile:
         """Returns an iterable over ``iterable`` whose next() time is recorded as dataloader
         wait of the step that consumes the item."""
         return _WrappedLoader(self, iterable)
+
+    @contextlib.contextmanager
+    def evaluation(self) -> Iterator[None]:
+        """Keeps the block out of the training steps: ``with prof.evaluation(): validate()``.
+        Its forwards, loader waits and time belong to no step (the next step starts after
+        it) and are reported apart (diagnostic source "evaluation"); the automatic FLOP count
+        leaves it out. Blocks may nest. The trainer callbacks use it for validation loops."""
+        self._exclude_edge(True)
+        try:
+            yield
+        finally:
+            self._exclude_edge(False)
+
+    def _exclude_edge(self, begin: bool) -> None:
+        if self._session is None or self._state != "running":
+            return
+        self._emit_kind("EXCLUDE_BEGIN" if begin else "EXCLUDE_END")
+        counter = self._flop_counter
+        if counter is not None and begin:
+            counter.exclude_begin()
 
     # ---- internals --------------------------------------------------------------------------
     def _wait_edge(self, begin: bool) -> None:

@@ -26,6 +26,10 @@ enum class EventKind : uint16_t {
   // A resolved GPU interval: ts_ns = CPU timestamp of the interval's begin event (maps it to
   // its step), arg = phase name id, value = GPU ns measured by CUDA events.
   kGpuPhase,
+  // A stretch kept out of the training steps (prof.evaluation(), a trainer's validation loop):
+  // the activity between them is counted, not made into or added to a step. arg: 0.
+  kExcludeBegin,
+  kExcludeEnd,
 };
 
 struct Event {

@@ -251,6 +251,15 @@ StopResult Session::Stop(const std::string& status, const std::optional<std::str
       AddDiagnostic("info", "steps",
                     std::to_string(a.unmatched_events()) + " events could not be matched");
     }
+    if (a.excluded_spans() > 0) {
+      AddDiagnostic("info", "evaluation",
+                    "evaluation: " + std::to_string(a.excluded_spans()) +
+                        (a.excluded_spans() == 1 ? " loop, " : " loops, ") +
+                        analysis::FormatDuration(static_cast<double>(a.excluded_ns())) +
+                        " in all, " +
+                        std::to_string(a.excluded_forwards()) +
+                        " forward calls; kept out of the training steps");
+    }
     writer_->Stop();
     if (writer_->dropped() > 0) {
       const std::string lost = LostRowsMessage(writer_->lost(), writer_->dropped(),

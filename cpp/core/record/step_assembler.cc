@@ -204,6 +204,36 @@ void StepAssembler::OnGpuPhase(const Event& e) {
 
 void StepAssembler::OnEvent(const Event& e) {
   const int64_t ts = e.ts_ns;
+  if (e.kind == EventKind::kExcludeBegin) {
+    if (exclude_depth_++ == 0) {
+      CloseIfPending();  // the training step before the evaluation ends at its optimizer
+      exclude_begin_ = ts;
+      fwd_begin_.reset();
+      bwd_begin_.reset();
+      wait_begin_.reset();
+    }
+    return;
+  }
+  if (e.kind == EventKind::kExcludeEnd) {
+    if (exclude_depth_ == 0) {
+      ++unmatched_events_;
+      return;
+    }
+    if (--exclude_depth_ == 0) {
+      excluded_ns_ += std::max<int64_t>(0, ts - exclude_begin_);
+      ++excluded_spans_;
+      // The next step starts after it: the evaluation is in no step, not even as a gap.
+      if (!open_) prev_end_ = std::max(prev_end_.value_or(ts), ts);
+      fwd_begin_.reset();
+      bwd_begin_.reset();
+      wait_begin_.reset();
+    }
+    return;
+  }
+  if (exclude_depth_ > 0 && e.kind != EventKind::kGpuPhase) {
+    if (e.kind == EventKind::kForwardBegin) ++excluded_forwards_;
+    return;  // evaluation activity: counted, in no step
+  }
   switch (e.kind) {
     case EventKind::kForwardBegin:
     case EventKind::kBackwardBegin: {
@@ -329,6 +359,9 @@ void StepAssembler::OnEvent(const Event& e) {
     case EventKind::kGpuPhase:
       OnGpuPhase(e);
       break;
+    case EventKind::kExcludeBegin:
+    case EventKind::kExcludeEnd:
+      break;  // handled above
   }
 }
 

@@ -18,6 +18,11 @@
 // before its first forward. Step 0 starts at the first activity (or the first measured wait)
 // and has no gap wait.
 //
+// Excluded stretches (kExcludeBegin/End: prof.evaluation(), a trainer's validation loop): a
+// pending auto step closes at its last optimizer end when one begins; forwards, backwards,
+// optimizer calls and loader waits inside are counted (excluded_*) and belong to no step; the
+// next step starts where the stretch ended, so its time is neither a step's nor a gap wait.
+//
 // Dataloader wait of a step: the time measured inside the loader (kWaitBegin/End; value 0 =
 // wrap_dataloader's next(), stored as wait_source "explicit"; 1 = torch DataLoader iter()/next()
 // patched in auto mode, "dataloader") when the step has any, else the inter-step gap ("gap").
@@ -66,6 +71,11 @@ class StepAssembler {
   int64_t unmatched_events() const { return unmatched_events_; }
   // Bucket timings placed in no stored step (see OnCommBucket).
   int64_t unmatched_comm() const { return unmatched_comm_; }
+  // Stretches kept out of the steps (kExcludeBegin/End: evaluation loops), their summed wall
+  // time, and the forward calls inside them.
+  int64_t excluded_spans() const { return excluded_spans_; }
+  int64_t excluded_ns() const { return excluded_ns_; }
+  int64_t excluded_forwards() const { return excluded_forwards_; }
 
  private:
   struct PhaseAcc {
@@ -127,6 +137,10 @@ class StepAssembler {
   int64_t opt_nested_ns_ = 0;
   std::optional<int64_t> opt_nested_begin_;
   bool opened_by_optimizer_ = false;
+  // Excluded stretches (evaluation): nesting depth, the open one's start, totals.
+  int exclude_depth_ = 0;
+  int64_t exclude_begin_ = 0;
+  int64_t excluded_spans_ = 0, excluded_ns_ = 0, excluded_forwards_ = 0;
   std::vector<std::pair<uint32_t, int64_t>> phase_stack_;  // manual phases: (id, begin)
   // Explicit dataloader wait seen while no step was open; belongs to the next step.
   int64_t carry_wait_ns_ = 0;

@@ -188,6 +188,35 @@ TEST_F(StepAssemblerTest, AClosureEvaluatedSeveralTimesIsOneStep) {
   EXPECT_EQ(PhaseWall(0, "optimizer"), 4 * kMs);  // 13 ms minus the 9 ms of closure work
 }
 
+TEST_F(StepAssemblerTest, AnExcludedEvaluationIsInNoStepNorInTheNextOnesGap) {
+  // GIVEN two training steps, an evaluation of 20 ms between them (three
+  // forwards and a loader wait), then a third step
+  double t = Iteration(0, 2, 3, 1);   // step 0: 0..6
+  At(7, EventKind::kExcludeBegin);
+  for (int i = 0; i < 3; ++i) {
+    At(8 + i * 6, EventKind::kWaitBegin, 0, 1);
+    At(9 + i * 6, EventKind::kWaitEnd);
+    At(9 + i * 6, EventKind::kForwardBegin);
+    At(13 + i * 6, EventKind::kForwardEnd);
+  }
+  At(27, EventKind::kExcludeEnd);
+  t = Iteration(29, 2, 3, 1);          // step 1: starts at 27, 2 ms gap
+  asm_.Finish(kAnchor + 100 * kMs);
+  // THEN the steps hold none of it
+  ASSERT_EQ(out_.steps.size(), 2u);
+  EXPECT_EQ(out_.steps[0].end_ns, 6 * kMs);
+  EXPECT_EQ(out_.steps[1].start_ns, 27 * kMs);
+  EXPECT_EQ(out_.steps[1].wait_ns, 2 * kMs);
+  EXPECT_EQ(out_.steps[1].forward_calls, 1);
+  EXPECT_EQ(PhaseWall(1, "forward"), 2 * kMs);
+  // AND it is counted apart
+  EXPECT_EQ(asm_.excluded_spans(), 1);
+  EXPECT_EQ(asm_.excluded_ns(), 20 * kMs);
+  EXPECT_EQ(asm_.excluded_forwards(), 3);
+  EXPECT_EQ(asm_.orphan_calls(), 0);
+  EXPECT_EQ(asm_.unmatched_events(), 0);
+}
+
 TEST_F(StepAssemblerTest, ActivityAfterLastOptimizerStepIsCountedNotAStep) {
   // GIVEN one full iteration and then an evaluation forward with no optimizer step
   Iteration(0, 1, 1, 1);
