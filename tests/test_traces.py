@@ -113,6 +113,15 @@ def test_steps_switch_at_the_loader_or_backward_without_modules(tmp_path, model,
         assert names & {"aten::addmm", "aten::mm", "aten::matmul"}, (step, names)
 
 
+def test_an_evaluation_after_a_traced_step_is_in_no_steps_operators(tmp_path):
+    db = tmp_path / "t.db"
+    run = record(db, steps=10, mode="eval", trace_every_n_steps=4)
+    assert traced_steps(db, run) == {0, 1, 4, 5, 8}
+    names = {r[0] for r in query(db, "SELECT name FROM cpu_ops WHERE run_id=?", run)}
+    assert "aten::addmm" in names
+    assert "aten::cumsum" not in names, sorted(names)
+
+
 def test_untraced_run_has_no_operators_and_says_why(tmp_path):
     db = tmp_path / "t.db"
     run = record(db, steps=6)

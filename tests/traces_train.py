@@ -7,7 +7,8 @@ MODEL: mlp | attention (matmul-softmax-matmul by hand) | sdpa
 (F.scaled_dot_product_attention on 4-D inputs: its fused CPU kernel) | sdpa3d (on 3-D inputs:
 its unfused math fallback) | growing (an MLP whose matmul grows in the second half
 of the run) | bare (no nn.Module: a parameter and a matmul); MODE: auto | manual
-(prof.step(i)) | loader (auto, batches from a torch DataLoader). Prints the run id as the last line.
+(prof.step(i)) | loader (auto, batches from a torch DataLoader) | eval (auto, and after each
+step an evaluation in prof.evaluation() that runs torch.cumsum, which training never does). Prints the run id as the last line.
 """
 
 from __future__ import annotations
@@ -106,6 +107,9 @@ def main() -> None:
                 forward(x).float().mean().backward()
                 opt.step()
                 opt.zero_grad()
+                if mode == "eval":
+                    with prof.evaluation(), torch.no_grad():
+                        forward(torch.cumsum(x, 0))
     print(prof.run_id)
 
 

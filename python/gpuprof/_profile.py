@@ -921,6 +921,8 @@ class Profile:
         counter = self._flop_counter
         if counter is not None and begin:
             counter.exclude_begin()
+        if self._cpu_ops is not None:
+            self._cpu_ops.exclude(begin)
 
     # ---- internals --------------------------------------------------------------------------
     def _wait_edge(self, begin: bool) -> None:

@@ -96,6 +96,7 @@ class CpuOpCapture:
         self._pending: Any = None  # the deferred new step (or _PENDING_NONE), None = none
         self._hook: Any = None
         self.edges_installed = False  # CpuOpEdges calls safe_point(): no forward pre-hook
+        self._excluded = 0  # inside prof.evaluation() blocks
         self.failed = False
         self.steps = 0
 
@@ -119,6 +120,11 @@ class CpuOpCapture:
             self._fail(e)
 
     def _run_pending(self, *_: Any) -> None:
+        if self._excluded:
+            return  # an evaluation's forwards: the step starts after it
+        self._flush_pending()
+
+    def _flush_pending(self) -> None:
         hook, self._hook = self._hook, None
         if hook is not None:
             hook.remove()
@@ -128,8 +134,23 @@ class CpuOpCapture:
 
     def safe_point(self) -> None:
         """Outside optimizer.step(): a deferred step edge is carried out now."""
-        if self._pending is not None:
+        if self._pending is not None and self._excluded == 0:
             self._run_pending()
+
+    def exclude(self, begin: bool) -> None:
+        """prof.evaluation(): the traced step that just ended stops recording before the
+        evaluation, and the next one starts at the first safe point after it."""
+        if self.failed:
+            return
+        if not begin:
+            self._excluded = max(0, self._excluded - 1)
+            return
+        self._excluded += 1
+        if self._excluded == 1 and self._pending is not None and self._prof is not None:
+            try:
+                self._finish()
+            except Exception as e:  # a profiler failure never breaks the training
+                self._fail(e)
 
     def forget(self) -> None:
         """In a forked child: the parent's profiler and pending edge are dropped, untouched."""
@@ -183,7 +204,7 @@ class CpuOpCapture:
         """At stop(): a deferred edge is carried out, and a traced step still open is
         recorded up to now."""
         if self._hook is not None or self._pending is not None:
-            self._run_pending()
+            self._flush_pending()
         if self._prof is not None and not self.failed:
             self._apply(None)
 

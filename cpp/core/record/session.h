@@ -132,6 +132,8 @@ class Session {
       case EventKind::kOptimizerEnd: capture_->OnEvent(StepEdge::kOptimizerEnd); break;
       case EventKind::kStepBegin: capture_->OnEvent(StepEdge::kStepBegin, value); break;
       case EventKind::kStepEnd: capture_->OnEvent(StepEdge::kStepEnd); break;
+      case EventKind::kExcludeBegin: capture_->OnEvent(StepEdge::kExcludeBegin); break;
+      case EventKind::kExcludeEnd: capture_->OnEvent(StepEdge::kExcludeEnd); break;
       default: break;
     }
   }

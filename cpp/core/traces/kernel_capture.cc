@@ -63,6 +63,17 @@ void KernelCapture::SetStep(int64_t step) noexcept {
 }
 
 void KernelCapture::OnEvent(StepEdge edge, int64_t value) noexcept {
+  if (edge == StepEdge::kExcludeBegin) {
+    if (exclude_depth_++ == 0) step_tag_.store(0, std::memory_order_relaxed);
+    return;
+  }
+  if (edge == StepEdge::kExcludeEnd) {
+    if (exclude_depth_ > 0 && --exclude_depth_ == 0 && (!manual_ || in_manual_step_)) {
+      SetStep(step_);  // back in the step it interrupted (an auto step advances as before)
+    }
+    return;
+  }
+  if (exclude_depth_ > 0) return;  // an evaluation's activity moves no step
   switch (edge) {
     case StepEdge::kOptimizerEnd:
       if (!manual_) advance_pending_ = true;
@@ -90,6 +101,9 @@ void KernelCapture::OnEvent(StepEdge edge, int64_t value) noexcept {
         step_tag_.store(0, std::memory_order_relaxed);
       }
       break;
+    case StepEdge::kExcludeBegin:
+    case StepEdge::kExcludeEnd:
+      break;  // handled above
   }
 }
 

@@ -9,7 +9,8 @@
 // optimizers or gradient accumulation make one step); manual mode takes prof.step(i)'s index
 // (or, for an index not above the last one, the next free number) and tags nothing between
 // step blocks. Kernels between an optimizer step and the next forward (zero_grad, logging)
-// count to the step that just ended.
+// count to the step that just ended. Kernels inside an excluded stretch (prof.evaluation(), a
+// trainer's validation loop) belong to no step, and its forwards advance nothing.
 //
 // Aggregation and writing. A poll thread (1 s) flushes CUPTI and adds each tagged kernel to its
 // step's and window's aggregates, per kernel name and launch configuration (device, stream,
@@ -47,7 +48,7 @@ namespace gpuprof::traces {
 // What the training thread reports (a subset of record::EventKind, kept separate so that this
 // library does not depend on the recorder).
 enum class StepEdge { kForwardBegin, kBackwardBegin, kWaitBegin, kOptimizerEnd, kStepBegin,
-                      kStepEnd };
+                      kStepEnd, kExcludeBegin, kExcludeEnd };
 
 struct KernelCaptureOptions {
   TracePlan plan;
@@ -136,6 +137,7 @@ class KernelCapture {
   int64_t last_manual_ = -1;
   bool manual_ = false;
   bool advance_pending_ = false;
+  int exclude_depth_ = 0;  // inside prof.evaluation(): kernels belong to no step
   bool in_manual_step_ = false;
   // Read by TagFn on any launching thread: traced step + 1, or 0.
   std::atomic<uint64_t> step_tag_{0};

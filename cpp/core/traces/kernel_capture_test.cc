@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <map>
 
 #include "fake_cupti/fake_cupti.h"
 
@@ -145,6 +146,33 @@ TEST(KernelCapture, AutoModeAdvancesAtTheFirstActivityAfterTheOptimizer) {
   }
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"step1_bwd", "step1_fwd"}));
+}
+
+TEST(KernelCapture, AnEvaluationBetweenStepsIsInNoStep) {
+  Fake fake;
+  g_now = 0;
+  Captured got;
+  auto cap = KernelCapture::Open(Options({.range_begin = 0, .range_end = 2}), 0, got.Sink(),
+                                 &FakeNow);
+  ASSERT_TRUE(cap.ok()) << cap.status().message();
+  KernelCapture& c = **cap;
+  c.OnEvent(StepEdge::kForwardBegin);
+  fake.launch("step0", 10, 1);
+  c.OnEvent(StepEdge::kOptimizerEnd);
+  c.OnEvent(StepEdge::kExcludeBegin);  // validation: its forwards advance nothing
+  c.OnEvent(StepEdge::kForwardBegin);
+  fake.launch("eval", 30, 1);
+  c.OnEvent(StepEdge::kExcludeEnd);
+  c.OnEvent(StepEdge::kForwardBegin);  // step 1 begins here
+  fake.launch("step1", 20, 1);
+  c.OnEvent(StepEdge::kOptimizerEnd);
+  c.OnStepRow(Step(0, 0, 100));
+  c.OnStepRow(Step(1, 150, 200));
+  c.Stop();
+  std::map<std::string, int64_t> step_of;
+  for (const auto& r : got.rows) step_of[r.name] = r.step.value_or(-1);
+  EXPECT_EQ(step_of, (std::map<std::string, int64_t>{{"step0", 0}, {"step1", 1}}));
+  EXPECT_EQ(c.stats().untraced_kernels, 1);  // the evaluation's
 }
 
 TEST(KernelCapture, StepRowsWaitForTheSettleTime) {
