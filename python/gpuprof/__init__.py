@@ -19,13 +19,16 @@ from ._flops import TransformerArch
 from ._profile import GpuprofWarning, Profile, Step, profile
 
 __all__ = ["profile", "Profile", "Step", "TransformerArch", "GpuprofWarning", "LightningCallback",
-           "__version__"]
+           "HFTrainerCallback", "__version__"]
 
 
 def __getattr__(name: str):  # the trainer integrations import their framework on first use
     if name == "LightningCallback":
         from ._lightning import lightning_callback_class
         return lightning_callback_class()
+    if name == "HFTrainerCallback":
+        from ._hf import hf_trainer_callback_class
+        return hf_trainer_callback_class()
     raise AttributeError(f"module 'gpuprof' has no attribute {name!r}")
 
 if "torch" in sys.modules:
