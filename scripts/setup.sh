@@ -46,10 +46,11 @@ if ! $PY -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13
 fi
 # Trainer integrations' tests run against the real framework (after torch, so that pip keeps
 # the CPU torch above and does not pull a CUDA one).
-if ! $PY -c "import lightning, transformers, accelerate, sys; sys.exit(0 if (
-    lightning.__version__, transformers.__version__, accelerate.__version__) == (
-    '2.6.6', '5.25.0', '1.16.0') else 1)" >/dev/null 2>&1; then
-  $PY -m pip install -q "lightning==2.6.6" "transformers==5.25.0" "accelerate==1.16.0"
+if ! $PY -c "import lightning, transformers, accelerate, wandb, sys; sys.exit(0 if (
+    lightning.__version__, transformers.__version__, accelerate.__version__,
+    wandb.__version__) == ('2.6.6', '5.25.0', '1.16.0', '0.31.0') else 1)" >/dev/null 2>&1; then
+  $PY -m pip install -q "lightning==2.6.6" "transformers==5.25.0" "accelerate==1.16.0" \
+    "wandb==0.31.0"
 fi
 
 # --- browser tests (tests/browser: linescope's HTML report in headless Chromium) -------------

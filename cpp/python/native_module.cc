@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 
+#include "analysis/analysis.h"
 #include "analysis/flops.h"
 #include "clock/clock.h"
 #include "hook_state.h"
@@ -535,6 +536,26 @@ NB_MODULE(_native, m) {
     std::vector<std::tuple<std::string, int64_t, int64_t, int64_t>> out;
     out.reserve(totals->size());
     for (auto& t : *totals) out.emplace_back(std::move(t.name), t.calls, t.self_ns, t.total_ns);
+    return out;
+  });
+  // The report `gpuprof insights DB RUN --json` prints, for integrations that log it
+  // elsewhere (wandb=True). ValueError naming the problem (no such file or run).
+  m.def("run_report_json", [](const std::string& db_path, int64_t run_id) {
+    std::string out;
+    {
+      nb::gil_scoped_release release;  // reads the file and runs the rules
+      auto store = gpuprof::store::SqliteStore::Open(db_path,
+                                                    gpuprof::store::SqliteStore::Mode::kReadOnly);
+      if (!store) {
+        out = "\x01" + store.error();
+      } else {
+        auto report = gpuprof::analysis::AnalyzeRun(**store, run_id, {});
+        out = report ? gpuprof::analysis::ReportJson(*report).dump(
+                           -1, ' ', false, nlohmann::json::error_handler_t::replace)
+                     : "\x01" + report.error();
+      }
+    }
+    if (!out.empty() && out[0] == '\x01') throw nb::value_error(out.c_str() + 1);
     return out;
   });
   m.def("check_trace_options", [](nb::dict options) {

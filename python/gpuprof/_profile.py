@@ -285,6 +285,7 @@ class Profile:
         self._coordinator_hook: Any = None  # its optimizer-step hook until it has run
         self._ddp: Any = None  # _distributed.DdpTiming in auto mode
         self._comm_hook = True  # profile(comm_hook=)
+        self._wandb = False  # profile(wandb=): log the run into the active wandb.run at stop
         # The dashboard's login URL (single-use token) once it serves; None without one.
         self.dashboard_url: Optional[str] = None
         # Kernel traces: the step count, the CPU-operator capture (CPU run), NVTX ranges.
@@ -804,6 +805,9 @@ class Profile:
                 _warn(f"gpuprof: problems while finishing run {self.run_id}: {err}")
             if self._print_summary and self.summary:
                 print(self.summary, flush=True)
+            if self._wandb and self.run_id is not None:
+                from ._wandb import log_run
+                log_run(self.db_path, self.run_id)
             return self.summary
         except Exception as e:  # never raise into the user's code on the way out
             _warn(f"gpuprof: stopping the run failed: {e!r}")
@@ -1190,7 +1194,7 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
             dashboard: "bool | int" = False, comm_hook: bool = True,
             trace_every_n_steps: Optional[int] = None,
             trace_range: Optional[tuple[int, int]] = None,
-            continuous_traces_hz: Optional[float] = None) -> Profile:
+            continuous_traces_hz: Optional[float] = None, wandb: bool = False) -> Profile:
     """Profiles the code inside ``with``.
 
     run_name: groups runs for regression comparison. db: SQLite file (created if missing).
@@ -1221,6 +1225,8 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
     the run per 1/f-second window. On CUDA the kernels come from CUPTI (kernels table); on a CPU
     run the traced steps' CPU operators come from torch.profiler (cpu_ops table). Off by
     default.
+    wandb: at stop, log MFU, the step breakdown and the insights into the active wandb.run
+    (summary keys under "gpuprof/" and two tables); without an active run, one info line.
     server, api_key: push the run live to a team server (``gpuprof serve``): "http://HOST:PORT"
     and one of its write keys; default $GPUPROF_SERVER and $GPUPROF_API_KEY. A native thread
     sends the new rows once a second; what the server does not take is spooled to
@@ -1238,6 +1244,7 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
     cuda_events = _check_bool("cuda_events", cuda_events)
     summary = _check_bool("summary", summary)
     comm_hook = _check_bool("comm_hook", comm_hook)
+    wandb = _check_bool("wandb", wandb)
     if group is not None:
         if not isinstance(group, str):
             raise TypeError(f"gpuprof.profile: group must be a string, got "
@@ -1349,4 +1356,5 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
     prof = Profile(run_name, options, auto=auto, print_summary=summary, cuda_events=cuda_events)
     prof._dashboard_port = port
     prof._comm_hook = comm_hook
+    prof._wandb = wandb
     return prof
