@@ -27,6 +27,7 @@
 #include "record/session.h"
 #include "server/dashboard.h"
 #include "server/live_push.h"
+#include "server/webhook.h"
 #include "traces/cpu_op_events.h"
 #include "telemetry/mock_collector.h"
 
@@ -230,6 +231,15 @@ class PySession {
 
   // Why the live push did not deliver everything (and where the rest is), or None.
   std::optional<std::string> PushWarning() const { return push_warning_; }
+  // The run's page on the team server it was pushed to, once the server acknowledged it.
+  std::optional<std::string> PushRunUrl() const {
+    if (!push_) return std::nullopt;
+    const auto id = push_->server_run_id();
+    if (!id) return std::nullopt;
+    std::string base = push_->server_url();
+    while (!base.empty() && base.back() == '/') base.pop_back();
+    return base + "/#/runs/" + std::to_string(*id);
+  }
 
 
   nb::dict Stats() const {
@@ -511,6 +521,7 @@ NB_MODULE(_native, m) {
            nb::arg("rank").none() = nb::none(), nb::arg("world_size").none() = nb::none())
       .def("stats", &PySession::Stats)
       .def("push_warning", &PySession::PushWarning)
+      .def("push_run_url", &PySession::PushRunUrl)
       .def("stop", &PySession::Stop, nb::arg("status"), nb::arg("error").none() = nb::none());
 
   m.def("monotonic_ns", &gpuprof::clock::NowNs);
@@ -557,6 +568,27 @@ NB_MODULE(_native, m) {
     }
     if (!out.empty() && out[0] == '\x01') throw nb::value_error(out.c_str() + 1);
     return out;
+  });
+  // profile(webhook=): the URL is checked at profile() (ValueError naming the problem).
+  m.def("check_webhook_url", [](const std::string& url) {
+    auto u = gpuprof::server::ParseWebhookUrl(url);
+    if (!u) throw nb::value_error(u.error().c_str());
+  });
+  // At the end of a run: its report as a Slack-compatible message, POSTed within the webhook's
+  // time budget (server/webhook.h). Returns None when delivered, else why not.
+  m.def("send_webhook", [](const std::string& db_path, int64_t run_id, const std::string& url,
+                           std::optional<std::string> dashboard_url) -> std::optional<std::string> {
+    nb::gil_scoped_release release;
+    auto store = gpuprof::store::SqliteStore::Open(db_path,
+                                                  gpuprof::store::SqliteStore::Mode::kReadOnly);
+    if (!store) return "webhook not sent: " + store.error();
+    auto report = gpuprof::analysis::AnalyzeRun(**store, run_id, {});
+    if (!report) return "webhook not sent: " + report.error();
+    const std::string body = gpuprof::server::WebhookMessage(*report, dashboard_url)
+                                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    const gpuprof::Status st = gpuprof::server::PostWebhook(url, body);
+    if (st.ok()) return std::nullopt;
+    return st.message();
   });
   m.def("check_trace_options", [](nb::dict options) {
     auto plan = gpuprof::traces::TracePlan::Make(gpuprof::python::TraceOptionsFrom(options));

@@ -116,6 +116,9 @@ bool LivePush::PutRun(const json& run) {
     if (!first_error_) first_error_ = res.error();
     return false;
   }
+  if (res->is_object() && res->contains("run_id") && (*res)["run_id"].is_number_integer()) {
+    server_run_id_ = (*res)["run_id"].get<int64_t>();
+  }
   return true;
 }
 

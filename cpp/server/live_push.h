@@ -16,6 +16,7 @@
 // {"run": RUN} lines with the run's later fields (docs/server.md).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -60,6 +61,12 @@ class LivePush {
                                     const std::vector<store::InsightRow>& insights);
 
   std::string spool_path() const;
+  // The run's id on the server once it acknowledged the run (for a link to its dashboard).
+  std::optional<int64_t> server_run_id() const {
+    const int64_t id = server_run_id_.load();
+    return id >= 0 ? std::optional<int64_t>(id) : std::nullopt;
+  }
+  const std::string& server_url() const { return options_.server_url; }
 
  private:
   struct Batch {
@@ -94,6 +101,7 @@ class LivePush {
   std::optional<std::string> first_error_;
   std::chrono::milliseconds backoff_{0};
   std::chrono::steady_clock::time_point retry_at_{};
+  std::atomic<int64_t> server_run_id_{-1};
   std::thread thread_;
 };
 

@@ -286,6 +286,7 @@ class Profile:
         self._ddp: Any = None  # _distributed.DdpTiming in auto mode
         self._comm_hook = True  # profile(comm_hook=)
         self._wandb = False  # profile(wandb=): log the run into the active wandb.run at stop
+        self._webhook: Optional[str] = None  # profile(webhook=): a message when the run ends
         # The dashboard's login URL (single-use token) once it serves; None without one.
         self.dashboard_url: Optional[str] = None
         # Kernel traces: the step count, the CPU-operator capture (CPU run), NVTX ranges.
@@ -808,6 +809,12 @@ class Profile:
             if self._wandb and self.run_id is not None:
                 from ._wandb import log_run
                 log_run(self.db_path, self.run_id)
+            if self._webhook and self.run_id is not None:
+                from . import _native
+                link = self._session.push_run_url()
+                problem = _native.send_webhook(self.db_path, self.run_id, self._webhook, link)
+                if problem:
+                    _warn(f"gpuprof: {problem}")
             return self.summary
         except Exception as e:  # never raise into the user's code on the way out
             _warn(f"gpuprof: stopping the run failed: {e!r}")
@@ -1194,7 +1201,8 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
             dashboard: "bool | int" = False, comm_hook: bool = True,
             trace_every_n_steps: Optional[int] = None,
             trace_range: Optional[tuple[int, int]] = None,
-            continuous_traces_hz: Optional[float] = None, wandb: bool = False) -> Profile:
+            continuous_traces_hz: Optional[float] = None, wandb: bool = False,
+            webhook: Optional[str] = None) -> Profile:
     """Profiles the code inside ``with``.
 
     run_name: groups runs for regression comparison. db: SQLite file (created if missing).
@@ -1227,6 +1235,9 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
     default.
     wandb: at stop, log MFU, the step breakdown and the insights into the active wandb.run
     (summary keys under "gpuprof/" and two tables); without an active run, one info line.
+    webhook: an http(s) URL (a Slack incoming webhook, or any Slack-compatible endpoint): at
+    stop, POST the run's status, duration and top insights with their fixes; at most 10 s
+    added to the end of the run, one retry; a failure is a GpuprofWarning.
     server, api_key: push the run live to a team server (``gpuprof serve``): "http://HOST:PORT"
     and one of its write keys; default $GPUPROF_SERVER and $GPUPROF_API_KEY. A native thread
     sends the new rows once a second; what the server does not take is spooled to
@@ -1245,6 +1256,15 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
     summary = _check_bool("summary", summary)
     comm_hook = _check_bool("comm_hook", comm_hook)
     wandb = _check_bool("wandb", wandb)
+    if webhook is not None:
+        if not isinstance(webhook, str):
+            raise TypeError(f"gpuprof.profile: webhook must be a URL string, got "
+                            f"{type(webhook).__name__}")
+        try:
+            from . import _native
+            _native.check_webhook_url(webhook)
+        except ValueError as e:
+            raise ValueError(f"gpuprof.profile: {e}") from None
     if group is not None:
         if not isinstance(group, str):
             raise TypeError(f"gpuprof.profile: group must be a string, got "
@@ -1357,4 +1377,5 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
     prof._dashboard_port = port
     prof._comm_hook = comm_hook
     prof._wandb = wandb
+    prof._webhook = webhook
     return prof
