@@ -52,6 +52,11 @@ if ! $PY -c "import lightning, transformers, accelerate, wandb, sys; sys.exit(0 
   $PY -m pip install -q "lightning==2.6.6" "transformers==5.25.0" "accelerate==1.16.0" \
     "wandb==0.31.0"
 fi
+# DeepSpeed without its prebuilt CUDA ops (its CPU accelerator JIT-builds what it needs).
+if ! $PY -c "import importlib.metadata as m, sys; sys.exit(0 if m.version('deepspeed') == \
+    '0.19.0' else 1)" >/dev/null 2>&1; then
+  DS_BUILD_OPS=0 $PY -m pip install -q "deepspeed==0.19.0"
+fi
 
 # --- browser tests (tests/browser: linescope's HTML report in headless Chromium) -------------
 # Debian's chromium + PyPI playwright driving it (executable_path=/usr/bin/chromium); playwright

@@ -16,10 +16,11 @@ from __future__ import annotations
 import sys
 
 from ._flops import TransformerArch
+from ._deepspeed import wrap_deepspeed_engine
 from ._profile import GpuprofWarning, Profile, Step, profile
 
 __all__ = ["profile", "Profile", "Step", "TransformerArch", "GpuprofWarning", "LightningCallback",
-           "HFTrainerCallback", "__version__"]
+           "HFTrainerCallback", "wrap_deepspeed_engine", "__version__"]
 
 
 def __getattr__(name: str):  # the trainer integrations import their framework on first use
