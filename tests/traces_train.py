@@ -8,7 +8,8 @@ MODEL: mlp | attention (matmul-softmax-matmul by hand) | sdpa
 its unfused math fallback) | growing (an MLP whose matmul grows in the second half
 of the run) | bare (no nn.Module: a parameter and a matmul); MODE: auto | manual
 (prof.step(i)) | loader (auto, batches from a torch DataLoader) | eval (auto, and after each
-step an evaluation in prof.evaluation() that runs torch.cumsum, which training never does). Prints the run id as the last line.
+step an evaluation in prof.evaluation() that runs torch.cumsum, which training never does).
+Prints the run id as the last line.
 """
 
 from __future__ import annotations

@@ -1111,7 +1111,8 @@ from trace_checks import check_traces  # noqa: E402
 
 CHECKS: dict[str, Callable[[Ctx, Check], None]] = {
     "nvml": check_nvml, "phases": check_phases, "mfu": check_mfu, "overhead": check_overhead,
-    "traces": lambda ctx, c: check_traces(ctx, c, sys.modules[__name__]), "linescope": check_linescope, "scalene": check_scalene,
+    "traces": lambda ctx, c: check_traces(ctx, c, sys.modules[__name__]),
+    "linescope": check_linescope, "scalene": check_scalene,
 }
 
 
