@@ -69,20 +69,6 @@ int Fail(const std::string& message, int code = kDataError) {
 
 int UsageError(const std::string& message) { return Fail(message, kUsageError); }
 
-// "1–3, 5, 7–9" for ascending ids.
-std::string IdRanges(const std::vector<int64_t>& ids) {
-  std::string out;
-  for (size_t i = 0; i < ids.size();) {
-    size_t j = i;
-    while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
-    if (!out.empty()) out += ", ";
-    out += std::to_string(ids[i]);
-    if (j > i) out += "–" + std::to_string(ids[j]);
-    i = j + 1;
-  }
-  return out;
-}
-
 // A run id as typed: digits only ("42"). One that does not fit in 64 bits is still a run id,
 // of a run that cannot exist.
 bool LooksLikeRunId(const std::string& text) {
@@ -213,7 +199,8 @@ std::optional<int64_t> PickRun(const std::string& db, const std::string& run,
   }
   const std::optional<int64_t> parsed = ParseRunId(run);
   if (!parsed || std::find(ids.begin(), ids.end(), *parsed) == ids.end()) {
-    *exit = Fail("no run " + run + " in " + db + " (run ids: " + IdRanges(ids) + ")");
+    *exit = Fail("no run " + run + " in " + db + " (run ids: " + analysis::NumberRanges(ids) +
+                 ")");
     return std::nullopt;
   }
   return parsed;

@@ -34,20 +34,6 @@ int Fail(const std::string& message, int code = kDataError) {
   return code;
 }
 
-// "1–3, 5" for ascending numbers.
-std::string Ranges(const std::vector<int64_t>& ids) {
-  std::string out;
-  for (size_t i = 0; i < ids.size();) {
-    size_t j = i;
-    while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
-    if (!out.empty()) out += ", ";
-    out += std::to_string(ids[i]);
-    if (j > i) out += "–" + std::to_string(ids[j]);
-    i = j + 1;
-  }
-  return out;
-}
-
 // What the import needs of the DB, read (read-only) before the capture is: nothing is written
 // when the capture turns out to be unusable.
 struct Target {
@@ -101,7 +87,8 @@ Target ReadTarget(const NsysImportArgs& args) {
     auto it = std::find_if(runs->begin(), runs->end(),
                            [&](const store::RunInfo& r) { return r.run_id == id; });
     if (perr != std::errc() || ptr != end || it == runs->end()) {
-      t.exit = Fail("no run " + args.run + " in " + args.db + " (run ids: " + Ranges(ids) + ")");
+      t.exit = Fail("no run " + args.run + " in " + args.db +
+                    " (run ids: " + analysis::NumberRanges(ids) + ")");
       return t;
     }
     run = &*it;
@@ -160,7 +147,8 @@ int RunNsysImport(const NsysImportArgs& args) {
 
   std::cout << "imported " << analysis::Plural(imported->kernels, "kernel", "kernels") << " ("
             << analysis::Plural(imported->rows.size(), "row", "rows") << ") into "
-            << (imported->steps.size() == 1 ? "step " : "steps ") << Ranges(imported->steps)
+            << (imported->steps.size() == 1 ? "step " : "steps ")
+            << analysis::NumberRanges(imported->steps)
             << " of " << run_text << " from " << args.file << " (nsys export schema "
             << imported->schema_version << ")";
   if (args.replace && t.nsys_rows > 0) {

@@ -141,6 +141,19 @@ std::string ValidUtf8(const std::string& text) {
   return out;
 }
 
+std::string NumberRanges(const std::vector<int64_t>& numbers) {
+  std::string out;
+  for (size_t i = 0; i < numbers.size();) {
+    size_t j = i;
+    while (j + 1 < numbers.size() && numbers[j + 1] == numbers[j] + 1) ++j;
+    if (!out.empty()) out += ", ";
+    out += std::to_string(numbers[i]);
+    if (j > i) out += "–" + std::to_string(numbers[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
 std::string Plural(size_t n, const char* singular, const char* plural) {
   return StrFormat("%zu %s", n, n == 1 ? singular : plural);
 }

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace gpuprof::analysis {
 
@@ -54,6 +55,8 @@ std::string WaitSourceLabel(const std::optional<std::string>& source);
 std::string ValidUtf8(const std::string& text);
 // "1 sample", "3 samples".
 std::string Plural(size_t n, const char* singular, const char* plural);
+// "1–3, 5, 7–9" for ascending numbers (runs of consecutive ones as a range).
+std::string NumberRanges(const std::vector<int64_t>& numbers);
 // "—" for an unknown value, else f(value).
 template <typename T, typename F>
 std::string OrDash(const std::optional<T>& value, F f) {

@@ -15,6 +15,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "analysis/format.h"
+
 namespace gpuprof::traces {
 namespace {
 
@@ -31,20 +33,6 @@ constexpr const char* kCaptureHint =
 
 int64_t ProcessOf(int64_t global_id) { return global_id / kThreadBits; }
 int64_t PidOf(int64_t global_id) { return ProcessOf(global_id) % kThreadBits; }
-
-// "1–3, 5" for ascending numbers.
-std::string Ranges(const std::vector<int64_t>& ids) {
-  std::string out;
-  for (size_t i = 0; i < ids.size();) {
-    size_t j = i;
-    while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
-    if (!out.empty()) out += ", ";
-    out += std::to_string(ids[i]);
-    if (j > i) out += "–" + std::to_string(ids[j]);
-    i = j + 1;
-  }
-  return out;
-}
 
 // The step index of a `gpuprof step <i>` message, or nullopt for any other text.
 std::optional<int64_t> StepOf(const char* text, size_t size) {
@@ -632,9 +620,9 @@ Expected<NsysImport> ImportNsysKernels(const std::string& path,
   if (!missing.empty()) {
     std::vector<int64_t> have;
     for (const auto& [step, _] : run_steps) have.push_back(step);
-    return file.Fail("kernels in `gpuprof step` " + Ranges(missing) +
+    return file.Fail("kernels in `gpuprof step` " + analysis::NumberRanges(missing) +
                      ", which the run does not have (its steps: " +
-                     (have.empty() ? std::string("none") : Ranges(have)) +
+                     (have.empty() ? std::string("none") : analysis::NumberRanges(have)) +
                      "): is the capture of another run? pick that run with --run");
   }
   for (const auto& [key, a] : aggs) {
