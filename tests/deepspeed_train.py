@@ -43,6 +43,6 @@ for i, (x, y) in enumerate(data):
             for _ in range(3):
                 engine(x)
         engine.train()
-engine.gpuprof.stop()
+engine.close()  # ends the gpuprof run
 print("RUN", engine.gpuprof.run_id, dist.get_rank(), flush=True)
 dist.destroy_process_group()

@@ -4,8 +4,8 @@
     engine = gpuprof.wrap_deepspeed_engine(engine, "my-run")
 
 The run starts now (after deepspeed.initialize, so the process group and the rank are known)
-and ends at ``engine.gpuprof.stop()`` or, if never stopped, when the interpreter exits (ok,
-or failed with the exception that ended the program). Auto mode records the engine as any
+and ends at ``engine.close()`` (or ``engine.gpuprof.stop()``) or, if never ended, when the
+interpreter exits (ok, or failed with the exception that ended the program). Auto mode records the engine as any
 model: its forward is the forward, ``engine.backward(loss)`` the backward, and the steps are
 optimizer steps — ``engine.step()`` steps the optimizer only at a gradient-accumulation
 boundary, so the micro-batches between make one step. ``engine.eval()`` ...
@@ -21,8 +21,8 @@ from ._profile import Profile, profile
 
 def wrap_deepspeed_engine(engine: Any, run_name: str = "deepspeed", **options: Any) -> Any:
     """Starts a gpuprof run over ``engine``'s training and returns the engine (the same
-    object), with ``engine.gpuprof``, the run's ``gpuprof.Profile``. Options as for
-    ``gpuprof.profile``."""
+    object), with ``engine.gpuprof``, the run's ``gpuprof.Profile``, and ``engine.close()``,
+    which ends the run. Options as for ``gpuprof.profile``."""
     for attr in ("backward", "step", "train", "module"):
         if not hasattr(engine, attr):
             raise TypeError(f"gpuprof.wrap_deepspeed_engine: {type(engine).__name__} is not a "
@@ -55,8 +55,19 @@ def wrap_deepspeed_engine(engine: Any, run_name: str = "deepspeed", **options: A
         mode_edge(False)
         return original_eval()
 
+    original_close = getattr(engine, "close", None)
+
+    def close() -> Any:
+        """Ends the gpuprof run (and calls the engine's own close(), if it has one)."""
+        if evaluating[0]:
+            evaluating[0] = False
+            prof._exclude_edge(False)
+        prof.stop()
+        return original_close() if callable(original_close) else None
+
     engine.train = train
     engine.eval = eval
+    engine.close = close
     engine.gpuprof = prof
     prof.start()
     if not getattr(engine, "training", True):  # wrapped while in eval mode
