@@ -25,10 +25,11 @@ BATCH, BATCHES = 32, 10
 
 
 class Model(L.LightningModule):
-    def __init__(self, fail_at: int = -1) -> None:
+    def __init__(self, fail_at: int = -1, fail_in_validation: bool = False) -> None:
         super().__init__()
         self.net = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 1))
         self.fail_at = fail_at
+        self.fail_in_validation = fail_in_validation
 
     def training_step(self, batch, i):
         if i == self.fail_at:
@@ -37,6 +38,8 @@ class Model(L.LightningModule):
         return nn.functional.mse_loss(self.net(x), y)
 
     def validation_step(self, batch, i):
+        if self.fail_in_validation and self.current_epoch == 1:
+            raise ValueError("bad validation batch")
         x, y = batch
         self.log("val_loss", nn.functional.mse_loss(self.net(x), y))
 
@@ -44,7 +47,8 @@ class Model(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
 
-def fit(db: Path, epochs: int = 2, accumulate: int = 1, fail_at: int = -1, **options):
+def fit(db: Path, epochs: int = 2, accumulate: int = 1, fail_at: int = -1,
+        fail_in_validation: bool = False, **options):
     torch.manual_seed(0)
     data = TensorDataset(torch.randn(BATCH * BATCHES, 64), torch.randn(BATCH * BATCHES, 1))
     callback = gpuprof.LightningCallback("lightning", db=str(db), gpu="none", **options)
@@ -52,7 +56,7 @@ def fit(db: Path, epochs: int = 2, accumulate: int = 1, fail_at: int = -1, **opt
                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, limit_val_batches=3,
                         accumulate_grad_batches=accumulate)
-    trainer.fit(Model(fail_at), DataLoader(data, batch_size=BATCH),
+    trainer.fit(Model(fail_at, fail_in_validation), DataLoader(data, batch_size=BATCH),
                 DataLoader(data, batch_size=BATCH))
     return callback
 
@@ -122,6 +126,18 @@ def test_a_failing_fit_is_a_failed_run(tmp_path):
     (status, error), = rows(db, "SELECT status, error FROM runs")
     assert status == "failed" and "RuntimeError: bad batch" in error
     assert rows(db, "SELECT COUNT(*) FROM steps") == [(4,)]
+
+
+def test_a_fit_failing_inside_validation_ends_that_evaluation_with_the_run(tmp_path):
+    db = tmp_path / "l.db"
+    with pytest.raises(ValueError, match="bad validation batch"):
+        fit(db, fail_in_validation=True, summary=False)
+    (status, error), = rows(db, "SELECT status, error FROM runs")
+    assert status == "failed" and "bad validation batch" in error
+    # the sanity check, epoch 0's validation, and epoch 1's that raised: all three ended
+    (diag,), = rows(db, "SELECT message FROM diagnostics WHERE source='evaluation'")
+    assert diag.startswith("evaluation: 3 loops"), diag
+    assert rows(db, "SELECT COUNT(*) FROM steps") == [(2 * BATCHES,)]
 
 
 def test_bad_options_fail_when_the_callback_is_made(tmp_path):

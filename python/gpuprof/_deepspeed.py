@@ -34,17 +34,12 @@ def wrap_deepspeed_engine(engine: Any, run_name: str = "deepspeed", **options: A
                            f"(run {existing.run_id}); stop engine.gpuprof first")
     prof = profile(run_name, **options)
     original_train, original_eval = engine.train, engine.eval
-    evaluating = [False]
 
     def mode_edge(training: bool) -> None:
-        if prof._state != "running":
-            return
-        if not training and not evaluating[0]:
-            evaluating[0] = True
+        if training:
+            prof._exclude_edge(False)  # a no-op without an open evaluation
+        elif not prof._excluding:
             prof._exclude_edge(True)
-        elif training and evaluating[0]:
-            evaluating[0] = False
-            prof._exclude_edge(False)
 
     def train(mode: bool = True) -> Any:
         """engine.train(False) begins an evaluation, engine.train() ends it."""
@@ -59,9 +54,6 @@ def wrap_deepspeed_engine(engine: Any, run_name: str = "deepspeed", **options: A
 
     def close() -> Any:
         """Ends the gpuprof run (and calls the engine's own close(), if it has one)."""
-        if evaluating[0]:
-            evaluating[0] = False
-            prof._exclude_edge(False)
         prof.stop()
         return original_close() if callable(original_close) else None
 
@@ -71,6 +63,5 @@ def wrap_deepspeed_engine(engine: Any, run_name: str = "deepspeed", **options: A
     engine.gpuprof = prof
     prof.start()
     if not getattr(engine, "training", True):  # wrapped while in eval mode
-        evaluating[0] = True
         prof._exclude_edge(True)
     return engine

@@ -225,7 +225,6 @@ class StepFlopCounter:
         # The window's count and forward calls at the pre hook of the optimizer step it runs
         # through (None: not inside that step yet).
         self._at_pre: Optional[tuple[int, int]] = None
-        self._remove_post_at_pre = False
         self.flops: Optional[int] = None
         self.counted_after: Optional[int] = None  # optimizer steps before the counted window
         self.counted_window: Optional[str] = None  # the counted step, in words
@@ -269,8 +268,7 @@ class StepFlopCounter:
         if self._done:
             # Counted at the last post hook, which could not remove itself (torch iterates
             # that dict while calling it): it goes now; this pre hook stays a no-op.
-            if "post" in self._handles and self._remove_post_at_pre:
-                self._remove_post_at_pre = False
+            if "post" in self._handles:
                 self._remove_hooks(inside="pre")
             return
         if (self._step_mode or self._counter is None
@@ -312,8 +310,7 @@ class StepFlopCounter:
                 f"the step after optimizer step {self._posts - 1}, its closure included "
                 "(forward and backward inside optimizer.step)" if closure
                 else f"the step after optimizer step {self._posts - 1}")
-            self._done = True
-            self._remove_post_at_pre = True  # at the next pre hook (see _pre)
+            self._done = True  # the next pre hook removes the post hook (see _pre)
         elif self._windows >= self.MAX_WINDOWS:
             self._fail(f"automatic FLOP count found no clean one-step window in "
                        f"{self._windows} tries (none with FLOPs FlopCounterMode counts — matmul, "

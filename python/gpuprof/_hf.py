@@ -43,7 +43,6 @@ def _make() -> type:
             self.run_name = run_name
             self._options = options
             self.profile: Optional[Profile] = None
-            self._evaluating = False
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self._stop()
@@ -69,23 +68,17 @@ def _make() -> type:
 
         def _maybe_evaluation(self, control: Any) -> None:
             prof = self.profile
-            if prof is None or self._evaluating or not getattr(control, "should_evaluate", False):
-                return
-            self._evaluating = True
-            prof._exclude_edge(True)
+            if prof is not None and not prof._excluding and getattr(control, "should_evaluate",
+                                                                      False):
+                prof._exclude_edge(True)
 
         def _end_evaluation(self) -> None:
-            prof = self.profile
-            if prof is not None and self._evaluating:
-                self._evaluating = False
-                prof._exclude_edge(False)
+            if self.profile is not None:
+                self.profile._exclude_edge(False)  # a no-op without an open evaluation
 
         def _stop(self) -> None:
-            prof = self.profile
-            if prof is None:
-                return
-            self._end_evaluation()
-            prof.stop()
+            if self.profile is not None:
+                self.profile.stop()
 
     return HFTrainerCallback
 

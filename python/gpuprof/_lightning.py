@@ -46,7 +46,6 @@ def _make() -> type:
             self.run_name = run_name
             self._options = options
             self.profile: Optional[Profile] = None
-            self._evaluating = 0
 
         # -- fit ----------------------------------------------------------------------------
         def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
@@ -68,23 +67,12 @@ def _make() -> type:
             self._evaluation(False)
 
         def _evaluation(self, begin: bool) -> None:
-            prof = self.profile
-            if prof is None:
-                return
-            if begin:
-                self._evaluating += 1
-                prof._exclude_edge(True)
-            elif self._evaluating > 0:
-                self._evaluating -= 1
-                prof._exclude_edge(False)
+            if self.profile is not None:
+                self.profile._exclude_edge(begin)
 
         def _stop(self, error: Optional[str]) -> None:
-            prof = self.profile
-            if prof is None:
-                return
-            while self._evaluating > 0:  # an exception inside validation
-                self._evaluation(False)
-            prof.stop(error)
+            if self.profile is not None:
+                self.profile.stop(error)  # ends an evaluation left open by an exception
 
         def state_dict(self) -> dict[str, Any]:
             return {}  # nothing to checkpoint: a resumed fit is a new run

@@ -287,6 +287,7 @@ class Profile:
         self._comm_hook = True  # profile(comm_hook=)
         self._wandb = False  # profile(wandb=): log the run into the active wandb.run at stop
         self._webhook: Optional[str] = None  # profile(webhook=): a message when the run ends
+        self._excluding = 0  # evaluations open (_exclude_edge)
         # The dashboard's login URL (single-use token) once it serves; None without one.
         self.dashboard_url: Optional[str] = None
         # Kernel traces: the step count, the CPU-operator capture (CPU run), NVTX ranges.
@@ -760,6 +761,8 @@ class Profile:
             return None
         if error is not None:
             error = _storable_text(str(error))
+        while self._excluding:  # an evaluation still open (an exception inside it)
+            self._exclude_edge(False)
         self._state = "stopped"
         self._restore_sigterm()
         try:
@@ -926,8 +929,16 @@ class Profile:
             self._exclude_edge(False)
 
     def _exclude_edge(self, begin: bool) -> None:
+        """One edge of an evaluation (prof.evaluation(), the trainer integrations). An end
+        without an open evaluation is ignored; stop() ends the ones still open."""
         if self._session is None or self._state != "running":
             return
+        if not begin:
+            if self._excluding == 0:
+                return
+            self._excluding -= 1
+        else:
+            self._excluding += 1
         self._emit_kind("EXCLUDE_BEGIN" if begin else "EXCLUDE_END")
         counter = self._flop_counter
         if counter is not None and begin:

@@ -493,15 +493,10 @@ TopTraced ComputeTopTraced(const RunView& v, size_t n) {
     if (step) steps.insert(*step);
     t.sources.insert(source);
   };
-  if (!v.data.kernels.empty()) {
-    for (const auto& k : v.data.kernels) {
-      add(k.name, k.calls, k.gpu_ns, k.window_start_ns, k.window_end_ns, k.step, k.source);
-    }
-  } else {
-    t.cpu = true;
-    for (const auto& o : v.data.cpu_ops) {
-      add(o.name, o.calls, o.self_cpu_ns, o.window_start_ns, o.window_end_ns, o.step, o.source);
-    }
+  const TracedTimes traced = CollectTracedTimes(v.data);
+  t.cpu = traced.cpu;
+  for (const TracedRow& r : traced.rows) {
+    add(*r.name, r.calls, r.ns, r.window_start_ns, r.window_end_ns, r.step, *r.source);
   }
   t.recorded = !by_name.empty();
   t.steps = steps.size();

@@ -459,4 +459,23 @@ std::optional<Throughput> MeasureThroughput(const RunView& view) {
   return t;
 }
 
+TracedTimes CollectTracedTimes(const store::RunData& data) {
+  TracedTimes t;
+  if (!data.kernels.empty()) {
+    t.rows.reserve(data.kernels.size());
+    for (const store::KernelRow& k : data.kernels) {
+      t.rows.push_back({k.window_start_ns, k.window_end_ns, k.step, &k.name, &k.source, k.calls,
+                        k.gpu_ns});
+    }
+    return t;
+  }
+  t.cpu = true;
+  t.rows.reserve(data.cpu_ops.size());
+  for (const store::CpuOpRow& o : data.cpu_ops) {
+    t.rows.push_back({o.window_start_ns, o.window_end_ns, o.step, &o.name, &o.source, o.calls,
+                      o.self_cpu_ns});
+  }
+  return t;
+}
+
 }  // namespace gpuprof::analysis

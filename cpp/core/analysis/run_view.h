@@ -221,4 +221,22 @@ inline constexpr size_t kThroughputBlockSteps = 4;
 // nullopt without a steady state.
 std::optional<Throughput> MeasureThroughput(const RunView& view);
 
+// The traced time the kernel rules and the report read: the kernels table (GPU time) when it
+// has rows, else the cpu_ops table (self CPU time of a CPU run's traced operators). The two are
+// never mixed. Rows point into `data`, which must outlive the result.
+struct TracedRow {
+  int64_t window_start_ns, window_end_ns;
+  std::optional<int64_t> step;
+  const std::string* name;
+  const std::string* source;
+  int64_t calls, ns;
+};
+struct TracedTimes {
+  std::vector<TracedRow> rows;
+  bool cpu = false;  // rows are CPU operators
+  const char* unit() const { return cpu ? "operator" : "kernel"; }
+  const char* time() const { return cpu ? "CPU operator self time" : "GPU kernel time"; }
+};
+TracedTimes CollectTracedTimes(const store::RunData& data);
+
 }  // namespace gpuprof::analysis

@@ -118,34 +118,6 @@ std::string KernelsMissing(const RunView& view) {
          "(gpuprof nsys-import)";
 }
 
-// The traced time the two rules read: the kernels table (GPU time) when it has rows, else the
-// cpu_ops table (CPU self time of the operators, a CPU run).
-struct TimedName {
-  int64_t window_start_ns, window_end_ns;
-  const std::string* name;
-  int64_t calls, ns;
-};
-struct Traced {
-  std::vector<TimedName> rows;
-  bool cpu = false;
-  const char* unit() const { return cpu ? "operator" : "kernel"; }
-  const char* time() const { return cpu ? "CPU operator self time" : "GPU kernel time"; }
-};
-Traced TracedTimes(const RunView& view) {
-  Traced t;
-  if (!view.data.kernels.empty()) {
-    for (const auto& k : view.data.kernels) {
-      t.rows.push_back({k.window_start_ns, k.window_end_ns, &k.name, k.calls, k.gpu_ns});
-    }
-  } else {
-    t.cpu = true;
-    for (const auto& o : view.data.cpu_ops) {
-      t.rows.push_back({o.window_start_ns, o.window_end_ns, &o.name, o.calls, o.self_cpu_ns});
-    }
-  }
-  return t;
-}
-
 }  // namespace
 
 // Fires when the GPU is busy (mean NVML utilization over the steady state above
@@ -283,7 +255,7 @@ RuleResult GradientCheckpointing(const RunView& view, const RuleContext&) {
 // kernel (flash / memory-efficient / cuDNN attention) ran at all: attention is computed as
 // matmul-softmax-matmul.
 RuleResult SdpaSuboptimal(const RunView& view, const RuleContext&) {
-  const Traced traced = TracedTimes(view);
+  const TracedTimes traced = CollectTracedTimes(view.data);
   if (traced.rows.empty()) return RuleResult::Skip(KernelsMissing(view));
   double total = 0, softmax = 0, bmm = 0;
   bool math_fallback = false;  // torch's SDPA ran, but took its unfused math path
@@ -323,7 +295,7 @@ RuleResult SdpaSuboptimal(const RunView& view, const RuleContext&) {
 // count), and the added time is at least kDriftMinShare of the mean kernel time per window.
 // Reports the kernel that added the most time per window.
 RuleResult KernelDrift(const RunView& view, const RuleContext&) {
-  const Traced traced = TracedTimes(view);
+  const TracedTimes traced = CollectTracedTimes(view.data);
   const auto& kernels = traced.rows;
   if (kernels.empty()) return RuleResult::Skip(KernelsMissing(view));
   int64_t lo = kernels.front().window_start_ns, hi = kernels.front().window_end_ns;
