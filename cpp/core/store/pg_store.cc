@@ -175,11 +175,11 @@ Expected<std::string> PgSchemaSql() {
   std::string out;
   out.reserve(s.size() + 1024);
   for (size_t i = 0; i < s.size();) {
-    const bool word_start = i == 0 || !(std::isalnum(static_cast<unsigned char>(s[i - 1])) ||
-                                        s[i - 1] == '_');
+    const bool word_start =
+        i == 0 || !(std::isalnum(static_cast<unsigned char>(s[i - 1])) || s[i - 1] == '_');
     if (word_start && s.compare(i, 4, "TEXT") == 0 &&
-        (i + 4 == s.size() || !(std::isalnum(static_cast<unsigned char>(s[i + 4])) ||
-                                s[i + 4] == '_'))) {
+        (i + 4 == s.size() ||
+         !(std::isalnum(static_cast<unsigned char>(s[i + 4])) || s[i + 4] == '_'))) {
       out += "TEXT COLLATE \"C\"";
       i += 4;
     } else {
@@ -417,19 +417,20 @@ Expected<std::unique_ptr<PgStore>> PgStore::Open(const std::string& url, Options
     version->reset();
     bool has_meta = false;
     Status st = c.Query(
-        "SELECT to_regclass('runs') IS NOT NULL, to_regclass('meta') IS NOT NULL",
-        "read schema", [](PgBinder&) {},
+        "SELECT to_regclass('runs') IS NOT NULL, to_regclass('meta') IS NOT NULL", "read schema",
+        [](PgBinder&) {},
         [&](PgReader& r) {
           *has_runs = r.Text() == "t";
           has_meta = r.Text() == "t";
           return Status::Ok();
         });
     if (!st.ok() || !has_meta) return st;
-    return c.Query("SELECT value FROM meta WHERE key = 'schema_version'", "read meta",
-                   [](PgBinder&) {}, [&](PgReader& r) {
-                     *version = r.Text();
-                     return Status::Ok();
-                   });
+    return c.Query(
+        "SELECT value FROM meta WHERE key = 'schema_version'", "read meta", [](PgBinder&) {},
+        [&](PgReader& r) {
+          *version = r.Text();
+          return Status::Ok();
+        });
   };
   auto validate = [&](bool has_runs, const std::optional<std::string>& v) -> Status {
     if (!has_runs || !v) {
@@ -458,15 +459,25 @@ Expected<std::unique_ptr<PgStore>> PgStore::Open(const std::string& url, Options
   bool has_runs = false;
   std::optional<std::string> version;
   if (Status st = inspect(&has_runs, &version); !st.ok()) return st;
-  // A database created before cpu_ops and kernels' launch columns existed gets them (one
-  // server at a time, under the schema lock), so that this build's writes and reads work.
+  // A database created before cpu_ops and the kAdded columns (store/tables.h: kernels' launch
+  // columns) existed gets them (one server at a time, under the schema lock), so that this
+  // build's writes and reads work.
   auto upgrade = [&]() -> Status {
+    const std::vector<sql::AddedColumn> added = sql::AddedColumns();
+    std::string pairs;
+    for (const sql::AddedColumn& a : added) {
+      pairs += std::string(pairs.empty() ? "" : ", ") + "('" + a.table + "', '" + a.column + "')";
+    }
+    const std::string has_added =
+        added.empty() ? std::string("true")
+                      : "(SELECT count(*) FROM information_schema.columns WHERE table_schema = "
+                        "current_schema() AND (table_name, column_name) IN (" +
+                            pairs + ")) = " + std::to_string(added.size());
     bool current = false;
     Status st = c.Query(
-        "SELECT to_regclass('cpu_ops') IS NOT NULL AND EXISTS (SELECT 1 FROM "
-        "information_schema.columns WHERE table_name = 'kernels' AND column_name = 'max_ns' "
-        "AND table_schema = current_schema())",
-        "read schema", [](PgBinder&) {}, [&](PgReader& r) {
+        "SELECT to_regclass('cpu_ops') IS NOT NULL AND " + has_added, "read schema",
+        [](PgBinder&) {},
+        [&](PgReader& r) {
           current = r.Text() == "t";
           return Status::Ok();
         });
@@ -474,9 +485,9 @@ Expected<std::unique_ptr<PgStore>> PgStore::Open(const std::string& url, Options
     auto ddl = PgSchemaSql();
     if (!ddl) return ddl.status();
     std::string sql = *ddl;
-    for (const auto& [column, type] : sql::kKernelLaunchColumns) {
-      sql += std::string("ALTER TABLE kernels ADD COLUMN IF NOT EXISTS ") + column + " " + type +
-             (std::string(type) == "TEXT" ? " COLLATE \"C\"" : "") + ";\n";
+    for (const sql::AddedColumn& a : added) {
+      sql += std::string("ALTER TABLE ") + a.table + " ADD COLUMN IF NOT EXISTS " + a.column + " " +
+             a.type + (std::string(a.type) == "TEXT" ? " COLLATE \"C\"" : "") + ";\n";
     }
     const std::string key = std::to_string(kSchemaLockKey);
     if (Status s = c.Exec("SELECT pg_advisory_lock(" + key + ")", "lock schema creation");
@@ -506,8 +517,7 @@ Expected<std::unique_ptr<PgStore>> PgStore::Open(const std::string& url, Options
   // the transaction, so that the transaction's start sees the other's committed tables), then
   // look again.
   const std::string key = std::to_string(kSchemaLockKey);
-  if (Status s = c.Exec("SELECT pg_advisory_lock(" + key + ")", "lock schema creation");
-      !s.ok()) {
+  if (Status s = c.Exec("SELECT pg_advisory_lock(" + key + ")", "lock schema creation"); !s.ok()) {
     return s;
   }
   Status st = store->InTransaction(c, [&](Conn& conn) -> Status {
@@ -548,17 +558,17 @@ Expected<std::vector<T>> PgStore::Rows(const std::string& sql, const std::string
 Expected<int64_t> PgStore::BeginRun(const RunInfo& info) {
   auto lease = Borrow();
   if (!lease) return lease.status();
-  const std::string version = info.gpuprof_version.empty() ? GPUPROF_VERSION : info.gpuprof_version;
+  RunInfo row = info;
+  if (row.gpuprof_version.empty()) row.gpuprof_version = GPUPROF_VERSION;
   PgBinder b;
-  sql::BindRunInsert(b, info, version);
-  auto r = (*lease)->Run(std::string(sql::kInsertRunSql) + " RETURNING run_id", "insert into runs",
-                         b);
+  sql::Bind(b, row);
+  auto r = (*lease)->Run(sql::InsertRunSql() + " RETURNING run_id", "insert into runs", b);
   if (!r) return r.status();
   return PgReader(r->get(), 0).Int();
 }
 
-Status PgStore::FinishRun(int64_t run_id, const std::string& status,
-                          std::optional<int64_t> end_ns, const std::optional<std::string>& error) {
+Status PgStore::FinishRun(int64_t run_id, const std::string& status, std::optional<int64_t> end_ns,
+                          const std::optional<std::string>& error) {
   if (status != "ok" && status != "failed") {
     return Status::Error(location_ + ": finish run " + std::to_string(run_id) + ": status '" +
                          status + "' is not ok or failed");
@@ -580,7 +590,7 @@ Status PgStore::UpdateRunFields(const RunInfo& info) {
   if (!lease) return lease.status();
   PgBinder b;
   sql::BindRunUpdate(b, info);
-  auto r = (*lease)->Run(sql::kUpdateRunSql, "update run fields", b);
+  auto r = (*lease)->Run(sql::UpdateRunSql(), "update run fields", b);
   if (!r) return r.status();
   if (Conn::Affected(r->get()) == 0) {
     return Status::Error(location_ + ": update run fields: no run " + std::to_string(info.run_id));
@@ -600,18 +610,18 @@ Status QueueRows(Conn& conn, int64_t run_id, const std::vector<Row>& rows,
     Status st = std::visit(
         [&](const auto& r) -> Status {
           using T = std::decay_t<decltype(r)>;
-          using Traits = sql::RowTraits<T>;
-          auto name = conn.Prepared(Traits::kSql, Traits::kPurpose);
+          const char* purpose = sql::WritePurpose<T>();
+          auto name = conn.Prepared(sql::WriteSql<T>(), purpose);
           if (!name) return name.status();
-          Queued q{*name, Traits::kPurpose, {}};
-          q.binder.Int(run_id);
-          Traits::Bind(q.binder, r);
+          Queued q{*name, purpose, {}};
+          sql::BindRow(q.binder, run_id, r);
           out->push_back(std::move(q));
           if constexpr (std::is_same_v<T, HostSampleRow>) {
             if (!r.cpu_per_core.empty()) {
-              auto core = conn.Prepared(Traits::kCoreSql, Traits::kCorePurpose);
+              static const std::string kCoresSql = sql::kHostCoresSql;
+              auto core = conn.Prepared(kCoresSql, sql::kHostCoresPurpose);
               if (!core) return core.status();
-              Queued c{*core, Traits::kCorePurpose, {}};
+              Queued c{*core, sql::kHostCoresPurpose, {}};
               c.binder.Int(run_id).Int(r.ts_ns).Text(sql::CoresToJson(r.cpu_per_core));
               out->push_back(std::move(c));
             }
@@ -627,11 +637,11 @@ Status QueueRows(Conn& conn, int64_t run_id, const std::vector<Row>& rows,
     Queued d{*del, "delete insights", {}};
     d.binder.Int(run_id);
     out->push_back(std::move(d));
-    auto ins = conn.Prepared(sql::kInsertInsightSql, "insert into insights");
+    auto ins = conn.Prepared(sql::WriteSql<InsightRow>(), "insert into insights");
     if (!ins) return ins.status();
     for (const InsightRow& i : *insights) {
       Queued q{*ins, "insert into insights", {}};
-      sql::BindInsight(q.binder, run_id, i);
+      sql::BindRow(q.binder, run_id, i);
       out->push_back(std::move(q));
     }
   }
@@ -701,12 +711,12 @@ Expected<std::optional<int64_t>> PgStore::IngestRunId(const std::string& run_uui
   auto lease = Borrow();
   if (!lease) return lease.status();
   std::optional<int64_t> id;
-  Status st = (*lease)->Query(sql::kIngestRunIdSql, "look up ingest run",
-                              [&](PgBinder& b) { b.Text(run_uuid); },
-                              [&](PgReader& r) {
-                                id = r.Int();
-                                return Status::Ok();
-                              });
+  Status st = (*lease)->Query(
+      sql::kIngestRunIdSql, "look up ingest run", [&](PgBinder& b) { b.Text(run_uuid); },
+      [&](PgReader& r) {
+        id = r.Int();
+        return Status::Ok();
+      });
   if (!st.ok()) return st;
   return id;
 }
@@ -717,12 +727,12 @@ Expected<int64_t> PgStore::BeginIngestRun(const std::string& run_uuid, const Run
   {
     auto lease = Borrow();
     if (!lease) return lease.status();
-    const std::string version =
-        info.gpuprof_version.empty() ? GPUPROF_VERSION : info.gpuprof_version;
+    RunInfo row = info;
+    if (row.gpuprof_version.empty()) row.gpuprof_version = GPUPROF_VERSION;
     Status st = InTransaction(**lease, [&](Conn& c) -> Status {
       PgBinder b;
-      sql::BindRunInsert(b, info, version);
-      auto r = c.Run(std::string(sql::kInsertRunSql) + " RETURNING run_id", "insert into runs", b);
+      sql::Bind(b, row);
+      auto r = c.Run(sql::InsertRunSql() + " RETURNING run_id", "insert into runs", b);
       if (!r) return r.status();
       id = PgReader(r->get(), 0).Int();
       PgBinder m;
@@ -749,12 +759,12 @@ Expected<std::string> PgStore::KeepMetaValue(const std::string& key, const std::
                            "write meta " + key, b);
   if (!ins) return ins.status();
   std::optional<std::string> stored;
-  Status st = (*lease)->Query("SELECT value FROM meta WHERE key = ?", "read meta " + key,
-                              [&](PgBinder& q) { q.Text(key); },
-                              [&](PgReader& r) {
-                                stored = r.Text();
-                                return Status::Ok();
-                              });
+  Status st = (*lease)->Query(
+      "SELECT value FROM meta WHERE key = ?", "read meta " + key, [&](PgBinder& q) { q.Text(key); },
+      [&](PgReader& r) {
+        stored = r.Text();
+        return Status::Ok();
+      });
   if (!st.ok()) return st;
   if (!stored) return Status::Error(location_ + ": read meta " + key + ": not there");
   return *stored;
@@ -763,8 +773,7 @@ Expected<std::string> PgStore::KeepMetaValue(const std::string& key, const std::
 // ---- reads -----------------------------------------------------------------------------------
 
 Expected<std::vector<std::pair<int64_t, double>>> PgStore::LoadSeries(
-    int64_t run_id, const std::string& metric, int64_t gpu_index, int64_t from_ns,
-    int64_t to_ns) {
+    int64_t run_id, const std::string& metric, int64_t gpu_index, int64_t from_ns, int64_t to_ns) {
   const std::optional<SeriesColumn> column = SeriesMetric(metric);
   if (!column) {
     return Status::Error("no metric '" + metric + "' (metrics: " + MetricNames() + ")");
@@ -776,18 +785,21 @@ Expected<std::vector<std::pair<int64_t, double>>> PgStore::LoadSeries(
         b.Int(run_id).Int(from_ns).Int(to_ns);
         if (column->per_gpu) b.Int(gpu_index);
       },
-      [](PgReader& r) { return Point{r.Int(), r.Real()}; });
+      [](PgReader& r) {
+        return Point{r.Int(), r.Real()};
+      });
 }
 
 Expected<std::optional<int64_t>> PgStore::LatestRunId() {
   auto lease = Borrow();
   if (!lease) return lease.status();
   std::optional<int64_t> id;
-  Status st = (*lease)->Query("SELECT max(run_id) FROM runs", "read latest run id",
-                              [](PgBinder&) {}, [&](PgReader& r) {
-                                id = r.OptInt();
-                                return Status::Ok();
-                              });
+  Status st = (*lease)->Query(
+      "SELECT max(run_id) FROM runs", "read latest run id", [](PgBinder&) {},
+      [&](PgReader& r) {
+        id = r.OptInt();
+        return Status::Ok();
+      });
   if (!st.ok()) return st;
   return id;
 }
@@ -796,20 +808,20 @@ Expected<bool> PgStore::RunExists(int64_t run_id) {
   auto lease = Borrow();
   if (!lease) return lease.status();
   bool found = false;
-  Status st = (*lease)->Query("SELECT 1 FROM runs WHERE run_id = ?", "look up run",
-                              [&](PgBinder& b) { b.Int(run_id); },
-                              [&](PgReader&) {
-                                found = true;
-                                return Status::Ok();
-                              });
+  Status st = (*lease)->Query(
+      "SELECT 1 FROM runs WHERE run_id = ?", "look up run", [&](PgBinder& b) { b.Int(run_id); },
+      [&](PgReader&) {
+        found = true;
+        return Status::Ok();
+      });
   if (!st.ok()) return st;
   return found;
 }
 
 Expected<std::vector<RunInfo>> PgStore::ListRuns() {
-  return Rows<RunInfo>(std::string("SELECT ") + sql::kRunColumns + " FROM runs ORDER BY run_id",
-                       "list runs", [](PgBinder&) {},
-                       [](PgReader& r) { return sql::ReadRunInfo(r); });
+  return Rows<RunInfo>(
+      sql::Select<RunInfo>() + " ORDER BY run_id", "list runs", [](PgBinder&) {},
+      [](PgReader& r) { return sql::Read<RunInfo>(r); });
 }
 
 Expected<std::vector<RunInfo>> PgStore::PreviousRunsNamed(const std::string& run_name,
@@ -817,7 +829,7 @@ Expected<std::vector<RunInfo>> PgStore::PreviousRunsNamed(const std::string& run
   return Rows<RunInfo>(
       sql::kPreviousRunsSql, "read previous runs",
       [&](PgBinder& b) { b.Text(run_name).Int(before_run_id).Int(sql::Limit(limit)); },
-      [](PgReader& r) { return sql::ReadRunInfo(r); });
+      [](PgReader& r) { return sql::Read<RunInfo>(r); });
 }
 
 Expected<RunData> PgStore::LoadRun(int64_t run_id) {
@@ -832,22 +844,21 @@ Expected<RunData> PgStore::LoadRun(int64_t run_id) {
   }
   auto body = [&]() -> Status {
     bool found = false;
-    Status st = c.Query(std::string("SELECT ") + sql::kRunColumns + " FROM runs WHERE run_id = ?",
-                        "load run", [&](PgBinder& b) { b.Int(run_id); },
-                        [&](PgReader& r) {
-                          d.run = sql::ReadRunInfo(r);
-                          found = true;
-                          return Status::Ok();
-                        });
+    Status st = c.Query(
+        sql::Select<RunInfo>() + " WHERE run_id = ?", "load run",
+        [&](PgBinder& b) { b.Int(run_id); },
+        [&](PgReader& r) {
+          sql::Read(r, d.run);
+          found = true;
+          return Status::Ok();
+        });
     if (!st.ok()) return st;
     if (!found) return Status::Error(location_ + ": no run " + std::to_string(run_id));
     sql::LoadDialect dialect;
     dialect.insertion_order = "seq";
-    return sql::LoadRunTables(
-        [&](const std::string& text, const std::string& purpose, auto bind, auto each) {
-          return c.Query(text, purpose, bind, each);
-        },
-        run_id, dialect, d);
+    return sql::LoadRunTables([&](const std::string& text, const std::string& purpose, auto bind,
+                                  auto each) { return c.Query(text, purpose, bind, each); },
+                              run_id, dialect, d);
   };
   Status st = body();
   c.Exec(st.ok() ? "COMMIT" : "ROLLBACK", "end snapshot");
@@ -856,24 +867,28 @@ Expected<RunData> PgStore::LoadRun(int64_t run_id) {
 }
 
 Expected<std::vector<StepRow>> PgStore::LoadSteps(int64_t run_id) {
-  return Rows<StepRow>(sql::kStepsSql, "load steps", [&](PgBinder& b) { b.Int(run_id); },
-                       [](PgReader& r) { return sql::ReadStep(r); });
+  return Rows<StepRow>(
+      sql::kStepsSql, "load steps", [&](PgBinder& b) { b.Int(run_id); },
+      [](PgReader& r) { return sql::Read<StepRow>(r); });
 }
 
 Expected<std::vector<KernelRow>> PgStore::LoadKernels(int64_t run_id) {
-  return Rows<KernelRow>(sql::kKernelsSql, "load kernels", [&](PgBinder& b) { b.Int(run_id); },
-                         [](PgReader& r) { return sql::ReadKernel(r); });
+  return Rows<KernelRow>(
+      sql::kKernelsSql, "load kernels", [&](PgBinder& b) { b.Int(run_id); },
+      [](PgReader& r) { return sql::Read<KernelRow>(r); });
 }
 
 Expected<std::vector<CpuOpRow>> PgStore::LoadCpuOps(int64_t run_id) {
-  return Rows<CpuOpRow>(sql::kCpuOpsSql, "load cpu_ops", [&](PgBinder& b) { b.Int(run_id); },
-                        [](PgReader& r) { return sql::ReadCpuOp(r); });
+  return Rows<CpuOpRow>(
+      sql::kCpuOpsSql, "load cpu_ops", [&](PgBinder& b) { b.Int(run_id); },
+      [](PgReader& r) { return sql::Read<CpuOpRow>(r); });
 }
 
 Expected<std::vector<GpuRollupRow>> PgStore::LatestGpuSecond(int64_t run_id) {
-  return Rows<GpuRollupRow>(sql::kLatestGpuSecondSql, "load the latest GPU second",
-                            [&](PgBinder& b) { b.Int(run_id).Int(run_id); },
-                            [](PgReader& r) { return sql::ReadLatestGpu(r); });
+  return Rows<GpuRollupRow>(
+      sql::kLatestGpuSecondSql, "load the latest GPU second",
+      [&](PgBinder& b) { b.Int(run_id).Int(run_id); },
+      [](PgReader& r) { return sql::ReadLatestGpu(r); });
 }
 
 Status PgStore::ScanGpuSeries(int64_t run_id, std::optional<int64_t> gpu, int64_t from_ns,
@@ -916,8 +931,9 @@ Status PgStore::ScanStepBreakdown(int64_t run_id, const StepBreakdownFn& each) {
 }
 
 Expected<std::vector<PhaseRow>> PgStore::LoadPhases(int64_t run_id) {
-  return Rows<PhaseRow>(sql::kPhasesSql, "load phases", [&](PgBinder& b) { b.Int(run_id); },
-                        [](PgReader& r) { return sql::ReadPhase(r); });
+  return Rows<PhaseRow>(
+      sql::kPhasesSql, "load phases", [&](PgBinder& b) { b.Int(run_id); },
+      [](PgReader& r) { return sql::Read<PhaseRow>(r); });
 }
 
 Expected<RunProgress> PgStore::LoadRunProgress(int64_t run_id) {
@@ -926,9 +942,9 @@ Expected<RunProgress> PgStore::LoadRunProgress(int64_t run_id) {
       [&](PgBinder& b) { b.Int(run_id).Int(run_id).Int(run_id).Int(run_id).Int(run_id); },
       [](PgReader& r) { return sql::ReadRunProgress(r); });
   if (!progress) return progress.status();
-  auto headline = Rows<InsightRow>(sql::kHeadlineSql, "load the headline insight",
-                                   [&](PgBinder& b) { b.Int(run_id); },
-                                   [](PgReader& r) { return sql::ReadInsight(r); });
+  auto headline = Rows<InsightRow>(
+      sql::kHeadlineSql, "load the headline insight", [&](PgBinder& b) { b.Int(run_id); },
+      [](PgReader& r) { return sql::Read<InsightRow>(r); });
   if (!headline) return headline.status();
   RunProgress p = progress->empty() ? RunProgress{} : progress->front();
   if (!headline->empty()) p.headline = headline->front();
@@ -936,9 +952,9 @@ Expected<RunProgress> PgStore::LoadRunProgress(int64_t run_id) {
 }
 
 Expected<std::vector<CommBucketRow>> PgStore::LoadCommBuckets(int64_t run_id) {
-  return Rows<CommBucketRow>(sql::kCommBucketsSql, "load comm_buckets",
-                             [&](PgBinder& b) { b.Int(run_id); },
-                             [](PgReader& r) { return sql::ReadCommBucket(r); });
+  return Rows<CommBucketRow>(
+      sql::kCommBucketsSql, "load comm_buckets", [&](PgBinder& b) { b.Int(run_id); },
+      [](PgReader& r) { return sql::Read<CommBucketRow>(r); });
 }
 
 }  // namespace gpuprof::store

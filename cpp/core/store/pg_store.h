@@ -74,8 +74,8 @@ class PgStore final : public RunStore {
   Expected<std::vector<StepRow>> LoadSteps(int64_t run_id) override;
   Expected<std::vector<CommBucketRow>> LoadCommBuckets(int64_t run_id) override;
   Expected<std::vector<GpuRollupRow>> LatestGpuSecond(int64_t run_id) override;
-  Status ScanGpuSeries(int64_t run_id, std::optional<int64_t> gpu, int64_t from_ns,
-                       int64_t to_ns, const SeriesRowFn& each) override;
+  Status ScanGpuSeries(int64_t run_id, std::optional<int64_t> gpu, int64_t from_ns, int64_t to_ns,
+                       const SeriesRowFn& each) override;
   Status ScanHostSeries(int64_t run_id, int64_t from_ns, int64_t to_ns,
                         const SeriesRowFn& each) override;
   Expected<RunProgress> LoadRunProgress(int64_t run_id) override;

@@ -14,10 +14,12 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <thread>
 
 #include "store/row_json.h"
 #include "store/sqlite_store.h"
+#include "store/table_sql.h"
 
 namespace gpuprof::store {
 namespace {
@@ -109,8 +111,8 @@ std::vector<Row> EveryTable() {
   KernelRow launch{0, 1000, "flash_fwd", 2, 800, "nsys", 4, 0, 7, "16,8,1", "128,1,1", 350, 450};
   rows.emplace_back(launch);
   rows.emplace_back(CpuOpRow{0, 1000, 4, "aten::bmm", 3, 9000, 9500, "torch_profiler"});
-  rows.emplace_back(CpuOpRow{0, 1000, std::nullopt, "(12 other operators)", 40, 700,
-                             std::nullopt, "torch_profiler"});
+  rows.emplace_back(CpuOpRow{0, 1000, std::nullopt, "(12 other operators)", 40, 700, std::nullopt,
+                             "torch_profiler"});
   rows.emplace_back(CommBucketRow{0, 3, 10, 20, std::nullopt});
   rows.emplace_back(TelemetryStatusRow{"gpu", true, "mock", std::nullopt});
   rows.emplace_back(TelemetryStatusRow{"cuda_events", false, std::nullopt, "no CUDA"});
@@ -179,9 +181,10 @@ TEST_F(PgStoreTest, ADatabaseWithoutTheTraceSchemaIsUpgradedWhenOpenedForWriting
     ASSERT_TRUE(pg->WriteRows(*id, {Row(KernelRow{0, 10, "gemm", 1, 5, "cupti"})}).ok());
   }
   std::string error;
-  ASSERT_TRUE(Exec(url_, "DROP TABLE cpu_ops; ALTER TABLE kernels DROP COLUMN step, DROP COLUMN "
-                         "device, DROP COLUMN stream, DROP COLUMN grid, DROP COLUMN block, "
-                         "DROP COLUMN min_ns, DROP COLUMN max_ns",
+  ASSERT_TRUE(Exec(url_,
+                   "DROP TABLE cpu_ops; ALTER TABLE kernels DROP COLUMN step, DROP COLUMN "
+                   "device, DROP COLUMN stream, DROP COLUMN grid, DROP COLUMN block, "
+                   "DROP COLUMN min_ns, DROP COLUMN max_ns",
                    &error))
       << error;
   // WHEN a server opens it to write
@@ -191,9 +194,9 @@ TEST_F(PgStoreTest, ADatabaseWithoutTheTraceSchemaIsUpgradedWhenOpenedForWriting
   KernelRow k{20, 30, "gemm", 2, 9, "cupti"};
   k.step = 3;
   k.block = "64,1,1";
-  ASSERT_TRUE(pg->WriteRows(1, {Row(k), Row(CpuOpRow{20, 30, 3, "aten::mm", 1, 4, 6,
-                                                     "torch_profiler"})})
-                  .ok());
+  ASSERT_TRUE(
+      pg->WriteRows(1, {Row(k), Row(CpuOpRow{20, 30, 3, "aten::mm", 1, 4, 6, "torch_profiler"})})
+          .ok());
   auto d = pg->LoadRun(1);
   ASSERT_TRUE(d.ok()) << d.error();
   ASSERT_EQ(d->kernels.size(), 2u);
@@ -204,16 +207,66 @@ TEST_F(PgStoreTest, ADatabaseWithoutTheTraceSchemaIsUpgradedWhenOpenedForWriting
   EXPECT_EQ(d->cpu_ops[0].name, "aten::mm");
 }
 
+TEST_F(PgStoreTest, EveryDescriptorMatchesTheSchema) {
+  // GIVEN a freshly created database (schema.sql, translated by PgSchemaSql)
+  ASSERT_TRUE(OpenPg());
+  PGconn* c = PQconnectdb(url_.c_str());
+  ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
+  // Nullable in the DDL although the member is not std::optional (sqlite_store_test.cc).
+  const std::set<std::string> nullable_with_default = {"runs.run_id", "runs.hostname", "runs.pid"};
+  // WHEN each table's column list (store/tables.h) is compared with information_schema
+  ForEachTable([&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const std::string table = Table<T>::kName;
+    const char* params[] = {table.c_str()};
+    PGresult* r = PQexecParams(
+        c,
+        "SELECT column_name, data_type, is_nullable FROM information_schema.columns"
+        " WHERE table_schema = current_schema() AND table_name = $1 ORDER BY ordinal_position",
+        1, nullptr, params, nullptr, nullptr, 0);
+    ASSERT_EQ(PQresultStatus(r), PGRES_TUPLES_OK) << PQerrorMessage(c);
+    struct Info {
+      std::string name, type;
+      bool nullable;
+    };
+    std::vector<Info> ddl;
+    for (int i = 0; i < PQntuples(r); ++i) {
+      const std::string name = PQgetvalue(r, i, 0);
+      if (table == "diagnostics" && name == "seq") continue;  // PostgreSQL's insertion order
+      ddl.push_back({name, PQgetvalue(r, i, 1), std::string(PQgetvalue(r, i, 2)) == "YES"});
+    }
+    PQclear(r);
+    // THEN the table has exactly those columns, in that order, with the member's type and
+    // nullability
+    const std::vector<sql::ColumnDesc> want = sql::Columns<T>();
+    ASSERT_EQ(ddl.size(), want.size()) << table;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const std::string where = table + "." + want[i].name;
+      EXPECT_EQ(ddl[i].name, want[i].name) << table << " column " << i;
+      if (want[i].type == nullptr) continue;
+      std::string type = want[i].type;
+      for (char& ch : type) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      EXPECT_EQ(ddl[i].type, type) << where;
+      if (want[i].nullable) {
+        EXPECT_TRUE(ddl[i].nullable) << where;
+      } else if (!nullable_with_default.count(where) && !std::is_same_v<T, PhaseGpuRow>) {
+        EXPECT_FALSE(ddl[i].nullable) << where;
+      }
+    }
+  });
+  PQfinish(c);
+}
+
 TEST_F(PgStoreTest, EveryRowReadsBackAsSqliteGivesItBack) {
   auto pg = OpenPg();
   ASSERT_TRUE(pg);
-  const std::string path = (std::filesystem::path(::testing::TempDir()) /
-                            ("pg_compare_" + name_ + ".db")).string();
+  const std::string path =
+      (std::filesystem::path(::testing::TempDir()) / ("pg_compare_" + name_ + ".db")).string();
   std::filesystem::remove(path);
   auto lite = SqliteStore::Open(path);
   ASSERT_TRUE(lite.ok()) << lite.error();
-  std::vector<InsightRow> insights = {{0, "dataloader_stall", "data_pipeline", "high", "msg",
-                                       std::nullopt, R"({"x": 0.1})"}};
+  std::vector<InsightRow> insights = {
+      {0, "dataloader_stall", "data_pipeline", "high", "msg", std::nullopt, R"({"x": 0.1})"}};
   for (RunStore* s : std::initializer_list<RunStore*>{pg.get(), lite->get()}) {
     auto id = s->BeginRun(Info("every"));
     ASSERT_TRUE(id.ok()) << id.error();
@@ -384,8 +437,7 @@ TEST_F(PgStoreTest, ASchemaOfAnotherVersionOrAForeignRunsTableIsRefusedUntouched
   ASSERT_TRUE(Exec(url_, "UPDATE meta SET value = '7' WHERE key = 'schema_version'"));
   auto newer = PgStore::Open(url_);
   ASSERT_FALSE(newer.ok());
-  EXPECT_NE(newer.error().find("newer gpuprof (schema 7 > 1); upgrade gpuprof"),
-            std::string::npos)
+  EXPECT_NE(newer.error().find("newer gpuprof (schema 7 > 1); upgrade gpuprof"), std::string::npos)
       << newer.error();
 
   ASSERT_TRUE(Exec(url_, "DROP TABLE meta; DROP TABLE runs; CREATE TABLE runs (x int)"));
@@ -413,7 +465,8 @@ TEST_F(PgStoreTest, ManyStoresOpeningAnEmptyDatabaseAtOnceCreateTheSchemaOnce) {
 }
 
 TEST(PgStoreUrl, PasswordsNeverReachAMessage) {
-  EXPECT_EQ(RedactPostgresUrl("postgres://me:s3cret@db.example/gp"), "postgres://me:***@db.example/gp");
+  EXPECT_EQ(RedactPostgresUrl("postgres://me:s3cret@db.example/gp"),
+            "postgres://me:***@db.example/gp");
   EXPECT_EQ(RedactPostgresUrl("postgresql://me@db/gp"), "postgresql://me@db/gp");
   EXPECT_EQ(RedactPostgresUrl("postgresql:///gp?host=/tmp"), "postgresql:///gp?host=/tmp");
   EXPECT_EQ(RedactPostgresUrl("postgresql://me:a@db/gp?host=/tmp&password=b&sslpassword=c"),

@@ -36,8 +36,8 @@ TEST(GpuRollup, ExactAggregatesOfOneSecond) {
   for (int i = 0; i < 4; ++i) {
     GpuSampleRow s = Sample(i * 250 * kMs);
     if (i < 3) s.util_pct = utils[i];
-    s.mem_util_pct = 5.0 * (i + 1);                   // 5 10 15 20 -> mean 12.5
-    s.mem_used_bytes = int64_t{10 + i} << 30;         // max 13 GiB
+    s.mem_util_pct = 5.0 * (i + 1);            // 5 10 15 20 -> mean 12.5
+    s.mem_used_bytes = int64_t{10 + i} << 30;  // max 13 GiB
     s.mem_total_bytes = int64_t{80} << 30;
     if (i != 1) s.proc_mem_bytes = int64_t{i} << 30;  // 0, 2, 3 GiB -> max 3 GiB
     s.power_mw = 100'000 * (i + 1);                   // mean 250 W, max 400 W
@@ -145,12 +145,12 @@ TEST(GpuRollup, CountsThrottledSamplesByReasonAndByHeatWithALowClock) {
     s.clock_reasons = reasons;
     rollup.Add(s, &out);
   };
-  add(0, 85, 1400, std::nullopt);  // hot and slow: throttled
-  add(1, 85, 1700, std::nullopt);  // hot, clock only 14% down: not
-  add(2, 82, 1200, std::nullopt);  // 82 °C is not above 82: not
-  add(3, 60, 1980, 0x40);          // HW thermal slowdown bit: throttled, by reason
-  add(4, 88, 1300, 0x20 | 0x4);    // both: throttled once, by reason
-  add(5, 70, 1500, 0x4);           // power cap only, cool: judged, not throttled
+  add(0, 85, 1400, std::nullopt);          // hot and slow: throttled
+  add(1, 85, 1700, std::nullopt);          // hot, clock only 14% down: not
+  add(2, 82, 1200, std::nullopt);          // 82 °C is not above 82: not
+  add(3, 60, 1980, 0x40);                  // HW thermal slowdown bit: throttled, by reason
+  add(4, 88, 1300, 0x20 | 0x4);            // both: throttled once, by reason
+  add(5, 70, 1500, 0x4);                   // power cap only, cool: judged, not throttled
   add(6, 95, std::nullopt, std::nullopt);  // no clock and no reasons: cannot be judged
   rollup.Flush(&out);
   ASSERT_EQ(out.size(), 1u);
@@ -159,8 +159,8 @@ TEST(GpuRollup, CountsThrottledSamplesByReasonAndByHeatWithALowClock) {
   EXPECT_EQ(r.thermal_samples, 6);
   EXPECT_EQ(r.throttled_samples, 3);
   EXPECT_EQ(r.throttled_by_reason_samples, 2);
-  EXPECT_EQ(r.throttled_temp_max_c, 88.0);          // over throttled samples only (not 95)
-  EXPECT_EQ(r.throttled_sm_clock_min_mhz, 1300);    // over throttled samples only (not 1200)
+  EXPECT_EQ(r.throttled_temp_max_c, 88.0);        // over throttled samples only (not 95)
+  EXPECT_EQ(r.throttled_sm_clock_min_mhz, 1300);  // over throttled samples only (not 1200)
   EXPECT_EQ(r.temp_max_c, 95.0);
   EXPECT_EQ(r.sm_clock_min_mhz, 1200);
   EXPECT_EQ(r.clock_reasons_or, 0x64);
@@ -221,8 +221,8 @@ TEST(RollupGpuSamples, SortsByTimeAndTakesMaxClocksFromTheGpusRows) {
     s.sm_clock_mhz = 1000;
     samples.push_back(s);
   }
-  const auto rows = RollupGpuSamples(samples, {GpuInfoRow{0, std::nullopt, std::nullopt,
-                                                          std::nullopt, 1980}});
+  const auto rows =
+      RollupGpuSamples(samples, {GpuInfoRow{0, std::nullopt, std::nullopt, std::nullopt, 1980}});
   ASSERT_EQ(rows.size(), 6u);  // seconds 0..2 for two GPUs
   for (size_t i = 1; i < rows.size(); ++i) {
     EXPECT_LE(std::make_pair(rows[i - 1].ts_ns, rows[i - 1].gpu_index),
@@ -260,12 +260,12 @@ TEST(WorkerRollup, AggregatesPerProcessAndTenSecondWindow) {
   EXPECT_EQ(out[0].cpu_max_pct, 108.0);
   EXPECT_EQ(out[1].pid, 300);
   EXPECT_EQ(out[1].samples, 3);
-  EXPECT_EQ(out[1].cpu_samples, 2);       // t = 0 had no reading
-  EXPECT_EQ(out[1].cpu_mean_pct, 30.0);   // 20, 40
+  EXPECT_EQ(out[1].cpu_samples, 2);      // t = 0 had no reading
+  EXPECT_EQ(out[1].cpu_mean_pct, 30.0);  // 20, 40
   EXPECT_EQ(out[1].rss_max_bytes, (int64_t{1} << 30) + 4);
   EXPECT_EQ(out[2].pid, 301);
   EXPECT_EQ(out[2].samples, 2);
-  EXPECT_EQ(out[2].cpu_mean_pct, 70.0);   // 60, 80
+  EXPECT_EQ(out[2].cpu_mean_pct, 70.0);  // 60, 80
   rollup.Flush(&out);
   ASSERT_EQ(out.size(), 5u);
   EXPECT_EQ(out[3].ts_ns, 10 * kSec);

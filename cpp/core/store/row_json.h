@@ -9,10 +9,9 @@
 // (an integer column holding 1.5 or "1"), each named as `table[index].column`.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "store/rows.h"
 #include "util/status.h"

@@ -81,7 +81,8 @@ TEST(RowJsonTest, ABadBatchIsRefusedNamingTheProblem) {
   EXPECT_EQ(error(R"({"host_stalls": [{"start_ns": 1, "duration_ns": 2}, 5]})"),
             "host_stalls[1]: expected an object, got number");
   EXPECT_EQ(error(R"({"host_stalls": [{"start_ns": 1, "duration_ns": 2},
-                                      {"start_ns": 3, "duration_ns": 4}]})", 1),
+                                      {"start_ns": 3, "duration_ns": 4}]})",
+                  1),
             "rows: more than 1 rows in one batch; send smaller batches");
   EXPECT_EQ(error(R"({"host_stalls": [{"start_ns": 18446744073709551615, "duration_ns": 2}]})"),
             "host_stalls[0].start_ns: integer out of range");

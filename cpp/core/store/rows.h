@@ -120,10 +120,10 @@ struct GpuRollupRow {
   std::optional<int64_t> sm_clock_max_mhz;
   std::optional<int64_t> clock_reasons_or;  // bitwise OR of the clocks-event reasons read
   // Thermal throttling, judged per sample while rolling up (criteria in store/rollup.h):
-  int64_t thermal_samples = 0;    // samples where it could be judged
-  int64_t throttled_samples = 0;  // ...judged throttled
-  int64_t throttled_by_reason_samples = 0;  // ...of which NVML gave a thermal reason bit
-  std::optional<double> throttled_temp_max_c;        // over the throttled samples
+  int64_t thermal_samples = 0;                        // samples where it could be judged
+  int64_t throttled_samples = 0;                      // ...judged throttled
+  int64_t throttled_by_reason_samples = 0;            // ...of which NVML gave a thermal reason bit
+  std::optional<double> throttled_temp_max_c;         // over the throttled samples
   std::optional<int64_t> throttled_sm_clock_min_mhz;  // over the throttled samples
   int64_t pcie_rx_samples = 0;
   std::optional<double> pcie_rx_mean_bps;
@@ -264,9 +264,9 @@ struct CpuWaitRow {
 };
 
 // What the writer queue carries. Every row belongs to the run the writer was opened for.
-using Row = std::variant<StepRow, PhaseRow, PhaseGpuRow, GpuInfoRow, GpuSampleRow, HostSampleRow,
-                         WorkerSampleRow, KernelRow, CommBucketRow, TelemetryStatusRow,
-                         DiagnosticRow, GpuRollupRow, WorkerRollupRow, StallRow, CpuWaitRow,
-                         CpuOpRow>;
+using Row =
+    std::variant<StepRow, PhaseRow, PhaseGpuRow, GpuInfoRow, GpuSampleRow, HostSampleRow,
+                 WorkerSampleRow, KernelRow, CommBucketRow, TelemetryStatusRow, DiagnosticRow,
+                 GpuRollupRow, WorkerRollupRow, StallRow, CpuWaitRow, CpuOpRow>;
 
 }  // namespace gpuprof::store

@@ -39,11 +39,11 @@ struct RunData {
 
 // What a runs list shows of a run beside its runs row (LoadRunProgress).
 struct RunProgress {
-  int64_t steps = 0;                    // rows in steps
-  std::optional<int64_t> last_step;          // the highest step number
-  std::optional<int64_t> last_step_end_ns;   // the newest step's end (run-relative)
-  std::optional<int64_t> last_sample_ns;     // the newest GPU rollup or host sample
-  std::optional<InsightRow> headline;        // the first insight stored (ordinal order)
+  int64_t steps = 0;                        // rows in steps
+  std::optional<int64_t> last_step;         // the highest step number
+  std::optional<int64_t> last_step_end_ns;  // the newest step's end (run-relative)
+  std::optional<int64_t> last_sample_ns;    // the newest GPU rollup or host sample
+  std::optional<InsightRow> headline;       // the first insight stored (ordinal order)
 };
 
 // One row of a series scan (ScanGpuSeries, ScanHostSeries): bit i of `known` is set when v[i]
@@ -59,13 +59,13 @@ using SeriesRowFn = std::function<void(const SeriesRow&)>;
 // One step with its phases summed (ScanStepBreakdown): the per-step bars of a step-time chart.
 struct StepBreakdownRow {
   int64_t step = 0;
-  int64_t duration_ns = 0;            // end - start
-  std::optional<int64_t> wait_ns;     // loader wait (steps.wait_ns)
+  int64_t duration_ns = 0;             // end - start
+  std::optional<int64_t> wait_ns;      // loader wait (steps.wait_ns)
   int64_t phase_ns[4] = {0, 0, 0, 0};  // forward, backward, optimizer, comm (wall)
-  int64_t other_phase_ns = 0;         // phases of other names (wall)
-  bool comm = false;  // a comm phase was recorded, or derived from comm_buckets, for the step
-  int64_t gpu_ns = 0;                 // sum of the phases' GPU time
-  bool gpu_known = false;             // some phase of the step had a GPU time
+  int64_t other_phase_ns = 0;          // phases of other names (wall)
+  bool comm = false;       // a comm phase was recorded, or derived from comm_buckets, for the step
+  int64_t gpu_ns = 0;      // sum of the phases' GPU time
+  bool gpu_known = false;  // some phase of the step had a GPU time
 };
 using StepBreakdownFn = std::function<void(const StepBreakdownRow&)>;
 
@@ -82,8 +82,7 @@ class RunStore {
 
   // Run lifecycle.
   virtual Expected<int64_t> BeginRun(const RunInfo& info) = 0;
-  virtual Status FinishRun(int64_t run_id, const std::string& status,
-                           std::optional<int64_t> end_ns,
+  virtual Status FinishRun(int64_t run_id, const std::string& status, std::optional<int64_t> end_ns,
                            const std::optional<std::string>& error) = 0;
   virtual Status UpdateRunFields(const RunInfo& info) = 0;
   virtual Status ReplaceInsights(int64_t run_id, const std::vector<InsightRow>& insights) = 0;
@@ -95,9 +94,11 @@ class RunStore {
                                 const std::vector<InsightRow>* insights, bool* duplicate) = 0;
   virtual Expected<std::optional<int64_t>> IngestRunId(const std::string& run_uuid) = 0;
   virtual Expected<int64_t> BeginIngestRun(const std::string& run_uuid, const RunInfo& info) = 0;
-  virtual Expected<std::vector<std::pair<int64_t, double>>> LoadSeries(
-      int64_t run_id, const std::string& metric, int64_t gpu_index, int64_t from_ns,
-      int64_t to_ns) = 0;
+  virtual Expected<std::vector<std::pair<int64_t, double>>> LoadSeries(int64_t run_id,
+                                                                       const std::string& metric,
+                                                                       int64_t gpu_index,
+                                                                       int64_t from_ns,
+                                                                       int64_t to_ns) = 0;
 
   // Reads.
   virtual Expected<std::optional<int64_t>> LatestRunId() = 0;
@@ -145,8 +146,8 @@ struct SeriesColumn {
 std::optional<SeriesColumn> SeriesMetric(const std::string& metric);
 
 // Where a storage URL holds a password, as [begin, end) offsets: the user info's
-// (scheme://user:PASSWORD@host) and every `password=` / `sslpassword=` query value. Messages show a URL with
-// these replaced; the CLI overwrites them in its arguments.
+// (scheme://user:PASSWORD@host) and every `password=` / `sslpassword=` query value. Messages show a
+// URL with these replaced; the CLI overwrites them in its arguments.
 std::vector<std::pair<size_t, size_t>> UrlPasswordSpans(const std::string& url);
 const char* MetricNames();
 

@@ -1,5 +1,7 @@
 // SQLite store for schema v1: a synchronous connection for cold-path run lifecycle and reads
 // (SqliteStore) and a batched writer thread for the sampled/recorded rows (StoreWriter).
+// sqlite_store.cc: open, schema, run lifecycle, reads; sqlite_writer.cc: row writes, WAL set-up,
+// StoreWriter.
 #pragma once
 
 #include <array>
@@ -39,9 +41,9 @@ struct RawSamples {
 // and once more when the writer stops, so the stored tail is exactly tail_ns long. tail_ns < 0
 // keeps everything. Rollups and host_samples are never pruned.
 struct RawRetention {
-  int64_t head_ns = 600'000'000'000;         // 10 min
-  int64_t tail_ns = 600'000'000'000;         // 10 min
-  int64_t prune_every_ns = 60'000'000'000;   // 1 min
+  int64_t head_ns = 600'000'000'000;        // 10 min
+  int64_t tail_ns = 600'000'000'000;        // 10 min
+  int64_t prune_every_ns = 60'000'000'000;  // 1 min
 };
 
 // One connection. Not thread-safe: one owner thread at a time (it may be handed to another
@@ -127,8 +129,8 @@ class SqliteStore final : public RunStore {
   Expected<std::vector<StepRow>> LoadSteps(int64_t run_id) override;
   Expected<std::vector<CommBucketRow>> LoadCommBuckets(int64_t run_id) override;
   Expected<std::vector<GpuRollupRow>> LatestGpuSecond(int64_t run_id) override;
-  Status ScanGpuSeries(int64_t run_id, std::optional<int64_t> gpu, int64_t from_ns,
-                       int64_t to_ns, const SeriesRowFn& each) override;
+  Status ScanGpuSeries(int64_t run_id, std::optional<int64_t> gpu, int64_t from_ns, int64_t to_ns,
+                       const SeriesRowFn& each) override;
   Status ScanHostSeries(int64_t run_id, int64_t from_ns, int64_t to_ns,
                         const SeriesRowFn& each) override;
   Expected<RunProgress> LoadRunProgress(int64_t run_id) override;
@@ -156,10 +158,11 @@ class SqliteStore final : public RunStore {
   // "<path>: <purpose>: <sqlite3_errmsg>".
   Status Error(const std::string& purpose) const;
   Status Exec(const char* sql, const std::string& purpose);
-  Status Begin();   // BEGIN IMMEDIATE
-  Status Commit();  // rolls back when the commit fails
-  void Rollback();  // no-op outside a transaction
-  // What an older file lacks of the current schema (tables, kernels' launch columns): none
+  Status EnableWal();  // journal_mode=WAL (retried while busy), synchronous=NORMAL
+  Status Begin();      // BEGIN IMMEDIATE
+  Status Commit();     // rolls back when the commit fails
+  void Rollback();     // no-op outside a transaction
+  // What an older file lacks of the current schema (tables, kAdded columns): none
   // when all is there. Upgrade adds what is missing in one transaction (a writer's Open).
   Expected<std::vector<std::string>> MissingSchema();
   Status Upgrade();
@@ -171,6 +174,8 @@ class SqliteStore final : public RunStore {
   Status WriteRange(int64_t run_id, It begin, It end);  // what WriteRows does, for any range
   template <typename It>
   Status WriteEach(int64_t run_id, It begin, It end);  // the rows, inside the caller's txn
+  // Runs `sql` with bind(Binder&) and calls each(sqlite3_stmt*) per result row (defined in
+  // sqlite_internal.h, for both halves).
   template <typename BindFn, typename RowFn>
   Status Query(const std::string& sql, const std::string& purpose, BindFn bind, RowFn each);
   // Every row `sql` gives, each made by read(Reader&) (a reader of sqlite_store.cc).
@@ -216,8 +221,8 @@ struct LostRows {
 class StoreWriter {
  public:
   struct Options {
-    size_t capacity = 1 << 16;     // rows queued before dropping
-    int flush_interval_ms = 200;   // longest a queued row waits for its commit
+    size_t capacity = 1 << 16;    // rows queued before dropping
+    int flush_interval_ms = 200;  // longest a queued row waits for its commit
     // Rows per transaction. A commit starts early once max_batch rows (or half the capacity,
     // if that is smaller) are queued.
     size_t max_batch = 8192;
@@ -284,15 +289,15 @@ class StoreWriter {
   std::condition_variable cv_;
   std::condition_variable flushed_cv_;
   std::deque<Row> queue_;
-  uint64_t pushed_seq_ = 0;     // rows accepted so far (guarded by mu_)
-  uint64_t committed_seq_ = 0;  // rows handled so far (guarded by mu_)
+  uint64_t pushed_seq_ = 0;        // rows accepted so far (guarded by mu_)
+  uint64_t committed_seq_ = 0;     // rows handled so far (guarded by mu_)
   uint64_t flush_target_seq_ = 0;  // commit without waiting until this many rows are handled
   bool stopping_ = false;
   bool exited_ = false;
   std::optional<std::string> error_;
-  std::vector<LostRows> lost_;  // guarded by mu_
-  bool retrying_ = false;       // guarded by mu_
-  std::deque<Row> pending_;     // writer thread only: taken from queue_, not yet committed
+  std::vector<LostRows> lost_;   // guarded by mu_
+  bool retrying_ = false;        // guarded by mu_
+  std::deque<Row> pending_;      // writer thread only: taken from queue_, not yet committed
   std::atomic<size_t> held_{0};  // pending_.size(), for uncommitted() on other threads
   std::atomic<uint64_t> written_{0};
   std::atomic<uint64_t> dropped_{0};

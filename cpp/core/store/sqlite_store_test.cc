@@ -1,8 +1,6 @@
 // Tests of SqliteStore and StoreWriter against real SQLite files in a fresh temp directory.
 #include "store/sqlite_store.h"
 
-#include "store/rollup.h"
-
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -11,13 +9,16 @@
 
 #include <chrono>
 #include <cstdio>
-#include <tuple>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
+
+#include "store/rollup.h"
+#include "store/table_sql.h"
 
 namespace gpuprof::store {
 namespace {
@@ -145,11 +146,11 @@ void ExpectSameRollup(const GpuRollupRow& a, const GpuRollupRow& b) {
             std::tie(b.util_mean_pct, b.util_min_pct, b.util_max_pct, b.mem_util_mean_pct,
                      b.power_mean_mw, b.temp_max_c, b.throttled_temp_max_c, b.pcie_rx_mean_bps,
                      b.pcie_rx_max_bps, b.pcie_tx_max_bps));
-  EXPECT_EQ(std::tie(a.mem_used_max_bytes, a.mem_total_bytes, a.proc_mem_max_bytes,
-                     a.power_max_mw, a.sm_clock_min_mhz, a.sm_clock_max_mhz, a.clock_reasons_or,
+  EXPECT_EQ(std::tie(a.mem_used_max_bytes, a.mem_total_bytes, a.proc_mem_max_bytes, a.power_max_mw,
+                     a.sm_clock_min_mhz, a.sm_clock_max_mhz, a.clock_reasons_or,
                      a.throttled_sm_clock_min_mhz),
-            std::tie(b.mem_used_max_bytes, b.mem_total_bytes, b.proc_mem_max_bytes,
-                     b.power_max_mw, b.sm_clock_min_mhz, b.sm_clock_max_mhz, b.clock_reasons_or,
+            std::tie(b.mem_used_max_bytes, b.mem_total_bytes, b.proc_mem_max_bytes, b.power_max_mw,
+                     b.sm_clock_min_mhz, b.sm_clock_max_mhz, b.clock_reasons_or,
                      b.throttled_sm_clock_min_mhz));
 }
 
@@ -216,15 +217,70 @@ TEST_F(StoreTest, OpenCreatesSchemaMetaAndWal) {
             std::string("gpuprof ") + GPUPROF_VERSION);
   EXPECT_EQ(QueryText(db, "PRAGMA journal_mode"), "wal");
   EXPECT_EQ(QueryText(db, "PRAGMA synchronous"), "1");  // NORMAL
-  EXPECT_EQ(QueryInt(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN"
-                         " ('meta','runs','steps','phases','gpus','gpu_samples','gpu_samples_1s',"
-                         "'host_samples','host_core_samples','worker_samples','worker_samples_10s',"
-                         "'kernels','comm_buckets','telemetry_status','insights','diagnostics')"),
+  EXPECT_EQ(QueryInt(db,
+                     "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN"
+                     " ('meta','runs','steps','phases','gpus','gpu_samples','gpu_samples_1s',"
+                     "'host_samples','host_core_samples','worker_samples','worker_samples_10s',"
+                     "'kernels','comm_buckets','telemetry_status','insights','diagnostics')"),
             16);
   EXPECT_EQ(QueryInt(db, "SELECT count(*) FROM runs"), 0);
   auto latest = store->LatestRunId();
   ASSERT_TRUE(latest.ok());
   EXPECT_FALSE(latest->has_value());
+}
+
+// Columns that are nullable in the DDL although their member is not std::optional: a NULL there
+// reads as 0 / "" (hostname, pid), or cannot be (run_id: the rowid).
+const std::set<std::string> kNullableWithDefault = {"runs.run_id", "runs.hostname", "runs.pid"};
+
+TEST_F(StoreTest, EveryDescriptorMatchesTheSchema) {
+  // GIVEN a freshly created file (schema.sql)
+  const std::string path = Path("gpuprof.db");
+  ASSERT_TRUE(OpenRw(path));
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+  // WHEN each table's column list (store/tables.h) is compared with PRAGMA table_info
+  ForEachTable([&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const std::string table = Table<T>::kName;
+    struct Info {
+      std::string name, type;
+      bool notnull = false, pk = false;
+    };
+    std::vector<Info> ddl;
+    sqlite3_stmt* stmt = nullptr;
+    ASSERT_EQ(
+        sqlite3_prepare_v2(raw, "SELECT name, type, \"notnull\", pk FROM pragma_table_info(?)", -1,
+                           &stmt, nullptr),
+        SQLITE_OK);
+    sqlite3_bind_text(stmt, 1, table.c_str(), -1, SQLITE_TRANSIENT);
+    while (sqlite3_step(stmt) == SQLITE_ROW) {
+      ddl.push_back({reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)),
+                     reinterpret_cast<const char*>(sqlite3_column_text(stmt, 1)),
+                     sqlite3_column_int(stmt, 2) != 0, sqlite3_column_int(stmt, 3) != 0});
+    }
+    sqlite3_finalize(stmt);
+    // THEN the table has exactly those columns, in that order, with the member's type,
+    // nullability and key
+    const std::vector<sql::ColumnDesc> want = sql::Columns<T>();
+    ASSERT_EQ(ddl.size(), want.size()) << table;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const std::string where = table + "." + want[i].name;
+      EXPECT_EQ(ddl[i].name, want[i].name) << table << " column " << i;
+      if (want[i].type == nullptr) continue;  // a constant written by this row type
+      const bool assigned = table == "runs" && want[i].name == "run_id";  // INTEGER: the rowid
+      EXPECT_EQ(ddl[i].type, assigned ? "INTEGER" : want[i].type) << where;
+      // An optional member needs a nullable column; a plain one a NOT NULL column, but for
+      // the exceptions above and PhaseGpuRow, which only writes (its gpu_ns always has a value).
+      if (want[i].nullable) {
+        EXPECT_FALSE(ddl[i].notnull) << where;
+      } else if (!kNullableWithDefault.count(where) && !std::is_same_v<T, PhaseGpuRow>) {
+        EXPECT_TRUE(ddl[i].notnull) << where;
+      }
+      EXPECT_EQ(ddl[i].pk, want[i].key) << where;
+    }
+  });
+  sqlite3_close(raw);
 }
 
 TEST_F(StoreTest, ManyProcessesCreatingOneNewFileAtOnceAllOpenIt) {
@@ -643,7 +699,12 @@ TEST_F(StoreTest, ReplaceInsightsReplacesOnlyThatRun) {
   auto store = OpenRw(Path("gpuprof.db"));
   const int64_t r1 = *store->BeginRun(MinimalRun("a"));
   const int64_t r2 = *store->BeginRun(MinimalRun("b"));
-  InsightRow i0{0, "dataloader.wait", "input", "high", "42% waiting for data", "num_workers=8",
+  InsightRow i0{0,
+                "dataloader.wait",
+                "input",
+                "high",
+                "42% waiting for data",
+                "num_workers=8",
                 R"({"wait_frac":0.42})"};
   InsightRow i1{1, "gpu.idle", "gpu", "med", "GPU idle", std::nullopt, std::nullopt};
   ASSERT_TRUE(store->ReplaceInsights(r1, {i0, i1}).ok());
@@ -710,10 +771,9 @@ TEST_F(StoreTest, EveryRowTypeRoundTripsWithValues) {
   // THEN every field comes back
   ASSERT_EQ(d->steps.size(), 1u);
   const StepRow& s = d->steps[0];
-  EXPECT_EQ(std::tie(s.step, s.start_ns, s.end_ns, s.forward_calls, s.backward_calls,
-                     s.optimizer_calls),
-            std::make_tuple(int64_t{3}, int64_t{100}, int64_t{250}, int64_t{1}, int64_t{2},
-                            int64_t{1}));
+  EXPECT_EQ(
+      std::tie(s.step, s.start_ns, s.end_ns, s.forward_calls, s.backward_calls, s.optimizer_calls),
+      std::make_tuple(int64_t{3}, int64_t{100}, int64_t{250}, int64_t{1}, int64_t{2}, int64_t{1}));
   EXPECT_EQ(s.wait_ns, 30);
   EXPECT_EQ(s.wait_source, "gap");
   ASSERT_EQ(d->phases.size(), 1u);
@@ -954,14 +1014,15 @@ TEST_F(StoreTest, LightLoadsReturnWhatLoadRunReturnsForThatRunOnly) {
   auto store = OpenRw(Path("gpuprof.db"));
   const int64_t a = *store->BeginRun(MinimalRun("a"));
   const int64_t b = *store->BeginRun(MinimalRun("b"));
-  ASSERT_TRUE(store->WriteRows(a, {StepRow{1, 10, 20, std::nullopt, std::nullopt, 1, 1, 1},
-                                   StepRow{0, 0, 10, 4, "gap", 2, 2, 1},
-                                   CommBucketRow{0, 1, 5, 7, std::nullopt},
-                                   CommBucketRow{0, 0, 3, 6, 1024}})
-                  .ok());
-  ASSERT_TRUE(store->WriteRows(b, {StepRow{0, 0, 99, 1, "explicit", 1, 1, 1},
-                                   CommBucketRow{0, 0, 1, 2, 8}})
-                  .ok());
+  ASSERT_TRUE(
+      store
+          ->WriteRows(a, {StepRow{1, 10, 20, std::nullopt, std::nullopt, 1, 1, 1},
+                          StepRow{0, 0, 10, 4, "gap", 2, 2, 1},
+                          CommBucketRow{0, 1, 5, 7, std::nullopt}, CommBucketRow{0, 0, 3, 6, 1024}})
+          .ok());
+  ASSERT_TRUE(
+      store->WriteRows(b, {StepRow{0, 0, 99, 1, "explicit", 1, 1, 1}, CommBucketRow{0, 0, 1, 2, 8}})
+          .ok());
   // WHEN run a is read whole and table by table
   auto full = store->LoadRun(a);
   auto steps = store->LoadSteps(a);
@@ -1002,12 +1063,12 @@ TEST_F(StoreTest, KeyedRowsAreReplacedOnRewrite) {
                                    TelemetryStatusRow{"gpu", false, "nvml", "init failed"}})
                   .ok());
   // WHEN each is written again with other values
-  ASSERT_TRUE(store
-                  ->WriteRows(id, {StepRow{0, 1, 12, std::nullopt, std::nullopt, 2, 2, 2},
-                                   PhaseRow{0, "forward", 7, 6, 2},
-                                   GpuInfoRow{0, "B", std::nullopt, 2, 2},
-                                   TelemetryStatusRow{"gpu", true, "nvml", std::nullopt}})
-                  .ok());
+  ASSERT_TRUE(
+      store
+          ->WriteRows(id, {StepRow{0, 1, 12, std::nullopt, std::nullopt, 2, 2, 2},
+                           PhaseRow{0, "forward", 7, 6, 2}, GpuInfoRow{0, "B", std::nullopt, 2, 2},
+                           TelemetryStatusRow{"gpu", true, "nvml", std::nullopt}})
+          .ok());
   // THEN the second version replaced the first, one row each
   auto d = store->LoadRun(id);
   ASSERT_EQ(d->steps.size(), 1u);
@@ -1031,8 +1092,8 @@ TEST_F(StoreTest, PhaseGpuAccumulatesBeforeAndAfterPhaseRow) {
   auto store = OpenRw(Path("gpuprof.db"));
   const int64_t id = *store->BeginRun(MinimalRun("exp"));
   // GIVEN GPU time for step 0 forward that resolves before its phase row is written
-  ASSERT_TRUE(store->WriteRows(id, {PhaseGpuRow{0, "forward", 100}, PhaseGpuRow{0, "forward", 50}})
-                  .ok());
+  ASSERT_TRUE(
+      store->WriteRows(id, {PhaseGpuRow{0, "forward", 100}, PhaseGpuRow{0, "forward", 50}}).ok());
   {
     // THEN a placeholder phase row carries it with wall_ns 0 and calls 0
     auto d = store->LoadRun(id);
@@ -1051,8 +1112,8 @@ TEST_F(StoreTest, PhaseGpuAccumulatesBeforeAndAfterPhaseRow) {
     ASSERT_EQ(d->phases.size(), 2u);
     EXPECT_EQ(d->phases[1].gpu_ns, std::nullopt);  // not measured yet
   }
-  ASSERT_TRUE(store->WriteRows(id, {PhaseGpuRow{1, "backward", 70}, PhaseGpuRow{1, "backward", 0}})
-                  .ok());
+  ASSERT_TRUE(
+      store->WriteRows(id, {PhaseGpuRow{1, "backward", 70}, PhaseGpuRow{1, "backward", 0}}).ok());
   // AND for step 2 optimizer a delta arrives before a phase row that carries GPU time itself
   ASSERT_TRUE(store->WriteRows(id, {PhaseGpuRow{2, "optimizer", 11}}).ok());
   ASSERT_TRUE(store->WriteRows(id, {PhaseRow{2, "optimizer", 300, 9, 1}}).ok());
@@ -1214,8 +1275,7 @@ TEST_F(StoreTest, WriterFailedBatchRecordsErrorAndKeepsGoing) {
   EXPECT_EQ((*w)->dropped(), 2u);
   EXPECT_EQ((*w)->written(), 0u);
   ASSERT_TRUE((*w)->error().has_value());
-  EXPECT_NE((*w)->error()->find("no such table: diagnostics"), std::string::npos)
-      << *(*w)->error();
+  EXPECT_NE((*w)->error()->find("no such table: diagnostics"), std::string::npos) << *(*w)->error();
   EXPECT_NE((*w)->error()->find(path), std::string::npos);
   // AND later batches are written
   ASSERT_TRUE((*w)->Push(FullGpuSample(2, 0)));
@@ -1326,8 +1386,7 @@ TEST_F(StoreTest, WriterHoldsAtMostItsRetryCapacityAndKeepsTheNewestRows) {
     ASSERT_TRUE((*w)->Push(FullGpuSample(i, 0)));
     if (i % 20 == 0) std::this_thread::sleep_for(milliseconds(2));
   }
-  ASSERT_TRUE(WaitFor([&] { return (*w)->retrying() && (*w)->queued() == 0; },
-                      milliseconds(5000)));
+  ASSERT_TRUE(WaitFor([&] { return (*w)->retrying() && (*w)->queued() == 0; }, milliseconds(5000)));
   // Taken from the queue but not committed: uncommitted() still counts them (a producer that
   // must not drop waits on it).
   EXPECT_EQ((*w)->uncommitted(), 50u);
@@ -1599,12 +1658,12 @@ TEST_F(StoreTest, WriterThroughputGpuSamples) {
   // THEN all are stored, and the rate is reported
   EXPECT_EQ((*w)->written(), uint64_t{kRows});
   const double secs = std::chrono::duration<double>(t1 - t0).count();
-  const double push_ns =
-      std::chrono::duration<double, std::nano>(t_push - t0).count() / kRows;
+  const double push_ns = std::chrono::duration<double, std::nano>(t_push - t0).count() / kRows;
   const double rate = kRows / secs;
-  std::printf("[ throughput ] StoreWriter GpuSampleRow: %.0f rows/s committed (%d rows in %.3f s),"
-              " Push %.0f ns/row\n",
-              rate, kRows, secs, push_ns);
+  std::printf(
+      "[ throughput ] StoreWriter GpuSampleRow: %.0f rows/s committed (%d rows in %.3f s),"
+      " Push %.0f ns/row\n",
+      rate, kRows, secs, push_ns);
   RecordProperty("gpu_sample_rows_per_s", static_cast<int>(rate));
   // 8 GPUs at 100 Hz are 800 rows/s; even a loaded CI machine must keep far ahead of that.
   EXPECT_GT(rate, 20'000.0);
@@ -1633,8 +1692,8 @@ TEST_F(StoreTest, KernelLaunchDetailAndCpuOperatorsRoundTrip) {
   k.max_ns = 2600;
   const KernelRow window{1'000'000'000, 2'000'000'000, "ampere_sgemm", 90, 45000, "cupti"};
   const CpuOpRow op{100, 250, 7, "aten::bmm", 6, 4200, 5100, "torch_profiler"};
-  const CpuOpRow bare{300, 400, std::nullopt, "aten::softmax", 2, 900, std::nullopt,
-                      "torch_profiler"};
+  const CpuOpRow bare{300, 400, std::nullopt, "aten::softmax",
+                      2,   900, std::nullopt, "torch_profiler"};
   Status st = store->WriteRows(id, {Row(k), Row(window), Row(op), Row(bare)});
   ASSERT_TRUE(st.ok()) << st.message();
   // WHEN the run is loaded (LoadRun and LoadKernels)
@@ -1704,21 +1763,20 @@ TEST_F(StoreTest, AFileWithoutTheTraceSchemaIsReadAndUpgradedByAWriter) {
     auto k = ro->LoadKernels(id);
     ASSERT_TRUE(k.ok()) << k.error();
     ASSERT_EQ(k->size(), 1u);
-    EXPECT_EQ(QueryInt(ro->handle(), "SELECT count(*) FROM sqlite_master WHERE name='cpu_ops'"),
-              0);
+    EXPECT_EQ(QueryInt(ro->handle(), "SELECT count(*) FROM sqlite_master WHERE name='cpu_ops'"), 0);
   }
   // WHEN a writer opens it
   auto rw = OpenRw(path);
   // THEN the table and the columns are added, the old row is kept, new rows are written
-  EXPECT_EQ(QueryInt(rw->handle(), "SELECT count(*) FROM sqlite_master WHERE name='cpu_ops'"),
-            1);
-  EXPECT_EQ(QueryInt(rw->handle(), "SELECT count(*) FROM pragma_table_info('kernels') "
-                                   "WHERE name IN ('step','grid','max_ns')"),
+  EXPECT_EQ(QueryInt(rw->handle(), "SELECT count(*) FROM sqlite_master WHERE name='cpu_ops'"), 1);
+  EXPECT_EQ(QueryInt(rw->handle(),
+                     "SELECT count(*) FROM pragma_table_info('kernels') "
+                     "WHERE name IN ('step','grid','max_ns')"),
             3);
   KernelRow k{30, 40, "gemm", 1, 100, "cupti"};
   k.step = 2;
-  Status st = rw->WriteRows(id, {Row(k), Row(CpuOpRow{30, 40, 2, "aten::mm", 1, 50, 60,
-                                                      "torch_profiler"})});
+  Status st = rw->WriteRows(
+      id, {Row(k), Row(CpuOpRow{30, 40, 2, "aten::mm", 1, 50, 60, "torch_profiler"})});
   ASSERT_TRUE(st.ok()) << st.message();
   auto d = rw->LoadRun(id);
   ASSERT_TRUE(d.ok()) << d.error();
