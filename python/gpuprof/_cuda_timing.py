@@ -14,7 +14,8 @@ work is the forward's and backward's.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable, Optional
+from typing import Any
+from collections.abc import Callable
 
 _MAX_PENDING = 4096  # bounded: beyond this, the oldest unresolved pair is dropped
 _OPTIMIZER = 2  # hook kinds 0/1/2: forward / backward / optimizer
@@ -29,7 +30,7 @@ class CudaPhaseTimer:
         self._pool: list[Any] = []
         self._open: dict[int, tuple[int, Any]] = {}
         self._pending: deque[tuple[int, int, Any, Any]] = deque()
-        self._paused_ts: Optional[int] = None  # the open optimizer's begin, while it is paused
+        self._paused_ts: int | None = None  # the open optimizer's begin, while it is paused
         self.dropped = 0
         self.resolved = 0
 

@@ -5,10 +5,10 @@
 
 The run starts now (after deepspeed.initialize, so the process group and the rank are known)
 and ends at ``engine.close()`` (or ``engine.gpuprof.stop()``) or, if never ended, when the
-interpreter exits (ok, or failed with the exception that ended the program). Auto mode records the engine as any
-model: its forward is the forward, ``engine.backward(loss)`` the backward, and the steps are
-optimizer steps — ``engine.step()`` steps the optimizer only at a gradient-accumulation
-boundary, so the micro-batches between make one step. ``engine.eval()`` ...
+interpreter exits (ok, or failed with the exception that ended the program). Auto mode records
+the engine as any model: its forward is the forward, ``engine.backward(loss)`` the backward,
+and the steps are optimizer steps — ``engine.step()`` steps the optimizer only at a
+gradient-accumulation boundary, so the micro-batches between make one step. ``engine.eval()`` ...
 ``engine.train()`` brackets an evaluation (a ``prof.evaluation()`` block: in no step).
 """
 

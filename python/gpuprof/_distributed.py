@@ -19,7 +19,8 @@ import secrets
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Optional
+from typing import Any
+from collections.abc import Callable
 
 ROUNDS = 64                # ping-pong round trips with each peer
 # Rank 0 waits this long for every rank to reach the alignment (ranks of one SPMD script get
@@ -30,7 +31,7 @@ _DECIDE_TIMEOUT_S = 30.0  # the other ranks wait this long for rank 0's decision
 _STORE_CONNECT_S = 10.0
 
 
-def _int_env(name: str) -> Optional[int]:
+def _int_env(name: str) -> int | None:
     v = os.environ.get(name, "")
     return int(v) if v.isdigit() else None
 
@@ -53,7 +54,7 @@ def rank_environment() -> dict[str, Any]:
     return env
 
 
-def rendezvous_group() -> Optional[str]:
+def rendezvous_group() -> str | None:
     """torchrun's rendezvous id when it names a job. Plain torchrun (no --rdzv-id) sets
     TORCHELASTIC_RUN_ID=none: that names no job (every such job would share one group)."""
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "").strip()
@@ -75,7 +76,7 @@ def _agree(store: Any, key: str, proposal: str) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def agree_group_through_launcher(run_name: str) -> tuple[Optional[str], Optional[str]]:
+def agree_group_through_launcher(run_name: str) -> tuple[str | None, str | None]:
     """Before the process group exists: torchrun's agent store (torchrun hosts a TCPStore on
     MASTER_ADDR:MASTER_PORT and tells its workers to use it). Returns (group id, problem)."""
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
@@ -85,7 +86,7 @@ def agree_group_through_launcher(run_name: str) -> tuple[Optional[str], Optional
     if not host or port is None:
         return None, None
     try:
-        from torch.distributed import TCPStore
+        from torch.distributed import TCPStore  # type: ignore[attr-defined]
         store = TCPStore(host, port, is_master=False, wait_for_workers=False,
                          timeout=datetime.timedelta(seconds=_STORE_CONNECT_S))
         restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
@@ -142,7 +143,7 @@ def align_clocks(dist: Any, torch: Any, clock: Callable[[], int],
     table = torch.zeros(world, 2, dtype=torch.int64, device=device)
     if rank == 0:
         for peer in range(1, world):
-            best: Optional[tuple[int, int]] = None
+            best: tuple[int, int] | None = None
             for _ in range(rounds):
                 t0 = clock()
                 dist.send(buf, peer)
@@ -266,12 +267,12 @@ class _CudaBucketTimer:
     on an idle GPU (one synchronize, when the timer is made)."""
 
     def __init__(self, torch: Any, now: Callable[[], int]) -> None:
-        self._event = lambda: torch.cuda.Event(enable_timing=True)
+        self._event: Callable[[], Any] = lambda: torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
         self._anchor = self._event()
         self._anchor_ns = now()
         self._anchor.record()
-        self._pending: deque[tuple[int, Any, Any, Optional[int]]] = deque()
+        self._pending: deque[tuple[int, Any, Any, int | None]] = deque()
         self.dropped = 0
 
     def start(self) -> Any:
@@ -279,7 +280,7 @@ class _CudaBucketTimer:
         ev.record()
         return ev
 
-    def finish(self, index: int, start: Any, nbytes: Optional[int]) -> None:
+    def finish(self, index: int, start: Any, nbytes: int | None) -> None:
         end = self._event()
         end.record()
         with _lock:
@@ -305,7 +306,7 @@ class _CudaBucketTimer:
             session.add_comm_bucket(index, s, e, nbytes)
 
 
-def _bucket_bytes(bucket: Any) -> Optional[int]:
+def _bucket_bytes(bucket: Any) -> int | None:
     try:
         buf = bucket.buffer()
         return int(buf.numel() * buf.element_size())
@@ -314,7 +315,7 @@ def _bucket_bytes(bucket: Any) -> Optional[int]:
 
 
 def _report(session: Any, cuda: Any, index: int, start: int, start_ev: Any,
-            nbytes: Optional[int], now: Callable[[], int]) -> None:
+            nbytes: int | None, now: Callable[[], int]) -> None:
     """A bucket's collective completed: its end is taken now (CPU), or an end event is
     recorded for later (CUDA). Never raises into the collective's callback."""
     try:
@@ -375,7 +376,7 @@ def timed_allreduce_hook() -> Callable[[Any, Any], Any]:
         tensor = bucket.buffer()
         cuda = _cuda_timer_for(tensor) if session is not None else None
         start_ev = cuda.start() if cuda is not None else None
-        group = process_group if process_group is not None else dist.group.WORLD
+        group: Any = process_group if process_group is not None else dist.group.WORLD
         nbytes = tensor.numel() * tensor.element_size()
         tensor.div_(group.size())
         index = bucket.index()
@@ -386,7 +387,7 @@ def timed_allreduce_hook() -> Callable[[Any, Any], Any]:
                 _report(session, cuda, index, start, start_ev, nbytes, now)
             return f.value()[0]
 
-        if start_ev is not None:
+        if cuda is not None and start_ev is not None:  # start_ev: only with a CUDA timer
             try:
                 cuda.poll(session)
             except Exception:
@@ -423,11 +424,11 @@ def install_registration_shim() -> None:
 
     register_comm_hook.__doc__ = original.__doc__
     register_comm_hook._gpuprof_original = original  # type: ignore[attr-defined]
-    DDP.register_comm_hook = register_comm_hook
+    DDP.register_comm_hook = register_comm_hook  # type: ignore[method-assign]
     _registration_patched = True
 
 
-def _builtin_equivalent(comm_hook_type: Any) -> Optional[Callable[..., Any]]:
+def _builtin_equivalent(comm_hook_type: Any) -> Callable[..., Any] | None:
     """The Python hook that does what a built-in DDP hook does, for the two built-ins."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     name = getattr(comm_hook_type, "name", str(comm_hook_type))
@@ -465,14 +466,14 @@ class DdpTiming:
         install_registration_shim()
         timing = self
         original_forward = DDP.__dict__["forward"]
-        original_builtin = DDP.__dict__.get("_register_builtin_comm_hook")
+        original_builtin: Any = DDP.__dict__.get("_register_builtin_comm_hook")
 
         def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
             if id(self) not in timing._models:
                 timing._first_forward(self)
             return original_forward(self, *args, **kwargs)
 
-        def _register_builtin_comm_hook(self: Any, comm_hook_type: Any) -> None:
+        def _register_builtin_comm_hook(self: Any, comm_hook_type: Any) -> Any:
             hook = _builtin_equivalent(comm_hook_type)
             if hook is None or original_builtin is None:
                 timing._note(f"builtin:{comm_hook_type}", "info",

@@ -12,7 +12,8 @@ import importlib
 import sys
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
+from collections.abc import Callable
 
 _REQUIRED_INTS = ("layers", "hidden", "heads", "seq_len", "vocab")
 _OPTIONAL_INTS = ("kv_heads", "ffn_hidden", "moe_experts", "moe_top_k", "lora_rank")
@@ -53,12 +54,12 @@ class TransformerArch:
     heads: int
     seq_len: int
     vocab: int
-    kv_heads: Optional[int] = None
-    ffn_hidden: Optional[int] = None
+    kv_heads: int | None = None
+    ffn_hidden: int | None = None
     gated_mlp: bool = False
-    moe_experts: Optional[int] = None
-    moe_top_k: Optional[int] = None
-    lora_rank: Optional[int] = None
+    moe_experts: int | None = None
+    moe_top_k: int | None = None
+    lora_rank: int | None = None
     grad_checkpoint: bool = False
 
     def __post_init__(self) -> None:
@@ -116,7 +117,7 @@ class _GlobalOnlyTracker:
 
     parents = frozenset({"Global"})
 
-    def __enter__(self) -> "_GlobalOnlyTracker":
+    def __enter__(self) -> _GlobalOnlyTracker:
         return self
 
     def __exit__(self, *_: Any) -> None:
@@ -221,15 +222,15 @@ class StepFlopCounter:
         self._step_mode = False  # prof.step() blocks are the steps (see the class comment)
         self._step_blocks = 0     # prof.step() blocks begun (step mode)
         self._raised = False      # a counted prof.step() block ended by an exception
-        self._loader_saved: Optional[dict[Any, dict[Any, int]]] = None  # see loader_edge
+        self._loader_saved: dict[Any, dict[Any, int]] | None = None  # see loader_edge
         # The window's count and forward calls at the pre hook of the optimizer step it runs
         # through (None: not inside that step yet).
-        self._at_pre: Optional[tuple[int, int]] = None
-        self.flops: Optional[int] = None
-        self.counted_after: Optional[int] = None  # optimizer steps before the counted window
-        self.counted_window: Optional[str] = None  # the counted step, in words
+        self._at_pre: tuple[int, int] | None = None
+        self.flops: int | None = None
+        self.counted_after: int | None = None  # optimizer steps before the counted window
+        self.counted_window: str | None = None  # the counted step, in words
         self._window_text = ""
-        self.problem: Optional[str] = None  # why no count, for the diagnostic
+        self.problem: str | None = None  # why no count, for the diagnostic
         self.failed = False  # the problem is a failure (warning), not just a short run
 
     def install(self) -> None:
@@ -253,7 +254,7 @@ class StepFlopCounter:
         if self._counter is None and self._posts >= self.COUNT_AFTER:
             try:
                 from torch.utils.flop_counter import FlopCounterMode
-                counter = FlopCounterMode(display=False)
+                counter: Any = FlopCounterMode(display=False)  # torch: untyped methods
                 _count_globally_only(counter)
                 self._calls_at_open = self._optimizer_calls()
                 self._at_pre = None
@@ -402,7 +403,7 @@ class StepFlopCounter:
     def _open(self, index: int) -> None:
         try:
             from torch.utils.flop_counter import FlopCounterMode
-            counter = FlopCounterMode(display=False)
+            counter: Any = FlopCounterMode(display=False)  # torch: untyped methods
             _count_globally_only(counter)
             counter.__enter__()
             self._counter = counter
@@ -413,7 +414,7 @@ class StepFlopCounter:
             self._fail(f"automatic FLOP count failed: starting FlopCounterMode raised {e!r}",
                        inside=None)
 
-    def _close(self, inside: Optional[str]) -> Any:
+    def _close(self, inside: str | None) -> Any:
         """Exits the open FlopCounterMode; returns it, or None after a failure. ``inside``
         names the hook being run ("pre"), None outside any hook."""
         counter, self._counter = self._counter, None
@@ -436,19 +437,19 @@ class StepFlopCounter:
                        inside=inside)
             return None
 
-    def _fail(self, message: str, inside: Optional[str], failure: bool = True) -> None:
+    def _fail(self, message: str, inside: str | None, failure: bool = True) -> None:
         if self.problem is None:
             self.problem = message
             self.failed = failure
         self._stop_hooks(inside)
 
-    def _stop_hooks(self, inside: Optional[str]) -> None:
+    def _stop_hooks(self, inside: str | None) -> None:
         """Stops counting and removes the hooks, except the one torch is iterating now
         (``inside``: "pre" or "post"; removing it would break torch's loop over the hooks)."""
         self._done = True
         self._remove_hooks(inside)
 
-    def _remove_hooks(self, inside: Optional[str]) -> None:
+    def _remove_hooks(self, inside: str | None) -> None:
         for name in ("pre", "post"):
             if name == inside:
                 continue

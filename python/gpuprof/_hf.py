@@ -15,7 +15,7 @@ exception that ended the program (as any ``Profile.start()`` left running).
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from ._profile import Profile, profile
 
@@ -42,7 +42,7 @@ def _make() -> type:
             profile(run_name, **options)  # the options are checked now, not at train()
             self.run_name = run_name
             self._options = options
-            self.profile: Optional[Profile] = None
+            self.profile: Profile | None = None
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self._stop()
@@ -83,7 +83,7 @@ def _make() -> type:
     return HFTrainerCallback
 
 
-_cls: Optional[type] = None
+_cls: type | None = None
 
 
 def hf_trainer_callback_class() -> type:

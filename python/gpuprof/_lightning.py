@@ -15,7 +15,7 @@ training step and are reported apart. Works with ``lightning`` (``lightning.pyto
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from ._profile import Profile, profile
 
@@ -25,10 +25,11 @@ def _callback_base() -> type:
         from lightning.pytorch.callbacks import Callback
     except ImportError:
         try:
-            from pytorch_lightning.callbacks import Callback
+            from pytorch_lightning.callbacks import Callback as LegacyCallback
         except ImportError as e:
             raise ImportError("gpuprof.LightningCallback needs lightning (or pytorch_lightning)"
                               ": pip install lightning") from e
+        return LegacyCallback
     return Callback
 
 
@@ -45,7 +46,7 @@ def _make() -> type:
             profile(run_name, **options)  # the options are checked now, not at fit()
             self.run_name = run_name
             self._options = options
-            self.profile: Optional[Profile] = None
+            self.profile: Profile | None = None
 
         # -- fit ----------------------------------------------------------------------------
         def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
@@ -70,7 +71,7 @@ def _make() -> type:
             if self.profile is not None:
                 self.profile._exclude_edge(begin)
 
-        def _stop(self, error: Optional[str]) -> None:
+        def _stop(self, error: str | None) -> None:
             if self.profile is not None:
                 self.profile.stop(error)  # ends an evaluation left open by an exception
 
@@ -80,7 +81,7 @@ def _make() -> type:
     return LightningCallback
 
 
-_cls: Optional[type] = None
+_cls: type | None = None
 
 
 def lightning_callback_class() -> type:

@@ -17,12 +17,13 @@ Patched (and restored on exit, also when the loop raises):
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any
+from collections.abc import Callable
 
 
 class TorchPatches:
     def __init__(self, session: Any, kinds: dict[str, int], timer: Any,
-                 loader_callback: Optional[Callable[[int, bool, int], None]] = None) -> None:
+                 loader_callback: Callable[[int, bool, int], None] | None = None) -> None:
         self._session = session
         self._kinds = kinds
         self._timer = timer
@@ -31,7 +32,7 @@ class TorchPatches:
         self._handles: list[Any] = []
 
     def _patch(self, owner: Any, attr: str, kind: int,
-               callback: Optional[Callable[..., Any]] = None) -> None:
+               callback: Callable[..., Any] | None = None) -> None:
         # Take the attribute from the owner's own namespace (not an inherited one), so that
         # restoring puts back exactly what was there.
         if isinstance(owner, type):

@@ -10,9 +10,10 @@ a diagnostic (source "kernels") and the capture stops.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any
+from collections.abc import Callable
 
-_native_now: Optional[Callable[[], int]] = None
+_native_now: Callable[[], int] | None = None
 
 
 def _now() -> int:
@@ -30,7 +31,7 @@ class StepCounter:
     last step, else the next free number. Listeners get (ended step or None, new step or None)."""
 
     def __init__(self) -> None:
-        self.step: Optional[int] = 0
+        self.step: int | None = 0
         self._manual = False
         self._last_manual = -1
         self._first_optimizer: Any = None
@@ -38,9 +39,9 @@ class StepCounter:
         # torch's own record_function scope is open: a listener that starts or stops
         # torch.profiler there must defer that to a point outside the optimizer step.
         self.in_optimizer_step = False
-        self.listeners: list[Callable[[Optional[int], Optional[int]], None]] = []
+        self.listeners: list[Callable[[int | None, int | None], None]] = []
 
-    def _move(self, new: Optional[int]) -> None:
+    def _move(self, new: int | None) -> None:
         old, self.step = self.step, new
         for fn in list(self.listeners):
             fn(old, new)
@@ -86,12 +87,12 @@ class CpuOpCapture:
     stop(). What runs between the optimizer step and that point (zero_grad, logging) goes to
     the step that just ended."""
 
-    def __init__(self, session: Any, torch: Any, counter: Optional[StepCounter] = None) -> None:
+    def __init__(self, session: Any, torch: Any, counter: StepCounter | None = None) -> None:
         self._session = session
         self._torch = torch
         self._counter = counter
         self._prof: Any = None
-        self._step: Optional[int] = None
+        self._step: int | None = None
         self._start = 0
         self._pending: Any = None  # the deferred new step (or _PENDING_NONE), None = none
         self._hook: Any = None
@@ -100,7 +101,7 @@ class CpuOpCapture:
         self.failed = False
         self.steps = 0
 
-    def on_step(self, ended: Optional[int], new: Optional[int]) -> None:
+    def on_step(self, ended: int | None, new: int | None) -> None:
         if self.failed:
             return
         if self._counter is not None and self._counter.in_optimizer_step:
@@ -109,7 +110,7 @@ class CpuOpCapture:
         self._pending = None
         self._apply(new)
 
-    def _defer(self, new: Optional[int]) -> None:
+    def _defer(self, new: int | None) -> None:
         self._pending = _PENDING_NONE if new is None else new
         if self._hook is not None or self.edges_installed:
             return
@@ -170,7 +171,7 @@ class CpuOpCapture:
             except Exception:
                 pass
 
-    def _apply(self, new: Optional[int]) -> None:
+    def _apply(self, new: int | None) -> None:
         try:
             if self._prof is not None:
                 self._finish()
@@ -209,7 +210,7 @@ class CpuOpCapture:
             self._apply(None)
 
 
-def _operators(prof: Any, torch: Any) -> list[tuple[str, int, int, Optional[int]]]:
+def _operators(prof: Any, torch: Any) -> list[tuple[str, int, int, int | None]]:
     """(name, calls, self ns, inclusive ns) per operator of a stopped torch.profiler. The raw
     events are read out as flat arrays and aggregated natively (gpuprof._native.
     aggregate_cpu_ops, ~2 ms for a step of ~1200 operators); key_averages(), which builds a
@@ -234,12 +235,12 @@ def _operators(prof: Any, torch: Any) -> list[tuple[str, int, int, Optional[int]
             threads.append(e.start_thread_id())
         return [(n, c, s, t) for n, c, s, t in _native.aggregate_cpu_ops(names, starts,
                                                                          durations, threads)]
-    ops: list[tuple[str, int, int, Optional[int]]] = []
+    ops: list[tuple[str, int, int, int | None]] = []
     for e in prof.key_averages():
         self_us = float(getattr(e, "self_cpu_time_total", 0.0) or 0.0)
         total_us = getattr(e, "cpu_time_total", None)
-        ops.append((str(e.key), int(e.count), int(round(self_us * 1000)),
-                    None if total_us is None else int(round(float(total_us) * 1000))))
+        ops.append((str(e.key), int(e.count), round(self_us * 1000),
+                    None if total_us is None else round(float(total_us) * 1000)))
     return ops
 
 
@@ -253,7 +254,7 @@ class NsysRanges:
         self._step_range: Any = None
         self._phase_ranges: dict[int, Any] = {}
 
-    def on_step(self, ended: Optional[int], new: Optional[int]) -> None:
+    def on_step(self, ended: int | None, new: int | None) -> None:
         if not self.active:
             return
         if self._step_range is not None:
@@ -295,7 +296,7 @@ class CpuOpEdges:
     before). Composes with another loader-edge callback (the FLOP count's)."""
 
     def __init__(self, capture: CpuOpCapture,
-                 loader: Optional[Callable[[int, bool, int], None]] = None) -> None:
+                 loader: Callable[[int, bool, int], None] | None = None) -> None:
         self._capture = capture
         self._loader = loader
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import sys
 import warnings
-from typing import Any, Optional
+from typing import Any
 
 
 def _summary(doc: dict[str, Any]) -> dict[str, Any]:
@@ -43,9 +43,9 @@ def _summary(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _breakdown(doc: dict[str, Any]) -> list[tuple[str, float, Optional[float]]]:
+def _breakdown(doc: dict[str, Any]) -> list[tuple[str, float, float | None]]:
     b = (doc.get("steps") or {}).get("breakdown") or {}
-    rows: list[tuple[str, float, Optional[float]]] = []
+    rows: list[tuple[str, float, float | None]] = []
     if b.get("wait_fraction") is not None:
         rows.append(("loader_wait", b["wait_fraction"], None))
     for p in b.get("phases", []):
@@ -59,7 +59,7 @@ def _breakdown(doc: dict[str, Any]) -> list[tuple[str, float, Optional[float]]]:
 def log_run(db_path: str, run_id: int) -> None:
     wandb = sys.modules.get("wandb")
     run = getattr(wandb, "run", None) if wandb is not None else None
-    if run is None:
+    if wandb is None or run is None:
         print("gpuprof: wandb=True but there is no active wandb run (call wandb.init() before "
               "the profile ends); nothing logged", file=sys.stderr, flush=True)
         return

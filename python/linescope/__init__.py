@@ -15,7 +15,7 @@ from ._model import (BackendCapabilities, FunctionStats, GPUCollection, GPUStats
                      RawLine, Symbol)
 from ._session import profile
 
-__version__ = "0.1.0"
+from gpuprof import __version__  # one version: the gpuprof distribution's
 
 
 def load_ipython_extension(ipython: object) -> None:
@@ -29,5 +29,5 @@ __all__ = [
     "BackendCapabilities", "BackendOptions", "FunctionStats", "GPUCollection", "GPUStats",
     "LineStats", "MemoryProfile",
     "ProfileResult", "ProfileRun", "ProfilerBackend", "RawBackendResult", "RawFunction",
-    "RawLine", "Symbol", "backend_names", "profile", "register_backend",
+    "RawLine", "Symbol", "backend_names", "profile", "register_backend", "__version__",
 ]

@@ -23,7 +23,8 @@ import warnings
 import zipfile
 from contextlib import contextmanager
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
 
 from ._text import file_reader_error, read_text, source_lines
 
@@ -96,7 +97,7 @@ def profile_options(args: argparse.Namespace) -> dict[str, Any]:
         display=args.display, sample_rate=args.sample_rate).items() if v is not None}
 
 
-def new_session(options: dict[str, Any], record: Sequence[str]) -> "profile":
+def new_session(options: dict[str, Any], record: Sequence[str]) -> profile:
     """``profile(**options)`` that also records the files matching ``record``, on top of the
     include patterns that apply otherwise (the explicit ones, else [tool.linescope]'s).
     Raises ValueError / TypeError for bad options, like profile()."""
@@ -263,7 +264,7 @@ def _main_module(filename: str, loader: Any = None, **attrs: Any) -> types.Modul
     return module
 
 
-def _start(session: "profile") -> None:
+def _start(session: profile) -> None:
     """Starts the session; each warning it raises is printed once as a linescope message."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -272,7 +273,7 @@ def _start(session: "profile") -> None:
         print(f"linescope: warning: {text}", file=sys.stderr)
 
 
-def _stop(session: "profile", code: int) -> int:
+def _stop(session: profile, code: int) -> int:
     if session._forked:  # a child of os.fork() leaving: the parent writes the output
         return code
     try:
@@ -285,6 +286,7 @@ def _stop(session: "profile", code: int) -> int:
 
 def _run_target(run: Callable[[], object]) -> int:
     """Runs the target to its end and returns its exit status, as python would."""
+    failure: BaseException
     try:
         run()
     except SystemExit as e:
@@ -309,7 +311,8 @@ def _run_main_of(path: str) -> None:
     """Runs the ``__main__.py`` of the directory or zip archive at the absolute ``path`` (which
     is sys.path[0]) as the ``__main__`` module, as python runs such a target."""
     spec = importlib.machinery.PathFinder.find_spec("__main__", [path])
-    if spec is None or spec.loader is None or not hasattr(spec.loader, "get_code"):
+    if (spec is None or spec.loader is None or spec.origin is None
+            or not hasattr(spec.loader, "get_code")):
         raise ImportError(f"can't find '__main__' module in {path!r}")
     code = spec.loader.get_code("__main__")
     module = _main_module(spec.origin, spec.loader, __cached__=spec.cached, __spec__=spec,

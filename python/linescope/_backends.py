@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable
 
 from ._model import BackendCapabilities, RawBackendResult, RawFunction, RawLine
 

@@ -21,7 +21,8 @@ import shlex
 import sys
 import warnings
 from types import CodeType
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 # Where IPython and ipykernel put cell code: the terminal's "<ipython-input-N-hash>", the
 # kernel's "/tmp/ipykernel_<pid>/<hash>.py".
@@ -46,7 +47,8 @@ def _parser() -> _Parser:
     p = _Parser(prog="%%linescope", usage="%(prog)s [options]",
                 description="Profile the source lines of this cell.", add_help=False)
     add_profile_options(p)
-    p.add_argument("-h", "--help", action="store_true", help="show this help; the cell does not run")
+    p.add_argument("-h", "--help", action="store_true",
+                   help="show this help; the cell does not run")
     return p
 
 

@@ -8,7 +8,8 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from ._backends import BackendOptions, native_cwd, nothing_recorded, register_backend
 from ._model import (BackendCapabilities, GPUCollection, GPUStats, MemoryProfile,
@@ -149,10 +150,10 @@ class SamplerBackend:
                      for f, q, first, tot, own, _samples in n.functions()]
         stats = n.stats()
         warnings = list(n.notes)
-        gpu = None
+        collection = None
         if want_gpu:
             g = n.gpu()
-            gpu = gpu_collection(g)
+            collection = gpu_collection(g)
             warnings.extend(g["warnings"])  # each once, decided in C++ (FinishGpuCollection)
         if not lines:
             warnings.append(nothing_recorded(self._options.roots, "was sampled") +
@@ -168,7 +169,7 @@ class SamplerBackend:
                        "unattributed_kernel_ns": g["unattributed_kernel_ns"]}
         return RawBackendResult(
             lines=lines, functions=functions, elapsed_ns=stats["elapsed_ns"],
-            warnings=warnings, memory=memory, gpu=gpu,
+            warnings=warnings, memory=memory, gpu=collection,
             metadata={"sampler": "pending-call", "sample_interval_ns": self._interval_ns,
                       "samples": stats["samples"], "requests": stats["requests"],
                       "sampler_wakeups": stats["wakeups"],

@@ -84,14 +84,11 @@ class TachyonBackend:
                                "which this Python 3.15 build does not have")
         self._dir = tempfile.mkdtemp(prefix="linescope-tachyon-")
         out = os.path.join(self._dir, "profile.pstats")
-        log = open(os.path.join(self._dir, "sampler.log"), "wb")
         cmd = [sys.executable, "-c", _GATE, "attach", "-i", str(self._interval_us),
                "-d", str(_DURATION_S), "-a", "--pstats", "-o", out, str(os.getpid())]
-        try:
+        with open(os.path.join(self._dir, "sampler.log"), "wb") as log:
             self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=log,
                                           stderr=subprocess.STDOUT)
-        finally:
-            log.close()
         _allow_tracer(self._proc.pid)
         assert self._proc.stdin is not None
         try:
@@ -148,7 +145,7 @@ class TachyonBackend:
             acc[1] += float(value[3])  # cumtime: Tachyon's estimate, samples x interval
         for (path, line), (samples, seconds) in sorted(per_line.items()):
             lines.append(RawLine(filename=path, line=line, wall_time_ns=round(seconds * 1e9),
-                                 hits=None, samples=samples))
+                                 hits=None, samples=int(samples)))
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
         return RawBackendResult(

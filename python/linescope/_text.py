@@ -82,7 +82,8 @@ def file_reader_error(source: bytes, filename: str, seekable: bool = True) -> Sy
         except UnicodeDecodeError:
             pass
         else:
-            if b"coding" not in _FIRST_TWO_LINES.match(source).group():
+            head = _FIRST_TWO_LINES.match(source)  # matches any input: each part is optional
+            if head is not None and b"coding" not in head.group():
                 return None  # the common case: UTF-8, nothing declared, no null byte
     bom = source.startswith(codecs.BOM_UTF8)
     encoding: str | None = "utf-8" if bom else None
