@@ -8,7 +8,11 @@
 # found. Prints libFuzzer's final stats; exits 1 on a finding (the input that caused it is in
 # build/fuzz/artifacts/, its log in build/fuzz/<target>.log: rerun one input with
 # `build/fuzz/cpp/server/ingest_fuzz FILE`).
+# build/fuzz is also scripts/sanitize.sh's build (the C++ tests, the CLI and the Python extension
+# under the same sanitizers), so it is configured with all of them; each script builds only the
+# targets it runs, and what one compiled the other reuses.
 #   scripts/fuzz.sh [SECONDS]      FUZZ_JOBS=N: parallel compile jobs (default 2)
+#   scripts/fuzz.sh --configure    only (re)configure build/fuzz (scripts/sanitize.sh uses this)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,11 +36,14 @@ if [ ! -f "$build/CMakeCache.txt" ] && [ -n "$ninja" ]; then
   gen=(-G Ninja -DCMAKE_MAKE_PROGRAM="$(realpath "$ninja")")
 fi
 flags="-O1 -gline-tables-only"
+# The extension is built for .venv's Python (make setup); without it, no extension.
+py=(-DGPUPROF_BUILD_PYTHON=OFF)
+[ -x .venv/bin/python ] && py=(-DGPUPROF_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PWD/.venv/bin/python")
 CC=clang CXX=clang++ "$cmake" -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_FLAGS_RELWITHDEBINFO="$flags" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$flags" \
-  -DGPUPROF_BUILD_FUZZ=ON -DGPUPROF_BUILD_CLI=OFF -DGPUPROF_BUILD_PYTHON=OFF \
-  -DGPUPROF_BUILD_TESTS=OFF >"$build/configure.log" 2>&1 ||
-  { cat "$build/configure.log" >&2; exit 2; }
+  -DGPUPROF_BUILD_FUZZ=ON -DGPUPROF_SERVER=ON -DGPUPROF_BUILD_TESTS=ON -DGPUPROF_BUILD_CLI=ON \
+  "${py[@]}" >"$build/configure.log" 2>&1 || { cat "$build/configure.log" >&2; exit 2; }
+[ "$secs" = "--configure" ] && exit 0
 echo "fuzz: building ingest_fuzz and row_json_fuzz in $build"
 "$cmake" --build "$build" --target ingest_fuzz row_json_fuzz -j "${FUZZ_JOBS:-2}" \
   >"$build/build.log" 2>&1 || { tail -40 "$build/build.log" >&2; exit 2; }

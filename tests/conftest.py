@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuprof_testutil import gpuprof_exe, run_cli  # noqa: F401  (re-exported)
+from gpuprof_testutil import gpuprof_exe, run_cli, native_build_dir  # noqa: F401  (re-exported)
 
 REPO = Path(__file__).resolve().parent.parent
-FAKE_NVML = REPO / "build" / "py" / "fake_nvml" / "libnvidia-ml.so.1"
+
+
+FAKE_NVML = native_build_dir() / "fake_nvml" / "libnvidia-ml.so.1"
 
 
 class Db:

@@ -3,10 +3,23 @@ files live under tests/, so `from conftest import ...` would be ambiguous)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def native_build_dir() -> Path:
+    """The build with the C++ test fixtures (fake NVML, fake CUPTI): $GPUPROF_BUILD_DIR, else
+    the 3.11 build that scripts/setup.sh makes (pyproject.toml: build/{wheel_tag})."""
+    if os.environ.get("GPUPROF_BUILD_DIR"):
+        return Path(os.environ["GPUPROF_BUILD_DIR"])
+    found = sorted((REPO / "build").glob("cp311-*/fake_nvml"))
+    return found[0].parent if found else REPO / "build" / "cp311-cp311-linux_x86_64"
 
 
 def gpuprof_exe() -> str:

@@ -10,7 +10,7 @@
 #            --no-deps . with the C++ tests, -j16                            -> build.log
 #   checks   bench/gpu/checks.py (the GPU checks; before the CPU suites so
 #            that a slow test suite can never eat the GPU time)              -> checks.log
-#   ctest    ctest --test-dir build/py                                       -> ctest.log
+#   ctest    ctest --test-dir build/gpu                                      -> ctest.log
 #   pytest   pytest on the GPU-relevant suites (GPU_PYTEST_ARGS=tests: all)  -> pytest.log
 #   report   $OUT/report.md + $OUT/results.json (always; also after failures)
 #
@@ -41,9 +41,9 @@ if [ -z "${PYTHON:-}" ]; then
 fi
 export PYTHON
 VPY="$GPUPROF_GPU_VENV/bin/python"
-# pyproject.toml's build-dir is build/py; GPUPROF_GPU_BUILD_DIR moves it (for trying this script
-# on a machine whose build/py belongs to someone else).
-BUILD_DIR="${GPUPROF_GPU_BUILD_DIR:-$REPO/build/py}"
+# The GPU machine's own build dir (the local builds use pyproject's build/{wheel_tag});
+# GPUPROF_GPU_BUILD_DIR moves it.
+BUILD_DIR="${GPUPROF_GPU_BUILD_DIR:-$REPO/build/gpu}"
 
 note_of() {  # note_of STEP: the step's note on one line, or nothing
   local f="$GPUPROF_GPU_WORK/notes/$1"
@@ -140,9 +140,8 @@ install_carried_wheels() {  # runs once, in the driver, before any step
 }
 detect_prereqs() {  # sets HAVE_* and MISSING_HARD / MISSING_SOFT
   HAVE_SQLITE=0; HAVE_JSON=0; HAVE_CLI11=0; HAVE_GTEST=0; HAVE_PYH=0; HAVE_CMAKE=0; HAVE_CXX=0
-  { sys_has sqlite || deps_has sqlite; } && HAVE_SQLITE=1
-  { sys_has json || deps_has json; } && HAVE_JSON=1
-  { sys_has cli11 || deps_has cli11; } && HAVE_CLI11=1
+  # SQLite, nlohmann-json and CLI11 are vendored (third_party/): always there.
+  HAVE_SQLITE=1; HAVE_JSON=1; HAVE_CLI11=1
   { sys_has gtest || deps_has gtest; } && HAVE_GTEST=1
   local inc
   inc="$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)"
@@ -257,12 +256,7 @@ step_build() {
   "$VPY" -m pip --version || { note build "pip not usable in the venv"; return 4; }
   echo "build: pip install --no-build-isolation --no-deps . (tests=$tests cli=$cli, -j$CMAKE_BUILD_PARALLEL_LEVEL)"
   local t0=$SECONDS
-  local sqlite_defs=()
-  if ! sys_has sqlite && deps_has sqlite; then  # FindSQLite3 pointed at the unpacked package
-    sqlite_defs=(-Ccmake.define.SQLite3_INCLUDE_DIR="$DEPS/usr/include"
-                 -Ccmake.define.SQLite3_LIBRARY="$DEPS_LIB/libsqlite3.so")
-  fi
-  "$VPY" -m pip install -v --no-build-isolation --no-deps "${sqlite_defs[@]}" \
+  "$VPY" -m pip install -v --no-build-isolation --no-deps \
     -Ccmake.define.GPUPROF_BUILD_TESTS=$tests -Ccmake.define.GPUPROF_BUILD_CLI=$cli \
     -Cbuild.verbose=false -Cbuild-dir="$BUILD_DIR" . ||
     { note build "pip install failed (see build.log)"; return 5; }
@@ -294,7 +288,7 @@ step_checks() {
 
 step_ctest() {
   if [ "$GPU_RUN_DRY" = 1 ]; then
-    note ctest "dry run: not run (build/py belongs to the local build)"; return 0
+    note ctest "dry run: not run (a dry run builds nothing)"; return 0
   fi
   if [ ! -f "$BUILD_DIR/CTestTestfile.cmake" ]; then
     note ctest "no $BUILD_DIR/CTestTestfile.cmake (build failed or tests off)"; return 7

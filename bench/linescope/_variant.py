@@ -9,7 +9,7 @@ imports all the tools first, so that they start from the same heap.
 
 Variants:
   plain          nothing installed
-  floor          gpuprof._native._line_floor: one clock read + one counter per line event of
+  floor          gpuprof._native_testing.line_floor: one clock read + one counter per line event of
                  code under the root (sys.monitoring LINE on 3.12+, C trace function on 3.11)
   floor_ret      the same hook also on every return of code under the root (3.12+: LINE +
                  PY_RETURN, the event set of a tracer that sees each frame exit; on 3.11 the
@@ -60,8 +60,8 @@ def run(workload: str, variant: str, scale: float) -> dict:
         mod.main()
         t1 = time.perf_counter_ns()
     elif variant in ("floor", "floor_ret"):
-        from gpuprof import _native
-        floor = _native._line_floor
+        from gpuprof import _native_testing
+        floor = _native_testing.line_floor
         floor.start(WORKLOADS, returns=variant == "floor_ret")
         t0 = time.perf_counter_ns()
         mod.main()

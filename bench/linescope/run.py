@@ -43,9 +43,10 @@ DEFAULT_PYTHONS = (".venv/bin/python", ".venv312/bin/python", ".venv313/bin/pyth
 def probe(python: str) -> dict | None:
     """Version and readiness of one interpreter; None (with a note) when it cannot run all
     variants."""
-    code = ("import sys, json, line_profiler, gpuprof; from gpuprof import _native;"
+    code = ("import sys, json, line_profiler, gpuprof;"
+            "from gpuprof import _native, _native_testing;"
             "print(json.dumps({'version': sys.version.split()[0],"
-            "'line_profiler': line_profiler.__version__, 'floor': _native._line_floor.mode,"
+            "'line_profiler': line_profiler.__version__, 'floor': _native_testing.line_floor.mode,"
             "'tracer': _native.LineTracer.mode}))")
     try:
         out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)

@@ -28,7 +28,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 COLLECTED: dict = {}  # (backend, rate) -> what the last gpu=True run collected
-FAKE_NVML = REPO / "build" / "py" / "fake_nvml" / "libnvidia-ml.so.1"
+FAKE_NVML = next(iter(sorted((REPO / "build").glob("cp311-*/fake_nvml/libnvidia-ml.so.1"))),
+                 REPO / "build" / "cp311-cp311-linux_x86_64" / "fake_nvml" / "libnvidia-ml.so.1")
 
 
 def make_workload(name: str):

@@ -7,9 +7,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "analysis/analysis.h"
 #include "analysis/format.h"
@@ -67,9 +66,9 @@ class CliTest : public ::testing::Test {
     const std::string out = (dir_ / "stdout.txt").string();
     const std::string err = (dir_ / "stderr.txt").string();
     // The caller's GPUPROF_GPU_RATE must not leak into expectations about the cost line.
-    const std::string cmd = "cd " + Quote(dir_.string()) + " && env -u GPUPROF_GPU_RATE " +
-                            env + " " + Quote(GPUPROF_CLI_PATH) + " " + args + " >" + Quote(out) +
-                            " 2>" + Quote(err);
+    const std::string cmd = "cd " + Quote(dir_.string()) + " && env -u GPUPROF_GPU_RATE " + env +
+                            " " + Quote(GPUPROF_CLI_PATH) + " " + args + " >" + Quote(out) + " 2>" +
+                            Quote(err);
     const int status = std::system(cmd.c_str());
     Result r;
     r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -183,8 +182,8 @@ TEST_F(CliTest, NotADbIsAClearError) {
 }
 
 TEST_F(CliTest, UnknownRunListsTheAvailableIds) {
-  const auto ids = WriteRuns(Path("u.db"), {StallRun("a", 4).Build(), StallRun("b", 4).Build(),
-                                            StallRun("c", 4).Build()});
+  const auto ids = WriteRuns(
+      Path("u.db"), {StallRun("a", 4).Build(), StallRun("b", 4).Build(), StallRun("c", 4).Build()});
   ASSERT_EQ(ids.size(), 3u);
   const Result r = Run("insights u.db 999");
   EXPECT_EQ(r.code, 1);
@@ -222,8 +221,8 @@ TEST_F(CliTest, InsightsDefaultsToTheLatestRunInGpuprofDb) {
 
 TEST_F(CliTest, AFileNamedLatestOrAnIntegerIsReadAsTheDb) {
   // GIVEN ./gpuprof.db with two runs, and DB files named "latest" and "7" with one run each
-  WriteRuns(Path("gpuprof.db"), {StallRun("default-1", 3).Build(),
-                                 StallRun("default-2", 4).Build()});
+  WriteRuns(Path("gpuprof.db"),
+            {StallRun("default-1", 3).Build(), StallRun("default-2", 4).Build()});
   WriteRuns(Path("latest"), {StallRun("in-latest", 5).Build()});
   WriteRuns(Path("7"), {StallRun("in-seven", 6).Build()});
   // WHEN the shorthand names an existing file  THEN that file is the DB (its latest run)
@@ -321,9 +320,10 @@ TEST_F(CliTest, UnknownGroupIsAClearError) {
   const Result r = Run("insights g.db --group jbo");
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.out, "");
-  EXPECT_EQ(r.err, "gpuprof: no runs with group_id 'jbo' in g.db, nor runs of that name with a "
-                   "group_id (groups: job; --group takes a group id or the run name of the "
-                   "group's runs)\n");
+  EXPECT_EQ(r.err,
+            "gpuprof: no runs with group_id 'jbo' in g.db, nor runs of that name with a "
+            "group_id (groups: job; --group takes a group id or the run name of the "
+            "group's runs)\n");
   // A run name whose runs have no group_id is not a group either.
   EXPECT_THAT(Run("insights g.db --group single").err,
               HasSubstr("no runs with group_id 'single' in g.db, nor runs of that name"));

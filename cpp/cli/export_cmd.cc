@@ -46,8 +46,8 @@ std::string FormatList() {
 std::string DefaultFileName(const store::RunInfo& run) {
   std::string name;
   for (unsigned char c : run.run_name) {
-    const bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                      (c >= '0' && c <= '9') || c == '.' || c == '-' || c == '_';
+    const bool safe = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '.' || c == '-' || c == '_';
     name += safe ? static_cast<char>(c) : '_';
   }
   if (name.empty() || name.front() == '.') name = "run" + name;
@@ -126,12 +126,14 @@ ExportCommand AddExportCommand(CLI::App& app, RunPicker pick) {
   cmd.command->add_option("run", args->run,
                           "Run id or 'latest' (the default). A lone integer or 'latest' is a "
                           "run of ./gpuprof.db unless a file of that name exists");
-  cmd.command->add_option("--format", args->format,
-                          "Trace format: perfetto (the default; 'chrome' is the same)")
+  cmd.command
+      ->add_option("--format", args->format,
+                   "Trace format: perfetto (the default; 'chrome' is the same)")
       ->type_name("FORMAT");
-  cmd.command->add_option("-o,--output", args->output,
-                          "Output file, '-' for stdout (default: <run name>-<run id>.trace.json "
-                          "in the current directory)")
+  cmd.command
+      ->add_option("-o,--output", args->output,
+                   "Output file, '-' for stdout (default: <run name>-<run id>.trace.json "
+                   "in the current directory)")
       ->type_name("FILE");
   cmd.run = [args, pick = std::move(pick)] { return RunExport(*args, pick); };
   return cmd;

@@ -22,7 +22,6 @@
 // error (unknown subcommand or option, an extra argument, a malformed value, no subcommand).
 // The message on stderr says which and how to fix it.
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
@@ -39,21 +38,24 @@
 #include "analysis/rules/registry.h"
 #include "export_cmd.h"
 #include "nsys_import_cmd.h"
+#ifdef GPUPROF_HAVE_SERVER
 #include "server/http_server.h"
 #include "server/ingest_api.h"
 #include "server/live_push.h"
 #include "server/push.h"
+#endif
 #include "store/rows.h"
 #include "store/sqlite_store.h"
 #ifdef GPUPROF_WITH_POSTGRES
 #include "store/pg_store.h"
 #endif
 
+#include <pthread.h>
+
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <pthread.h>
 #include <thread>
 
 namespace gpuprof::cli {
@@ -72,8 +74,8 @@ int UsageError(const std::string& message) { return Fail(message, kUsageError); 
 // A run id as typed: digits only ("42"). One that does not fit in 64 bits is still a run id,
 // of a run that cannot exist.
 bool LooksLikeRunId(const std::string& text) {
-  return !text.empty() &&
-         std::all_of(text.begin(), text.end(), [](unsigned char c) { return c >= '0' && c <= '9'; });
+  return !text.empty() && std::all_of(text.begin(), text.end(),
+                                      [](unsigned char c) { return c >= '0' && c <= '9'; });
 }
 
 std::optional<int64_t> ParseRunId(const std::string& text) {
@@ -153,7 +155,8 @@ std::optional<std::string> SqlitePath(const std::string& url, std::string* why) 
   const std::string scheme = "sqlite://";
   if (url.rfind(scheme, 0) == 0 && url.size() > scheme.size()) return url.substr(scheme.size());
   if (url.rfind("postgres://", 0) == 0 || url.rfind("postgresql://", 0) == 0) {
-    *why = "--storage-url: this gpuprof was built without PostgreSQL (libpq-dev); use sqlite://PATH";
+    *why =
+        "--storage-url: this gpuprof was built without PostgreSQL (libpq-dev); use sqlite://PATH";
   } else {
     *why = "--storage-url '" + url + "' is not sqlite://PATH or postgres://USER:PASSWORD@HOST/DB";
   }
@@ -199,8 +202,7 @@ std::optional<int64_t> PickRun(const std::string& db, const std::string& run,
   }
   const std::optional<int64_t> parsed = ParseRunId(run);
   if (!parsed || std::find(ids.begin(), ids.end(), *parsed) == ids.end()) {
-    *exit = Fail("no run " + run + " in " + db + " (run ids: " + analysis::NumberRanges(ids) +
-                 ")");
+    *exit = Fail("no run " + run + " in " + db + " (run ids: " + analysis::NumberRanges(ids) + ")");
     return std::nullopt;
   }
   return parsed;
@@ -210,7 +212,7 @@ struct InsightsArgs {
   std::string db = "gpuprof.db";
   bool db_given = false;
   std::optional<std::string> storage_url;  // instead of DB: sqlite://PATH or postgres://...
-  std::string run;  // empty or "latest" = the latest run
+  std::string run;                         // empty or "latest" = the latest run
   bool json = false;
   std::string gpu_rate;
   std::optional<std::string> group;  // --group NAME: analyze runs with runs.group_id == NAME
@@ -242,8 +244,8 @@ int RunInsights(InsightsArgs args) {
   store::RunStore& db = *opened.store;
   if (args.group) {
     if (!args.run.empty()) {
-      return UsageError("--group analyzes every run of the group; leave out RUN (got '" +
-                        args.run + "')");
+      return UsageError("--group analyzes every run of the group; leave out RUN (got '" + args.run +
+                        "')");
     }
     // NAME is a group id, or the run name of a group's runs (the newest such group).
     auto name = analysis::ResolveGroupName(db, *args.group);
@@ -293,6 +295,21 @@ struct ServeArgs {
   std::optional<std::string> secret_file;
 };
 
+struct PushArgs {
+  std::string db = "gpuprof.db";
+  std::string run;
+  std::string server;
+  std::string api_key;
+  int batch_rows = 5000;
+};
+
+struct DrainArgs {
+  std::string server;
+  std::string api_key;
+  std::string dir;
+};
+
+#ifdef GPUPROF_HAVE_SERVER
 // A line of a secret file without its trailing carriage return and spaces.
 void TrimLineEnd(std::string* line) {
   while (!line->empty() && (line->back() == '\r' || line->back() == ' ')) line->pop_back();
@@ -331,8 +348,9 @@ int RunServe(const ServeArgs& args) {
     }
   }
   if (api_options.api_keys.empty()) {
-    return UsageError("serve needs at least one write key: --api-key KEY or --api-key-file F "
-                      "(clients send it in X-API-Key)");
+    return UsageError(
+        "serve needs at least one write key: --api-key KEY or --api-key-file F "
+        "(clients send it in X-API-Key)");
   }
   if (!(args.max_body_mb > 0) || args.max_body_mb > 4096) {
     return UsageError("--max-body-mb must be in (0, 4096]");
@@ -356,8 +374,7 @@ int RunServe(const ServeArgs& args) {
   if (!args.viewer_password_file.empty()) {
     api_options.viewer_password = FirstLine(args.viewer_password_file);
     if (!api_options.viewer_password) {
-      return UsageError("--viewer-password-file " + args.viewer_password_file +
-                        ": cannot be read");
+      return UsageError("--viewer-password-file " + args.viewer_password_file + ": cannot be read");
     }
   }
   if (api_options.viewer_password && api_options.viewer_password->empty()) {
@@ -407,8 +424,8 @@ int RunServe(const ServeArgs& args) {
   auto http = server::HttpServer::Listen(options, api.get());
   if (!http) return Fail(http.error());
   std::cout << "gpuprof serve: listening on http://" << args.host << ":" << (*http)->port()
-            << " (storage " << storage_label << ", " << api_options.api_keys.size()
-            << " write key" << (api_options.api_keys.size() == 1 ? "" : "s") << ", viewing "
+            << " (storage " << storage_label << ", " << api_options.api_keys.size() << " write key"
+            << (api_options.api_keys.size() == 1 ? "" : "s") << ", viewing "
             << (api_options.viewer_password ? "on" : "off") << ")" << std::endl;
   server::HttpServer* raw = http->get();
   std::thread waiter([raw, stop_signals] {
@@ -422,14 +439,6 @@ int RunServe(const ServeArgs& args) {
   std::cout << "gpuprof serve: stopped" << std::endl;
   return 0;
 }
-
-struct PushArgs {
-  std::string db = "gpuprof.db";
-  std::string run;
-  std::string server;
-  std::string api_key;
-  int batch_rows = 5000;
-};
 
 int RunPush(PushArgs args) {
   ApplyRunShorthand(&args.db, &args.run);
@@ -465,12 +474,6 @@ int RunPush(PushArgs args) {
   return 0;
 }
 
-struct DrainArgs {
-  std::string server;
-  std::string api_key;
-  std::string dir;
-};
-
 int RunDrain(DrainArgs args) {
   if (args.api_key.empty()) {
     if (const char* env = std::getenv("GPUPROF_API_KEY")) args.api_key = env;
@@ -483,6 +486,20 @@ int RunDrain(DrainArgs args) {
   for (const std::string& line : r.lines) std::cout << line << "\n";
   return r.files_failed > 0 ? kDataError : 0;
 }
+#else
+// Built without the server's dependencies (cpp/server/CMakeLists.txt, GPUPROF_SERVER).
+int NoServer(const std::string& command) {
+  return Fail(
+      "gpuprof " + command +
+          " is not available: this gpuprof was built without the "
+          "team server (Boost, zlib, OpenSSL or dygraphs were missing at build time). "
+          "Install libboost-dev zlib1g-dev libssl-dev libjs-dygraphs and reinstall gpuprof.",
+      kUsageError);
+}
+int RunServe(const ServeArgs&) { return NoServer("serve"); }
+int RunPush(PushArgs) { return NoServer("push"); }
+int RunDrain(DrainArgs) { return NoServer("drain"); }
+#endif  // GPUPROF_HAVE_SERVER
 
 int Main(int argc, char** argv) {
   CLI::App app{"gpuprof: diagnoses why a training run is slow, in one sentence per problem."};
@@ -502,16 +519,18 @@ int Main(int argc, char** argv) {
                      "Print a JSON document (run, steps, mfu, telemetry, insights, "
                      "not_evaluated; with --group: ranks, insights, not_evaluated) instead of "
                      "text");
-  insights->add_option("--group", insights_args.group,
-                       "Analyze every rank of a multi-rank run: the runs whose group_id is NAME, "
-                       "or, when none has, the newest group of the runs named NAME (per-rank "
-                       "step and work times, clock offsets, rank skew, per-bucket collective "
-                       "skew)")
+  insights
+      ->add_option("--group", insights_args.group,
+                   "Analyze every rank of a multi-rank run: the runs whose group_id is NAME, "
+                   "or, when none has, the newest group of the runs named NAME (per-rank "
+                   "step and work times, clock offsets, rank skew, per-bucket collective "
+                   "skew)")
       ->type_name("NAME");
-  insights->add_option("--storage-url", insights_args.storage_url,
-                       "Read the runs of a team server's storage instead of a DB file: "
-                       "sqlite://PATH or postgres://USER:PASSWORD@HOST/DB (then the one "
-                       "positional argument is the RUN)")
+  insights
+      ->add_option("--storage-url", insights_args.storage_url,
+                   "Read the runs of a team server's storage instead of a DB file: "
+                   "sqlite://PATH or postgres://USER:PASSWORD@HOST/DB (then the one "
+                   "positional argument is the RUN)")
       ->type_name("URL");
   insights->add_option("--gpu-rate", insights_args.gpu_rate,
                        "USD per GPU-hour for the cost line (overrides $GPUPROF_GPU_RATE and "
@@ -526,30 +545,36 @@ int Main(int argc, char** argv) {
                   "dtype (MFU) and USD per GPU-hour (cost), as Markdown");
 
   ServeArgs serve_args;
-  CLI::App* serve = app.add_subcommand(
-      "serve", "Run the team server: clients push runs to it (docs/server.md).");
+  CLI::App* serve =
+      app.add_subcommand("serve", "Run the team server: clients push runs to it (docs/server.md).");
   serve->add_option("--host", serve_args.host, "Address to listen on (default 127.0.0.1)");
   serve->add_option("--port", serve_args.port, "Port (default 8000; 0 picks a free one)");
-  serve->add_option("--api-key", serve_args.api_keys,
-                    "A write key clients send in X-API-Key (repeat for several: rotation)")
+  serve
+      ->add_option("--api-key", serve_args.api_keys,
+                   "A write key clients send in X-API-Key (repeat for several: rotation)")
       ->type_name("KEY");
-  serve->add_option("--api-key-file", serve_args.api_key_file,
-                    "File of write keys, one per line (# comments)")
+  serve
+      ->add_option("--api-key-file", serve_args.api_key_file,
+                   "File of write keys, one per line (# comments)")
       ->type_name("FILE");
-  serve->add_option("--storage-url", serve_args.storage_url,
-                    "Where runs are stored: sqlite://PATH (default sqlite://gpuprof-server.db)")
+  serve
+      ->add_option("--storage-url", serve_args.storage_url,
+                   "Where runs are stored: sqlite://PATH (default sqlite://gpuprof-server.db)")
       ->type_name("URL");
   serve->add_option("--max-body-mb", serve_args.max_body_mb,
                     "Largest request body accepted, after gzip inflation (default 32)");
-  serve->add_option("--viewer-password", serve_args.viewer_password,
-                    "Password viewers log in with (the read API; off without one)")
+  serve
+      ->add_option("--viewer-password", serve_args.viewer_password,
+                   "Password viewers log in with (the read API; off without one)")
       ->type_name("P");
-  serve->add_option("--viewer-password-file", serve_args.viewer_password_file,
-                    "File whose first line is the viewer password")
+  serve
+      ->add_option("--viewer-password-file", serve_args.viewer_password_file,
+                   "File whose first line is the viewer password")
       ->type_name("FILE");
-  serve->add_option("--secret-file", serve_args.secret_file,
-                    "Key that signs viewer sessions (>= 32 bytes; default: generated once into "
-                    "STORE.secret, mode 0600)")
+  serve
+      ->add_option("--secret-file", serve_args.secret_file,
+                   "Key that signs viewer sessions (>= 32 bytes; default: generated once into "
+                   "STORE.secret, mode 0600)")
       ->type_name("FILE");
 
   PushArgs push_args;
@@ -634,8 +659,8 @@ int Main(int argc, char** argv) {
 // No C++ exception leaves the CLI: whatever escapes (a bug, a damaged DB that trips a library)
 // is one line on stderr and exit status 1, never an abort.
 // Secrets given on the command line (--api-key K, --viewer-password P, and their --opt=V forms;
-// the password of a --storage-url) are parsed from copies, and the originals overwritten: ps and /proc/PID/cmdline then show
-// "x" for them, not the secret.
+// the password of a --storage-url) are parsed from copies, and the originals overwritten: ps and
+// /proc/PID/cmdline then show "x" for them, not the secret.
 int main(int argc, char** argv) {
   std::vector<std::string> copies(argv, argv + argc);
   std::vector<char*> args;

@@ -48,7 +48,8 @@ Target ReadTarget(const NsysImportArgs& args) {
   Target t;
   std::error_code ec;
   if (!std::filesystem::exists(args.db, ec)) {
-    t.exit = Fail("no such file: " + args.db + " — pass --db with the gpuprof DB of the run that "
+    t.exit = Fail("no such file: " + args.db +
+                  " — pass --db with the gpuprof DB of the run that "
                   "was profiled under nsys");
     return t;
   }
@@ -148,9 +149,8 @@ int RunNsysImport(const NsysImportArgs& args) {
   std::cout << "imported " << analysis::Plural(imported->kernels, "kernel", "kernels") << " ("
             << analysis::Plural(imported->rows.size(), "row", "rows") << ") into "
             << (imported->steps.size() == 1 ? "step " : "steps ")
-            << analysis::NumberRanges(imported->steps)
-            << " of " << run_text << " from " << args.file << " (nsys export schema "
-            << imported->schema_version << ")";
+            << analysis::NumberRanges(imported->steps) << " of " << run_text << " from "
+            << args.file << " (nsys export schema " << imported->schema_version << ")";
   if (args.replace && t.nsys_rows > 0) {
     std::cout << ", replacing " << t.nsys_rows << " earlier nsys rows";
   }
@@ -178,13 +178,13 @@ NsysImportCommand AddNsysImportCommand(CLI::App& app) {
       ->type_name("FILE.sqlite");
   cmd.command->add_option("--db", args->db, "gpuprof SQLite file (default: ./gpuprof.db)")
       ->type_name("DB");
-  cmd.command->add_option("--run", args->run, "Run id or 'latest' (the default)")
-      ->type_name("N");
+  cmd.command->add_option("--run", args->run, "Run id or 'latest' (the default)")->type_name("N");
   cmd.command->add_flag("--replace", args->replace,
                         "Replace the run's kernels from an earlier nsys import (refused without)");
-  cmd.command->add_option("--pid", args->pid,
-                          "Import the steps of this process only (a capture of several ranks; "
-                          "default: the run's own pid when several processes have steps)")
+  cmd.command
+      ->add_option("--pid", args->pid,
+                   "Import the steps of this process only (a capture of several ranks; "
+                   "default: the run's own pid when several processes have steps)")
       ->type_name("PID");
   cmd.run = [args] { return RunNsysImport(*args); };
   return cmd;

@@ -17,9 +17,8 @@ namespace {
 using record::EventKind;
 
 struct CallHook {
-  PyObject_HEAD
-  vectorcallfunc vectorcall;
-  PyObject* owner;     // strong: keeps HookState alive
+  PyObject_HEAD vectorcallfunc vectorcall;
+  PyObject* owner;  // strong: keeps HookState alive
   HookState* state;
   PyObject* original;  // strong
   PyObject* callback;  // strong or nullptr
@@ -181,8 +180,8 @@ PyTypeObject CallHookType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 int InitCallHookType(PyObject* module) {
   CallHookType.tp_name = "gpuprof._native.CallHook";
   CallHookType.tp_basicsize = sizeof(CallHook);
-  CallHookType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC |
-                          Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR;
+  CallHookType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+                          Py_TPFLAGS_METHOD_DESCRIPTOR;
   CallHookType.tp_vectorcall_offset = offsetof(CallHook, vectorcall);
   CallHookType.tp_call = CallHookCall;
   CallHookType.tp_descr_get = CallHookDescrGet;

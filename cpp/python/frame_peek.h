@@ -3,9 +3,9 @@
 // while it is inside a C call (a CUDA kernel launch from a torch op, which releases the GIL).
 // Its frames cannot change then: only the thread itself pushes and pops them, and the objects
 // they reference are kept alive by the frames. With the GIL held (the sampler's pending call) it
-// is simply the cheap way to walk the stack. This uses CPython's internal frame layout (_PyInterpreterFrame), compiled against
-// the headers of the Python the extension is built for; on versions whose layout is not known
-// here it reports "unsupported" and callers fall back.
+// is simply the cheap way to walk the stack. This uses CPython's internal frame layout
+// (_PyInterpreterFrame), compiled against the headers of the Python the extension is built for; on
+// versions whose layout is not known here it reports "unsupported" and callers fall back.
 #pragma once
 
 #include <Python.h>

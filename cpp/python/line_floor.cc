@@ -1,4 +1,4 @@
-// `_native._line_floor`: a benchmark instrument, not a product feature.
+// `_native_testing.line_floor`: a benchmark instrument, not a product feature.
 //
 // The cheapest per-line hook the interpreter allows, used by bench/linescope to measure the
 // floor that any deterministic line tracer pays: per line event one clock read and one
@@ -16,6 +16,8 @@
 // one compare per event (a freed and reused code address can be misjudged; fine for a
 // benchmark).
 // One session per process, calling thread only (3.11) / process-wide (3.12); GIL-protected.
+#include "line_floor.h"
+
 #include <Python.h>
 #include <frameobject.h>
 #include <nanobind/nanobind.h>
@@ -27,7 +29,6 @@
 #include <string>
 
 #include "clock/clock.h"
-#include "line_floor.h"
 
 namespace nb = nanobind;
 
@@ -97,8 +98,8 @@ void StartHook(bool returns) {
   mon.attr("use_tool_id")(id, "linescope-floor");
   g_floor.tool_id = id;
   g_floor.disable = mon.attr("DISABLE").ptr();  // a module-level singleton, lives forever
-  static PyMethodDef def = {"line_floor", reinterpret_cast<PyCFunction>(
-                                              reinterpret_cast<void (*)()>(&OnEvent)),
+  static PyMethodDef def = {"line_floor",
+                            reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&OnEvent)),
                             METH_FASTCALL, nullptr};
   nb::object fn = nb::steal(PyCFunction_New(&def, nullptr));
   if (!fn.is_valid()) throw nb::python_error();
@@ -178,7 +179,7 @@ std::pair<int64_t, int64_t> Stop() {
 
 void RegisterLineFloor(nb::module_& m) {
   nb::module_ f = m.def_submodule(
-      "_line_floor", "benchmark instrument: the minimal per-line hook (bench/linescope)");
+      "line_floor", "benchmark instrument: the minimal per-line hook (bench/linescope)");
   f.def("start", &Start, nb::arg("root"), nb::arg("returns") = false);
   f.def("stop", &Stop);
   f.attr("mode") = kMode;

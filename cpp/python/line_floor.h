@@ -1,4 +1,4 @@
-// `_native._line_floor`: the minimal per-line hook that bench/linescope measures as the
+// `_native_testing.line_floor`: the minimal per-line hook that bench/linescope measures as the
 // floor of deterministic line tracing (a benchmark instrument, not a product feature).
 #pragma once
 
@@ -6,7 +6,7 @@
 
 namespace gpuprof::python {
 
-// Adds the `_native._line_floor` submodule (start(root, returns=False), stop() -> (events,
+// Adds the `line_floor` submodule (start(root, returns=False), stop() -> (events,
 // span_ns), mode).
 void RegisterLineFloor(nanobind::module_& m);
 

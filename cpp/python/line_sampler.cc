@@ -17,20 +17,15 @@
 //
 // Lifetime: at most one session samples at a time (g_active, GIL-protected).
 #include "line_sampler.h"
-#include "py_paths.h"
-#include "py_text.h"
-
-#include "frame_peek.h"
-#include "main_thread_call.h"
 
 #include <Python.h>
 #include <frameobject.h>
-#include <pthread.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
+#include <pthread.h>
 
 #include <chrono>
 #include <memory>
@@ -41,9 +36,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "frame_peek.h"
 #include "lines/kernel_lines.h"
 #include "lines/line_model.h"
 #include "lines/sampler.h"
+#include "main_thread_call.h"
+#include "py_paths.h"
+#include "py_text.h"
 #include "telemetry/cupti_tracer.h"
 #include "telemetry/gpu_collector.h"
 #include "util/periodic_thread.h"
@@ -52,7 +51,6 @@ namespace nb = nanobind;
 
 namespace gpuprof::python {
 namespace {
-
 
 class SamplerSession;
 SamplerSession* g_active = nullptr;
@@ -118,13 +116,12 @@ class SamplerSession {
       }
     }
     // CUPTI measures NVIDIA kernels only.
-    if (collector_ && collector_->backend() == "nvml" && cupti_ && attribute_)
-      StartKernelTracing();
+    if (collector_ && collector_->backend() == "nvml" && cupti_ && attribute_) StartKernelTracing();
     main_thread_ = pthread_self();
-    sampler_ = attribute_ ? std::make_unique<lines::LineSampler>(o, &SamplerSession::Request,
-                                                                 this, &SamplerSession::Remind)
-                          : std::make_unique<lines::LineSampler>(o, &SamplerSession::NoRequest,
-                                                                 this);
+    sampler_ = attribute_
+                   ? std::make_unique<lines::LineSampler>(o, &SamplerSession::Request, this,
+                                                          &SamplerSession::Remind)
+                   : std::make_unique<lines::LineSampler>(o, &SamplerSession::NoRequest, this);
     if (line_source_ != nullptr) sampler_->SetLineSource(line_source_);
     g_active = this;
     Status s = sampler_->Start();
@@ -245,10 +242,9 @@ class SamplerSession {
   }
 
   // (filename, line, samples, wall_ns, cpu_ns, rss_delta, rss_peak, gpu_busy_ns, gpu_mem_peak)
-  using LineRow =
-      std::tuple<std::string, int32_t, int64_t, int64_t, std::optional<int64_t>,
-                 std::optional<int64_t>, std::optional<int64_t>, std::optional<int64_t>,
-                 std::optional<int64_t>>;
+  using LineRow = std::tuple<std::string, int32_t, int64_t, int64_t, std::optional<int64_t>,
+                             std::optional<int64_t>, std::optional<int64_t>, std::optional<int64_t>,
+                             std::optional<int64_t>>;
   std::vector<LineRow> Lines() const {
     std::vector<LineRow> out;
     std::unordered_map<int64_t, bool> seen;
@@ -262,8 +258,8 @@ class SamplerSession {
         gpu_ns = it == kmap_->lines().end() ? 0 : it->second.kernel_busy_ns;
         seen[key] = true;
       }
-      out.emplace_back(agg_.files()[static_cast<size_t>(l.file_id)], l.line, l.samples,
-                       l.wall_ns, l.cpu_ns, l.rss_delta, l.rss_peak, gpu_ns, l.gpu_mem_peak);
+      out.emplace_back(agg_.files()[static_cast<size_t>(l.file_id)], l.line, l.samples, l.wall_ns,
+                       l.cpu_ns, l.rss_delta, l.rss_peak, gpu_ns, l.gpu_mem_peak);
     }
     // Lines that launched kernels but were never the line of a sample (shorter than the
     // interval): their GPU time is measured; their driver and CPU times are the sampler's
@@ -281,8 +277,8 @@ class SamplerSession {
     return out;
   }
   // (filename, qualname, first_line, total_ns, own_ns, own_samples)
-  std::vector<std::tuple<std::string, std::string, int32_t, int64_t, int64_t, int64_t>>
-  Functions() const {
+  std::vector<std::tuple<std::string, std::string, int32_t, int64_t, int64_t, int64_t>> Functions()
+      const {
     std::vector<std::tuple<std::string, std::string, int32_t, int64_t, int64_t, int64_t>> out;
     for (const auto& f : agg_.functions())
       if (f.total_ns > 0 || f.own_samples > 0)
@@ -338,8 +334,9 @@ class SamplerSession {
     d["memory_available"] = s.memory_available;
     d["time_reason"] = s.time_reason;
     d["memory_reason"] = s.memory_reason;
-    d["utilization_scope"] =
-        s.utilization_scope.empty() ? std::nullopt : std::optional<std::string>(s.utilization_scope);
+    d["utilization_scope"] = s.utilization_scope.empty()
+                                 ? std::nullopt
+                                 : std::optional<std::string>(s.utilization_scope);
     d["diagnostics"] = s.diagnostics;
     d["warnings"] = s.warnings;
     return d;
@@ -378,7 +375,8 @@ class SamplerSession {
   void SampleNow() {
     if (state_ != kRunning) throw std::runtime_error("the sampler is not running");
     if (!pthread_equal(pthread_self(), main_thread_))
-      throw std::runtime_error("sample_now() must be called on the thread that started the sampler");
+      throw std::runtime_error(
+          "sample_now() must be called on the thread that started the sampler");
     Sample();
   }
 
@@ -585,8 +583,7 @@ class SamplerSession {
     }
     ++stamp_;
     Walk walk{this, &iv};
-    if (!PeekOwnFrames(PyThreadState_Get(), &SamplerSession::VisitFrame, &walk,
-                       kMaxStackWalk)) {
+    if (!PeekOwnFrames(PyThreadState_Get(), &SamplerSession::VisitFrame, &walk, kMaxStackWalk)) {
       // A Python whose frame layout is not known here: frame objects (they may be created).
       PyFrameObject* frame = PyEval_GetFrame();  // borrowed
       Py_XINCREF(frame);
@@ -657,10 +654,10 @@ void RegisterLineSampler(nb::module_& m) {
                     std::string, int64_t, bool, bool, std::string, std::string, int, std::string,
                     int64_t, bool, std::string>(),
            nb::arg("roots"), nb::arg("include"), nb::arg("exclude"), nb::arg("cwd"),
-           nb::arg("interval_ns"), nb::arg("attribute"), nb::arg("memory"),
-           nb::arg("gpu_backend"), nb::arg("nvml_library") = "", nb::arg("mock_gpus") = 1,
-           nb::arg("mock_scenario") = "", nb::arg("gpu_interval_ns") = 10'000'000,
-           nb::arg("cupti") = false, nb::arg("cupti_library") = "")
+           nb::arg("interval_ns"), nb::arg("attribute"), nb::arg("memory"), nb::arg("gpu_backend"),
+           nb::arg("nvml_library") = "", nb::arg("mock_gpus") = 1, nb::arg("mock_scenario") = "",
+           nb::arg("gpu_interval_ns") = 10'000'000, nb::arg("cupti") = false,
+           nb::arg("cupti_library") = "")
       .def("start", &SamplerSession::Start)
       .def("stop", &SamplerSession::Stop)
       .def("detach_after_fork", &SamplerSession::DetachAfterFork)

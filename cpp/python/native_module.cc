@@ -3,8 +3,8 @@
 // thin Python layer, and turns native errors into Python exceptions (only here).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
-#include <nanobind/stl/string.h>
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 #include <pthread.h>
@@ -19,17 +19,20 @@
 #include "analysis/analysis.h"
 #include "analysis/flops.h"
 #include "clock/clock.h"
+#include "eval_hook.h"
 #include "hook_state.h"
 #include "line_sampler.h"
-#include "line_floor.h"
 #include "line_tracer.h"
-#include "report_binding.h"
 #include "record/session.h"
+#include "report_binding.h"
+#include "test_api.h"
+#ifdef GPUPROF_HAVE_SERVER
 #include "server/dashboard.h"
 #include "server/live_push.h"
 #include "server/webhook.h"
-#include "traces/cpu_op_events.h"
+#endif
 #include "telemetry/mock_collector.h"
+#include "traces/cpu_op_events.h"
 
 namespace nb = nanobind;
 
@@ -37,6 +40,27 @@ namespace gpuprof::python {
 namespace {
 
 using record::EventKind;
+
+#ifdef GPUPROF_HAVE_SERVER
+constexpr bool kHasServer = true;
+using LivePushImpl = server::LivePush;
+#else
+// Built without the team server (cpp/server/CMakeLists.txt, GPUPROF_SERVER): profile() refuses
+// server= before a session starts, so no push is ever made; this keeps the session's code one.
+constexpr bool kHasServer = false;
+struct LivePushImpl {
+  void Start(const store::RunInfo&) {}
+  void Add(const store::Row&) noexcept {}
+  std::optional<std::string> Finish(const store::RunInfo&, const std::vector<store::InsightRow>&) {
+    return std::nullopt;
+  }
+  std::optional<int64_t> server_run_id() const { return std::nullopt; }
+  const std::string& server_url() const {
+    static const std::string kNone;
+    return kNone;
+  }
+};
+#endif
 
 template <typename T>
 std::optional<T> Opt(const nb::dict& d, const char* key) {
@@ -112,6 +136,11 @@ class PySession {
     c.cupti_library = Opt<std::string>(options, "cupti_library").value_or("");
     // The live push to a team server: every row the writer takes is teed to it.
     if (auto url = Opt<std::string>(options, "server_url")) {
+#ifndef GPUPROF_HAVE_SERVER
+      throw std::runtime_error(
+          "server= needs the team server, which this gpuprof was built "
+          "without");
+#else
       server::LivePushOptions p;
       p.server_url = *url;
       p.api_key = Opt<std::string>(options, "api_key").value_or("");
@@ -119,6 +148,7 @@ class PySession {
       push_ = std::make_unique<server::LivePush>(std::move(p));
       server::LivePush* push = push_.get();
       c.writer.tee = [push](const store::Row& row) { push->Add(row); };
+#endif
     }
     auto s = record::Session::Start(std::move(c));
     if (!s) throw std::runtime_error(s.error());
@@ -241,7 +271,6 @@ class PySession {
     return base + "/#/runs/" + std::to_string(*id);
   }
 
-
   nb::dict Stats() const {
     nb::dict d;
     d["forward_calls"] = state_.calls[kHookForward];
@@ -284,8 +313,8 @@ class PySession {
   void FinishPush() {
     store::RunInfo info = session_->info();
     std::vector<store::InsightRow> insights;
-    if (auto db = store::SqliteStore::Open(session_->db_path(),
-                                           store::SqliteStore::Mode::kReadOnly)) {
+    if (auto db =
+            store::SqliteStore::Open(session_->db_path(), store::SqliteStore::Mode::kReadOnly)) {
       if (auto runs = (*db)->ListRuns()) {
         for (const auto& r : *runs) {
           if (r.run_id == session_->run_id()) info = r;
@@ -296,7 +325,7 @@ class PySession {
     push_warning_ = push_->Finish(info, insights);
   }
 
-  std::unique_ptr<server::LivePush> push_;  // before session_: destroyed after it
+  std::unique_ptr<LivePushImpl> push_;  // before session_: destroyed after it
   std::optional<std::string> push_warning_;
   std::unique_ptr<record::Session> session_;
   HookState state_;
@@ -307,10 +336,9 @@ class PySession {
 // profile(arch=...): TransformerArch fields (a dict; None = the field's default) -> per-token
 // and per-step FLOPs (analysis/flops.h). Unknown keys and invalid shapes raise ValueError.
 nb::dict TransformerFlops(const nb::dict& arch, int64_t tokens_per_step) {
-  static constexpr const char* kKeys[] = {"layers",     "hidden",      "heads",     "kv_heads",
-                                          "seq_len",    "vocab",       "ffn_hidden", "gated_mlp",
-                                          "moe_experts", "moe_top_k",  "lora_rank",
-                                          "grad_checkpoint"};
+  static constexpr const char* kKeys[] = {
+      "layers",     "hidden",    "heads",       "kv_heads",  "seq_len",   "vocab",
+      "ffn_hidden", "gated_mlp", "moe_experts", "moe_top_k", "lora_rank", "grad_checkpoint"};
   for (auto [key, value] : arch) {
     const std::string k = nb::cast<std::string>(key);
     bool known = false;
@@ -351,6 +379,7 @@ nb::dict TransformerFlops(const nb::dict& arch, int64_t tokens_per_step) {
 }  // namespace
 }  // namespace gpuprof::python
 
+#ifdef GPUPROF_HAVE_SERVER
 // profile(dashboard=True): the native dashboard server over this process's run file. Its
 // threads never take the GIL. In a forked child (the parent's object, without its threads)
 // close() lets go of it without joining anything.
@@ -386,6 +415,7 @@ class PyDashboard {
   std::unique_ptr<gpuprof::server::Dashboard> board_;
   const pid_t pid_ = getpid();
 };
+#endif  // GPUPROF_HAVE_SERVER
 
 NB_MODULE(_native, m) {
   using namespace gpuprof::python;
@@ -402,14 +432,20 @@ NB_MODULE(_native, m) {
   RegisterLineTracer(m);
   RegisterLineSampler(m);
   RegisterLineReport(m);
-  RegisterLineFloor(m);
+  // For the test-only module (test_api.h): a table of functions, not an API of this module.
+  static const TestApi kTestApi{&UntracedEvalCount, &UntracedEvalAside};
+  m.attr("_test_api") = nb::capsule(&kTestApi, kTestApiCapsule);
 
+  // False when built without the team server (GPUPROF_SERVER): no dashboard, push or webhook.
+  m.attr("HAS_SERVER") = kHasServer;
+#ifdef GPUPROF_HAVE_SERVER
   nb::class_<PyDashboard>(m, "Dashboard")
       .def(nb::init<const std::string&, int64_t, int, std::optional<std::string>>(),
            nb::arg("db_path"), nb::arg("run_id"), nb::arg("port"), nb::arg("web_dir").none())
       .def_prop_ro("url", &PyDashboard::url)
       .def_prop_ro("port", &PyDashboard::port)
       .def("close", &PyDashboard::close);
+#endif
   nb::class_<PySession>(m, "Session")
       .def(nb::init<nb::dict>(), nb::arg("options"))
       .def_prop_ro("run_id", &PySession::run_id)
@@ -428,53 +464,56 @@ NB_MODULE(_native, m) {
       // Same, returning whether the outermost boundary was recorded (for CUDA event timing).
       .def("optimizer_pre", [](PySession& s, nb::args, nb::kwargs) { return s.OptimizerPre(); })
       .def("optimizer_post", [](PySession& s, nb::args, nb::kwargs) { return s.OptimizerPost(); })
-      .def("hook",
-           [](nb::handle self, int kind, nb::handle original, nb::handle callback) {
-             PySession& s = nb::cast<PySession&>(self);
-             PyObject* h = NewCallHook(self.ptr(), s.state(), kind, original.ptr(),
-                                       callback.ptr());
-             if (h == nullptr) throw nb::python_error();
-             return nb::steal(h);
-           },
-           nb::arg("kind"), nb::arg("original"), nb::arg("callback").none() = nb::none())
+      .def(
+          "hook",
+          [](nb::handle self, int kind, nb::handle original, nb::handle callback) {
+            PySession& s = nb::cast<PySession&>(self);
+            PyObject* h = NewCallHook(self.ptr(), s.state(), kind, original.ptr(), callback.ptr());
+            if (h == nullptr) throw nb::python_error();
+            return nb::steal(h);
+          },
+          nb::arg("kind"), nb::arg("original"), nb::arg("callback").none() = nb::none())
       // From any thread: one DDP gradient bucket's collective (monotonic ns, as monotonic_ns()).
-      .def("add_comm_bucket",
-           [](PySession& s, int64_t bucket, int64_t start_ns, int64_t end_ns,
-              std::optional<int64_t> bytes) {
-             if (!s.Forked()) s.session().AddCommBucket(bucket, start_ns, end_ns, bytes);
-           },
-           nb::arg("bucket"), nb::arg("start_ns"), nb::arg("end_ns"),
-           nb::arg("bytes").none() = nb::none())
+      .def(
+          "add_comm_bucket",
+          [](PySession& s, int64_t bucket, int64_t start_ns, int64_t end_ns,
+             std::optional<int64_t> bytes) {
+            if (!s.Forked()) s.session().AddCommBucket(bucket, start_ns, end_ns, bytes);
+          },
+          nb::arg("bucket"), nb::arg("start_ns"), nb::arg("end_ns"),
+          nb::arg("bytes").none() = nb::none())
       // Kernel traces: whether a step is traced, the plan as text, and the CPU operators of a
       // traced step ((name, calls, self_cpu_ns, cpu_ns or None) tuples; monotonic ns span).
       .def("step_traced", [](PySession& s, int64_t step) { return s.session().StepTraced(step); })
       .def("trace_plan", [](PySession& s) { return s.session().trace_plan().Describe(); })
-      .def("add_cpu_ops",
-           [](PySession& s, int64_t step, int64_t start_ns, int64_t end_ns, nb::list ops) {
-             if (s.Forked()) return;
-             std::vector<gpuprof::record::CpuOpTotals> v;
-             v.reserve(nb::len(ops));
-             for (nb::handle h : ops) {
-               auto t = nb::cast<std::tuple<std::string, int64_t, int64_t,
-                                            std::optional<int64_t>>>(h);
-               v.push_back(gpuprof::record::CpuOpTotals{std::get<0>(t), std::get<1>(t),
-                                                        std::get<2>(t), std::get<3>(t)});
-             }
-             s.session().AddCpuOps(step, start_ns, end_ns, std::move(v));
-           },
-           nb::arg("step"), nb::arg("start_ns"), nb::arg("end_ns"), nb::arg("ops"))
+      .def(
+          "add_cpu_ops",
+          [](PySession& s, int64_t step, int64_t start_ns, int64_t end_ns, nb::list ops) {
+            if (s.Forked()) return;
+            std::vector<gpuprof::record::CpuOpTotals> v;
+            v.reserve(nb::len(ops));
+            for (nb::handle h : ops) {
+              auto t =
+                  nb::cast<std::tuple<std::string, int64_t, int64_t, std::optional<int64_t>>>(h);
+              v.push_back(gpuprof::record::CpuOpTotals{std::get<0>(t), std::get<1>(t),
+                                                       std::get<2>(t), std::get<3>(t)});
+            }
+            s.session().AddCpuOps(step, start_ns, end_ns, std::move(v));
+          },
+          nb::arg("step"), nb::arg("start_ns"), nb::arg("end_ns"), nb::arg("ops"))
       .def("add_diagnostic",
            [](PySession& s, const std::string& level, const std::string& source,
               const std::string& message) {
              if (!s.Forked()) s.session().AddDiagnostic(level, source, message);
            })
-      .def("set_telemetry_status",
-           [](PySession& s, const std::string& source, bool available,
-              std::optional<std::string> backend, std::optional<std::string> reason) {
-             if (!s.Forked()) s.session().SetTelemetryStatus(source, available, backend, reason);
-           },
-           nb::arg("source"), nb::arg("available"), nb::arg("backend").none() = nb::none(),
-           nb::arg("reason").none() = nb::none())
+      .def(
+          "set_telemetry_status",
+          [](PySession& s, const std::string& source, bool available,
+             std::optional<std::string> backend, std::optional<std::string> reason) {
+            if (!s.Forked()) s.session().SetTelemetryStatus(source, available, backend, reason);
+          },
+          nb::arg("source"), nb::arg("available"), nb::arg("backend").none() = nb::none(),
+          nb::arg("reason").none() = nb::none())
       .def("info",
            [](PySession& s) {
              const auto& i = s.session().info();
@@ -491,34 +530,34 @@ NB_MODULE(_native, m) {
              d["config_json"] = i.config_json;
              return d;
            })
-      .def("update_run",
-           [](PySession& s, std::optional<std::string> device_kind,
-              std::optional<std::string> gpu_model, std::optional<int64_t> gpu_count,
-              std::optional<double> flops_per_step, std::optional<std::string> flops_method,
-              std::optional<std::string> dtype, std::optional<std::string> config_json,
-              std::optional<std::string> group_id, std::optional<int64_t> rank,
-              std::optional<int64_t> world_size) {
-             if (s.Forked()) return;
-             gpuprof::Status st = s.session().UpdateRun([&](gpuprof::store::RunInfo* r) {
-               if (device_kind) r->device_kind = device_kind;
-               if (gpu_model) r->gpu_model = gpu_model;
-               if (gpu_count) r->gpu_count = gpu_count;
-               if (flops_per_step) r->flops_per_step = flops_per_step;
-               if (flops_method) r->flops_method = flops_method;
-               if (dtype) r->dtype = dtype;
-               if (config_json) r->config_json = config_json;
-               if (group_id) r->group_id = group_id;
-               if (rank) r->rank = rank;
-               if (world_size) r->world_size = world_size;
-             });
-             if (!st.ok()) throw std::runtime_error(st.message());
-           },
-           nb::arg("device_kind").none() = nb::none(), nb::arg("gpu_model").none() = nb::none(),
-           nb::arg("gpu_count").none() = nb::none(),
-           nb::arg("flops_per_step").none() = nb::none(),
-           nb::arg("flops_method").none() = nb::none(), nb::arg("dtype").none() = nb::none(),
-           nb::arg("config_json").none() = nb::none(), nb::arg("group_id").none() = nb::none(),
-           nb::arg("rank").none() = nb::none(), nb::arg("world_size").none() = nb::none())
+      .def(
+          "update_run",
+          [](PySession& s, std::optional<std::string> device_kind,
+             std::optional<std::string> gpu_model, std::optional<int64_t> gpu_count,
+             std::optional<double> flops_per_step, std::optional<std::string> flops_method,
+             std::optional<std::string> dtype, std::optional<std::string> config_json,
+             std::optional<std::string> group_id, std::optional<int64_t> rank,
+             std::optional<int64_t> world_size) {
+            if (s.Forked()) return;
+            gpuprof::Status st = s.session().UpdateRun([&](gpuprof::store::RunInfo* r) {
+              if (device_kind) r->device_kind = device_kind;
+              if (gpu_model) r->gpu_model = gpu_model;
+              if (gpu_count) r->gpu_count = gpu_count;
+              if (flops_per_step) r->flops_per_step = flops_per_step;
+              if (flops_method) r->flops_method = flops_method;
+              if (dtype) r->dtype = dtype;
+              if (config_json) r->config_json = config_json;
+              if (group_id) r->group_id = group_id;
+              if (rank) r->rank = rank;
+              if (world_size) r->world_size = world_size;
+            });
+            if (!st.ok()) throw std::runtime_error(st.message());
+          },
+          nb::arg("device_kind").none() = nb::none(), nb::arg("gpu_model").none() = nb::none(),
+          nb::arg("gpu_count").none() = nb::none(), nb::arg("flops_per_step").none() = nb::none(),
+          nb::arg("flops_method").none() = nb::none(), nb::arg("dtype").none() = nb::none(),
+          nb::arg("config_json").none() = nb::none(), nb::arg("group_id").none() = nb::none(),
+          nb::arg("rank").none() = nb::none(), nb::arg("world_size").none() = nb::none())
       .def("stats", &PySession::Stats)
       .def("push_warning", &PySession::PushWarning)
       .def("push_run_url", &PySession::PushRunUrl)
@@ -535,8 +574,9 @@ NB_MODULE(_native, m) {
                                 std::vector<int64_t> durations, std::vector<uint64_t> threads) {
     if (starts.size() != names.size() || durations.size() != names.size() ||
         threads.size() != names.size()) {
-      throw nb::value_error("aggregate_cpu_ops: names, starts, durations and threads must "
-                            "have the same length");
+      throw nb::value_error(
+          "aggregate_cpu_ops: names, starts, durations and threads must "
+          "have the same length");
     }
     std::vector<gpuprof::traces::CpuOpEvent> events(names.size());
     for (size_t i = 0; i < names.size(); ++i) {
@@ -555,8 +595,8 @@ NB_MODULE(_native, m) {
     std::string out;
     {
       nb::gil_scoped_release release;  // reads the file and runs the rules
-      auto store = gpuprof::store::SqliteStore::Open(db_path,
-                                                    gpuprof::store::SqliteStore::Mode::kReadOnly);
+      auto store =
+          gpuprof::store::SqliteStore::Open(db_path, gpuprof::store::SqliteStore::Mode::kReadOnly);
       if (!store) {
         out = "\x01" + store.error();
       } else {
@@ -569,6 +609,7 @@ NB_MODULE(_native, m) {
     if (!out.empty() && out[0] == '\x01') throw nb::value_error(out.c_str() + 1);
     return out;
   });
+#ifdef GPUPROF_HAVE_SERVER
   // profile(webhook=): the URL is checked at profile() (ValueError naming the problem).
   m.def("check_webhook_url", [](const std::string& url) {
     auto u = gpuprof::server::ParseWebhookUrl(url);
@@ -576,20 +617,23 @@ NB_MODULE(_native, m) {
   });
   // At the end of a run: its report as a Slack-compatible message, POSTed within the webhook's
   // time budget (server/webhook.h). Returns None when delivered, else why not.
-  m.def("send_webhook", [](const std::string& db_path, int64_t run_id, const std::string& url,
-                           std::optional<std::string> dashboard_url) -> std::optional<std::string> {
-    nb::gil_scoped_release release;
-    auto store = gpuprof::store::SqliteStore::Open(db_path,
-                                                  gpuprof::store::SqliteStore::Mode::kReadOnly);
-    if (!store) return "webhook not sent: " + store.error();
-    auto report = gpuprof::analysis::AnalyzeRun(**store, run_id, {});
-    if (!report) return "webhook not sent: " + report.error();
-    const std::string body = gpuprof::server::WebhookMessage(*report, dashboard_url)
-                                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    const gpuprof::Status st = gpuprof::server::PostWebhook(url, body);
-    if (st.ok()) return std::nullopt;
-    return st.message();
-  });
+  m.def("send_webhook",
+        [](const std::string& db_path, int64_t run_id, const std::string& url,
+           std::optional<std::string> dashboard_url) -> std::optional<std::string> {
+          nb::gil_scoped_release release;
+          auto store = gpuprof::store::SqliteStore::Open(
+              db_path, gpuprof::store::SqliteStore::Mode::kReadOnly);
+          if (!store) return "webhook not sent: " + store.error();
+          auto report = gpuprof::analysis::AnalyzeRun(**store, run_id, {});
+          if (!report) return "webhook not sent: " + report.error();
+          const std::string body =
+              gpuprof::server::WebhookMessage(*report, dashboard_url)
+                  .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+          const gpuprof::Status st = gpuprof::server::PostWebhook(url, body);
+          if (st.ok()) return std::nullopt;
+          return st.message();
+        });
+#endif
   m.def("check_trace_options", [](nb::dict options) {
     auto plan = gpuprof::traces::TracePlan::Make(gpuprof::python::TraceOptionsFrom(options));
     if (!plan) throw nb::value_error(plan.error().c_str());

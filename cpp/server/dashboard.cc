@@ -45,8 +45,7 @@ Expected<std::unique_ptr<Dashboard>> Dashboard::Start(DashboardOptions options) 
   // signal delivered to it interrupts (a signal taken by another thread leaves it asleep).
   sigset_t async_signals, previous;
   sigemptyset(&async_signals);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGCHLD,
-                  SIGWINCH}) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGCHLD, SIGWINCH}) {
     sigaddset(&async_signals, sig);
   }
   pthread_sigmask(SIG_BLOCK, &async_signals, &previous);

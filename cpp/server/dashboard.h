@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+
 #include "server/http_server.h"
 #include "server/ingest_api.h"
 #include "util/status.h"
@@ -23,7 +24,7 @@ namespace gpuprof::server {
 
 struct DashboardOptions {
   std::string db_path;
-  int64_t run_id = 0;                  // the app opens on this run
+  int64_t run_id = 0;  // the app opens on this run
   std::string host = "127.0.0.1";
   uint16_t port = 0;                   // 0: a free port
   std::optional<std::string> web_dir;  // ApiOptions::web_dir

@@ -1,19 +1,18 @@
 #include "server/http_server.h"
 
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <algorithm>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
-
-#include <sys/socket.h>
-#include <sys/time.h>
-
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <mutex>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -42,7 +41,6 @@ http::response<http::string_body> ToBeast(const HttpResponse& r, unsigned versio
   res.prepare_payload();
   return res;
 }
-
 
 // The API's view of a request's line and headers (names lower-cased); the body is the caller's.
 HttpRequest ToRequest(const http::request<http::string_body>& req, const std::string& peer) {
@@ -165,7 +163,7 @@ struct HttpServer::Impl {
         HttpResponse r;
         if (ec == http::error::body_limit) {
           r = ErrorResponse(413, "the body is larger than the server takes (" +
-                                 std::to_string(max_body) + " bytes)");
+                                     std::to_string(max_body) + " bytes)");
         } else if (ec == asio::error::would_block || ec == asio::error::timed_out ||
                    ec == asio::error::try_again) {
           break;  // idle keep-alive connection or a stalled client

@@ -20,7 +20,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 8000;  // 0: any free port (port() says which)
   size_t max_connections = 1024;
-  int read_timeout_s = 30;          // a request (or a WebSocket handshake) must arrive by then
+  int read_timeout_s = 30;              // a request (or a WebSocket handshake) must arrive by then
   int64_t ws_send_timeout_ms = 10'000;  // a viewer that takes no message for this long is dropped
   int64_t ws_ping_ms = 15'000;          // a ping to an idle viewer (finds dead connections)
 };

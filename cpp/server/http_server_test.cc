@@ -290,12 +290,14 @@ TEST(LiveBusTest, PendingEventsOfOneRunMergeIntoOneWithTheirTotals) {
   auto one = bus.Subscribe(2);
   bus.PublishRun(1, {{"status", "running"}});
   bus.PublishBatch(1, {{"rows", {{"steps", 2}}}, {"stored", 2}, {"last_step", 5}});
-  bus.PublishBatch(1, {{"rows", {{"steps", 1}, {"phases", 3}}}, {"stored", 4}, {"last_step", 6},
+  bus.PublishBatch(1, {{"rows", {{"steps", 1}, {"phases", 3}}},
+                       {"stored", 4},
+                       {"last_step", 6},
                        {"insights", true}});
   bus.PublishBatch(2, {{"rows", {{"steps", 1}}}, {"stored", 1}, {"last_step", 0}});
   bus.PublishRun(1, {{"status", "ok"}});
   auto events = all->Take(std::chrono::milliseconds(0));
-  ASSERT_EQ(events.size(), 3u);  // run 1, batch 1 (merged), batch 2
+  ASSERT_EQ(events.size(), 3u);          // run 1, batch 1 (merged), batch 2
   EXPECT_EQ(events[0]["status"], "ok");  // the newer run event replaced the older
   EXPECT_EQ(events[1]["rows"]["steps"], 3);
   EXPECT_EQ(events[1]["rows"]["phases"], 3);

@@ -8,23 +8,21 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include <array>
-#include <charconv>
-#include <cmath>
-#include <chrono>
-#include <fstream>
-
 #include <algorithm>
+#include <array>
 #include <cctype>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "analysis/analysis.h"
 #include "analysis/group.h"
-#include "analysis/run_view.h"
 #include "analysis/report.h"
+#include "analysis/run_view.h"
 #include "server/lttb.h"
 #include "server/series_cache.h"
 #include "server/web_assets.h"
@@ -83,7 +81,6 @@ std::string PromLabel(const std::string& v) {
   }
   return out;
 }
-
 
 // The live event of a batch stored (LiveBus::PublishBatch): rows per table, the newest step
 // and the newest telemetry timestamp in it.
@@ -196,8 +193,11 @@ std::optional<int64_t> ParseInt(const std::string& text) {
 }  // namespace
 
 json RunEvent(const store::RunInfo& info, bool created) {
-  json e = {{"run_name", info.run_name}, {"status", info.status}, {"created", created},
-            {"hostname", info.hostname}, {"start_unix_ns", info.start_unix_ns}};
+  json e = {{"run_name", info.run_name},
+            {"status", info.status},
+            {"created", created},
+            {"hostname", info.hostname},
+            {"start_unix_ns", info.start_unix_ns}};
   e["group_id"] = info.group_id ? json(*info.group_id) : json(nullptr);
   e["end_ns"] = info.end_ns ? json(*info.end_ns) : json(nullptr);
   return e;
@@ -375,8 +375,8 @@ HttpResponse ServerApi::Handle(const HttpRequest& request) {
   const std::vector<std::string> seg = Segments(request.target);
   const std::string& m = request.method;
   auto not_allowed = [&](const char* allow) {
-    HttpResponse r = Error(405, m + " is not allowed on " + request.target + " (allowed: " +
-                                    allow + ")");
+    HttpResponse r =
+        Error(405, m + " is not allowed on " + request.target + " (allowed: " + allow + ")");
     r.headers.emplace_back("Allow", allow);
     return r;
   };
@@ -439,8 +439,9 @@ HttpResponse ServerApi::Handle(const HttpRequest& request) {
     if (!batches && m != "PUT") return Count(not_allowed("GET, PUT"));
     if (auto denied = CheckWriteKey(request)) return Count(*denied);
     if (!ValidId(uuid, 128)) {
-      return Count(Error(400, "the run id in the path must be 1-128 characters of "
-                              "[A-Za-z0-9._:-]"));
+      return Count(Error(400,
+                         "the run id in the path must be 1-128 characters of "
+                         "[A-Za-z0-9._:-]"));
     }
     return Count(batches ? PostBatch(uuid, request) : PutRun(uuid, request));
   }
@@ -448,16 +449,17 @@ HttpResponse ServerApi::Handle(const HttpRequest& request) {
     // A WebSocket upgrade never reaches Handle (the socket layer takes it to AuthorizeLive).
     if (m != "GET") return Count(not_allowed("GET"));
     if (auto denied = CheckViewer(request, false)) return Count(*denied);
-    HttpResponse r = Error(426, "GET /api/v1/live is a WebSocket: connect with an Upgrade: "
-                                "websocket request");
+    HttpResponse r = Error(426,
+                           "GET /api/v1/live is a WebSocket: connect with an Upgrade: "
+                           "websocket request");
     r.headers.emplace_back("Upgrade", "websocket");
     return Count(r);
   }
   if (seg.size() >= 2 && seg[0] == "api" && seg[1] != "v1") {
     return Count(Error(404, "API version '" + seg[1] + "' is not served; this server speaks v1"));
   }
-  return Count(Error(404, "no such endpoint: " + m + " " + request.target + " (endpoints: " +
-                              kEndpoints + ")"));
+  return Count(Error(
+      404, "no such endpoint: " + m + " " + request.target + " (endpoints: " + kEndpoints + ")"));
 }
 
 bool ServerApi::IsLiveTarget(const std::string& target) {
@@ -478,8 +480,8 @@ std::optional<HttpResponse> ServerApi::AuthorizeLive(const HttpRequest& request,
   if (origin != request.headers.end()) {
     const std::string h = host == request.headers.end() ? "" : host->second;
     if (origin->second != "http://" + h && origin->second != "https://" + h) {
-      return Count(Error(403, "the WebSocket's Origin (" + origin->second +
-                                  ") is not this server"));
+      return Count(
+          Error(403, "the WebSocket's Origin (" + origin->second + ") is not this server"));
     }
   }
   const auto params = Query(request.target);
@@ -550,8 +552,9 @@ HttpResponse ServerApi::PostBatch(const std::string& uuid, const HttpRequest& re
   }
   if (!doc.contains("batch_id") || !doc["batch_id"].is_string() ||
       !ValidId(doc["batch_id"].get<std::string>(), 128)) {
-    return Error(400, "batch_id must be a string of 1-128 characters of [A-Za-z0-9._:-]: the "
-                      "client's id for this batch, the same on every retry");
+    return Error(400,
+                 "batch_id must be a string of 1-128 characters of [A-Za-z0-9._:-]: the "
+                 "client's id for this batch, the same on every retry");
   }
   const std::string batch_id = doc["batch_id"].get<std::string>();
   std::vector<store::Row> rows;
@@ -581,12 +584,11 @@ HttpResponse ServerApi::PostBatch(const std::string& uuid, const HttpRequest& re
   auto run_id = db_->IngestRunId(uuid);
   if (!run_id) return Error(500, "store: " + run_id.error());
   if (!*run_id) {
-    return Error(404, "no run '" + uuid + "' on this server: PUT /api/v1/runs/" + uuid +
-                          " first");
+    return Error(404, "no run '" + uuid + "' on this server: PUT /api/v1/runs/" + uuid + " first");
   }
   bool duplicate = false;
-  Status st = db_->WriteBatchOnce(**run_id, batch_id, rows, insights ? &*insights : nullptr,
-                                  &duplicate);
+  Status st =
+      db_->WriteBatchOnce(**run_id, batch_id, rows, insights ? &*insights : nullptr, &duplicate);
   if (!st.ok()) return Error(500, "store: " + st.message());
   lock = {};
   {
@@ -639,11 +641,13 @@ std::string ServerApi::Sign(const std::string& payload) const {
 HttpResponse ServerApi::Login(const HttpRequest& request) {
   if (!options_.viewer_password) {
     if (options_.login_token) {
-      return Error(403, "this dashboard has no password: open the URL the training process "
-                        "printed (its token logs the browser in once)");
+      return Error(403,
+                   "this dashboard has no password: open the URL the training process "
+                   "printed (its token logs the browser in once)");
     }
-    return Error(403, "viewing is off on this server: start it with --viewer-password or "
-                      "--viewer-password-file");
+    return Error(403,
+                 "viewing is off on this server: start it with --viewer-password or "
+                 "--viewer-password-file");
   }
   // At most logins_per_minute attempts per client address in any minute.
   const int64_t now = Now();
@@ -653,10 +657,9 @@ HttpResponse ServerApi::Login(const HttpRequest& request) {
     while (!seen.empty() && seen.front() <= now - 60) seen.pop_front();
     if (seen.size() >= options_.logins_per_minute) {
       HttpResponse r = Error(429, "too many login attempts from this address: at most " +
-                                      std::to_string(options_.logins_per_minute) +
-                                      " a minute");
-      r.headers.emplace_back("Retry-After", std::to_string(std::max<int64_t>(
-                                                1, seen.front() + 60 - now)));
+                                      std::to_string(options_.logins_per_minute) + " a minute");
+      r.headers.emplace_back("Retry-After",
+                             std::to_string(std::max<int64_t>(1, seen.front() + 60 - now)));
       return r;
     }
     seen.push_back(now);
@@ -692,8 +695,9 @@ Status ServerApi::IssueSession(const HttpRequest& request, HttpResponse* r, std:
     auto it = request.headers.find("x-forwarded-proto");
     return it != request.headers.end() && it->second == "https";
   }();
-  const std::string attrs = "; Path=/; SameSite=Strict; Max-Age=" +
-                            std::to_string(options_.session_ttl_s) + (tls ? "; Secure" : "");
+  const std::string attrs =
+      "; Path=/; SameSite=Strict; Max-Age=" + std::to_string(options_.session_ttl_s) +
+      (tls ? "; Secure" : "");
   r->headers.emplace_back("Set-Cookie", session_cookie_ + "=" + session + attrs + "; HttpOnly");
   r->headers.emplace_back("Set-Cookie", csrf_cookie_ + "=" + token + attrs);
   *csrf = token;
@@ -703,8 +707,9 @@ Status ServerApi::IssueSession(const HttpRequest& request, HttpResponse* r, std:
 std::optional<HttpResponse> ServerApi::CheckViewer(const HttpRequest& request,
                                                    bool state_changing) {
   if (!viewing_on()) {
-    return Error(403, "viewing is off on this server: start it with --viewer-password or "
-                      "--viewer-password-file");
+    return Error(403,
+                 "viewing is off on this server: start it with --viewer-password or "
+                 "--viewer-password-file");
   }
   const auto cookies = Cookies(request);
   auto it = cookies.find(session_cookie_);
@@ -734,10 +739,10 @@ std::optional<HttpResponse> ServerApi::CheckViewer(const HttpRequest& request,
     auto header = request.headers.find("x-csrf-token");
     auto cookie = cookies.find(csrf_cookie_);
     if (header == request.headers.end() || cookie == cookies.end() ||
-        !SecretEquals(header->second, cookie->second) ||
-        !SecretEquals(header->second, expected)) {
-      return Error(403, "missing or wrong X-CSRF-Token header (the gpuprof_csrf cookie's "
-                        "value, as given at login)");
+        !SecretEquals(header->second, cookie->second) || !SecretEquals(header->second, expected)) {
+      return Error(403,
+                   "missing or wrong X-CSRF-Token header (the gpuprof_csrf cookie's "
+                   "value, as given at login)");
     }
   }
   return std::nullopt;
@@ -908,9 +913,8 @@ HttpResponse ServerApi::Session(const HttpRequest& request) {
 }
 
 HttpResponse ServerApi::TokenLogin(const HttpRequest& request) {
-  const std::string app = options_.dashboard_run_id
-                              ? "/#/runs/" + std::to_string(*options_.dashboard_run_id)
-                              : "/";
+  const std::string app =
+      options_.dashboard_run_id ? "/#/runs/" + std::to_string(*options_.dashboard_run_id) : "/";
   auto redirect = [&](HttpResponse r) {
     r.status = 303;
     r.content_type = "text/plain; charset=utf-8";
@@ -1037,13 +1041,14 @@ HttpResponse ServerApi::Series(const std::string& id, const HttpRequest& request
       for (int c = 0; c < 4; ++c) by_gpu[index][c] = std::move(columns[c]);
     }
   } else if (gpu_mask) {
-    Status st = db->ScanGpuSeries(
-        *run_id, all_gpus ? std::nullopt : gpu, *from, *to, [&](const store::SeriesRow& r) {
-          auto& series = by_gpu[r.gpu_index];
-          for (int c = 0; c < 4; ++c) {
-            if ((gpu_mask & r.known) & (1u << c)) series[c].emplace_back(r.ts_ns, r.v[c]);
-          }
-        });
+    Status st = db->ScanGpuSeries(*run_id, all_gpus ? std::nullopt : gpu, *from, *to,
+                                  [&](const store::SeriesRow& r) {
+                                    auto& series = by_gpu[r.gpu_index];
+                                    for (int c = 0; c < 4; ++c) {
+                                      if ((gpu_mask & r.known) & (1u << c))
+                                        series[c].emplace_back(r.ts_ns, r.v[c]);
+                                    }
+                                  });
     if (!st.ok()) return Error(500, "store: " + st.message());
   }
   if (wide && host_mask) {
@@ -1090,8 +1095,8 @@ HttpResponse ServerApi::Kernels(const std::string& id, const HttpRequest& reques
   const auto q = Query(request.target);
   const auto top = q.count("top") ? ParseInt(q.at("top")) : std::optional<int64_t>(50);
   if (!top || *top < 1 || *top > 10000) return Error(400, "top must be an integer in 1..10000");
-  const auto from = q.count("from_ns") ? ParseInt(q.at("from_ns"))
-                                       : std::optional<int64_t>(INT64_MIN);
+  const auto from =
+      q.count("from_ns") ? ParseInt(q.at("from_ns")) : std::optional<int64_t>(INT64_MIN);
   const auto to = q.count("to_ns") ? ParseInt(q.at("to_ns")) : std::optional<int64_t>(INT64_MAX);
   if (!from || !to || *from > *to) {
     return Error(400, "from_ns and to_ns must be integers (run-relative ns), from_ns <= to_ns");
@@ -1148,14 +1153,14 @@ HttpResponse ServerApi::Kernels(const std::string& id, const HttpRequest& reques
   json list = json::array();
   for (size_t i = 0; i < sorted.size() && i < static_cast<size_t>(*top); ++i) {
     const auto& [key, a] = sorted[i];
-    list.push_back({{"name", key.first},
-                    {"source", key.second},
-                    {"calls", a.calls},
-                    {time_key, a.ns},
-                    {"mean_ns", a.calls > 0 ? json(static_cast<double>(a.ns) / a.calls)
-                                            : json(nullptr)},
-                    {"share_pct", total > 0 ? json(100.0 * a.ns / total) : json(nullptr)},
-                    {"windows", a.windows}});
+    list.push_back(
+        {{"name", key.first},
+         {"source", key.second},
+         {"calls", a.calls},
+         {time_key, a.ns},
+         {"mean_ns", a.calls > 0 ? json(static_cast<double>(a.ns) / a.calls) : json(nullptr)},
+         {"share_pct", total > 0 ? json(100.0 * a.ns / total) : json(nullptr)},
+         {"windows", a.windows}});
   }
   const bool recorded = !timed.empty();
   json out = {{"run_id", *run_id},
@@ -1167,10 +1172,11 @@ HttpResponse ServerApi::Kernels(const std::string& id, const HttpRequest& reques
               {"sources", json(std::vector<std::string>(sources.begin(), sources.end()))},
               {"kernels", list}};
   out["reason"] = recorded ? json(nullptr)
-                           : json("no kernel trace was recorded for this run (profile("
-                                  "trace_every_n_steps=N), trace_range=(a, b) or "
-                                  "continuous_traces_hz=f records one; `gpuprof insights` "
-                                  "says why this run has none)");
+                           : json(
+                                 "no kernel trace was recorded for this run (profile("
+                                 "trace_every_n_steps=N), trace_range=(a, b) or "
+                                 "continuous_traces_hz=f records one; `gpuprof insights` "
+                                 "says why this run has none)");
   return Json(200, out);
 }
 
@@ -1213,8 +1219,8 @@ HttpResponse ServerApi::Steps(const std::string& id, const HttpRequest& request)
   // Per step (or bucket of consecutive steps, means): loader wait, each phase (wall), the rest;
   // GPU time apart.
   const size_t total = steps.size();
-  const size_t per = std::max<size_t>(1, (total + static_cast<size_t>(*points) - 1) /
-                                             static_cast<size_t>(*points));
+  const size_t per = std::max<size_t>(
+      1, (total + static_cast<size_t>(*points) - 1) / static_cast<size_t>(*points));
   json rows = json::array();
   for (size_t i = 0; i < total; i += per) {
     int64_t first = steps[i].step, last = first, n = 0, gpu_known = 0;
@@ -1239,20 +1245,19 @@ HttpResponse ServerApi::Steps(const std::string& id, const HttpRequest& request)
       }
     }
     const double d = static_cast<double>(n);
-    rows.push_back(json{{"first_step", first},
-                        {"last_step", last},
-                        {"steps", n},
-                        {"duration_ns", std::llround(duration / d)},
-                        {"wait_ns", std::llround(wait / d)},
-                        {"forward_ns", std::llround(phase[0] / d)},
-                        {"backward_ns", std::llround(phase[1] / d)},
-                        {"optimizer_ns", std::llround(phase[2] / d)},
-                        {"comm_ns",
-                         comm_measured ? json(std::llround(phase[3] / d)) : json(nullptr)},
-                        {"other_ns", std::llround(other / d)},
-                        {"gpu_ns",
-                         gpu_known ? json(std::llround(gpu / static_cast<double>(gpu_known)))
-                                   : json(nullptr)}});
+    rows.push_back(
+        json{{"first_step", first},
+             {"last_step", last},
+             {"steps", n},
+             {"duration_ns", std::llround(duration / d)},
+             {"wait_ns", std::llround(wait / d)},
+             {"forward_ns", std::llround(phase[0] / d)},
+             {"backward_ns", std::llround(phase[1] / d)},
+             {"optimizer_ns", std::llround(phase[2] / d)},
+             {"comm_ns", comm_measured ? json(std::llround(phase[3] / d)) : json(nullptr)},
+             {"other_ns", std::llround(other / d)},
+             {"gpu_ns", gpu_known ? json(std::llround(gpu / static_cast<double>(gpu_known)))
+                                  : json(nullptr)}});
   }
   json doc = {{"run_id", *run_id},
               {"steps_total", total},
@@ -1357,8 +1362,8 @@ HttpResponse ServerApi::Metrics() {
         auto latest = db->LatestGpuSecond(r.run_id);
         if (!latest) continue;
         for (const auto& g : *latest) {
-          const std::string labels = "{run_id=\"" + std::to_string(r.run_id) +
-                                     "\",run_name=\"" + PromLabel(r.run_name) + "\",gpu=\"" +
+          const std::string labels = "{run_id=\"" + std::to_string(r.run_id) + "\",run_name=\"" +
+                                     PromLabel(r.run_name) + "\",gpu=\"" +
                                      std::to_string(g.gpu_index) + "\"} ";
           auto put = [&](int i, const char* name, auto value) {
             gpu[i] << name << labels << value << "\n";
@@ -1412,8 +1417,8 @@ HttpResponse ServerApi::Metrics() {
   for (int i = 0; i < 4; ++i) {
     const std::string samples = gpu[i].str();
     if (samples.empty()) continue;
-    out << "# HELP " << kGpu[i][0] << " " << kGpu[i][1] << "\n# TYPE " << kGpu[i][0]
-        << " gauge\n" << samples;
+    out << "# HELP " << kGpu[i][0] << " " << kGpu[i][1] << "\n# TYPE " << kGpu[i][0] << " gauge\n"
+        << samples;
   }
   HttpResponse r;
   r.content_type = "text/plain; version=0.0.4";

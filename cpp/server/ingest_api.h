@@ -12,13 +12,13 @@
 //   GET  /api/v1/runs/{id}                  viewer: the run's insights report (the engine)
 //   GET  /api/v1/runs/{id}/series           viewer: one metric, LTTB-downsampled
 //   GET  /api/v1/runs/{id}/steps            viewer: per-step breakdown (bucketed past ?points=)
-//   GET  /api/v1/runs/{id}/kernels          viewer: top kernels by GPU time (?top= &from_ns= &to_ns=)
-//   GET  /api/v1/compare?runs=1,2[,3,4]     viewer: 2-4 runs side by side
-//   GET  /api/v1/groups/{name}              viewer: a multi-rank group's report
-//   GET  /api/v1/live[?run=ID]              viewer: WebSocket of live events (live_bus.h)
-//   GET  /api/v1/session                    anyone: the mode, whether viewing is on / logged in
-//   GET  /login?token=T                     the dashboard's single-use login link
-//   GET  /, /app/*, /lib/*, /vendor/*       the web app (web_assets.h)
+//   GET  /api/v1/runs/{id}/kernels          viewer: top kernels by GPU time (?top= &from_ns=
+//   &to_ns=) GET  /api/v1/compare?runs=1,2[,3,4]     viewer: 2-4 runs side by side GET
+//   /api/v1/groups/{name}              viewer: a multi-rank group's report GET
+//   /api/v1/live[?run=ID]              viewer: WebSocket of live events (live_bus.h) GET
+//   /api/v1/session                    anyone: the mode, whether viewing is on / logged in GET
+//   /login?token=T                     the dashboard's single-use login link GET  /, /app/*,
+//   /lib/*, /vendor/*       the web app (web_assets.h)
 //
 // Two independent axes: write keys (X-API-Key) only write, a viewer session (cookie) only
 // reads. Every rejection is a 4xx with {"error": "..."} naming what was wrong. Secrets never
@@ -28,17 +28,16 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
-#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "server/live_bus.h"
 #include "server/series_cache.h"
@@ -49,13 +48,13 @@
 namespace gpuprof::server {
 
 struct ApiOptions {
-  std::vector<std::string> api_keys;     // write keys (several: rotation)
+  std::vector<std::string> api_keys;           // write keys (several: rotation)
   std::optional<std::string> viewer_password;  // none: the read API is off
-  std::string secret;                    // signs viewer sessions (>= 32 bytes)
+  std::string secret;                          // signs viewer sessions (>= 32 bytes)
   int64_t session_ttl_s = 12 * 3600;
-  size_t logins_per_minute = 10;         // per client address
-  std::function<int64_t()> now_s;        // unix seconds; the wall clock unless a test's
-  size_t max_body_bytes = 32u << 20;     // after gzip inflation too
+  size_t logins_per_minute = 10;      // per client address
+  std::function<int64_t()> now_s;     // unix seconds; the wall clock unless a test's
+  size_t max_body_bytes = 32u << 20;  // after gzip inflation too
   size_t max_rows_per_batch = 500'000;
   // The in-process dashboard (profile(dashboard=True)): viewers log in by opening
   // /login?token=TOKEN once (no password; the token is single-use), and the app opens on
@@ -72,10 +71,10 @@ struct ApiOptions {
 
 struct HttpRequest {
   std::string method;
-  std::string target;                    // path and query
+  std::string target;                          // path and query
   std::map<std::string, std::string> headers;  // names lower-case
   std::string body;
-  std::string peer;                      // client address, for logs
+  std::string peer;  // client address, for logs
 };
 
 struct HttpResponse {

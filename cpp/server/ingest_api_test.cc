@@ -1,4 +1,3 @@
-#include "server/gzip_test_util.h"
 #include "server/ingest_api.h"
 
 #include <gmock/gmock.h>
@@ -8,9 +7,9 @@
 
 #include <filesystem>
 #include <fstream>
-
 #include <nlohmann/json.hpp>
 
+#include "server/gzip_test_util.h"
 #include "store/row_json.h"
 
 namespace gpuprof::server {
@@ -225,8 +224,7 @@ TEST_F(ServerApiTest, TheAuthMatrixOfEveryEndpointAndEveryCredential) {
       const int want = e.axis == Endpoint::kWrite  ? c.write
                        : e.axis == Endpoint::kRead ? c.read
                                                    : c.action;
-      EXPECT_EQ(got, want == 0 ? e.ok : want) << e.method << " " << e.target << " with "
-                                              << c.name;
+      EXPECT_EQ(got, want == 0 ? e.ok : want) << e.method << " " << e.target << " with " << c.name;
     }
   }
 }
@@ -284,8 +282,8 @@ TEST_F(ServerApiTest, ViewersGetRunsTheEnginesReportAndDownsampledSeries) {
   EXPECT_EQ(report["format"], "gpuprof.insights/1");
   EXPECT_EQ(Viewer("GET", "/api/v1/runs/99", cookie).status, 404);
   // The series, downsampled to 200 points, keeps the spike and both ends
-  json s = json::parse(Viewer("GET", "/api/v1/runs/1/series?metric=gpu_util&gpu=0&points=200",
-                              cookie).body);
+  json s = json::parse(
+      Viewer("GET", "/api/v1/runs/1/series?metric=gpu_util&gpu=0&points=200", cookie).body);
   EXPECT_EQ(s["source_points"], 5000);
   ASSERT_EQ(s["points"].size(), 200u);
   double peak = 0;
@@ -294,8 +292,11 @@ TEST_F(ServerApiTest, ViewersGetRunsTheEnginesReportAndDownsampledSeries) {
   EXPECT_EQ(s["points"][0][0], 0);
   EXPECT_EQ(s["points"][199][0], 4999LL * 1'000'000'000);
   // A window
-  json w = json::parse(Viewer("GET", "/api/v1/runs/1/series?metric=gpu_util&from_ns=0&to_ns=" +
-                                  std::to_string(9LL * 1'000'000'000), cookie).body);
+  json w = json::parse(Viewer("GET",
+                              "/api/v1/runs/1/series?metric=gpu_util&from_ns=0&to_ns=" +
+                                  std::to_string(9LL * 1'000'000'000),
+                              cookie)
+                           .body);
   EXPECT_EQ(w["source_points"], 10);
   EXPECT_THAT(Viewer("GET", "/api/v1/runs/1/series?metric=fan", cookie).body,
               HasSubstr("no metric 'fan'"));
@@ -384,12 +385,12 @@ TEST_F(ServerApiTest, ACpuRunsTopKernelsAreItsTracedOperatorsByCpuTime) {
   const auto [cookie, csrf] = Login();
   // A CPU run: no kernels, the operators of two traced steps (pushed like any other rows)
   std::vector<store::Row> rows = {
-      store::Row(store::CpuOpRow{0, 100, 0, "aten::bmm", 6, 4'000'000, 4'500'000,
-                                 "torch_profiler"}),
+      store::Row(
+          store::CpuOpRow{0, 100, 0, "aten::bmm", 6, 4'000'000, 4'500'000, "torch_profiler"}),
       store::Row(store::CpuOpRow{0, 100, 0, "aten::_softmax", 2, 1'000'000, std::nullopt,
                                  "torch_profiler"}),
-      store::Row(store::CpuOpRow{1000, 1100, 10, "aten::bmm", 6, 4'000'000, 4'400'000,
-                                 "torch_profiler"})};
+      store::Row(
+          store::CpuOpRow{1000, 1100, 10, "aten::bmm", 6, 4'000'000, 4'400'000, "torch_profiler"})};
   ASSERT_EQ(Call("POST", "/api/v1/runs/r1/batches",
                  json{{"batch_id", "ops"}, {"rows", store::RowsToJson(rows)}})
                 .status,
@@ -409,8 +410,8 @@ TEST_F(ServerApiTest, ACpuRunsTopKernelsAreItsTracedOperatorsByCpuTime) {
   // Once a kernel exists (an nsys import), the kernels are what is shown
   ASSERT_EQ(Call("POST", "/api/v1/runs/r1/batches",
                  json{{"batch_id", "k"},
-                      {"rows", store::RowsToJson({store::Row(
-                                   store::KernelRow{0, 100, "gemm", 1, 5, "nsys"})})}})
+                      {"rows", store::RowsToJson(
+                                   {store::Row(store::KernelRow{0, 100, "gemm", 1, 5, "nsys"})})}})
                 .status,
             200);
   json g = json::parse(Viewer("GET", "/api/v1/runs/1/kernels", cookie).body);
@@ -474,7 +475,9 @@ TEST_F(ServerApiTest, WriteKeysAreChecked) {
 
 TEST_F(ServerApiTest, BadRequestsAre4xxWithAMessageAndStoreNothing) {
   ASSERT_EQ(Call("PUT", "/api/v1/runs/r1", Run()).status, 201);
-  auto error = [](const HttpResponse& r) { return json::parse(r.body)["error"].get<std::string>(); };
+  auto error = [](const HttpResponse& r) {
+    return json::parse(r.body)["error"].get<std::string>();
+  };
   // A batch for a run never created
   HttpResponse unknown = Call("POST", "/api/v1/runs/nope/batches", Batch("b", 0, 1));
   EXPECT_EQ(unknown.status, 404);
@@ -496,9 +499,9 @@ TEST_F(ServerApiTest, BadRequestsAre4xxWithAMessageAndStoreNothing) {
   raw.headers = {{"x-api-key", "new-key"}, {"content-type", "application/json"}};
   raw.body = "{\"batch_id\": ";
   EXPECT_EQ(api_->Handle(raw).status, 400);
-  EXPECT_EQ(Call("POST", "/api/v1/runs/r1/batches", Batch("b", 0, 1), "new-key", "text/plain")
-                .status,
-            415);
+  EXPECT_EQ(
+      Call("POST", "/api/v1/runs/r1/batches", Batch("b", 0, 1), "new-key", "text/plain").status,
+      415);
   EXPECT_THAT(error(Call("POST", "/api/v1/runs/r1/batches", json{{"rows", json::object()}})),
               HasSubstr("batch_id must be"));
   EXPECT_THAT(error(Call("POST", "/api/v1/runs/r1/batches", json{{"batch_id", "x"}, {"r", 1}})),
@@ -524,9 +527,8 @@ TEST_F(ServerApiTest, GzipBodiesAreInflatedWithinTheLimitAndBombsAreRefused) {
   HttpRequest r;
   r.method = "POST";
   r.target = "/api/v1/runs/r1/batches";
-  r.headers = {{"x-api-key", "new-key"},
-               {"content-type", "application/json"},
-               {"content-encoding", "gzip"}};
+  r.headers = {
+      {"x-api-key", "new-key"}, {"content-type", "application/json"}, {"content-encoding", "gzip"}};
   r.body = Gzip(Batch("z", 0, 20).dump());
   HttpResponse ok = api_->Handle(r);
   ASSERT_EQ(ok.status, 200) << ok.body;
@@ -583,7 +585,7 @@ TEST_F(ServerApiTest, ViewersGetTheStepBreakdownACompareAndAGroup) {
   EXPECT_EQ(s["rows"][0]["last_step"], 3);
   EXPECT_DOUBLE_EQ(s["rows"][0]["forward_ns"].get<double>(), 30e6);
   EXPECT_DOUBLE_EQ(s["rows"][0]["other_ns"].get<double>(), 10e6);  // 100 - 10 - 30 - 50
-  EXPECT_TRUE(s["rows"][0]["gpu_ns"].is_null());                     // unknown, not 0
+  EXPECT_TRUE(s["rows"][0]["gpu_ns"].is_null());                   // unknown, not 0
   EXPECT_EQ(s["rows"][2]["steps"], 2);
   // A compare of both ranks; 1 or 5 runs, or an unknown one, are refused
   json cmp = json::parse(Viewer("GET", "/api/v1/compare?runs=1,2", cookie).body);

@@ -84,8 +84,7 @@ std::shared_ptr<LiveBus::Subscriber> LiveBus::Subscribe(std::optional<int64_t> r
 void LiveBus::Unsubscribe(const std::shared_ptr<Subscriber>& s) {
   s->Close();
   std::lock_guard lock(mu_);
-  subscribers_.erase(std::remove(subscribers_.begin(), subscribers_.end(), s),
-                     subscribers_.end());
+  subscribers_.erase(std::remove(subscribers_.begin(), subscribers_.end(), s), subscribers_.end());
 }
 
 size_t LiveBus::viewers() const {

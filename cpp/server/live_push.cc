@@ -17,7 +17,6 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 }  // namespace
@@ -87,7 +86,9 @@ void LivePush::Spool(const json& line) {
     if (!spool_open_) {
       fs::create_directories(options_.spool_dir);
       std::ofstream out(spool_path(), std::ios::app);
-      out << Dump(json{{"v", 1}, {"server", options_.server_url}, {"run_uuid", uuid_},
+      out << Dump(json{{"v", 1},
+                       {"server", options_.server_url},
+                       {"run_uuid", uuid_},
                        {"run", run_json_}})
           << "\n";
       if (!out) return;
@@ -199,11 +200,12 @@ std::optional<std::string> LivePush::Finish(const store::RunInfo& final_info,
   std::string why = "could not push run " + uuid_ + " to " + options_.server_url + ": " +
                     first_error_.value_or("no answer within the exit wait");
   if (spool_open_) {
-    why += "; " + std::to_string(pending_.size()) + " batch" +
-           (pending_.size() == 1 ? "" : "es") + " left in " + spool_path() +
-           " (send them with: gpuprof drain --server " + options_.server_url + ")";
+    why += "; " + std::to_string(pending_.size()) + " batch" + (pending_.size() == 1 ? "" : "es") +
+           " left in " + spool_path() + " (send them with: gpuprof drain --server " +
+           options_.server_url + ")";
   } else {
-    why += "; the spool " + spool_path() + " could not be written either: the rows are only in "
+    why += "; the spool " + spool_path() +
+           " could not be written either: the rows are only in "
            "the local file (gpuprof push sends it)";
   }
   return why;

@@ -22,12 +22,11 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "store/rows.h"
 #include "util/status.h"
@@ -35,9 +34,9 @@
 namespace gpuprof::server {
 
 struct LivePushOptions {
-  std::string server_url;   // http://host:port
+  std::string server_url;  // http://host:port
   std::string api_key;
-  std::string spool_dir;    // created when first needed
+  std::string spool_dir;  // created when first needed
   std::chrono::milliseconds period{1000};
   std::chrono::milliseconds exit_wait{5000};
   size_t max_pending_rows = 2'000'000;  // held in memory for retry; beyond, in the spool only
@@ -76,7 +75,7 @@ class LivePush {
     bool spooled = false;
   };
   void Loop();
-  void TakeQueued();                      // queued rows -> one pending batch
+  void TakeQueued();  // queued rows -> one pending batch
   bool SendPending(std::chrono::steady_clock::time_point deadline);  // true: all acked
   bool PutRun(const nlohmann::json& run);
   void Spool(const nlohmann::json& line);  // appends one line (creates the file with a header)

@@ -69,8 +69,8 @@ TEST(LivePushTest, AnUnreachableServerLeavesASpoolThatDrainDeliversOnceUp) {
   EXPECT_THAT(r.lines[0], HasSubstr("1 damaged lines skipped"));
   EXPECT_FALSE(fs::exists(push.spool_path()));
   // AND the server holds the 8 steps once, and the run as finished
-  auto db = store::SqliteStore::Open((dir / "server.db").string(),
-                                     store::SqliteStore::Mode::kReadOnly);
+  auto db =
+      store::SqliteStore::Open((dir / "server.db").string(), store::SqliteStore::Mode::kReadOnly);
   ASSERT_TRUE(db.ok());
   EXPECT_EQ((*db)->LoadSteps(1)->size(), 8u);
   EXPECT_EQ((*db)->ListRuns()->at(0).status, "ok");

@@ -12,7 +12,6 @@ namespace {
 
 using nlohmann::json;
 
-
 }  // namespace
 
 std::string ServerRunId(const store::RunInfo& r) {
@@ -27,8 +26,8 @@ std::string ServerRunId(const store::RunInfo& r) {
          std::to_string(r.run_id);
 }
 
-Expected<json> CallServer(const std::string& url, const std::string& key,
-                          const std::string& method, const std::string& path, const json& body) {
+Expected<json> CallServer(const std::string& url, const std::string& key, const std::string& method,
+                          const std::string& path, const json& body) {
   auto res = HttpCall(url, method, path, {{"Content-Type", "application/json"}, {"X-API-Key", key}},
                       body.dump(-1, ' ', false, json::error_handler_t::replace));
   if (!res) return res.status();
@@ -37,8 +36,8 @@ Expected<json> CallServer(const std::string& url, const std::string& key,
     std::string message = doc.is_object() && doc.contains("error") && doc["error"].is_string()
                               ? doc["error"].get<std::string>()
                               : res->body.substr(0, 200);
-    return Status::Error(url + " answered " + std::to_string(res->status) + " to " + method +
-                         " " + path + ": " + message);
+    return Status::Error(url + " answered " + std::to_string(res->status) + " to " + method + " " +
+                         path + ": " + message);
   }
   if (doc.is_discarded()) {
     return Status::Error(url + " answered " + std::to_string(res->status) +
@@ -82,19 +81,20 @@ Expected<PushResult> PushRun(const std::string& db_path, int64_t run_id,
   PushResult out;
   out.run_uuid = ServerRunId(data->run);
   const std::string base = "/api/v1/runs/" + out.run_uuid;
-  auto put = CallServer(options.server_url, options.api_key, "PUT", base, json{{"run", store::RunInfoToJson(data->run)}});
+  auto put = CallServer(options.server_url, options.api_key, "PUT", base,
+                        json{{"run", store::RunInfoToJson(data->run)}});
   if (!put) return put.status();
   out.server_run_id = (*put)["run_id"].get<int64_t>();
 
   const size_t per = std::max<size_t>(1, options.batch_rows);
   for (size_t i = 0, n = 0; i < rows.size(); i += per, ++n) {
-    const std::vector<store::Row> chunk(rows.begin() + static_cast<std::ptrdiff_t>(i),
-                                        rows.begin() + static_cast<std::ptrdiff_t>(
-                                                           std::min(rows.size(), i + per)));
+    const std::vector<store::Row> chunk(
+        rows.begin() + static_cast<std::ptrdiff_t>(i),
+        rows.begin() + static_cast<std::ptrdiff_t>(std::min(rows.size(), i + per)));
     // The id says which rows: the same on every push of the same run and batch size.
     const std::string id = "rows-" + std::to_string(per) + "-" + std::to_string(n);
     auto res = CallServer(options.server_url, options.api_key, "POST", base + "/batches",
-                    json{{"batch_id", id}, {"rows", store::RowsToJson(chunk)}});
+                          json{{"batch_id", id}, {"rows", store::RowsToJson(chunk)}});
     if (!res) return res.status();
     ++out.batches;
     if ((*res)["duplicate"].get<bool>()) {
@@ -104,9 +104,9 @@ Expected<PushResult> PushRun(const std::string& db_path, int64_t run_id,
     }
   }
   if (!data->insights.empty()) {
-    auto res = CallServer(options.server_url, options.api_key, "POST", base + "/batches",
-                    json{{"batch_id", "insights"},
-                         {"insights", store::InsightsToJson(data->insights)}});
+    auto res = CallServer(
+        options.server_url, options.api_key, "POST", base + "/batches",
+        json{{"batch_id", "insights"}, {"insights", store::InsightsToJson(data->insights)}});
     if (!res) return res.status();
     ++out.batches;
     if ((*res)["duplicate"].get<bool>()) ++out.duplicate_batches;

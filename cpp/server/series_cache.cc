@@ -91,8 +91,8 @@ Status SeriesCache::Extend(store::RunStore& db, int64_t run_id, bool gpu,
 void SeriesCache::Emit(const std::vector<Extremes>& buckets, int64_t from_ns, int64_t to_ns,
                        Points* out) {
   const size_t first = static_cast<size_t>(std::max<int64_t>(0, from_ns) / kBucketNs);
-  const size_t last = std::min(buckets.size(),
-                               static_cast<size_t>(std::max<int64_t>(0, to_ns) / kBucketNs) + 1);
+  const size_t last =
+      std::min(buckets.size(), static_cast<size_t>(std::max<int64_t>(0, to_ns) / kBucketNs) + 1);
   auto keep = [&](int64_t t, double v) {
     if (t >= from_ns && t <= to_ns) out->emplace_back(t, v);
   };

@@ -30,7 +30,7 @@ struct Extremes {
 };
 // One source's buckets: per series (GPU x column, or host column), bucket index -> extremes.
 struct Tier {
-  int64_t complete_to_ns = 0;  // buckets before this are final
+  int64_t complete_to_ns = 0;                                    // buckets before this are final
   std::map<int64_t, std::vector<std::vector<Extremes>>> by_gpu;  // [gpu][column][bucket]
 };
 }  // namespace series_cache_detail

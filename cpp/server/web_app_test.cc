@@ -11,9 +11,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "server/dashboard.h"
 #include "server/http_server.h"
@@ -32,9 +31,9 @@ using ::testing::Not;
 namespace fs = std::filesystem;
 
 fs::path TempDir() {
-  fs::path d = fs::temp_directory_path() /
-               ("gpuprof_web_" + std::to_string(getpid()) + "_" +
-                ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  fs::path d =
+      fs::temp_directory_path() / ("gpuprof_web_" + std::to_string(getpid()) + "_" +
+                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
@@ -82,8 +81,14 @@ int64_t WriteRun(store::SqliteStore& db, const std::string& name, bool finish) {
     rows.emplace_back(h);
   }
   EXPECT_TRUE(db.WriteRows(*id, rows).ok());
-  store::InsightRow top{0, "input_bound", "input", "high", "34% of step time waiting", "raise "
-                        "num_workers", std::nullopt};
+  store::InsightRow top{0,
+                        "input_bound",
+                        "input",
+                        "high",
+                        "34% of step time waiting",
+                        "raise "
+                        "num_workers",
+                        std::nullopt};
   store::InsightRow next{1, "low_util", "gpu", "med", "GPU idle", std::nullopt, std::nullopt};
   EXPECT_TRUE(db.ReplaceInsights(*id, {top, next}).ok());
   if (finish) EXPECT_TRUE(db.FinishRun(*id, "ok", 2'500'000'000, std::nullopt).ok());
@@ -95,8 +100,8 @@ class WebAppTest : public ::testing::Test {
   void SetUp() override {
     dir_ = TempDir();
     {
-      auto db = store::SqliteStore::Open((dir_ / "s.db").string(),
-                                         store::SqliteStore::Mode::kReadWrite);
+      auto db =
+          store::SqliteStore::Open((dir_ / "s.db").string(), store::SqliteStore::Mode::kReadWrite);
       ASSERT_TRUE(db.ok()) << db.error();
       run_ = WriteRun(**db, "exp", true);
       live_ = WriteRun(**db, "live", false);
@@ -302,8 +307,8 @@ TEST_F(WebAppTest, StepsReadOnlyStepsAndLeaveUnmeasuredCommNull) {
   EXPECT_TRUE(doc["rows"][0]["comm_ns"].is_null());  // no comm phase in this run
   // A run with a comm phase has it.
   {
-    auto db = store::SqliteStore::Open((dir_ / "s.db").string(),
-                                       store::SqliteStore::Mode::kReadWrite);
+    auto db =
+        store::SqliteStore::Open((dir_ / "s.db").string(), store::SqliteStore::Mode::kReadWrite);
     ASSERT_TRUE(db.ok());
     store::PhaseRow comm;
     comm.step = 1;
@@ -324,17 +329,16 @@ TEST_F(WebAppTest, StepsCountTheExposedCollectivesOfTheCommBucketsAsComm) {
   // collectives were done at 52 ms; step 3 (no phases) had 8 ms between its only bucket being
   // ready and done; step 4's backward (5 ms) is shorter than its 20 ms of exposed comm
   {
-    auto db = store::SqliteStore::Open((dir_ / "s.db").string(),
-                                       store::SqliteStore::Mode::kReadWrite);
+    auto db =
+        store::SqliteStore::Open((dir_ / "s.db").string(), store::SqliteStore::Mode::kReadWrite);
     ASSERT_TRUE(db.ok());
     constexpr int64_t kMs = 1'000'000;
-    std::vector<store::Row> rows = {
-        store::PhaseRow{2, "backward", 50 * kMs, std::nullopt, 1},
-        store::PhaseRow{4, "backward", 5 * kMs, std::nullopt, 1},
-        store::CommBucketRow{2, 0, 220 * kMs, 230 * kMs, std::nullopt},
-        store::CommBucketRow{2, 1, 240 * kMs, 252 * kMs, std::nullopt},
-        store::CommBucketRow{3, 0, 310 * kMs, 318 * kMs, std::nullopt},
-        store::CommBucketRow{4, 0, 410 * kMs, 430 * kMs, std::nullopt}};
+    std::vector<store::Row> rows = {store::PhaseRow{2, "backward", 50 * kMs, std::nullopt, 1},
+                                    store::PhaseRow{4, "backward", 5 * kMs, std::nullopt, 1},
+                                    store::CommBucketRow{2, 0, 220 * kMs, 230 * kMs, std::nullopt},
+                                    store::CommBucketRow{2, 1, 240 * kMs, 252 * kMs, std::nullopt},
+                                    store::CommBucketRow{3, 0, 310 * kMs, 318 * kMs, std::nullopt},
+                                    store::CommBucketRow{4, 0, 410 * kMs, 430 * kMs, std::nullopt}};
     ASSERT_TRUE((*db)->WriteRows(run_, rows).ok());
   }
   Open(ApiOptions{});
@@ -368,9 +372,11 @@ TEST_F(WebAppTest, SeveralMetricsOfEveryGpuInOneRequest) {
   std::vector<std::pair<std::string, json>> got;
   for (const auto& s : doc["series"]) got.emplace_back(s["metric"], s["gpu"]);
   // GPU 1 has no power reading: no series for it (never zeros).
-  const std::vector<std::pair<std::string, json>> want = {
-      {"gpu_util", 0}, {"gpu_util", 1}, {"gpu_power", 0}, {"host_mem", nullptr},
-      {"proc_rss", nullptr}};
+  const std::vector<std::pair<std::string, json>> want = {{"gpu_util", 0},
+                                                          {"gpu_util", 1},
+                                                          {"gpu_power", 0},
+                                                          {"host_mem", nullptr},
+                                                          {"proc_rss", nullptr}};
   EXPECT_EQ(got, want);
   EXPECT_EQ(doc["series"][1]["points"][2][1], 62.0);
   EXPECT_EQ(doc["series"][1]["source_points"], 3);
@@ -383,21 +389,19 @@ TEST_F(WebAppTest, SeveralMetricsOfEveryGpuInOneRequest) {
   EXPECT_EQ(one["series"][0]["points"].size(), 2u);
   EXPECT_EQ(one["from_ns"], 1'000'000'000);
   // A single new host metric keeps the one-series shape.
-  json mem = json::parse(Get("/api/v1/runs/" + std::to_string(run_) + "/series?metric=host_mem",
-                             cookie)
-                             .body);
+  json mem = json::parse(
+      Get("/api/v1/runs/" + std::to_string(run_) + "/series?metric=host_mem", cookie).body);
   EXPECT_EQ(mem["metric"], "host_mem");
   EXPECT_TRUE(mem["gpu"].is_null());
   EXPECT_EQ(mem["points"].size(), 3u);
-  HttpResponse bad = Get("/api/v1/runs/" + std::to_string(run_) +
-                             "/series?metric=gpu_util,nope&gpu=all",
-                         cookie);
+  HttpResponse bad =
+      Get("/api/v1/runs/" + std::to_string(run_) + "/series?metric=gpu_util,nope&gpu=all", cookie);
   EXPECT_EQ(bad.status, 400);
   EXPECT_THAT(bad.body, HasSubstr("no metric 'nope'"));
-  EXPECT_EQ(Get("/api/v1/runs/" + std::to_string(run_) + "/series?metric=gpu_util&gpu=every",
-                cookie)
-                .status,
-            400);
+  EXPECT_EQ(
+      Get("/api/v1/runs/" + std::to_string(run_) + "/series?metric=gpu_util&gpu=every", cookie)
+          .status,
+      400);
 }
 
 TEST_F(WebAppTest, ReadsDoNotWaitForIngestOnSqlite) {
@@ -417,8 +421,12 @@ TEST_F(WebAppTest, ReadsDoNotWaitForIngestOnSqlite) {
   ASSERT_EQ(api_->Handle(put).status, 201);
   json steps = json::array();
   for (int64_t i = 0; i < 150'000; ++i) {
-    steps.push_back({{"step", i}, {"start_ns", i * 10}, {"end_ns", i * 10 + 9},
-                     {"forward_calls", 1}, {"backward_calls", 1}, {"optimizer_calls", 1}});
+    steps.push_back({{"step", i},
+                     {"start_ns", i * 10},
+                     {"end_ns", i * 10 + 9},
+                     {"forward_calls", 1},
+                     {"backward_calls", 1},
+                     {"optimizer_calls", 1}});
   }
   HttpRequest post = put;
   post.method = "POST";
@@ -432,22 +440,21 @@ TEST_F(WebAppTest, ReadsDoNotWaitForIngestOnSqlite) {
   std::thread writer([&] {
     HttpResponse r = api_->Handle(post);
     EXPECT_EQ(r.status, 200) << r.body;
-    write_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                   std::chrono::steady_clock::now() - t0)
-                   .count();
+    write_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
     done = true;
   });
   int64_t worst_ms = 0;
   int reads = 0;
   while (!done) {
     const auto a = std::chrono::steady_clock::now();
-    HttpResponse r = Get("/api/v1/runs/" + std::to_string(run_) + "/series?metric=gpu_util&gpu=all",
-                         cookie);
+    HttpResponse r =
+        Get("/api/v1/runs/" + std::to_string(run_) + "/series?metric=gpu_util&gpu=all", cookie);
     EXPECT_EQ(r.status, 200) << r.body;
-    worst_ms = std::max<int64_t>(
-        worst_ms,
-        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - a)
-            .count());
+    worst_ms = std::max<int64_t>(worst_ms, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                               std::chrono::steady_clock::now() - a)
+                                               .count());
     ++reads;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
@@ -459,8 +466,7 @@ TEST_F(WebAppTest, ReadsDoNotWaitForIngestOnSqlite) {
 
 TEST(SeriesCacheTest, WideWindowsComeFromMinuteExtremesThatKeepPeaksAndFollowALiveRun) {
   const fs::path dir = TempDir();
-  auto db = store::SqliteStore::Open((dir / "c.db").string(),
-                                     store::SqliteStore::Mode::kReadWrite);
+  auto db = store::SqliteStore::Open((dir / "c.db").string(), store::SqliteStore::Mode::kReadWrite);
   ASSERT_TRUE(db.ok()) << db.error();
   auto id = (*db)->BeginRun(MakeRun("long"));
   ASSERT_TRUE(id.ok());
@@ -499,8 +505,8 @@ TEST(SeriesCacheTest, WideWindowsComeFromMinuteExtremesThatKeepPeaksAndFollowALi
   EXPECT_TRUE(out[1][1].empty());         // memory was not
   // A window inside the run: only its readings.
   out.clear();
-  ASSERT_TRUE(cache.GpuSeries(**db, *id, 1, 0b1, 3600'000'000'000LL, 7200'000'000'000LL, &out)
-                  .ok());
+  ASSERT_TRUE(
+      cache.GpuSeries(**db, *id, 1, 0b1, 3600'000'000'000LL, 7200'000'000'000LL, &out).ok());
   ASSERT_EQ(out.size(), 1u);
   for (const auto& [t, v] : out[1][0]) {
     EXPECT_GE(t, 3600'000'000'000LL);
@@ -573,9 +579,12 @@ TEST_F(WebAppTest, TheReportIsComputedAgainOnlyWhenItsRunChanged) {
   post.method = "POST";
   post.target = "/api/v1/runs/r1/batches";
   post.body = json{{"batch_id", "d1"},
-                   {"rows", {{"diagnostics", {{{"ts_ns", 5}, {"level", "warning"},
-                                               {"source", "test"},
-                                               {"message", "late diagnostic"}}}}}}}
+                   {"rows",
+                    {{"diagnostics",
+                      {{{"ts_ns", 5},
+                        {"level", "warning"},
+                        {"source", "test"},
+                        {"message", "late diagnostic"}}}}}}}
                   .dump();
   HttpResponse stored = api_->Handle(post);
   ASSERT_EQ(stored.status, 200) << stored.body;
@@ -605,7 +614,7 @@ TEST_F(WebAppTest, AStepBreakdownIsReusedOnlyWhileItsRunIsUnchanged) {
     ASSERT_EQ(r.status, 200) << r.body;
   };
   auto step = [](int64_t s) {
-    return json{{"step", s}, {"start_ns", s * 100}, {"end_ns", s * 100 + 90},
+    return json{{"step", s},          {"start_ns", s * 100}, {"end_ns", s * 100 + 90},
                 {"forward_calls", 1}, {"backward_calls", 1}, {"optimizer_calls", 1}};
   };
   batch("a", {{"steps", {step(0), step(1)}},
@@ -626,17 +635,17 @@ TEST_F(WebAppTest, AStepBreakdownIsReusedOnlyWhileItsRunIsUnchanged) {
 
 TEST_F(WebAppTest, TheSeriesAnswerSaysWhichResolutionItCameFrom) {
   const std::string cookie = LoginCookie();
-  json doc = json::parse(Get("/api/v1/runs/" + std::to_string(run_) +
-                                 "/series?metric=gpu_util&gpu=all&points=3",
-                             cookie)
-                             .body);
+  json doc = json::parse(
+      Get("/api/v1/runs/" + std::to_string(run_) + "/series?metric=gpu_util&gpu=all&points=3",
+          cookie)
+          .body);
   EXPECT_EQ(doc["resolution"], "1 s");  // a 2 s run is never summarised
 }
 
 TEST(DashboardTest, ServesTheRunOverHttpAndTurnsCommitsIntoLiveEvents) {
   const fs::path dir = TempDir();
-  auto writer = store::SqliteStore::Open((dir / "run.db").string(),
-                                         store::SqliteStore::Mode::kReadWrite);
+  auto writer =
+      store::SqliteStore::Open((dir / "run.db").string(), store::SqliteStore::Mode::kReadWrite);
   ASSERT_TRUE(writer.ok()) << writer.error();
   auto id = (*writer)->BeginRun(MakeRun("train"));
   ASSERT_TRUE(id.ok());

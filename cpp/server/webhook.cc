@@ -168,8 +168,7 @@ json WebhookMessage(const analysis::Report& report,
                      std::to_string(run.run_id) + ") ended *" + run.status + "*";
   if (v.duration_ns) text += " after " + FormatDuration(static_cast<double>(*v.duration_ns));
   if (run.error) text += "\n> " + Clip(*run.error, 300);
-  text += "\n" + analysis::Plural(v.all ? static_cast<size_t>(v.all->count) : 0, "step",
-                                  "steps");
+  text += "\n" + analysis::Plural(v.all ? static_cast<size_t>(v.all->count) : 0, "step", "steps");
   if (v.all) text += ", " + FormatDuration(v.all->mean_ns) + " per step on average";
   text += " · " + (report.mfu.mfu ? "MFU " + analysis::FormatPercent(report.mfu.mfu->value, 1)
                                   : "MFU unknown");
@@ -194,8 +193,7 @@ json WebhookMessage(const analysis::Report& report,
   return json{{"text", text}};
 }
 
-Status PostWebhook(const std::string& url, const std::string& body,
-                   const WebhookOptions& options) {
+Status PostWebhook(const std::string& url, const std::string& body, const WebhookOptions& options) {
   auto u = ParseWebhookUrl(url);
   if (!u) return u.status();
   auto task = std::make_shared<std::packaged_task<Status()>>(

@@ -2,10 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -59,7 +59,7 @@ TEST(WebhookMessage, SaysHowTheRunEndedWithItsTopInsightsAndFixes) {
   EXPECT_NE(text.find("> RuntimeError: CUDA out of memory …"), std::string::npos) << text;
   EXPECT_EQ(text.find("Traceback"), std::string::npos);
   EXPECT_NE(text.find("20 steps"), std::string::npos);
-  EXPECT_NE(text.find("• [" ), std::string::npos);
+  EXPECT_NE(text.find("• ["), std::string::npos);
   EXPECT_NE(text.find(report.insights[0].message), std::string::npos);
   EXPECT_NE(text.find("→ " + report.insights[0].fix.substr(0, 40)), std::string::npos);
   EXPECT_NE(text.find("<http://srv:8000/#/runs/7|Open the run's dashboard>"), std::string::npos);
@@ -71,7 +71,8 @@ class Endpoint {
  public:
   explicit Endpoint(std::vector<int> statuses, int delay_ms = 0)
       : acceptor_(io_, {boost::asio::ip::make_address("127.0.0.1"), 0}),
-        statuses_(std::move(statuses)), delay_ms_(delay_ms) {
+        statuses_(std::move(statuses)),
+        delay_ms_(delay_ms) {
     thread_ = std::thread([this] { Run(); });
   }
   ~Endpoint() {

@@ -14,6 +14,7 @@ package only holds what must touch Python objects.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from ._flops import TransformerArch
 from ._deepspeed import wrap_deepspeed_engine
@@ -23,7 +24,7 @@ __all__ = ["profile", "Profile", "Step", "TransformerArch", "GpuprofWarning", "L
            "HFTrainerCallback", "wrap_deepspeed_engine", "__version__"]
 
 
-def __getattr__(name: str):  # the trainer integrations import their framework on first use
+def __getattr__(name: str) -> Any:  # the trainer integrations import their framework on use
     if name == "LightningCallback":
         from ._lightning import lightning_callback_class
         return lightning_callback_class()
@@ -38,7 +39,19 @@ if "torch" in sys.modules:
     from ._distributed import install_registration_shim as _shim
     _shim()
 
-try:
-    from ._native import __version__
-except ImportError:  # pragma: no cover - a broken install; the error surfaces on profile()
-    __version__ = "0+unknown"
+
+def _version() -> str:
+    """The one version, pyproject.toml's, as installed (the extension carries the same)."""
+    from importlib import metadata
+    try:
+        return metadata.version("gpuprof")
+    except metadata.PackageNotFoundError:  # run from a source tree or a staging directory
+        try:
+            from . import _native
+        except ImportError:  # pragma: no cover - a broken install; profile() says why
+            return "0+unknown"
+        # (getattr: nanobind's stubgen leaves __version__ out of _native.pyi)
+        return str(getattr(_native, "__version__", "0+unknown"))
+
+
+__version__ = _version()

@@ -15,7 +15,8 @@ import sys
 import threading
 import warnings
 from types import TracebackType
-from typing import Any, Iterable, Iterator, Optional, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Iterable, Iterator
 
 from ._flops import StepFlopCounter, TransformerArch, import_dynamo, import_off_thread
 
@@ -27,7 +28,7 @@ _MAX_SAMPLE_HZ = 10000.0  # GPU sampler: a tick costs ~0.5 µs (docs/telemetry.m
 _MAX_HOST_HZ = 100.0      # host sampler: a /proc tick costs ~0.13-0.8 ms (docs/telemetry.md)
 
 _active_lock = threading.Lock()
-_active: Optional["Profile"] = None
+_active: Profile | None = None
 
 
 class GpuprofWarning(RuntimeWarning):
@@ -59,7 +60,7 @@ def _step_index(index: Any) -> int:
 
 
 def _check_positive(name: str, value: Any, allow_zero: bool = False,
-                    maximum: Optional[float] = None) -> float:
+                    maximum: float | None = None) -> float:
     """A finite number > 0 (>= 0 with allow_zero), at most ``maximum``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"gpuprof.profile: {name} must be a number, got {type(value).__name__}")
@@ -144,12 +145,12 @@ class Step:
 
     __slots__ = ("_prof", "index", "_open")
 
-    def __init__(self, prof: "Profile", index: int) -> None:
+    def __init__(self, prof: Profile, index: int) -> None:
         self._prof = prof
         self.index = index
         self._open = False
 
-    def __enter__(self) -> "Step":
+    def __enter__(self) -> Step:
         self._open = True
         self._prof._emit_kind("STEP_BEGIN", 0, self.index)
         self._prof._flop_step(True, self.index)
@@ -164,7 +165,7 @@ class Step:
         if self._prof._coordinator is not None:
             self._prof._coordinate()
 
-    def phase(self, name: str) -> "_Phase":
+    def phase(self, name: str) -> _Phase:
         """Times a named phase of this step (forward, backward, optimizer or any name)."""
         if not isinstance(name, str) or not name:
             raise ValueError("Step.phase: name must be a non-empty string")
@@ -180,7 +181,7 @@ class _Phase:
         self._id = phase_id
         self._live = False
 
-    def __enter__(self) -> "_Phase":
+    def __enter__(self) -> _Phase:
         if not self._step._open:  # no step to attribute it to: say so, record nothing
             self._step._prof._stray_phase(self._name, self._step.index)
             return self
@@ -203,7 +204,7 @@ def _import_torch() -> Any:
     torch = import_off_thread("torch")
     if torch is None:
         try:
-            import torch  # noqa: F811
+            import torch
         except ImportError:
             return None
     return torch
@@ -212,7 +213,7 @@ def _import_torch() -> Any:
 class _WrappedLoader(Iterable[T]):
     """Iterates like the wrapped loader; time spent in next() is the step's explicit wait."""
 
-    def __init__(self, prof: "Profile", iterable: Iterable[T]) -> None:
+    def __init__(self, prof: Profile, iterable: Iterable[T]) -> None:
         self._prof = prof
         self._iterable = iterable
 
@@ -236,11 +237,11 @@ class _WrappedIterator(Iterator[T]):
     """The wrapped loader's iterator: a next() that raises (a bad batch the loop skips)
     leaves it usable, as the loader's own iterator is; a generator would end there."""
 
-    def __init__(self, prof: "Profile", it: Iterator[T]) -> None:
+    def __init__(self, prof: Profile, it: Iterator[T]) -> None:
         self._prof = prof
         self._it = it
 
-    def __iter__(self) -> "_WrappedIterator[T]":
+    def __iter__(self) -> _WrappedIterator[T]:
         return self
 
     def __next__(self) -> T:
@@ -271,25 +272,25 @@ class Profile:
         self._phase_ids: dict[str, int] = {}
         self._patches: Any = None
         self._timer: Any = None
-        self._flop_counter: Optional[StepFlopCounter] = None
+        self._flop_counter: StepFlopCounter | None = None
         self._state = "new"
         self._final_stats: dict[str, int] = {}
         self._stray_phases = 0
         self._prev_sigterm: Any = None
         self._pid = os.getpid()  # a forked child (dataloader worker) must not end the run
-        self.summary: Optional[str] = None
-        self.run_id: Optional[int] = None
+        self.summary: str | None = None
+        self.run_id: int | None = None
         # profile(dashboard=...): the port to serve on (0 = a free one), None = no dashboard.
-        self._dashboard_port: Optional[int] = None
+        self._dashboard_port: int | None = None
         self._coordinator: Any = None  # _distributed.Coordinator on a distributed rank
         self._coordinator_hook: Any = None  # its optimizer-step hook until it has run
         self._ddp: Any = None  # _distributed.DdpTiming in auto mode
         self._comm_hook = True  # profile(comm_hook=)
         self._wandb = False  # profile(wandb=): log the run into the active wandb.run at stop
-        self._webhook: Optional[str] = None  # profile(webhook=): a message when the run ends
+        self._webhook: str | None = None  # profile(webhook=): a message when the run ends
         self._excluding = 0  # evaluations open (_exclude_edge)
         # The dashboard's login URL (single-use token) once it serves; None without one.
-        self.dashboard_url: Optional[str] = None
+        self.dashboard_url: str | None = None
         # Kernel traces: the step count, the CPU-operator capture (CPU run), NVTX ranges.
         self._steps: Any = None  # _traces.StepCounter once torch is there
         self._steps_hook: Any = None
@@ -307,19 +308,19 @@ class Profile:
         """True while the run is recording (False when profiling could not start)."""
         return self._session is not None and self._state == "running"
 
-    def __enter__(self) -> "Profile":
+    def __enter__(self) -> Profile:
         self.start()
         return self
 
-    def __exit__(self, exc_type: Optional[type[BaseException]], exc: Optional[BaseException],
-                 tb: Optional[TracebackType]) -> None:
-        if exc_type is None or (isinstance(exc, SystemExit) and exc.code in (0, None)):
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc is None or (isinstance(exc, SystemExit) and exc.code in (0, None)):
             self.stop()  # sys.exit(0) / sys.exit() is a normal completion
         else:
             self.stop(error=_error_text(exc))
         # Never swallow the user's exception.
 
-    def start(self) -> "Profile":
+    def start(self) -> Profile:
         global _active
         if self._state != "new":
             raise RuntimeError("gpuprof: this profile was already started; create a new one")
@@ -597,6 +598,11 @@ class Profile:
     def _start_dashboard(self, native: Any) -> None:
         """The in-process dashboard: a native server thread over this run's file, reachable
         until the process exits. A failure is a warning; the training goes on."""
+        if not getattr(native, "HAS_SERVER", True):
+            self._session.add_diagnostic("warning", "dashboard",
+                                         f"dashboard not started: {_NO_SERVER}")
+            _warn(f"gpuprof: the dashboard could not start: {_NO_SERVER}")
+            return
         try:
             board = native.Dashboard(self.db_path, self.run_id,
                                      self._dashboard_port, os.environ.get("GPUPROF_WEB_DIR"))
@@ -683,7 +689,7 @@ class Profile:
             # Without arch= or flops_per_step= one step's FLOPs are counted (below): the
             # loader hooks tell the count where loader work (a collate_fn's module) runs.
             # (The counter holds no reference to this Profile: no cycle through the hooks.)
-            counter: Optional[StepFlopCounter] = None
+            counter: StepFlopCounter | None = None
             if self._options.get("flops_method") is None:
                 session = self._session
                 counter = StepFlopCounter(lambda: int(session.stats()["optimizer_calls"]),
@@ -751,7 +757,7 @@ class Profile:
         model = info.get("gpu_model") or torch.cuda.get_device_name(torch.cuda.current_device())
         self._session.update_run(gpu_model=model, gpu_count=1)
 
-    def stop(self, error: Optional[str] = None) -> Optional[str]:
+    def stop(self, error: str | None = None) -> str | None:
         """Ends the run (``error`` marks it failed) and returns the summary text."""
         global _active
         if self._state != "running":
@@ -898,7 +904,7 @@ class Profile:
         return dict(self._session.stats())
 
     # ---- manual API ------------------------------------------------------------------------
-    def step(self, index: Optional[int] = None) -> Step:
+    def step(self, index: int | None = None) -> Step:
         """Brackets one training step: ``with prof.step(i) as s:``."""
         if index is None:
             index = getattr(self, "_next_step", 0)
@@ -1076,8 +1082,8 @@ def _environment(torch: Any) -> dict[str, Any]:
     return env
 
 
-def _arch_flops(arch: Optional[TransformerArch], tokens_per_step: Optional[int],
-                flops_per_step: Optional[float]) -> Optional[dict[str, Any]]:
+def _arch_flops(arch: TransformerArch | None, tokens_per_step: int | None,
+                flops_per_step: float | None) -> dict[str, Any] | None:
     """Checks arch= / tokens_per_step= and returns the native FLOP count for them (None
     without an arch, or when the native core is missing: profile() then reports that)."""
     if arch is not None and not isinstance(arch, TransformerArch):
@@ -1148,7 +1154,7 @@ def _trace_options(every_n: Any, trace_range: Any, hz: Any) -> dict[str, Any]:
     return out
 
 
-def _server_options(server: Optional[str], api_key: Optional[str]) -> dict[str, Any]:
+def _server_options(server: str | None, api_key: str | None) -> dict[str, Any]:
     """The live-push options: from the arguments, else $GPUPROF_SERVER / $GPUPROF_API_KEY."""
     explicit = server is not None
     if server is None:
@@ -1182,10 +1188,19 @@ def _server_options(server: Optional[str], api_key: Optional[str]) -> dict[str, 
         return {}
     _check_utf8("server", server)
     _check_utf8("api_key", api_key)
+    from . import _native
+    if not getattr(_native, "HAS_SERVER", True):
+        _warn(f"gpuprof.profile: {where} is set but {_NO_SERVER}; the run is not pushed")
+        return {}
     return {"server_url": server.rstrip("/"), "api_key": api_key}
 
 
 _dashboards: list[Any] = []
+
+# Why the dashboard, push and webhook are unavailable in a build without the team server.
+_NO_SERVER = ("this gpuprof was built without the team server (Boost, zlib, OpenSSL or dygraphs "
+              "were missing when it was built: apt-get install libboost-dev zlib1g-dev libssl-dev "
+              "libjs-dygraphs, then reinstall gpuprof)")
 
 
 def _close_dashboards() -> None:
@@ -1200,20 +1215,20 @@ def _keep_dashboard(board: Any) -> None:
     _dashboards.append(board)
 
 
-def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db",
+def profile(run_name: str = "run", *, db: str | os.PathLike[str] = "gpuprof.db",
             auto: bool = True, sample_hz: float = 100.0, host_hz: float = 5.0,
-            gpu: Optional[str] = None, mock_gpus: int = 1, mock_scenario: str = "",
-            host: bool = True, flops_per_step: Optional[float] = None,
-            dtype: Optional[str] = None, group: Optional[str] = None,
+            gpu: str | None = None, mock_gpus: int = 1, mock_scenario: str = "",
+            host: bool = True, flops_per_step: float | None = None,
+            dtype: str | None = None, group: str | None = None,
             cuda_events: bool = True, summary: bool = True,
-            arch: Optional[TransformerArch] = None,
-            tokens_per_step: Optional[int] = None,
-            server: Optional[str] = None, api_key: Optional[str] = None,
-            dashboard: "bool | int" = False, comm_hook: bool = True,
-            trace_every_n_steps: Optional[int] = None,
-            trace_range: Optional[tuple[int, int]] = None,
-            continuous_traces_hz: Optional[float] = None, wandb: bool = False,
-            webhook: Optional[str] = None) -> Profile:
+            arch: TransformerArch | None = None,
+            tokens_per_step: int | None = None,
+            server: str | None = None, api_key: str | None = None,
+            dashboard: bool | int = False, comm_hook: bool = True,
+            trace_every_n_steps: int | None = None,
+            trace_range: tuple[int, int] | None = None,
+            continuous_traces_hz: float | None = None, wandb: bool = False,
+            webhook: str | None = None) -> Profile:
     """Profiles the code inside ``with``.
 
     run_name: groups runs for regression comparison. db: SQLite file (created if missing).
@@ -1271,11 +1286,15 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
         if not isinstance(webhook, str):
             raise TypeError(f"gpuprof.profile: webhook must be a URL string, got "
                             f"{type(webhook).__name__}")
-        try:
-            from . import _native
-            _native.check_webhook_url(webhook)
-        except ValueError as e:
-            raise ValueError(f"gpuprof.profile: {e}") from None
+        from . import _native
+        if not getattr(_native, "HAS_SERVER", True):
+            _warn(f"gpuprof.profile: webhook= is set but {_NO_SERVER}; no message will be sent")
+            webhook = None
+        else:
+            try:
+                _native.check_webhook_url(webhook)
+            except ValueError as e:
+                raise ValueError(f"gpuprof.profile: {e}") from None
     if group is not None:
         if not isinstance(group, str):
             raise TypeError(f"gpuprof.profile: group must be a string, got "
@@ -1310,8 +1329,8 @@ def profile(run_name: str = "run", *, db: "str | os.PathLike[str]" = "gpuprof.db
         try:
             from . import _native
         except ImportError:
-            _native = None
-        if _native is not None:
+            pass  # no extension (a broken install): the scenario is not checked here
+        else:
             try:
                 _native.check_mock_scenario(mock_scenario)
             except ValueError as e:

@@ -1,5 +1,5 @@
-"""The benchmark's minimal-hook floor (gpuprof._native._line_floor, used by bench/linescope):
-it starts, counts exactly the line events of code under its root, and stops cleanly."""
+"""The benchmark's minimal-hook floor (gpuprof._native_testing.line_floor, used by
+bench/linescope): it starts, counts exactly the line events of code under its root, and stops cleanly."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from gpuprof import _native
+from gpuprof import _native_testing
 
 
 def test_floor_counts_line_events_under_the_root_only(ws):
@@ -21,7 +21,7 @@ def test_floor_counts_line_events_under_the_root_only(ws):
                 s += floorhelper.h(i)
             return s
     """)
-    floor = _native._line_floor
+    floor = _native_testing.line_floor
     # WHEN the floor hook runs around it
     floor.start(str(ws.root))
     mod.f(10)
@@ -38,7 +38,7 @@ def test_floor_rejects_misuse_and_can_run_again(ws):
         def g():
             return 1
     """)
-    floor = _native._line_floor
+    floor = _native_testing.line_floor
     with pytest.raises(RuntimeError, match="not running"):
         floor.stop()
     floor.start(str(ws.root))

@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from gpuprof import _native
+from gpuprof import _native_testing
 from linescope import profile
 
 MS = 1_000_000
@@ -49,7 +49,7 @@ def run_child(ws, script, *args: str, timeout: float = 120) -> list[str]:
 
 
 def untraced_frames() -> int:
-    return _native.LineTracer._untraced_eval_stats()[0]
+    return _native_testing.untraced_eval_stats()[0]
 
 
 @pytest.fixture(autouse=True)
@@ -268,13 +268,13 @@ def test_deep_recursion_through_a_library_runs_as_it_does_without_the_profiler(w
             return down(20_000)
         if __name__ == "__main__":
             from linescope import profile
-            from gpuprof import _native
+            from gpuprof import _native_testing
             out = {}
             def go():
                 with profile(root=sys.argv[2], display="none") as s:
                     out["value"] = main()
                 out["calls"] = s.result.function("down").calls
-                out["stats"] = _native.LineTracer._untraced_eval_stats()
+                out["stats"] = _native_testing.untraced_eval_stats()
             if sys.argv[3] == "thread":
                 threading.stack_size(1 << 20)
                 t = threading.Thread(target=go)
@@ -388,7 +388,7 @@ def test_a_user_greenlet_resumed_from_library_code_keeps_its_lines(ws):
     assert out == [(1, 6)] and greenlet is not None
     assert r.line(path, 4).hits == 2 and r.line(path, 5).hits == 2
     if PY311:
-        assert _native.LineTracer._untraced_eval_stats()[1] == "greenlet is in use"
+        assert _native_testing.untraced_eval_stats()[1] == "greenlet is in use"
 
 
 def test_deep_recursion_in_a_thread_the_session_does_not_measure(ws):

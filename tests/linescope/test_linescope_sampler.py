@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuprof_testutil import native_build_dir
 from linescope import GPUStats, profile
 
 MS = 1_000_000
@@ -470,7 +471,7 @@ def test_cli_sampler_with_gpu_on_a_machine_without_one(tmp_path):
     assert any(line["line"] == 3 for line in data["run"]["lines"])
 
 
-FAKE_CUPTI = REPO / "build" / "py" / "fake_cupti" / "libcupti.so"
+FAKE_CUPTI = native_build_dir() / "fake_cupti" / "libcupti.so"
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 Runs for real with Scalene installed (pip install 'gpuprof[scalene]'). GPU paths: on this CPU
 machine Scalene's collectors find no device, and with the fake NVML library
-(build/py/fake_nvml/libnvidia-ml.so.1, found by pynvml through LD_LIBRARY_PATH in a
+(<build>/fake_nvml/libnvidia-ml.so.1, found by pynvml through LD_LIBRARY_PATH in a
 subprocess) Scalene's NVIDIA collector sees scripted GPUs.
 """
 
@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from linescope import BackendCapabilities, profile
+from gpuprof_testutil import native_build_dir
 from linescope_report_util import read_payload
 
 needs_scalene = pytest.mark.skipif(
@@ -29,7 +30,7 @@ needs_scalene = pytest.mark.skipif(
     reason="scalene is not installed: pip install 'gpuprof[scalene]' (CI installs it)")
 
 REPO = Path(__file__).resolve().parents[2]
-FAKE_NVML_DIR = REPO / "build" / "py" / "fake_nvml"
+FAKE_NVML_DIR = native_build_dir() / "fake_nvml"
 GIB2 = 2 * 1024 ** 3
 
 HOT = """

@@ -12,8 +12,8 @@ Expected<Report> AnalyzeRun(store::RunStore& store, int64_t run_id,
   Expected<bool> exists = store.RunExists(run_id);
   if (!exists) return exists.status();
   if (!*exists) {
-    return Status::Error(StrFormat("no run %lld in %s", static_cast<long long>(run_id),
-                                   store.location().c_str()));
+    return Status::Error(
+        StrFormat("no run %lld in %s", static_cast<long long>(run_id), store.location().c_str()));
   }
   Expected<store::RunData> data = store.LoadRun(run_id);
   if (!data) return data.status();
@@ -37,10 +37,9 @@ Expected<GroupReport> AnalyzeStoredGroup(store::RunStore& store, const std::stri
     if (!groups) return groups.status();
     std::string known;
     for (size_t i = 0; i < groups->size(); ++i) known += (i ? ", " : "") + (*groups)[i];
-    return Status::Error(StrFormat("no runs with group_id '%s' in %s (%s)", group_id.c_str(),
-                                   store.location().c_str(),
-                                   groups->empty() ? "no run in it has a group_id"
-                                                   : ("groups: " + known).c_str()));
+    return Status::Error(StrFormat(
+        "no runs with group_id '%s' in %s (%s)", group_id.c_str(), store.location().c_str(),
+        groups->empty() ? "no run in it has a group_id" : ("groups: " + known).c_str()));
   }
   return AnalyzeGroup(group_id, std::move(runs).value(), MakeRuleContextFromEnv(options));
 }

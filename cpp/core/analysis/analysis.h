@@ -27,8 +27,7 @@ namespace gpuprof::analysis {
 // Loads run `run_id` and analyzes it with the rate override resolved from `options` and
 // $GPUPROF_GPU_RATE, and with the earlier runs of the same name (their steps only) as the
 // regression baseline. Errors: unknown run id, store read failures.
-Expected<Report> AnalyzeRun(store::RunStore& store, int64_t run_id,
-                            const AnalysisOptions& options);
+Expected<Report> AnalyzeRun(store::RunStore& store, int64_t run_id, const AnalysisOptions& options);
 
 // Loads every run with runs.group_id == group_id (run rows, steps, comm_buckets) and runs the
 // group rules. Errors: no run has that group id (the message lists the groups that exist),

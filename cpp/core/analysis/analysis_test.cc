@@ -13,23 +13,27 @@
 namespace gpuprof::analysis {
 namespace {
 
+using ::testing::HasSubstr;
 using testing::kMs;
 using testing::kSec;
 using testing::RunBuilder;
 using testing::StepShape;
-using ::testing::HasSubstr;
 
 // Sets an environment variable for one scope and restores the previous value.
 class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
     if (const char* old = std::getenv(name)) old_ = old;
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
   }
   ~ScopedEnv() {
-    if (old_) setenv(name_, old_->c_str(), 1);
-    else unsetenv(name_);
+    if (old_)
+      setenv(name_, old_->c_str(), 1);
+    else
+      unsetenv(name_);
   }
 
  private:
@@ -58,8 +62,8 @@ TEST(FinalizeRun, StoresInsightsAndReturnsTheSummary) {
 
   auto summary = FinalizeRun(*db, id, file.path(), AnalysisOptions{});
   ASSERT_TRUE(summary.ok()) << summary.error();
-  EXPECT_THAT(*summary, HasSubstr("gpuprof · stall  (12 steps, avg " +
-                                  FormatDuration(100.0 * kMs) + ")"));
+  EXPECT_THAT(*summary,
+              HasSubstr("gpuprof · stall  (12 steps, avg " + FormatDuration(100.0 * kMs) + ")"));
   EXPECT_THAT(*summary, HasSubstr("[HIGH]  " + FormatPercent(0.45) +
                                   " of step time waiting on the loader (inter-step gap)"));
   EXPECT_THAT(*summary, HasSubstr(StrFormat("Full report: gpuprof insights %s %lld",
@@ -126,8 +130,8 @@ TEST(AnalyzeRun, RateFromEnvironmentAndOptions) {
     ASSERT_TRUE(r.ok());
     const auto& last = r->insights.back();
     EXPECT_EQ(last.rule_id, "cost");
-    EXPECT_EQ(last.message, "Estimated cost: " + FormatUsd(0.5 * 4 * 2.0) +
-                                " (30 min · 4× GPU @ $2.00/h)");
+    EXPECT_EQ(last.message,
+              "Estimated cost: " + FormatUsd(0.5 * 4 * 2.0) + " (30 min · 4× GPU @ $2.00/h)");
     AnalysisOptions opts;
     opts.gpu_rate_usd_per_hour = 1.0;  // the option wins over the environment
     auto o = AnalyzeRun(*db, id, opts);

@@ -70,22 +70,32 @@ std::optional<Dtype> ParseDtype(std::string_view text) {
 
 std::string_view DtypeName(Dtype dtype) {
   switch (dtype) {
-    case Dtype::kFp32: return "fp32";
-    case Dtype::kTf32: return "tf32";
-    case Dtype::kBf16: return "bf16";
-    case Dtype::kFp16: return "fp16";
-    case Dtype::kFp8: return "fp8";
+    case Dtype::kFp32:
+      return "fp32";
+    case Dtype::kTf32:
+      return "tf32";
+    case Dtype::kBf16:
+      return "bf16";
+    case Dtype::kFp16:
+      return "fp16";
+    case Dtype::kFp8:
+      return "fp8";
   }
   return "?";
 }
 
 double PeakTflopsEntry::For(Dtype dtype) const {
   switch (dtype) {
-    case Dtype::kFp32: return fp32;
-    case Dtype::kTf32: return tf32;
-    case Dtype::kBf16: return bf16;
-    case Dtype::kFp16: return fp16;
-    case Dtype::kFp8: return fp8;
+    case Dtype::kFp32:
+      return fp32;
+    case Dtype::kTf32:
+      return tf32;
+    case Dtype::kBf16:
+      return bf16;
+    case Dtype::kFp16:
+      return fp16;
+    case Dtype::kFp8:
+      return fp8;
   }
   return 0;
 }
@@ -131,8 +141,8 @@ std::string PeakTflopsMarkdown() {
 
 Status ValidateTransformerShape(const TransformerShape& s) {
   auto positive = [](const char* name, int64_t v) -> Status {
-    if (v <= 0) return Status::Error(StrFormat("%s must be > 0, got %lld", name,
-                                               static_cast<long long>(v)));
+    if (v <= 0)
+      return Status::Error(StrFormat("%s must be > 0, got %lld", name, static_cast<long long>(v)));
     return Status::Ok();
   };
   for (const auto& [name, v] : {std::pair<const char*, int64_t>{"layers", s.layers},
@@ -244,8 +254,9 @@ MfuResult ComputeMfu(const RunView& view) {
   const store::RunInfo& run = view.run();
   auto unknown = [](std::string why) { return MfuResult{std::nullopt, "MFU unknown: " + why}; };
   if (view.IsCpuRun()) {
-    return unknown("CPU run (MFU compares with a GPU's peak; `gpuprof rules --reference` lists "
-                   "the GPUs)");
+    return unknown(
+        "CPU run (MFU compares with a GPU's peak; `gpuprof rules --reference` lists "
+        "the GPUs)");
   }
   if (run.gpu_backend && *run.gpu_backend == "mock") {
     return unknown("the GPU is simulated (gpu=\"mock\"), so it has no real peak");
@@ -265,8 +276,9 @@ MfuResult ComputeMfu(const RunView& view) {
     if (gpu && !gpu->available && gpu->reason) {
       return unknown("GPU model unknown (GPU telemetry unavailable: " + *gpu->reason + ")");
     }
-    return unknown("GPU model unknown (the GPU collector did not name the GPU; the cost line "
-                   "and MFU need it)");
+    return unknown(
+        "GPU model unknown (the GPU collector did not name the GPU; the cost line "
+        "and MFU need it)");
   }
   if (!run.dtype) return unknown("compute dtype not declared (pass dtype= to profile())");
   const std::optional<Dtype> dtype = ParseDtype(*run.dtype);
@@ -294,10 +306,10 @@ MfuResult ComputeMfu(const RunView& view) {
   m.achieved_tflops = m.flops_per_step / (m.step_ns * 1e-9) / 1e12;
   m.value = m.achieved_tflops / m.peak_tflops;
   if (m.value > 1.0) {
-    return unknown(StrFormat(
-        "computes to %s of one %s's peak, so flops_per_step likely counts more than this "
-        "process's GPU work",
-        FormatPercent(m.value, 1).c_str(), m.gpu_label.c_str()));
+    return unknown(
+        StrFormat("computes to %s of one %s's peak, so flops_per_step likely counts more than this "
+                  "process's GPU work",
+                  FormatPercent(m.value, 1).c_str(), m.gpu_label.c_str()));
   }
   return MfuResult{m, ""};
 }

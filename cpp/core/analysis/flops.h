@@ -77,7 +77,7 @@ struct TransformerShape {
   int64_t layers = 0;
   int64_t hidden = 0;
   int64_t heads = 0;
-  std::optional<int64_t> kv_heads;    // nullopt = heads (multi-head attention)
+  std::optional<int64_t> kv_heads;  // nullopt = heads (multi-head attention)
   int64_t seq_len = 0;
   int64_t vocab = 0;
   std::optional<int64_t> ffn_hidden;  // nullopt = 4 × hidden
@@ -94,17 +94,17 @@ struct TransformerFlops {
   double attention_scores = 0;  // QKᵀ and A·V
   double mlp = 0;               // MLP (active experts) + router
   double lm_head = 0;
-  double lora_adapters = 0;     // 0 without LoRA
-  double forward = 0;           // sum of the parts
-  double model = 0;             // training model FLOPs (forward + backward): what MFU uses
-  double hardware = 0;          // model + the recomputed forward under gradient checkpointing
+  double lora_adapters = 0;  // 0 without LoRA
+  double forward = 0;        // sum of the parts
+  double model = 0;          // training model FLOPs (forward + backward): what MFU uses
+  double hardware = 0;       // model + the recomputed forward under gradient checkpointing
 };
 
 // Per-token FLOPs plus the per-step totals for tokens_per_step tokens per optimizer step.
 struct TransformerStepFlops {
   TransformerFlops per_token;
   int64_t tokens_per_step = 0;
-  double model_per_step = 0;     // stored as runs.flops_per_step (flops_method "arch")
+  double model_per_step = 0;  // stored as runs.flops_per_step (flops_method "arch")
   double hardware_per_step = 0;
 };
 
@@ -124,7 +124,7 @@ struct Mfu {
   Dtype dtype = Dtype::kBf16;
   std::string gpu_label;
   double flops_per_step = 0;
-  double step_ns = 0;          // steady-state mean step time
+  double step_ns = 0;                       // steady-state mean step time
   std::optional<std::string> flops_method;  // declared | arch | counted (runs.flops_method)
 };
 

@@ -97,7 +97,9 @@ TEST(Flops, MfuOfASimulatedGpuIsUnknown) {
 TEST(Flops, MfuUnknownSaysWhy) {
   RunBuilder cpu;
   cpu.Steps(5, StepShape{}).Flops(1e12, "bf16").Cpu();
-  EXPECT_EQ(ComputeMfu(BuildRunView(cpu.Build())).reason, "MFU unknown: CPU run (MFU compares with a GPU's peak; `gpuprof rules --reference` lists the GPUs)");
+  EXPECT_EQ(ComputeMfu(BuildRunView(cpu.Build())).reason,
+            "MFU unknown: CPU run (MFU compares with a GPU's peak; `gpuprof rules --reference` "
+            "lists the GPUs)");
 
   RunBuilder no_flops;
   no_flops.Steps(5, StepShape{});
@@ -289,8 +291,7 @@ TEST(TransformerFlops, InvalidShapesNameTheField) {
             "kv_heads (8) must divide heads (4)");
   EXPECT_EQ(error([](TransformerShape& s) { s.kv_heads = -1; }), "kv_heads must be > 0, got -1");
   EXPECT_EQ(error([](TransformerShape& s) { s.kv_heads = 0; }), "kv_heads must be > 0, got 0");
-  EXPECT_EQ(error([](TransformerShape& s) { s.ffn_hidden = 0; }),
-            "ffn_hidden must be > 0, got 0");
+  EXPECT_EQ(error([](TransformerShape& s) { s.ffn_hidden = 0; }), "ffn_hidden must be > 0, got 0");
   EXPECT_EQ(error([](TransformerShape& s) { s.moe_experts = 0; }),
             "moe_experts must be > 0, got 0");
   EXPECT_EQ(error([](TransformerShape& s) {

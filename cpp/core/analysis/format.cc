@@ -184,8 +184,10 @@ std::string ShellQuoteIfNeeded(const std::string& s) {
   if (s.find_first_of(" \t'\"$") == std::string::npos && !s.empty()) return s;
   std::string out = "'";
   for (char c : s) {
-    if (c == '\'') out += "'\\''";
-    else out += c;
+    if (c == '\'')
+      out += "'\\''";
+    else
+      out += c;
   }
   return out + "'";
 }

@@ -139,8 +139,8 @@ GroupView BuildGroupView(std::string group_id, std::vector<store::RunData> runs)
   // Within one rank the newest run wins; the older ones are listed as superseded.
   std::vector<store::RunData> kept;
   for (size_t i = 0; i < runs.size(); ++i) {
-    const bool newer_follows = i + 1 < runs.size() && runs[i].run.rank &&
-                               runs[i + 1].run.rank == runs[i].run.rank;
+    const bool newer_follows =
+        i + 1 < runs.size() && runs[i].run.rank && runs[i + 1].run.rank == runs[i].run.rank;
     if (newer_follows) {
       g.superseded.push_back(runs[i].run);
     } else {
@@ -193,9 +193,9 @@ std::string FormatGroupReport(const GroupReport& report, const std::string& db_p
   std::string out = StrFormat("gpuprof · group %s · %s (run%s %s)\n", g.group_id.c_str(),
                               Plural(g.ranks.size(), "rank", "ranks").c_str(),
                               g.ranks.size() == 1 ? "" : "s", ids.c_str());
-  std::vector<std::vector<std::string>> rows = {
-      {"rank", "run", "host", "status", "steps", "median", "mean", "p99", "loader wait",
-       "comm", "clock offset"}};
+  std::vector<std::vector<std::string>> rows = {{"rank", "run", "host", "status", "steps", "median",
+                                                 "mean", "p99", "loader wait", "comm",
+                                                 "clock offset"}};
   for (size_t i = 0; i < g.ranks.size(); ++i) {
     const RunView& v = g.ranks[i];
     const store::RunInfo& r = v.run();
@@ -207,8 +207,7 @@ std::string FormatGroupReport(const GroupReport& report, const std::string& db_p
                     std::to_string(r.run_id), r.hostname.empty() ? "—" : r.hostname, r.status,
                     std::to_string(v.steps.size()), dur(&DurationStats::p50_ns),
                     dur(&DurationStats::mean_ns), dur(&DurationStats::p99_ns),
-                    Pct1(st.wait_fraction), Pct1(st.comm_fraction),
-                    ClockCell(v, ClockOf(g, i))});
+                    Pct1(st.wait_fraction), Pct1(st.comm_fraction), ClockCell(v, ClockOf(g, i))});
   }
   std::vector<size_t> width(rows[0].size(), 0);
   for (const auto& row : rows) {
@@ -304,8 +303,8 @@ json GroupReportJson(const GroupReport& report) {
                      {"comm_fraction", J(st.comm_fraction)},
                      {"clock_offset_ns", J(clock.offset_ns)},
                      {"clock_uncertainty_ns", J(clock.uncertainty_ns)},
-                     {"clock_unaligned_reason", clock.aligned() ? json(nullptr)
-                                                                : json(clock.unaligned_reason)}});
+                     {"clock_unaligned_reason",
+                      clock.aligned() ? json(nullptr) : json(clock.unaligned_reason)}});
   }
   std::optional<int64_t> reference, uncertainty;
   for (const RankClock& c : g.clocks) {

@@ -8,11 +8,10 @@
 // Pure functions; the store entry point is AnalyzeStoredGroup in analysis.h.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "analysis/insight.h"
 #include "analysis/report.h"
@@ -78,7 +77,7 @@ struct GroupReport {
   std::vector<NotEvaluated> not_evaluated;  // registry order
   // Findings folded under the finding of the same cause (the registry's precedence: rank_skew
   // and bucket_skew of one rank are reported once).
-  std::vector<Explained> explained;         // registry order
+  std::vector<Explained> explained;  // registry order
 };
 
 // Runs every group rule of the registry.

@@ -1,5 +1,7 @@
 // Distributed rules (comm_dominant on one rank; bucket_skew and rank_skew across a group), the
 // group view and its renderings, and AnalyzeStoredGroup against a real store.
+#include "analysis/group.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -7,7 +9,6 @@
 
 #include "analysis/analysis.h"
 #include "analysis/format.h"
-#include "analysis/group.h"
 #include "analysis/rule_test_util.h"
 #include "analysis/store_test_util.h"
 
@@ -16,12 +17,12 @@ namespace {
 
 using testing::Eval;
 using testing::EvalGroup;
+using ::testing::HasSubstr;
 using testing::kMs;
+using ::testing::Not;
 using testing::RunBuilder;
 using testing::Split;
 using testing::StepShape;
-using ::testing::HasSubstr;
-using ::testing::Not;
 
 // ---------------------------------------------------------------- comm_dominant
 
@@ -127,16 +128,17 @@ TEST(BucketSkew, FiresMedAndCountsOtherFindings) {
 TEST(BucketSkew, NearMisses) {
   // Aligned by start_unix_ns, these ranks start every bucket together; read run-relative they
   // would look up to 49 ms apart.
-  const RuleResult aligned = EvalGroup(
-      "bucket_skew",
-      {Bucketed(0, 0, kOnTime), Bucketed(1, 37, kOnTime), Bucketed(2, -12, kOnTime)});
+  const RuleResult aligned =
+      EvalGroup("bucket_skew",
+                {Bucketed(0, 0, kOnTime), Bucketed(1, 37, kOnTime), Bucketed(2, -12, kOnTime)});
   EXPECT_FALSE(aligned.fired());
   EXPECT_FALSE(aligned.skipped());
   // Late on half the steps only.
-  EXPECT_FALSE(EvalGroup("bucket_skew",
-                         {Bucketed(0, 0, kOnTime), Bucketed(1, 0, [](int64_t k, int64_t bk) {
-                            return bk == 3 && k % 2 == 0 ? 20.0 : 0.0;
-                          })})
+  EXPECT_FALSE(EvalGroup("bucket_skew", {Bucketed(0, 0, kOnTime),
+                                         Bucketed(1, 0,
+                                                  [](int64_t k, int64_t bk) {
+                                                    return bk == 3 && k % 2 == 0 ? 20.0 : 0.0;
+                                                  })})
                    .fired());
   // Always last, but by 0.5 ms: clock noise, not a straggler.
   EXPECT_FALSE(EvalGroup("bucket_skew", {Bucketed(0, 0, kOnTime),
@@ -203,8 +205,8 @@ RunBuilder Ranked(int64_t rank, int64_t step_ms, size_t steps = 30) {
 }
 
 TEST(RankSkew, FiresOnTheSlowRank) {
-  const RuleResult r = EvalGroup(
-      "rank_skew", {Ranked(0, 62), Ranked(1, 62), Ranked(2, 63), Ranked(3, 87)});
+  const RuleResult r =
+      EvalGroup("rank_skew", {Ranked(0, 62), Ranked(1, 62), Ranked(2, 63), Ranked(3, 87)});
   ASSERT_TRUE(r.fired());
   EXPECT_EQ(r.insight->severity, Severity::kMed);
   EXPECT_EQ(r.insight->evidence["basis"], "step_time");  // no collective timings to go by
@@ -383,8 +385,8 @@ TEST(RankClock, ReadsTheDistributedObjectOfConfigJson) {
 
 TEST(RankClock, WithoutAnOffsetItSaysWhyAndKeepsNoUncertainty) {
   RunBuilder b;
-  b.Config(Distributed({{"clock_unaligned_reason", "gloo unavailable"},
-                        {"clock_uncertainty_ns", 5}}));
+  b.Config(
+      Distributed({{"clock_unaligned_reason", "gloo unavailable"}, {"clock_uncertainty_ns", 5}}));
   RankClock c = ReadRankClock(b.run());
   EXPECT_FALSE(c.aligned());
   EXPECT_FALSE(c.uncertainty_ns);
@@ -442,8 +444,7 @@ TEST(GroupReport, TextListsRanksInsightsAndSkippedRules) {
   EXPECT_THAT(text, ::testing::ContainsRegex(
                         "\n +0 +20 +node-0 +ok +30 +" + FormatDuration(62.0 * kMs) + " +" +
                         FormatDuration(62.0 * kMs) + " +" + FormatDuration(62.0 * kMs) + " +" +
-                        FormatPercent(5.0 / 62, 1) + " +" + FormatPercent(10.0 / 62, 1) +
-                        " +—\n"));
+                        FormatPercent(5.0 / 62, 1) + " +" + FormatPercent(10.0 / 62, 1) + " +—\n"));
   // No clock offsets recorded: the wall clocks are compared as they are, and the report says so.
   EXPECT_THAT(text, HasSubstr("\n  clocks not aligned: wall clocks compared as they are (each "
                               "run's start time; as close as the hosts' clock sync)\n  rank 0, "
@@ -501,14 +502,14 @@ TEST(GroupReport, ShowsEachRanksClockOffsetAndTheAlignmentBasis) {
   const std::string text = FormatGroupReport(report, "db");
   // THEN the clock column shows the reference, the offset with its uncertainty, and "—"
   EXPECT_THAT(text, ::testing::ContainsRegex("\n +0 +20 +node-0 .* reference\n"));
-  EXPECT_THAT(text, ::testing::ContainsRegex("\n +1 +21 +node-1 .* " +
-                                             FormatDuration(-1234.0) + " ±" +
-                                             FormatDuration(56000.0) + "\n"));
+  EXPECT_THAT(text, ::testing::ContainsRegex("\n +1 +21 +node-1 .* " + FormatDuration(-1234.0) +
+                                             " ±" + FormatDuration(56000.0) + "\n"));
   EXPECT_THAT(text, ::testing::ContainsRegex("\n +2 +22 +node-2 .* +—\n"));
-  EXPECT_THAT(text, HasSubstr("\n  clocks aligned to rank 0 on 2 of 3 ranks (±" +
-                              FormatDuration(56000.0) + "; gloo send/recv ping-pong); the "
-                              "others' wall clocks compared as they are\n"
-                              "  rank 2: not aligned: gloo unavailable\n"));
+  EXPECT_THAT(
+      text, HasSubstr("\n  clocks aligned to rank 0 on 2 of 3 ranks (±" + FormatDuration(56000.0) +
+                      "; gloo send/recv ping-pong); the "
+                      "others' wall clocks compared as they are\n"
+                      "  rank 2: not aligned: gloo unavailable\n"));
   // AND the JSON has the same, null with a reason where unknown
   const nlohmann::json j = GroupReportJson(report);
   EXPECT_EQ(j["ranks"][0]["clock_offset_ns"], 0);
@@ -521,8 +522,8 @@ TEST(GroupReport, ShowsEachRanksClockOffsetAndTheAlignmentBasis) {
   EXPECT_EQ(j["clock_alignment"]["reference_rank"], 0);
   EXPECT_EQ(j["clock_alignment"]["uncertainty_ns"], 56000);
   // AND with every rank aligned the line says so without a caveat
-  r2.Config(Distributed({{"clock_offset_ns", 700}, {"clock_uncertainty_ns", 3000},
-                         {"clock_reference_rank", 0}}));
+  r2.Config(Distributed(
+      {{"clock_offset_ns", 700}, {"clock_uncertainty_ns", 3000}, {"clock_reference_rank", 0}}));
   const GroupReport all =
       AnalyzeGroup("job", {Ranked(0, 62).Build(), r1.Build(), r2.Build()}, RuleContext{});
   EXPECT_EQ(all.view.AlignmentBasis(), "clocks aligned to rank 0 (±" + FormatDuration(56000.0) +

@@ -5,12 +5,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "store/rows.h"
 
@@ -30,8 +29,8 @@ struct Insight {
   std::string rule_id;
   std::string family;
   Severity severity = Severity::kInfo;
-  std::string message;  // one sentence quoting the run's own numbers
-  std::string fix;      // what to do about it
+  std::string message;                                 // one sentence quoting the run's own numbers
+  std::string fix;                                     // what to do about it
   nlohmann::json evidence = nlohmann::json::object();  // the numbers behind the message
 };
 
@@ -78,8 +77,8 @@ struct AnalysisOptions {
 // steps are read.
 struct PriorRun {
   int64_t run_id = 0;
-  std::string status;                    // ok | failed
-  size_t steps = 0;                      // every step
+  std::string status;  // ok | failed
+  size_t steps = 0;    // every step
   size_t steady_steps = 0;
   std::optional<double> steady_mean_ns;  // wall time per steady step; nullopt: no steady state
   std::optional<double> spread;          // Throughput::spread

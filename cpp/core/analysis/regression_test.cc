@@ -13,12 +13,12 @@ namespace gpuprof::analysis {
 namespace {
 
 using testing::Eval;
+using ::testing::HasSubstr;
 using testing::kMs;
 using testing::RunBuilder;
 using testing::Split;
 using testing::StepShape;
 using testing::WithPreviousRuns;
-using ::testing::HasSubstr;
 
 // A run named `name` of 30 steps of `step_ms` (steady time per step = step_ms).
 RunBuilder Paced(double step_ms, const std::string& name = "baseline") {
@@ -141,8 +141,7 @@ TEST(Regression, APairedLoaderIsJudgedByItsThroughputNotItsMedian) {
   // the short one, but the time per step falls by a third only
   const RunBuilder mostly_long = Paired(155, 4, 40, 0.6);
   const RunBuilder mostly_short = Paired(155, 4, 40, 0.4);
-  const RuleResult better =
-      Eval("regression", mostly_short, Baseline({PriorOf(mostly_long, 1)}));
+  const RuleResult better = Eval("regression", mostly_short, Baseline({PriorOf(mostly_long, 1)}));
   ASSERT_TRUE(better.fired());
   const double truth = SteadyMeanMs(mostly_short) / SteadyMeanMs(mostly_long);
   EXPECT_NEAR(better.insight->evidence["ratio"].get<double>(), truth, 1e-9);
@@ -219,7 +218,7 @@ TEST(RegressionInStore, AnalyzeRunComparesWithTheFinishedRunsOfTheSameName) {
   auto db = testing::OpenDb(file.path());
   ASSERT_TRUE(db);
   std::vector<int64_t> ids;
-  ids.push_back(testing::WriteRun(*db, Paced(90).Build()));    // 4th newest: outside the baseline
+  ids.push_back(testing::WriteRun(*db, Paced(90).Build()));  // 4th newest: outside the baseline
   ids.push_back(testing::WriteRun(*db, Paced(104).Build()));
   ids.push_back(testing::WriteRun(*db, Paced(108).Build()));
   ids.push_back(testing::WriteRun(*db, Paced(300, "other").Build()));  // another name
@@ -250,11 +249,10 @@ TEST(RegressionInStore, AnalyzeRunComparesWithTheFinishedRunsOfTheSameName) {
   }
   ASSERT_NE(regression, nullptr);
   // Baseline: median of 100, 108 and 104 ms = 104 ms.
-  EXPECT_THAT(regression->message,
-              HasSubstr("Regression vs last 3 runs of 'baseline' (median): " +
-                        FormatDuration(152.0 * kMs) + " per step vs " +
-                        FormatDuration(104.0 * kMs) + " (" + FormatPercent(152.0 / 104 - 1) +
-                        " slower;"));
+  EXPECT_THAT(regression->message, HasSubstr("Regression vs last 3 runs of 'baseline' (median): " +
+                                             FormatDuration(152.0 * kMs) + " per step vs " +
+                                             FormatDuration(104.0 * kMs) + " (" +
+                                             FormatPercent(152.0 / 104 - 1) + " slower;"));
   // The same analysis with the store's baseline handed in by hand gives the same insight.
   RuleContext ctx;
   ctx.previous_runs = *prior;

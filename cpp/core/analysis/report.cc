@@ -136,8 +136,10 @@ std::string TelemetryLine(const RunView& v, const std::string& source) {
   if (row) {
     out = row->available ? "available" : "unavailable";
     if (row->backend) out += " (" + *row->backend + ")";
-    if (!row->available) out += ": " + row->reason.value_or("no reason recorded");
-    else if (row->reason) out += " · " + *row->reason;
+    if (!row->available)
+      out += ": " + row->reason.value_or("no reason recorded");
+    else if (row->reason)
+      out += " · " + *row->reason;
   } else {
     out = "no status recorded";
   }
@@ -148,8 +150,8 @@ std::string TelemetryLine(const RunView& v, const std::string& source) {
     for (const store::KernelRow& k : v.data.kernels) from.insert(k.source);
     std::string names;
     for (const std::string& f : from) names += (names.empty() ? "" : ", ") + f;
-    out += " · " + Plural(v.data.kernels.size(), "kernel row",
-                          "kernel rows") + " added later (" + names + ")";
+    out += " · " + Plural(v.data.kernels.size(), "kernel row", "kernel rows") + " added later (" +
+           names + ")";
   }
   if (source == "host" && v.host.samples > 0) out += " · " + HostAggText(v.host);
   if (source == "stalls" && v.stalls_watched) {
@@ -252,8 +254,8 @@ Report Analyze(store::RunData data, const RuleContext& context) {
 
 namespace {
 nlohmann::json InsightJson(const Insight& in) {
-  return {{"rule_id", in.rule_id},   {"family", in.family}, {"severity", SeverityName(in.severity)},
-          {"message", in.message},   {"fix", in.fix},       {"evidence", in.evidence}};
+  return {{"rule_id", in.rule_id}, {"family", in.family}, {"severity", SeverityName(in.severity)},
+          {"message", in.message}, {"fix", in.fix},       {"evidence", in.evidence}};
 }
 
 // The rule ids that `rule_id`'s finding explains.
@@ -513,32 +515,30 @@ std::string TopTracedText(const RunView& v) {
   const TopTraced t = ComputeTopTraced(v, kReportTopKernels);
   if (!t.recorded) {
     const auto* status = v.Telemetry("kernels");
-    std::string why = status && status->reason ? *status->reason
-                                               : "no kernel trace was recorded for this run";
+    std::string why =
+        status && status->reason ? *status->reason : "no kernel trace was recorded for this run";
     return "\nTop kernels: not recorded — " + why + "\n";
   }
   std::string sources;
   for (const auto& s : t.sources) sources += (sources.empty() ? "" : ", ") + s;
   std::string where = t.steps > 0 ? Plural(t.steps, "traced step", "traced steps")
                                   : Plural(t.windows.size(), "window", "windows");
-  std::string out = StrFormat(
-      "\nTop %s (%s · %s · %s %s%s)\n", t.cpu ? "CPU operators" : "kernels", sources.c_str(),
-      where.c_str(), t.cpu ? "self CPU time" : "GPU time",
-      FormatDuration(t.total_ns).c_str(),
-      t.cpu ? "; host time, a CPU run has no GPU kernels" : "");
-  out += StrFormat("  %7s %10s %8s %10s  %s\n", "share", t.cpu ? "self CPU" : "GPU time",
-                   "calls", "per call", t.cpu ? "operator" : "kernel");
+  std::string out = StrFormat("\nTop %s (%s · %s · %s %s%s)\n", t.cpu ? "CPU operators" : "kernels",
+                              sources.c_str(), where.c_str(), t.cpu ? "self CPU time" : "GPU time",
+                              FormatDuration(t.total_ns).c_str(),
+                              t.cpu ? "; host time, a CPU run has no GPU kernels" : "");
+  out += StrFormat("  %7s %10s %8s %10s  %s\n", "share", t.cpu ? "self CPU" : "GPU time", "calls",
+                   "per call", t.cpu ? "operator" : "kernel");
   for (const auto& e : t.top) {
     const double share = t.total_ns > 0 ? e.ns / t.total_ns : 0;
-    out += StrFormat("  %7s %10s %8lld %10s  %s\n", FormatPercent(share, 1).c_str(),
-                     FormatDuration(e.ns).c_str(), static_cast<long long>(e.calls),
-                     e.calls > 0 ? FormatDuration(e.ns / static_cast<double>(e.calls)).c_str()
-                                 : "—",
-                     OneLine(e.name, 90).c_str());
+    out +=
+        StrFormat("  %7s %10s %8lld %10s  %s\n", FormatPercent(share, 1).c_str(),
+                  FormatDuration(e.ns).c_str(), static_cast<long long>(e.calls),
+                  e.calls > 0 ? FormatDuration(e.ns / static_cast<double>(e.calls)).c_str() : "—",
+                  OneLine(e.name, 90).c_str());
   }
   if (t.names > t.top.size()) {
-    out += StrFormat("  … %zu more %s\n", t.names - t.top.size(),
-                     t.cpu ? "operators" : "kernels");
+    out += StrFormat("  … %zu more %s\n", t.names - t.top.size(), t.cpu ? "operators" : "kernels");
   }
   return out;
 }
@@ -572,9 +572,9 @@ std::string FormatFullReport(const Report& report) {
     out += "  group      " + run.group_id.value_or("—") + " · rank " +
            OrDash(run.rank, [](int64_t r) { return std::to_string(r); }) + " of " +
            OrDash(run.world_size, [](int64_t w) { return std::to_string(w); }) +
-           (run.group_id ? " · all ranks: gpuprof insights DB --group " +
-                               ShellQuoteIfNeeded(*run.group_id)
-                         : std::string()) +
+           (run.group_id
+                ? " · all ranks: gpuprof insights DB --group " + ShellQuoteIfNeeded(*run.group_id)
+                : std::string()) +
            "\n";
   }
   std::string versions = "gpuprof " + run.gpuprof_version;
@@ -587,8 +587,9 @@ std::string FormatFullReport(const Report& report) {
 
   out += "\n";
   if (!v.all) {
-    out += "Steps: none recorded. Auto mode ends a step at each optimizer.step(); for other loops "
-           "use the manual API (profile(..., auto=False) and prof.step()).\n";
+    out +=
+        "Steps: none recorded. Auto mode ends a step at each optimizer.step(); for other loops "
+        "use the manual API (profile(..., auto=False) and prof.step()).\n";
     out += ThreadNotes(v, "  ");
   } else {
     const DurationStats& a = *v.all;
@@ -599,18 +600,17 @@ std::string FormatFullReport(const Report& report) {
                      FormatDuration(a.max_ns).c_str());
     if (v.steady) {
       const DurationStats& s = *v.steady;
-      out += StrFormat("  steady state steps %lld–%lld: mean %s · p50 %s · p99 %s\n",
-                       static_cast<long long>(v.steps[v.steady_begin].step),
-                       static_cast<long long>(v.steps.back().step),
-                       FormatDuration(s.mean_ns).c_str(), FormatDuration(s.p50_ns).c_str(),
-                       FormatDuration(s.p99_ns).c_str());
+      out +=
+          StrFormat("  steady state steps %lld–%lld: mean %s · p50 %s · p99 %s\n",
+                    static_cast<long long>(v.steps[v.steady_begin].step),
+                    static_cast<long long>(v.steps.back().step), FormatDuration(s.mean_ns).c_str(),
+                    FormatDuration(s.p50_ns).c_str(), FormatDuration(s.p99_ns).c_str());
       const Breakdown& b = v.breakdown;
       out += "  breakdown (share of steady-state step time; CPU wall clock):\n";
       auto row = [&](const std::string& name, const std::string& share, const std::string& note) {
         out += "    " + PadRight(name, 14) + " " + PadLeft(share, 8) + note + "\n";
       };
-      row("loader wait",
-          OrDash(b.wait_fraction, [](double f) { return FormatPercent(f, 1); }),
+      row("loader wait", OrDash(b.wait_fraction, [](double f) { return FormatPercent(f, 1); }),
           b.wait_fraction ? StrFormat("   (%s, %zu steps)", WaitSourceLabel(b.wait_source).c_str(),
                                       b.wait_steps)
                           : std::string("   (not measured)"));
@@ -676,8 +676,8 @@ std::string FormatFullReport(const Report& report) {
     size_t width = 0;
     for (const auto& n : report.not_evaluated) width = std::max(width, n.rule_id.size());
     for (const auto& n : report.not_evaluated) {
-      out += StrFormat("  %-*s  %s\n", static_cast<int>(width), n.rule_id.c_str(),
-                       n.reason.c_str());
+      out +=
+          StrFormat("  %-*s  %s\n", static_cast<int>(width), n.rule_id.c_str(), n.reason.c_str());
     }
   }
   return ValidUtf8(out);
@@ -734,8 +734,8 @@ json ReportJson(const Report& report) {
         {"phases", phases},
         {"other_fraction", J(b.other_fraction)}}},
   };
-  json mfu = {{"value", nullptr},          {"peak_tflops", nullptr}, {"achieved_tflops", nullptr},
-              {"dtype", nullptr},          {"gpu", nullptr},         {"reason", nullptr},
+  json mfu = {{"value", nullptr},       {"peak_tflops", nullptr}, {"achieved_tflops", nullptr},
+              {"dtype", nullptr},       {"gpu", nullptr},         {"reason", nullptr},
               {"flops_method", nullptr}};
   if (report.mfu.mfu) {
     const Mfu& m = *report.mfu.mfu;
@@ -799,10 +799,8 @@ json ReportJson(const Report& report) {
   }
   json diagnostics = json::array();
   for (const store::DiagnosticRow& d : v.data.diagnostics) {
-    diagnostics.push_back({{"ts_ns", J(d.ts_ns)},
-                           {"level", d.level},
-                           {"source", d.source},
-                           {"message", d.message}});
+    diagnostics.push_back(
+        {{"ts_ns", J(d.ts_ns)}, {"level", d.level}, {"source", d.source}, {"message", d.message}});
   }
   json insights = InsightsJson(report.insights, report.explained);
   json not_evaluated = NotEvaluatedJson(report.not_evaluated);

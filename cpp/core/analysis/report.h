@@ -4,10 +4,9 @@
 #pragma once
 
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "analysis/flops.h"
 #include "analysis/insight.h"
@@ -28,7 +27,7 @@ struct NotEvaluated {
 // A finding that fired but is folded under the finding that explains it (RuleExplains in
 // rules/registry.h): same cause, so it is not reported on its own.
 struct Explained {
-  std::string by;   // rule_id of the reported finding that explains it
+  std::string by;  // rule_id of the reported finding that explains it
   Insight insight;
 };
 
@@ -55,7 +54,7 @@ void ApplyPrecedence(std::vector<Insight>* fired, std::vector<Explained>* explai
 struct Report {
   RunView view;
   MfuResult mfu;
-  std::vector<Insight> insights;  // most severe first; ties in registry order
+  std::vector<Insight> insights;            // most severe first; ties in registry order
   std::vector<NotEvaluated> not_evaluated;  // registry order
   std::vector<Explained> explained;         // registry order
   // The rate the cost line used (rules::ResolveCostRate), per GPU-hour or machine-hour; nullopt

@@ -1,24 +1,25 @@
 // The summary block, the full report and the JSON document, checked against numbers
 // computed from each scenario.
+#include "analysis/report.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <sstream>
 
 #include "analysis/format.h"
-#include "analysis/report.h"
 #include "analysis/rules/registry.h"
 #include "analysis/test_runs.h"
 
 namespace gpuprof::analysis {
 namespace {
 
+using ::testing::ContainsRegex;
+using ::testing::HasSubstr;
 using testing::HealthyRun;
 using testing::kMs;
 using testing::RunBuilder;
 using testing::StepShape;
-using ::testing::HasSubstr;
-using ::testing::ContainsRegex;
 
 // A regex for one table row: the label, spaces, then the value (escaped).
 std::string Row(const std::string& label, const std::string& value) {
@@ -86,19 +87,18 @@ TEST(Summary, MatchesTheReadmeShapeWithTheRunsOwnNumbers) {
     return std::string("missing insight ") + rule_id;
   };
   EXPECT_EQ(lines[4], fix_line("dataloader_stall"));
-  EXPECT_EQ(lines[5], "  [MED]   MFU " + FormatPercent(ExampleRun::kMfu, 1) +
-                          " of 989 TFLOPs bf16 peak");
+  EXPECT_EQ(lines[5],
+            "  [MED]   MFU " + FormatPercent(ExampleRun::kMfu, 1) + " of 989 TFLOPs bf16 peak");
   EXPECT_EQ(lines[6], fix_line("low_mfu"));
   const double seconds = 200 * ExampleRun::kStepNs * 1e-9;
   const double usd = seconds / 3600 * 12.29;
-  EXPECT_EQ(lines[7], "  [LOW]   Estimated cost: " + FormatUsd(usd) + " (" +
-                          FormatMinutes(seconds * 1e9) + " · $12.29/h); ~" +
-                          FormatUsd(usd * (1 - ExampleRun::kMfu)) +
-                          " of that is idle capacity (MFU " +
-                          FormatPercent(ExampleRun::kMfu, 1) + ")");
+  EXPECT_EQ(lines[7],
+            "  [LOW]   Estimated cost: " + FormatUsd(usd) + " (" + FormatMinutes(seconds * 1e9) +
+                " · $12.29/h); ~" + FormatUsd(usd * (1 - ExampleRun::kMfu)) +
+                " of that is idle capacity (MFU " + FormatPercent(ExampleRun::kMfu, 1) + ")");
   // The rules whose inputs this run lacks (no telemetry, no earlier runs) are named on one line.
-  EXPECT_THAT(lines[8], ::testing::StartsWith(StrFormat("  Not evaluated (%zu): ",
-                                                        report.not_evaluated.size())));
+  EXPECT_THAT(lines[8], ::testing::StartsWith(
+                            StrFormat("  Not evaluated (%zu): ", report.not_evaluated.size())));
   EXPECT_EQ(lines[9], "  Full report: gpuprof insights gpuprof.db 1");
   EXPECT_EQ(lines.size(), 11u) << text;
 }
@@ -260,10 +260,11 @@ TEST(FullReport, ShowsTheCommPhaseDerivedFromTheBuckets) {
   const std::string text = FormatFullReport(report);
   // THEN the breakdown has a comm row of 20% and backward lost as much
   EXPECT_THAT(text, ContainsRegex(Row("backward", FormatPercent(0.30, 1))));
-  EXPECT_THAT(text, ContainsRegex(Row("comm", FormatPercent(0.20, 1)) + " +" +
-                                  FormatDuration(20.0 * kMs) + "/step \\(collectives after the "
-                                  "last gradient bucket was ready, from comm_buckets; taken out "
-                                  "of backward\\)"));
+  EXPECT_THAT(
+      text, ContainsRegex(Row("comm", FormatPercent(0.20, 1)) + " +" + FormatDuration(20.0 * kMs) +
+                          "/step \\(collectives after the "
+                          "last gradient bucket was ready, from comm_buckets; taken out "
+                          "of backward\\)"));
   EXPECT_THAT(text, ContainsRegex(Row("other", FormatPercent(0.05, 1))));
   // AND the JSON phase says it was derived
   const nlohmann::json j = ReportJson(report);
@@ -345,21 +346,24 @@ TEST(Format, Helpers) {
   EXPECT_EQ(FormatMinutes(41e9), "41 s");
   EXPECT_EQ(FormatMinutes(231 * 60e9), "231 min");
   // Text from a damaged DB prints as valid UTF-8.
-  EXPECT_EQ(ValidUtf8("A\xff" "B"), "A\xEF\xBF\xBD" "B");
+  EXPECT_EQ(ValidUtf8("A\xff"
+                      "B"),
+            "A\xEF\xBF\xBD"
+            "B");
   EXPECT_EQ(ValidUtf8("caf\xC3\xA9 · ok"), "caf\xC3\xA9 · ok");
-  EXPECT_EQ(ValidUtf8("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");        // overlong '/'
+  EXPECT_EQ(ValidUtf8("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");                  // overlong '/'
   EXPECT_EQ(ValidUtf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
-  EXPECT_EQ(ValidUtf8("\xE2\x82"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // cut short
+  EXPECT_EQ(ValidUtf8("\xE2\x82"), "\xEF\xBF\xBD\xEF\xBF\xBD");                  // cut short
   // A short run never reads "0 s".
   EXPECT_EQ(FormatMinutes(366e6), "366.0 ms");
   EXPECT_EQ(FormatMinutes(4.24e9), "4.2 s");
   EXPECT_EQ(FormatMinutes(0.4e6), "400.0 µs");
   EXPECT_EQ(FormatMinutes(0), "0 s");
   // Two close values compared in one sentence never read the same.
-  EXPECT_EQ(FormatDurations(1.2e6, 1.2049e6), std::make_pair(std::string("1.200 ms"),
-                                                             std::string("1.205 ms")));
-  EXPECT_EQ(FormatDurations(121.3e6, 80e6), std::make_pair(std::string("121.3 ms"),
-                                                           std::string("80.0 ms")));
+  EXPECT_EQ(FormatDurations(1.2e6, 1.2049e6),
+            std::make_pair(std::string("1.200 ms"), std::string("1.205 ms")));
+  EXPECT_EQ(FormatDurations(121.3e6, 80e6),
+            std::make_pair(std::string("121.3 ms"), std::string("80.0 ms")));
   EXPECT_TRUE(DurationsDiffer(1.2e6, 1.2049e6));
   EXPECT_FALSE(DurationsDiffer(1.2e6, 1.2e6 + 1));  // 1 ns apart: equal to a reader
   EXPECT_EQ(FormatPercent(0.3412), "34%");

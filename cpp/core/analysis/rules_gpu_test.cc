@@ -10,12 +10,12 @@ namespace gpuprof::analysis {
 namespace {
 
 using testing::Eval;
+using ::testing::HasSubstr;
 using testing::kMs;
 using testing::kSec;
 using testing::RunBuilder;
 using testing::Split;
 using testing::StepShape;
-using ::testing::HasSubstr;
 
 // ---------------------------------------------------------------- small_batch
 
@@ -89,8 +89,8 @@ TEST(GradientCheckpointing, FiresLowWhenDeclaredButNotSeen) {
   ASSERT_TRUE(r.fired());
   EXPECT_EQ(r.insight->severity, Severity::kLow);
   EXPECT_THAT(r.insight->message,
-              HasSubstr("Backward takes only 2.0× forward (GPU time " +
-                        FormatDuration(60.0 * kMs) + " vs " + FormatDuration(30.0 * kMs) +
+              HasSubstr("Backward takes only 2.0× forward (GPU time " + FormatDuration(60.0 * kMs) +
+                        " vs " + FormatDuration(30.0 * kMs) +
                         ", medians per step), as without checkpointing, but the run "
                         "declares grad_checkpoint=True"));
 }
@@ -102,9 +102,9 @@ TEST(GradientCheckpointing, CpuRunUsesWallTimes) {
   b.Steps(20, testing::Shape(100, 5, {{"forward", 20}, {"backward", 62}, {"optimizer", 8}}));
   const RuleResult r = Eval("gradient_checkpointing_detected", b);
   ASSERT_TRUE(r.fired());
-  EXPECT_THAT(r.insight->message, HasSubstr("Backward takes 3.1× forward (CPU time " +
-                                            FormatDuration(62.0 * kMs) + " vs " +
-                                            FormatDuration(20.0 * kMs) + ", medians per step)"));
+  EXPECT_THAT(r.insight->message,
+              HasSubstr("Backward takes 3.1× forward (CPU time " + FormatDuration(62.0 * kMs) +
+                        " vs " + FormatDuration(20.0 * kMs) + ", medians per step)"));
 }
 
 TEST(GradientCheckpointing, OneSlowBackwardIsNotARecompute) {
@@ -181,14 +181,15 @@ TEST(SdpaSuboptimal, NearMisses) {
                                                 {"flash_fwd_kernel", 100}}))
                    .fired());
   // PyTorch's memory-efficient kernel counts as fused too.
-  EXPECT_FALSE(Eval("sdpa_suboptimal",
-                    Kernels({{"gemm", 500}, {"softmax", 150}, {"bmm", 250},
-                             {"fmha_cutlassF_bf16_aligned_64x64_rf_sm80", 100}}))
+  EXPECT_FALSE(Eval("sdpa_suboptimal", Kernels({{"gemm", 500},
+                                                {"softmax", 150},
+                                                {"bmm", 250},
+                                                {"fmha_cutlassF_bf16_aligned_64x64_rf_sm80", 100}}))
                    .fired());
   // Softmax + bmm only 15% of kernel time.
-  EXPECT_FALSE(Eval("sdpa_suboptimal",
-                    Kernels({{"gemm", 850}, {"softmax", 50}, {"aten::bmm", 100}}))
-                   .fired());
+  EXPECT_FALSE(
+      Eval("sdpa_suboptimal", Kernels({{"gemm", 850}, {"softmax", 50}, {"aten::bmm", 100}}))
+          .fired());
   // Softmax alone (a classifier head) is not attention.
   EXPECT_FALSE(Eval("sdpa_suboptimal", Kernels({{"gemm", 500}, {"softmax", 500}})).fired());
 }
@@ -226,10 +227,9 @@ RunBuilder CpuOps(const std::vector<std::pair<std::string, int64_t>>& ms_per_ste
 }
 
 TEST(SdpaSuboptimal, FiresOnTheCpuOperatorsOfACpuRun) {
-  const RuleResult r = Eval("sdpa_suboptimal", CpuOps({{"aten::addmm", 40},
-                                                        {"aten::bmm", 35},
-                                                        {"aten::_softmax", 15},
-                                                        {"aten::mul", 10}}));
+  const RuleResult r = Eval(
+      "sdpa_suboptimal",
+      CpuOps({{"aten::addmm", 40}, {"aten::bmm", 35}, {"aten::_softmax", 15}, {"aten::mul", 10}}));
   ASSERT_TRUE(r.fired());
   EXPECT_EQ(r.insight->evidence["basis"], "cpu_ops");
   EXPECT_EQ(r.insight->message,
@@ -237,22 +237,22 @@ TEST(SdpaSuboptimal, FiresOnTheCpuOperatorsOfACpuRun) {
             "35%) and no fused attention operator ran: attention is computed unfused");
   // F.scaled_dot_product_attention on inputs its fused kernels refuse (3-D on CPU, fp32 on
   // some GPUs) runs its math path: the message says so.
-  const RuleResult math = Eval("sdpa_suboptimal",
-                               CpuOps({{"aten::addmm", 40},
-                                       {"aten::_scaled_dot_product_attention_math", 1},
-                                       {"aten::bmm", 35},
-                                       {"aten::_softmax", 15}}));
+  const RuleResult math =
+      Eval("sdpa_suboptimal", CpuOps({{"aten::addmm", 40},
+                                      {"aten::_scaled_dot_product_attention_math", 1},
+                                      {"aten::bmm", 35},
+                                      {"aten::_softmax", 15}}));
   ASSERT_TRUE(math.fired());
   EXPECT_EQ(math.insight->evidence["sdpa_math_fallback"], true);
   EXPECT_THAT(math.insight->message,
               HasSubstr("(scaled_dot_product_attention fell back to its math path)"));
   // torch's fused CPU attention operator ran: nothing to say.
-  EXPECT_FALSE(Eval("sdpa_suboptimal",
-                    CpuOps({{"aten::addmm", 40},
-                            {"aten::_scaled_dot_product_flash_attention_for_cpu", 50},
-                            {"aten::bmm", 5},
-                            {"aten::_softmax", 5}}))
-                   .fired());
+  EXPECT_FALSE(
+      Eval("sdpa_suboptimal", CpuOps({{"aten::addmm", 40},
+                                      {"aten::_scaled_dot_product_flash_attention_for_cpu", 50},
+                                      {"aten::bmm", 5},
+                                      {"aten::_softmax", 5}}))
+          .fired());
 }
 
 TEST(SdpaSuboptimal, KernelsWinOverCpuOperators) {
@@ -287,9 +287,8 @@ TEST(KernelDrift, FiresWhenAKernelSlowsDown) {
   ASSERT_TRUE(r.fired());
   EXPECT_EQ(r.insight->severity, Severity::kMed);
   EXPECT_EQ(r.insight->message, "Kernel drift: aten::mm added " + FormatDuration(7.2 * kMs) +
-                                    "/window in the second half (" +
-                                    FormatDuration(14.1 * kMs) + " → " +
-                                    FormatDuration(21.3 * kMs) + " per window, +" +
+                                    "/window in the second half (" + FormatDuration(14.1 * kMs) +
+                                    " → " + FormatDuration(21.3 * kMs) + " per window, +" +
                                     FormatPercent(21.3 / 14.1 - 1) + ")");
   EXPECT_EQ(r.insight->evidence["windows_first_half"], 5);
 }
@@ -316,10 +315,9 @@ TEST(KernelDrift, FiresOnCpuOperatorsThatSlowDown) {
   ASSERT_TRUE(r.fired());
   EXPECT_EQ(r.insight->evidence["basis"], "cpu_ops");
   EXPECT_EQ(r.insight->evidence["kernel"], "aten::mm");
-  EXPECT_EQ(r.insight->message, "CPU operator drift: aten::mm added " +
-                                    FormatDuration(20.0 * kMs) + "/window in the second half (" +
-                                    FormatDuration(10.0 * kMs) + " → " +
-                                    FormatDuration(30.0 * kMs) + " per window, +" +
+  EXPECT_EQ(r.insight->message, "CPU operator drift: aten::mm added " + FormatDuration(20.0 * kMs) +
+                                    "/window in the second half (" + FormatDuration(10.0 * kMs) +
+                                    " → " + FormatDuration(30.0 * kMs) + " per window, +" +
                                     FormatPercent(2.0) + ")");
 }
 
@@ -399,15 +397,14 @@ TEST(ThermalThrottling, FiresOnHeatAndALowClock) {
   const RuleResult r = Eval("thermal_throttling", b);
   ASSERT_TRUE(r.fired());
   EXPECT_EQ(r.insight->severity, Severity::kMed);
-  EXPECT_EQ(r.insight->message,
-            "GPU 0 was thermally throttled on " + FormatPercent(30.0 / n) +
-                " of samples (up to 87 °C; SM clock down to 1410 MHz, " +
-                FormatPercent(1 - 1410.0 / 1980) + " below its 1980 MHz max)");
+  EXPECT_EQ(r.insight->message, "GPU 0 was thermally throttled on " + FormatPercent(30.0 / n) +
+                                    " of samples (up to 87 °C; SM clock down to 1410 MHz, " +
+                                    FormatPercent(1 - 1410.0 / 1980) + " below its 1980 MHz max)");
 }
 
 TEST(ThermalThrottling, FiresHighOnNvmlThermalReasons) {
-  const RuleResult r = Eval("thermal_throttling",
-                            Thermal(60, 78, 1600, thresholds::kNvmlHwThermalSlowdown));
+  const RuleResult r =
+      Eval("thermal_throttling", Thermal(60, 78, 1600, thresholds::kNvmlHwThermalSlowdown));
   ASSERT_TRUE(r.fired());
   EXPECT_EQ(r.insight->severity, Severity::kHigh);
   EXPECT_THAT(r.insight->message, HasSubstr("(NVML reports thermal slowdown; up to 78 °C"));
@@ -415,8 +412,8 @@ TEST(ThermalThrottling, FiresHighOnNvmlThermalReasons) {
 }
 
 TEST(ThermalThrottling, NearMisses) {
-  EXPECT_FALSE(Eval("thermal_throttling", Thermal(30, 87, 1800, 0)).fired());  // clock -9%
-  EXPECT_FALSE(Eval("thermal_throttling", Thermal(30, 81, 1200, 0)).fired());  // 81 °C
+  EXPECT_FALSE(Eval("thermal_throttling", Thermal(30, 87, 1800, 0)).fired());    // clock -9%
+  EXPECT_FALSE(Eval("thermal_throttling", Thermal(30, 81, 1200, 0)).fired());    // 81 °C
   EXPECT_FALSE(Eval("thermal_throttling", Thermal(4, 90, 1200, 0x40)).fired());  // 4% of samples
   // A power cap (0x4) slows the clock too, but it is not heat.
   EXPECT_FALSE(Eval("thermal_throttling", Thermal(50, 75, 1300, 0x4)).fired());

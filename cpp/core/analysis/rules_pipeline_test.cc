@@ -10,13 +10,13 @@ namespace gpuprof::analysis {
 namespace {
 
 using testing::Eval;
+using testing::FoldedUnder;
+using testing::HasInsight;
+using ::testing::HasSubstr;
 using testing::kMs;
 using testing::RunBuilder;
 using testing::Split;
 using testing::StepShape;
-using ::testing::HasSubstr;
-using testing::FoldedUnder;
-using testing::HasInsight;
 
 // ---------------------------------------------------------------- prefetch_queue_starved
 
@@ -38,10 +38,10 @@ TEST(PrefetchQueueStarved, FiresMedOnAThirdOfSteps) {
   const RuleResult r = Eval("prefetch_queue_starved", Starving(3, 40));
   ASSERT_TRUE(r.fired());
   EXPECT_EQ(r.insight->severity, Severity::kMed);
-  EXPECT_EQ(r.insight->message,
-            "the loader's next() waited over " + FormatDuration(30.0 * kMs) + " for a batch on " +
-                FormatPercent(9.0 / 27) + " of steps (9 of 27, median " +
-                FormatDuration(40.0 * kMs) + "): the prefetch queue runs dry");
+  EXPECT_EQ(r.insight->message, "the loader's next() waited over " + FormatDuration(30.0 * kMs) +
+                                    " for a batch on " + FormatPercent(9.0 / 27) +
+                                    " of steps (9 of 27, median " + FormatDuration(40.0 * kMs) +
+                                    "): the prefetch queue runs dry");
   EXPECT_EQ(r.insight->evidence["starved_steps"], 9);
 }
 
@@ -130,9 +130,9 @@ TEST(CpuBoundDataloader, NotEvaluatedWithoutHostTelemetry) {
   EXPECT_EQ(*Eval("cpu_bound_dataloader", b).not_evaluated,
             "host CPU not sampled (telemetry unavailable: host_hz=0)");
   // CPU measured but not the disk: NULL is not "idle".
-  EXPECT_THAT(*Eval("cpu_bound_dataloader", Loader(40, 95, std::nullopt, std::nullopt))
-                   .not_evaluated,
-              HasSubstr("disk reads not sampled"));
+  EXPECT_THAT(
+      *Eval("cpu_bound_dataloader", Loader(40, 95, std::nullopt, std::nullopt)).not_evaluated,
+      HasSubstr("disk reads not sampled"));
   RunBuilder no_wait;
   no_wait.Steps(20, Split(100, std::nullopt, 55));
   EXPECT_THAT(*Eval("cpu_bound_dataloader", no_wait).not_evaluated,
@@ -164,23 +164,23 @@ std::vector<int64_t> FourWorkers(int64_t) { return {201, 202, 203, 204}; }
 
 TEST(CpuBoundDataloader, PassesWhenOtherProcessesPegTheCpuAndTheTrainingIdles) {
   // GIVEN a machine at 100% CPU while the training (num_workers=0) uses 15-25% of one core
-  const RunBuilder b = PeggedWithTree([](int64_t t) { return t % (100 * kMs) ? 15.0 : 25.0; },
-                                      NoWorkers);
+  const RunBuilder b =
+      PeggedWithTree([](int64_t t) { return t % (100 * kMs) ? 15.0 : 25.0; }, NoWorkers);
   // THEN the loader is not called CPU-bound: evaluated, not fired; the stall speaks for itself
   const RuleResult r = Eval("cpu_bound_dataloader", b);
   EXPECT_FALSE(r.fired());
   EXPECT_FALSE(r.skipped());
   EXPECT_TRUE(Eval("dataloader_stall", b).fired());
   // AND four workers idling at 30% of a core in all are not CPU-bound either
-  EXPECT_FALSE(Eval("cpu_bound_dataloader",
-                    PeggedWithTree([](int64_t) { return 30.0; }, FourWorkers))
-                   .fired());
+  EXPECT_FALSE(
+      Eval("cpu_bound_dataloader", PeggedWithTree([](int64_t) { return 30.0; }, FourWorkers))
+          .fired());
 }
 
 TEST(CpuBoundDataloader, FiresWhenTheTrainingsProcessesAreBusy) {
   // GIVEN four workers and the main process using 4.0 of their 5 cores on a pegged machine
-  const RuleResult r = Eval("cpu_bound_dataloader",
-                            PeggedWithTree([](int64_t) { return 400.0; }, FourWorkers));
+  const RuleResult r =
+      Eval("cpu_bound_dataloader", PeggedWithTree([](int64_t) { return 400.0; }, FourWorkers));
   ASSERT_TRUE(r.fired());
   EXPECT_EQ(r.insight->message,
             "Dataloader stall (" + FormatPercent(0.40) +
@@ -311,9 +311,10 @@ TEST(CpuBoundDataloader, NotEvaluatedFromTooFewHostReadings) {
   tiny.HostSample(reading);
   const RuleResult r = Eval("cpu_bound_dataloader", tiny);
   ASSERT_TRUE(r.skipped());
-  EXPECT_EQ(*r.not_evaluated, "only 1 host CPU reading covering " +
-                                  FormatDuration(15.0 * kMs) + " in the steady state; deciding "
-                                  "needs at least 5 covering " + FormatDuration(1e9) +
+  EXPECT_EQ(*r.not_evaluated, "only 1 host CPU reading covering " + FormatDuration(15.0 * kMs) +
+                                  " in the steady state; deciding "
+                                  "needs at least 5 covering " +
+                                  FormatDuration(1e9) +
                                   " (run longer, or raise profile(host_hz=))");
   // AND at the edges: 5 readings over 1.0 s decide; 4 readings (over 1.2 s) or 11 over 0.55 s
   // do not
@@ -358,9 +359,9 @@ TEST(IoBoundDataloader, NearMisses) {
 }
 
 TEST(IoBoundDataloader, NotEvaluatedWithoutDiskOrCpu) {
-  EXPECT_THAT(*Eval("io_bound_dataloader", Loader(40, 35, std::nullopt, std::nullopt))
-                   .not_evaluated,
-              HasSubstr("disk reads not sampled"));
+  EXPECT_THAT(
+      *Eval("io_bound_dataloader", Loader(40, 35, std::nullopt, std::nullopt)).not_evaluated,
+      HasSubstr("disk reads not sampled"));
   RunBuilder no_cpu;
   no_cpu.Steps(20, Split(100, 40, 55));
   no_cpu.HostEvery(50 * kMs, [](int64_t, store::HostSampleRow& h) { h.disk_read_bps = 900e6; });
@@ -396,10 +397,10 @@ TEST(ColdCache, FiresWhenReadsFallAndStepsSpeedUp) {
 }
 
 TEST(ColdCache, NearMisses) {
-  EXPECT_FALSE(Eval("cold_cache", Cache(100, 600e6, 10e6)).fired());  // steps did not speed up
-  EXPECT_FALSE(Eval("cold_cache", Cache(108, 600e6, 10e6)).fired());  // only 8% faster
+  EXPECT_FALSE(Eval("cold_cache", Cache(100, 600e6, 10e6)).fired());   // steps did not speed up
+  EXPECT_FALSE(Eval("cold_cache", Cache(108, 600e6, 10e6)).fired());   // only 8% faster
   EXPECT_FALSE(Eval("cold_cache", Cache(150, 600e6, 250e6)).fired());  // reads fell 2.4×
-  EXPECT_FALSE(Eval("cold_cache", Cache(150, 30e6, 1e6)).fired());    // never read much
+  EXPECT_FALSE(Eval("cold_cache", Cache(150, 30e6, 1e6)).fired());     // never read much
   EXPECT_FALSE(Eval("cold_cache", Cache(150, 30e6, 1e6)).skipped());
 }
 
@@ -472,11 +473,10 @@ TEST(PcieSaturation, FiresAbovePeak) {
   const RuleResult r = Eval("pcie_saturation", b);
   ASSERT_TRUE(r.fired());
   EXPECT_EQ(r.insight->severity, Severity::kMed);
-  EXPECT_EQ(r.insight->message,
-            "PCIe host-to-device traffic peaked at 24.1 GB/s on GPU 0 (mean " +
-                FormatBandwidth(mean) + "; above 20.0 GB/s on " +
-                FormatPercent(static_cast<double>(peaks) / n) +
-                " of samples): input copies are bandwidth-bound");
+  EXPECT_EQ(r.insight->message, "PCIe host-to-device traffic peaked at 24.1 GB/s on GPU 0 (mean " +
+                                    FormatBandwidth(mean) + "; above 20.0 GB/s on " +
+                                    FormatPercent(static_cast<double>(peaks) / n) +
+                                    " of samples): input copies are bandwidth-bound");
 }
 
 TEST(PcieSaturation, NearMiss) {
@@ -488,7 +488,8 @@ TEST(PcieSaturation, NearMiss) {
 TEST(PcieSaturation, NotEvaluatedWithoutPcieReadings) {
   RunBuilder cpu;
   cpu.Cpu().Steps(5, StepShape{});
-  EXPECT_EQ(*Eval("pcie_saturation", cpu).not_evaluated, "PCIe throughput not sampled: a CPU run has no GPU telemetry");
+  EXPECT_EQ(*Eval("pcie_saturation", cpu).not_evaluated,
+            "PCIe throughput not sampled: a CPU run has no GPU telemetry");
   RunBuilder no_nvml;
   no_nvml.Steps(5, StepShape{});
   no_nvml.Telemetry("gpu", false, std::nullopt, "libnvidia-ml.so.1 not found");
@@ -522,10 +523,10 @@ TEST(WorkerImbalance, FiresOnOneHotWorker) {
   const RuleResult r = Eval("worker_imbalance", Workers(cpu));
   ASSERT_TRUE(r.fired());
   EXPECT_EQ(r.insight->severity, Severity::kMed);
-  EXPECT_EQ(r.insight->message,
-            "Dataloader worker pid 300 averages 96% of a core, " + FormatRatio(96 / fair) +
-                " its fair share (" + FormatPercent(fair / 100) +
-                " across 8 workers): one worker does most of the loading");
+  EXPECT_EQ(r.insight->message, "Dataloader worker pid 300 averages 96% of a core, " +
+                                    FormatRatio(96 / fair) + " its fair share (" +
+                                    FormatPercent(fair / 100) +
+                                    " across 8 workers): one worker does most of the loading");
 }
 
 TEST(WorkerImbalance, NearMisses) {

@@ -7,33 +7,33 @@
 
 #include "analysis/format.h"
 #include "analysis/report.h"
-#include "analysis/rules/registry.h"
 #include "analysis/rule_test_util.h"
+#include "analysis/rules/registry.h"
 #include "analysis/test_runs.h"
 
 namespace gpuprof::analysis {
 namespace {
 
 using testing::Eval;
-using testing::HealthyFullRun;
-using testing::HealthyRun;
-using testing::Shape;
-using testing::Split;
-using testing::kMs;
-using testing::kSec;
-using testing::RunBuilder;
-using testing::StepShape;
-using ::testing::HasSubstr;
-using ::testing::Not;
 using testing::FoldedUnder;
 using testing::HasInsight;
+using ::testing::HasSubstr;
+using testing::HealthyFullRun;
+using testing::HealthyRun;
+using testing::kMs;
+using testing::kSec;
+using ::testing::Not;
+using testing::RunBuilder;
+using testing::Shape;
+using testing::Split;
+using testing::StepShape;
 
 // ---------------------------------------------------------------- registry
 
 TEST(Registry, EveryRuleIsCompleteAndUnique) {
   std::set<std::string> ids;
-  const std::set<std::string> families = {"data_pipeline", "host",        "compute",
-                                          "memory_thermal", "warmup",      "distributed",
+  const std::set<std::string> families = {"data_pipeline",  "host",   "compute",
+                                          "memory_thermal", "warmup", "distributed",
                                           "regression",     "cost"};
   for (const RuleSpec& r : Rules()) {
     EXPECT_TRUE(ids.insert(r.id).second) << "duplicate " << r.id;
@@ -45,14 +45,32 @@ TEST(Registry, EveryRuleIsCompleteAndUnique) {
     EXPECT_NE(r.evaluate == nullptr, r.evaluate_group == nullptr) << r.id << ": one kind";
     EXPECT_EQ(FindRule(r.id), &r);
   }
-  for (const char* id :
-       {"dataloader_stall", "prefetch_queue_starved", "cpu_bound_dataloader",
-        "io_bound_dataloader", "cold_cache", "cache_thrashing", "pcie_saturation",
-        "worker_imbalance", "host_memory_pressure", "low_mfu", "small_batch",
-        "kernel_launch_overhead", "gradient_checkpointing_detected", "sdpa_suboptimal",
-        "kernel_drift", "memory_pressure", "thermal_throttling", "compilation_warmup",
-        "first_step_outlier", "high_step_variance", "comm_dominant", "bucket_skew", "rank_skew",
-        "regression", "cost", "host_stalls"}) {
+  for (const char* id : {"dataloader_stall",
+                         "prefetch_queue_starved",
+                         "cpu_bound_dataloader",
+                         "io_bound_dataloader",
+                         "cold_cache",
+                         "cache_thrashing",
+                         "pcie_saturation",
+                         "worker_imbalance",
+                         "host_memory_pressure",
+                         "low_mfu",
+                         "small_batch",
+                         "kernel_launch_overhead",
+                         "gradient_checkpointing_detected",
+                         "sdpa_suboptimal",
+                         "kernel_drift",
+                         "memory_pressure",
+                         "thermal_throttling",
+                         "compilation_warmup",
+                         "first_step_outlier",
+                         "high_step_variance",
+                         "comm_dominant",
+                         "bucket_skew",
+                         "rank_skew",
+                         "regression",
+                         "cost",
+                         "host_stalls"}) {
     EXPECT_TRUE(ids.count(id)) << id;
   }
   EXPECT_EQ(ids.size(), 27u);
@@ -205,8 +223,8 @@ TEST(DataloaderStall, FiresHighAtAThirdOfStepTime) {
   const RuleResult r = Eval("dataloader_stall", b);
   ASSERT_TRUE(r.fired());
   EXPECT_EQ(r.insight->severity, Severity::kHigh);
-  EXPECT_EQ(r.insight->message, FormatPercent(34.0 / 100) +
-                                    " of step time waiting on the loader (inter-step gap)");
+  EXPECT_EQ(r.insight->message,
+            FormatPercent(34.0 / 100) + " of step time waiting on the loader (inter-step gap)");
   EXPECT_DOUBLE_EQ(r.insight->evidence["wait_fraction"].get<double>(), 0.34);
   EXPECT_EQ(r.insight->evidence["steps"].get<size_t>(), 20u - kWarmupSteps);
 }
@@ -374,7 +392,9 @@ TEST(LowMfu, NearMissDoesNotFire) {
 TEST(LowMfu, NotEvaluatedWhenAnInputIsMissing) {
   RunBuilder cpu = MfuRun(0.1);
   cpu.Cpu();
-  EXPECT_EQ(*Eval("low_mfu", cpu).not_evaluated, "MFU unknown: CPU run (MFU compares with a GPU's peak; `gpuprof rules --reference` lists the GPUs)");
+  EXPECT_EQ(*Eval("low_mfu", cpu).not_evaluated,
+            "MFU unknown: CPU run (MFU compares with a GPU's peak; `gpuprof rules --reference` "
+            "lists the GPUs)");
   RunBuilder no_flops = MfuRun(0.1);
   no_flops.run().flops_per_step.reset();
   EXPECT_THAT(*Eval("low_mfu", no_flops).not_evaluated, HasSubstr("flops_per_step not declared"));
@@ -452,9 +472,9 @@ TEST(FirstStepOutlier, FiresAtFifteenTimesTheRest) {
               HasSubstr("Step 0 ran for " + FormatDuration(1500.0 * kMs) + " outside the loader, " +
                         FormatRatio(1500.0 / 95) + " the median of the other 9 steps (" +
                         FormatDuration(95.0 * kMs) + ")"));
-  EXPECT_THAT(r.insight->message, HasSubstr("from " + FormatDuration(100.0 * kMs) + " to " +
-                                            FormatDuration(mean_all * kMs) + " (" +
-                                            FormatRatio(mean_all / 100) + ")"));
+  EXPECT_THAT(r.insight->message,
+              HasSubstr("from " + FormatDuration(100.0 * kMs) + " to " +
+                        FormatDuration(mean_all * kMs) + " (" + FormatRatio(mean_all / 100) + ")"));
 }
 
 TEST(FirstStepOutlier, NearMissDoesNotFire) {
@@ -520,10 +540,10 @@ TEST(HighStepVariance, FiresWithFiveSpikesInAHundred) {
   ASSERT_TRUE(r.fired());
   EXPECT_EQ(r.insight->severity, Severity::kMed);
   // p99 of 95×100 ms + 5×300 ms sits inside the spikes: 300 ms.
-  EXPECT_EQ(r.insight->message,
-            "Step time p99 is " + FormatRatio(3.0) + " p50 (" + FormatDuration(300.0 * kMs) +
-                " vs " + FormatDuration(100.0 * kMs) +
-                "); 5 of 100 steady-state steps took over 2× the median");
+  EXPECT_EQ(r.insight->message, "Step time p99 is " + FormatRatio(3.0) + " p50 (" +
+                                    FormatDuration(300.0 * kMs) + " vs " +
+                                    FormatDuration(100.0 * kMs) +
+                                    "); 5 of 100 steady-state steps took over 2× the median");
 }
 
 TEST(HighStepVariance, OneSpikeIsANearMiss) {
@@ -616,11 +636,11 @@ TEST(HostStalls, FiresOnRepeatedStallsWithTheirTotalAndLongest) {
   // THEN it fires, low (320 ms of 10 s = 3.2%), naming the count, total and longest
   ASSERT_TRUE(r.fired());
   EXPECT_EQ(r.insight->severity, Severity::kLow);
-  EXPECT_EQ(r.insight->message,
-            "The process was held off the CPU 4 times in the steady state, " +
-                FormatDuration(320.0 * kMs) + " in all (" + FormatPercent(0.032) +
-                " of step time; longest " + FormatDuration(120.0 * kMs) +
-                "): those steps were slow whatever its code did");
+  EXPECT_EQ(r.insight->message, "The process was held off the CPU 4 times in the steady state, " +
+                                    FormatDuration(320.0 * kMs) + " in all (" +
+                                    FormatPercent(0.032) + " of step time; longest " +
+                                    FormatDuration(120.0 * kMs) +
+                                    "): those steps were slow whatever its code did");
   EXPECT_THAT(r.insight->fix, HasSubstr("CPU steal"));
   EXPECT_EQ(r.insight->evidence["stalls"].get<int64_t>(), 4);
 }
@@ -693,12 +713,12 @@ TEST(CpuContention, FiresWhenTheTrainingsThreadsQueueAndSaysWhoseLoadItIs) {
   // THEN it fires, low, with the total, the share, the worst step and whose load it is
   ASSERT_TRUE(r.fired());
   EXPECT_EQ(r.insight->severity, Severity::kLow);
-  EXPECT_EQ(r.insight->message,
-            "The training's threads queued " + FormatDuration(1620.0 * kMs) +
-                " for a CPU in the steady state (" + FormatPercent(0.162) +
-                " of step time; step " + std::to_string(kWarmupSteps + 21) + " waited " +
-                FormatDuration(60.0 * kMs) + " of its " + FormatDuration(100.0 * kMs) +
-                "): other processes kept about 1 of the host's 2 cores busy");
+  EXPECT_EQ(r.insight->message, "The training's threads queued " + FormatDuration(1620.0 * kMs) +
+                                    " for a CPU in the steady state (" + FormatPercent(0.162) +
+                                    " of step time; step " + std::to_string(kWarmupSteps + 21) +
+                                    " waited " + FormatDuration(60.0 * kMs) + " of its " +
+                                    FormatDuration(100.0 * kMs) +
+                                    "): other processes kept about 1 of the host's 2 cores busy");
   EXPECT_EQ(r.insight->fix, thresholds::kCpuContentionOthersFix);
   EXPECT_TRUE(r.insight->evidence["other_load"].get<bool>());
   EXPECT_NEAR(r.insight->evidence["other_load_min_cores"].get<double>(), 1.0, 1e-9);
@@ -854,8 +874,7 @@ TEST(HighStepVariance, ALoaderRuleThatFiresExplainsLoaderSpikes) {
 TEST(HighStepVariance, NotEvaluatedOnFewSteadySteps) {
   RunBuilder b;
   b.Steps(kWarmupSteps + 5, Split(100, 5, 90));
-  EXPECT_THAT(*Eval("high_step_variance", b).not_evaluated,
-              HasSubstr("only 5 steady-state steps"));
+  EXPECT_THAT(*Eval("high_step_variance", b).not_evaluated, HasSubstr("only 5 steady-state steps"));
   // AND one step is one step
   RunBuilder one;
   one.Steps(2, Split(100, 5, 90));
@@ -886,10 +905,9 @@ TEST(Cost, EightGpusWithIdleShareFromMfu) {
   const RuleResult r = Eval("cost", b);
   ASSERT_TRUE(r.fired());
   const double usd = 231.0 / 60 * 8 * 12.29;
-  EXPECT_EQ(r.insight->message, "Estimated cost: " + FormatUsd(usd) +
-                                    " (231 min · 8× GPU @ $12.29/h); ~" +
-                                    FormatUsd(usd * (1 - 0.35)) +
-                                    " of that is idle capacity (MFU 35.0%)");
+  EXPECT_EQ(r.insight->message,
+            "Estimated cost: " + FormatUsd(usd) + " (231 min · 8× GPU @ $12.29/h); ~" +
+                FormatUsd(usd * (1 - 0.35)) + " of that is idle capacity (MFU 35.0%)");
 }
 
 TEST(Cost, RateOverrideFromOptionsOrEnvironment) {
@@ -937,8 +955,8 @@ TEST(Cost, AnIdleShareBelowOneCentIsNotMarkedApproximateTwice) {
   const RuleResult r = Eval("cost", b);
   ASSERT_TRUE(r.fired());
   // THEN the message reads "<$0.01 of that", not "~<$0.01"
-  EXPECT_THAT(r.insight->message, HasSubstr("; " + FormatUsd(1.0 / 3600 * 12.29 * 0.65) +
-                                                " of that is idle"));
+  EXPECT_THAT(r.insight->message,
+              HasSubstr("; " + FormatUsd(1.0 / 3600 * 12.29 * 0.65) + " of that is idle"));
   EXPECT_THAT(r.insight->message, ::testing::Not(HasSubstr("~<")));
 }
 

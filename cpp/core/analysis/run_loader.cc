@@ -8,8 +8,7 @@
 
 namespace gpuprof::analysis {
 
-Expected<std::vector<PriorRun>> LoadPriorRuns(store::RunStore& store,
-                                              const store::RunInfo& run) {
+Expected<std::vector<PriorRun>> LoadPriorRuns(store::RunStore& store, const store::RunInfo& run) {
   auto previous = store.PreviousRunsNamed(run.run_name, run.run_id,
                                           static_cast<int>(thresholds::kRegressionLookback));
   if (!previous) return previous.status();

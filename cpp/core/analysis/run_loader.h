@@ -18,8 +18,7 @@ namespace gpuprof::analysis {
 // first, at most thresholds::kRegressionLookback, each with its throughput (MeasureThroughput).
 // Stops once thresholds::kRegressionRuns runs long enough to compare (kRegressionMinSteps
 // steady-state steps) are listed.
-Expected<std::vector<PriorRun>> LoadPriorRuns(store::RunStore& store,
-                                              const store::RunInfo& run);
+Expected<std::vector<PriorRun>> LoadPriorRuns(store::RunStore& store, const store::RunInfo& run);
 
 // Every run whose group_id is `group_id` (any status), with its steps and comm_buckets; the
 // other RunData members stay empty. An empty vector when there is none.

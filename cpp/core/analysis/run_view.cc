@@ -63,8 +63,8 @@ class WeightedMean {
 // peak_mem_fraction divides each second's peak use by its (largest) total.
 GpuAggregates AggregateGpu(const store::RunData& d) {
   GpuAggregates g;
-  OptStat util_max, mem_used, mem_total, mem_frac, proc_mem, temp, power_max, clock_min,
-      clock_max, rx, tx;
+  OptStat util_max, mem_used, mem_total, mem_frac, proc_mem, temp, power_max, clock_min, clock_max,
+      rx, tx;
   WeightedMean util, power;
   std::set<int64_t> indices;
   for (const auto& s : d.gpu_samples_1s) {
@@ -143,13 +143,12 @@ Breakdown ComputeBreakdown(const std::vector<StepView>& steps, size_t begin) {
   // Whether the loop's loader wait was measured inside the loader (DataLoader next() in auto
   // mode, wrap_dataloader) on some steady step: then a step whose wait is only a gap did not
   // call the loader (several optimizer steps per batch), and its loader wait is 0.
-  const bool measured = std::any_of(steps.begin() + static_cast<std::ptrdiff_t>(
-                                                        std::min(begin, steps.size())),
-                                    steps.end(), [](const StepView& s) {
-                                      return s.wait_ns && s.wait_source &&
-                                             (*s.wait_source == "dataloader" ||
-                                              *s.wait_source == "explicit");
-                                    });
+  const bool measured =
+      std::any_of(steps.begin() + static_cast<std::ptrdiff_t>(std::min(begin, steps.size())),
+                  steps.end(), [](const StepView& s) {
+                    return s.wait_ns && s.wait_source &&
+                           (*s.wait_source == "dataloader" || *s.wait_source == "explicit");
+                  });
   for (size_t i = begin; i < steps.size(); ++i) {
     const StepView& s = steps[i];
     b.total_ns += s.duration_ns;
@@ -315,8 +314,7 @@ static void AssignStalls(std::vector<store::StallRow> stalls, std::vector<StepVi
   for (StepView& s : *steps) {
     int64_t stalled = 0;
     while (first < stalls.size() &&
-           stalls[first].start_ns + std::max<int64_t>(0, stalls[first].duration_ns) <=
-               s.start_ns) {
+           stalls[first].start_ns + std::max<int64_t>(0, stalls[first].duration_ns) <= s.start_ns) {
       ++first;
     }
     for (size_t i = first; i < stalls.size() && stalls[i].start_ns < s.end_ns; ++i) {
@@ -464,16 +462,16 @@ TracedTimes CollectTracedTimes(const store::RunData& data) {
   if (!data.kernels.empty()) {
     t.rows.reserve(data.kernels.size());
     for (const store::KernelRow& k : data.kernels) {
-      t.rows.push_back({k.window_start_ns, k.window_end_ns, k.step, &k.name, &k.source, k.calls,
-                        k.gpu_ns});
+      t.rows.push_back(
+          {k.window_start_ns, k.window_end_ns, k.step, &k.name, &k.source, k.calls, k.gpu_ns});
     }
     return t;
   }
   t.cpu = true;
   t.rows.reserve(data.cpu_ops.size());
   for (const store::CpuOpRow& o : data.cpu_ops) {
-    t.rows.push_back({o.window_start_ns, o.window_end_ns, o.step, &o.name, &o.source, o.calls,
-                      o.self_cpu_ns});
+    t.rows.push_back(
+        {o.window_start_ns, o.window_end_ns, o.step, &o.name, &o.source, o.calls, o.self_cpu_ns});
   }
   return t;
 }

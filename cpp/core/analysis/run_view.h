@@ -14,9 +14,9 @@
 //    even count is the mean of the two middle values.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <algorithm>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -72,7 +72,7 @@ struct StepView {
   // most its wall, which loses as much (DDP waits for the collectives inside backward()); calls =
   // its bucket rows; GPU time unknown. The backward phase's GPU time is left as recorded.
   std::vector<PhaseTime> phases;
-  int64_t phase_wall_ns = 0;      // sum of phases[].wall_ns (0 when there are none)
+  int64_t phase_wall_ns = 0;  // sum of phases[].wall_ns (0 when there are none)
   // Time within the step when the process was held off the CPU (host_stalls overlapping it);
   // nullopt when the run had no stall watch.
   std::optional<int64_t> stalled_ns;
@@ -90,14 +90,14 @@ struct StepView {
 // One phase name summed over the steady-state steps.
 struct PhaseSummary {
   std::string name;
-  size_t steps = 0;           // steady steps that have this phase
+  size_t steps = 0;  // steady steps that have this phase
   int64_t calls = 0;
   double wall_total_ns = 0;
-  double wall_fraction = 0;   // wall_total_ns / steady total step time
-  size_t gpu_steps = 0;       // steady steps where GPU time was measured
+  double wall_fraction = 0;            // wall_total_ns / steady total step time
+  size_t gpu_steps = 0;                // steady steps where GPU time was measured
   std::optional<double> gpu_total_ns;  // nullopt when never measured
   std::optional<double> gpu_mean_ns;   // per measured step
-  bool derived = false;       // the comm phase derived from comm_buckets (PhaseTime::derived)
+  bool derived = false;  // the comm phase derived from comm_buckets (PhaseTime::derived)
 };
 
 // Where steady-state step time goes, as fractions of step time.
@@ -127,7 +127,7 @@ struct Breakdown {
 // Aggregates over every GPU sample of the run, computed from its per-second rollups
 // (gpu_samples_1s) with the same result; each value over the non-null readings only.
 struct GpuAggregates {
-  size_t samples = 0;  // raw samples the rollups cover
+  size_t samples = 0;       // raw samples the rollups cover
   size_t gpus_sampled = 0;  // distinct gpu_index values
   std::optional<double> mean_util_pct;
   std::optional<double> max_util_pct;
@@ -163,13 +163,13 @@ struct HostAggregates {
 };
 
 struct RunView {
-  store::RunData data;           // the run as stored
-  std::vector<StepView> steps;   // ordered by step number
+  store::RunData data;          // the run as stored
+  std::vector<StepView> steps;  // ordered by step number
 
   std::optional<DurationStats> all;  // over every step
   size_t steady_begin = 0;           // index into steps; == steps.size() when no steady state
   std::optional<DurationStats> steady;
-  Breakdown breakdown;               // over the steady steps
+  Breakdown breakdown;  // over the steady steps
 
   // Run length: runs.end_ns when recorded, else the end of the last step.
   std::optional<int64_t> duration_ns;
@@ -207,8 +207,8 @@ RunView BuildRunView(store::RunData data);
 // throughput), whatever the distribution looks like (a loader that delivers batches in pairs
 // makes steps alternate between a long wait and none; their median says little).
 struct Throughput {
-  size_t steps = 0;      // steady-state steps
-  double mean_ns = 0;    // steady-state wall time per step
+  size_t steps = 0;    // steady-state steps
+  double mean_ns = 0;  // steady-state wall time per step
   // The steady steps cut into `blocks` contiguous runs of steps (kThroughputBlocks at most, each
   // of at least kThroughputBlockSteps steps): the relative half-width of the 95% interval of
   // mean_ns from the spread of the blocks' time per step (batch means, Student's t with

@@ -22,13 +22,14 @@ using testing::kSec;
 using testing::RunBuilder;
 using testing::StepShape;
 
-StepShape Shape(int64_t duration_ms, std::optional<int64_t> wait_ms, int64_t fwd_ms,
-                int64_t bwd_ms, int64_t opt_ms, std::optional<int64_t> gpu_ms = std::nullopt) {
+StepShape Shape(int64_t duration_ms, std::optional<int64_t> wait_ms, int64_t fwd_ms, int64_t bwd_ms,
+                int64_t opt_ms, std::optional<int64_t> gpu_ms = std::nullopt) {
   StepShape s;
   s.duration_ns = duration_ms * kMs;
   s.wait_ns = wait_ms ? std::optional<int64_t>(*wait_ms * kMs) : std::nullopt;
   auto gpu = gpu_ms ? std::optional<int64_t>(*gpu_ms * kMs) : std::nullopt;
-  s.phases = {{"forward", fwd_ms * kMs, gpu}, {"backward", bwd_ms * kMs, gpu},
+  s.phases = {{"forward", fwd_ms * kMs, gpu},
+              {"backward", bwd_ms * kMs, gpu},
               {"optimizer", opt_ms * kMs, std::nullopt}};
   return s;
 }
@@ -335,9 +336,8 @@ INSTANTIATE_TEST_SUITE_P(EveryRule, StoreRoundTrip, ::testing::ValuesIn(Scenario
 TEST(StoreRoundTrip, AnIdleTrainingOnAPeggedMachineIsNotCpuBoundAfterLoadRun) {
   // GIVEN the stall_with_idle_tree run written to and read back from the store
   const auto all = Scenarios();
-  const auto it = std::find_if(all.begin(), all.end(), [](const Scenario& sc) {
-    return sc.name == "stall_with_idle_tree";
-  });
+  const auto it = std::find_if(
+      all.begin(), all.end(), [](const Scenario& sc) { return sc.name == "stall_with_idle_tree"; });
   ASSERT_NE(it, all.end());
   testing::TempDb file;
   auto db = testing::OpenDb(file.path());
@@ -370,7 +370,9 @@ TEST(StoreRoundTrip, NotEvaluatedReasonsSurviveNulls) {
   const Report after = Analyze(std::move(loaded).value(), RuleContext{});
   std::map<std::string, std::string> skipped;
   for (const auto& n : after.not_evaluated) skipped[n.rule_id] = n.reason;
-  EXPECT_EQ(skipped["low_mfu"], "MFU unknown: CPU run (MFU compares with a GPU's peak; `gpuprof rules --reference` lists the GPUs)");
+  EXPECT_EQ(skipped["low_mfu"],
+            "MFU unknown: CPU run (MFU compares with a GPU's peak; `gpuprof rules --reference` "
+            "lists the GPUs)");
   EXPECT_THAT(skipped["dataloader_stall"], ::testing::HasSubstr("not measured"));
   EXPECT_THAT(skipped["kernel_launch_overhead"], ::testing::HasSubstr("no phase timings"));
   EXPECT_THAT(skipped["cost"], ::testing::HasSubstr("CPU run"));

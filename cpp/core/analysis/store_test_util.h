@@ -3,12 +3,12 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
 #include <memory>
 #include <string>
-#include <unistd.h>
 
 #include "store/sqlite_store.h"
 
@@ -20,8 +20,8 @@ class TempDb {
   TempDb() {
     static std::atomic<int> counter{0};
     path_ = (std::filesystem::path(::testing::TempDir()) /
-             ("gpuprof_analysis_" + std::to_string(::getpid()) + "_" +
-              std::to_string(counter++) + ".db"))
+             ("gpuprof_analysis_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) +
+              ".db"))
                 .string();
     Remove();
   }

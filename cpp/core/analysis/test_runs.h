@@ -111,9 +111,8 @@ class RunBuilder {
   }
   RunBuilder& Telemetry(std::string source, bool available, std::optional<std::string> backend,
                         std::optional<std::string> reason) {
-    data_.telemetry.push_back(
-        store::TelemetryStatusRow{std::move(source), available, std::move(backend),
-                                  std::move(reason)});
+    data_.telemetry.push_back(store::TelemetryStatusRow{std::move(source), available,
+                                                        std::move(backend), std::move(reason)});
     return *this;
   }
   // Raw GPU and worker samples are kept here and rolled up by Build() with the recorder's
@@ -132,16 +131,15 @@ class RunBuilder {
   }
   RunBuilder& Kernel(int64_t window_start_ns, int64_t window_end_ns, std::string name,
                      int64_t calls, int64_t gpu_ns) {
-    data_.kernels.push_back(store::KernelRow{window_start_ns, window_end_ns, std::move(name),
-                                             calls, gpu_ns, "torch_profiler"});
+    data_.kernels.push_back(store::KernelRow{window_start_ns, window_end_ns, std::move(name), calls,
+                                             gpu_ns, "torch_profiler"});
     return *this;
   }
   // A CPU operator of a traced step (cpu_ops: torch.profiler on a CPU run).
   RunBuilder& CpuOp(int64_t window_start_ns, int64_t window_end_ns, std::optional<int64_t> step,
                     std::string name, int64_t calls, int64_t self_cpu_ns) {
-    data_.cpu_ops.push_back(store::CpuOpRow{window_start_ns, window_end_ns, step,
-                                            std::move(name), calls, self_cpu_ns, std::nullopt,
-                                            "torch_profiler"});
+    data_.cpu_ops.push_back(store::CpuOpRow{window_start_ns, window_end_ns, step, std::move(name),
+                                            calls, self_cpu_ns, std::nullopt, "torch_profiler"});
     return *this;
   }
   RunBuilder& CommBucket(int64_t step, int64_t bucket, int64_t start_ns, int64_t end_ns,
@@ -300,7 +298,7 @@ inline RunBuilder HealthyFullRun() {
   b.Flops(0.5 * 989e12 * 0.100, "bf16");
   b.Config(R"({"grad_checkpoint": false, "sample_hz": 10})");
   b.Telemetry("gpu", true, "nvml", std::nullopt).Telemetry("host", true, "procfs", std::nullopt);
-  b.StallWatch().Stall(20 * kMs, 12 * kMs);  // one short stall during step 0
+  b.StallWatch().Stall(20 * kMs, 12 * kMs);                 // one short stall during step 0
   b.CpuWaitWatch().CpuWait(300 * kMs, 320 * kMs, 2 * kMs);  // a little queueing, once
   b.GpuInfo(0, 80LL << 30, 1980);
   b.GpuEvery(100 * kMs, HealthyGpu).HostEvery(100 * kMs, HealthyHost);

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
 #include <thread>
 
 #include "lines/sampler.h"
@@ -59,7 +58,7 @@ TEST(KernelLineMapTest, RecordsOfAnOpenIntervalWaitForItToClose) {
 
 TEST(KernelLineMapTest, IntervalsWithoutALineAndLateRecordsAreUnattributed) {
   KernelLineMap m(16);
-  m.CloseInterval(-1, 0);  // interval 0: no recorded frame
+  m.CloseInterval(-1, 0);                                    // interval 0: no recorded frame
   for (int i = 0; i < 40; ++i) m.CloseInterval(1, 100 + i);  // the ring wraps past 1..
   telemetry::KernelTraceTotals t;
   t.tags = {Tag(0, 5), Tag(2, 7), Tag(40, 11)};
@@ -138,8 +137,8 @@ TEST(ApplyKernelTracingTest, FailedTracerKeepsTheEstimateAndSaysWhy) {
   g.ticks = 4;
   g.util_readings = 4;
   auto s = SummarizeGpuCollection(std::nullopt, "nvml", 1, g, {});
-  ApplyKernelTracing(s, false, std::string("cannot load CUPTI: tried libcupti.so"), "", 0, {},
-                     0, {});
+  ApplyKernelTracing(s, false, std::string("cannot load CUPTI: tried libcupti.so"), "", 0, {}, 0,
+                     {});
   EXPECT_EQ(s.method, "nvml-sampled");
   EXPECT_NE(s.diagnostics.back().find("cannot load CUPTI"), std::string::npos);
   EXPECT_NE(s.diagnostics.back().find("estimated"), std::string::npos);

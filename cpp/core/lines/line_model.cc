@@ -2,10 +2,9 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
-
-#include <algorithm>
 #include <map>
 #include <tuple>
 #include <utility>
@@ -97,8 +96,7 @@ void LineAggregator::Unshadow() noexcept {
   if (top_ != nullptr && top_->cell != nullptr) top_->cell->child_ns -= net;
 }
 
-bool LineAggregator::Repair(int32_t code, FrameKey key, int64_t now_ns,
-                            bool fresh_call) noexcept {
+bool LineAggregator::Repair(int32_t code, FrameKey key, int64_t now_ns, bool fresh_call) noexcept {
   // The frames above `key` have left; so has that frame itself unless this is the same
   // activation going on (a resume or an adoption of the same code), since keys are reused
   // only after a frame ends.
@@ -199,8 +197,8 @@ std::vector<FunctionStats> LineAggregator::Functions() const {
       f.calls += c.calls;
       continue;
     }
-    out.push_back(FunctionStats{c.qualname, c.file_id, c.first_line, c.total_ns, c.own_ns,
-                                c.calls});
+    out.push_back(
+        FunctionStats{c.qualname, c.file_id, c.first_line, c.total_ns, c.own_ns, c.calls});
   }
   return out;
 }

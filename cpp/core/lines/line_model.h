@@ -302,8 +302,8 @@ class LineAggregator {
   void PushFrame(Code& c, int32_t code, FrameKey key, Cell* cell, int64_t now_ns,
                  int32_t flags) noexcept {
     top_ = stack_.data() + depth_++;
-    *top_ = Frame{key,         cell,         now_ns, now_ns, 0, c.cells.data(),
-                  c.base_line, c.cell_count, code,   flags};
+    *top_ =
+        Frame{key, cell, now_ns, now_ns, 0, c.cells.data(), c.base_line, c.cell_count, code, flags};
     c.calls += flags & kFresh;
     ++c.active;
   }
@@ -359,10 +359,10 @@ class LineAggregator {
   std::vector<std::string> files_;
   std::unordered_map<std::string, int32_t> file_ids_;
   std::vector<Code> codes_;
-  std::vector<Frame> stack_;  // open frames are stack_[0, depth_); its size is the capacity
+  std::vector<Frame> stack_;         // open frames are stack_[0, depth_); its size is the capacity
   std::vector<ShadowSave> shadows_;  // one per open frame flagged kShadowed, innermost last
   size_t depth_ = 0;
-  Frame* top_ = nullptr;      // &stack_[depth_ - 1], nullptr when empty
+  Frame* top_ = nullptr;  // &stack_[depth_ - 1], nullptr when empty
   int64_t mismatches_ = 0;
   std::atomic<uint64_t>* publish_ = nullptr;
 };

@@ -190,7 +190,7 @@ TEST_F(LineAggregatorTest, LinesGetHitsAndInclusiveTime) {
   EXPECT_TRUE(agg.Line(kF, 2, 10));
   agg.Enter(g, kG, 20, true, 0);
   EXPECT_TRUE(agg.Line(kG, 11, 25));
-  agg.Exit(kG, 60);  // g took 40
+  agg.Exit(kG, 60);                   // g took 40
   EXPECT_TRUE(agg.Line(kF, 3, 100));  // line 2 took 90 incl. g
   EXPECT_TRUE(agg.Line(kF, 3, 130));
   agg.Exit(kF, 150);
@@ -238,9 +238,9 @@ TEST_F(LineAggregatorTest, SuspendedGeneratorAccruesNoTimeAndResumeIsNotACall) {
   int32_t gen = agg.AddCode(file, "gen", 10, 12);
   agg.Enter(main, kF, 0, false, 0);  // adopted frame: began before tracing
   agg.Line(kF, 2, 0);
-  agg.Enter(gen, kG, 10, true, 0);   // first next()
+  agg.Enter(gen, kG, 10, true, 0);  // first next()
   agg.Line(kG, 11, 10);
-  agg.Exit(kG, 20);                  // yield
+  agg.Exit(kG, 20);  // yield
   agg.Line(kF, 3, 30);
   agg.Enter(gen, kG, 1000, false, 11);  // resume on the yield line: no new hit
   agg.Line(kG, 12, 1005);
@@ -248,7 +248,7 @@ TEST_F(LineAggregatorTest, SuspendedGeneratorAccruesNoTimeAndResumeIsNotACall) {
   agg.CloseAll(2000);
   auto lines = agg.Lines();
   EXPECT_EQ(Find(lines, 11)->hits, 1);
-  EXPECT_EQ(Find(lines, 11)->wall_time_ns, 15);  // 10..20 and 1000..1005
+  EXPECT_EQ(Find(lines, 11)->wall_time_ns, 15);   // 10..20 and 1000..1005
   EXPECT_EQ(Find(lines, 3)->wall_time_ns, 1970);  // includes driving the generator
   EXPECT_EQ(Find(lines, 3)->self_time_ns, 1960);  // minus the resumed slice
   auto fns = agg.Functions();
@@ -478,8 +478,7 @@ TEST(PathFilterTest, StandardLibraryIsLibraryCodeUnlessIncludedOrHoldingTheRoot)
   EXPECT_FALSE(home.Recorded("/home/u/.pyenv/versions/3.11/lib/python3.11/json/encoder.py"));
   EXPECT_TRUE(home.Recorded("/home/u/.pyenv/versions/3.11/lib/python3.11x/mine.py"));
   // ... unless an include names it, or the root itself lies in it
-  EXPECT_TRUE(
-      with_include.Recorded("/home/u/.pyenv/versions/3.11/lib/python3.11/json/encoder.py"));
+  EXPECT_TRUE(with_include.Recorded("/home/u/.pyenv/versions/3.11/lib/python3.11/json/encoder.py"));
   EXPECT_TRUE(inside.Recorded("/home/u/.pyenv/versions/3.11/lib/python3.11/json/encoder.py"));
   EXPECT_FALSE(inside.Recorded("/home/u/.pyenv/versions/3.11/lib/python3.11/os.py"));
 }

@@ -3,13 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace gpuprof::lines {
 namespace {
@@ -233,8 +232,7 @@ std::string MethodLabel(const std::optional<std::string>& method, const std::str
 // averages the utilization over GPUs: the same give 0.5 s), or nullopt (not known).
 std::optional<std::string> GpuAggregation(const std::optional<std::string>& method) {
   if (!method) return std::nullopt;
-  if (*method == "nvml-sampled" || *method == "neuron-sampled" || *method == "cupti")
-    return "sum";
+  if (*method == "nvml-sampled" || *method == "neuron-sampled" || *method == "cupti") return "sum";
   if (*method == "scalene-nvml" || *method == "scalene-neuron-monitor") return "mean";
   return std::nullopt;
 }
@@ -505,15 +503,16 @@ json GpuSection(const Result& r) {
         "other processes; device-memory samples refer to the profiled process.";
   else if (scope == "process")
     scope_note = "GPU utilization is per-process.";
-  const std::vector<std::string> devices = collected ? Strings(g, "devices")
-                                                     : std::vector<std::string>{};
+  const std::vector<std::string> devices =
+      collected ? Strings(g, "devices") : std::vector<std::string>{};
   const std::string label = MethodLabel(method, r.backend);
   std::string headline;
   // A method the report does not know is already quoted in its label.
   const bool method_in_label = method && label.find("'" + *method + "'") != std::string::npos;
   if (any_measured)
-    headline = "GPU numbers: " + (method && !method_in_label ? *method + " \u2014 " : std::string()) +
-               label;
+    headline =
+        "GPU numbers: " + (method && !method_in_label ? *method + " \u2014 " : std::string()) +
+        label;
   else if (method)
     headline = "No GPU values were measured (collection method: " + *method + ").";
   else
@@ -561,7 +560,7 @@ json GpuSection(const Result& r) {
         {"notice",
          notice(memory_ok, "memory_reason", "no GPU memory measurements were recorded")}}},
       {"driver",
-       {{"time_ns", !by_lines ? J(r.elapsed_ns)
+       {{"time_ns", !by_lines                           ? J(r.elapsed_ns)
                     : driver_unknown == measured.size() ? json(nullptr)
                                                         : json(driver)},
         {"basis", by_lines ? "measured-lines" : "elapsed"},
@@ -579,8 +578,8 @@ json GpuSection(const Result& r) {
 // column; its diagnostic is among the warnings.
 bool HasGpuView(const Result& r) {
   const bool capable = r.gpu_capable || r.gpu.is_object();
-  const bool any_line = std::any_of(r.lines.begin(), r.lines.end(),
-                                    [](const Line& s) { return s.gpu_present; });
+  const bool any_line =
+      std::any_of(r.lines.begin(), r.lines.end(), [](const Line& s) { return s.gpu_present; });
   return capable && (r.gpu_requested || r.gpu.is_object() || any_line);
 }
 
@@ -610,8 +609,8 @@ json Payload(const Result& r) {
   };
 
   json lines = json::array();
-  for (const Line& s : r.lines) lines.push_back(LineJson(s, max_time, max_gpu_time.value_or(0),
-                                                         gpu_columns));
+  for (const Line& s : r.lines)
+    lines.push_back(LineJson(s, max_time, max_gpu_time.value_or(0), gpu_columns));
 
   // Per-file summaries.
   struct Sum {
@@ -655,20 +654,21 @@ json Payload(const Result& r) {
 
   json functions = json::array();
   for (const Function& f : r.functions) {
-    functions.push_back({{"name", f.name},
-                         {"file", f.file},
-                         {"line", f.line},
-                         {"total_ns", J(f.total_ns)},
-                         {"own_ns", J(f.own_ns)},
-                         {"calls", J(f.calls)},
-                         {"avg_ns", f.total_ns && f.calls && *f.calls > 0
-                                        ? json(static_cast<double>(*f.total_ns) /
-                                               static_cast<double>(*f.calls))
-                                        : json(nullptr)}});
+    functions.push_back(
+        {{"name", f.name},
+         {"file", f.file},
+         {"line", f.line},
+         {"total_ns", J(f.total_ns)},
+         {"own_ns", J(f.own_ns)},
+         {"calls", J(f.calls)},
+         {"avg_ns", f.total_ns && f.calls && *f.calls > 0
+                        ? json(static_cast<double>(*f.total_ns) / static_cast<double>(*f.calls))
+                        : json(nullptr)}});
   }
 
   json top = json::array();
-  for (size_t i : RankBy(r.lines, [](const Line& s) { return OptInt(s.time_ns); }, kTopLines))
+  for (size_t i : RankBy(
+           r.lines, [](const Line& s) { return OptInt(s.time_ns); }, kTopLines))
     top.push_back(i);
 
   return {
@@ -745,8 +745,8 @@ std::optional<std::string> Resolve(const std::string& from, const std::string& s
 }
 
 bool IsIdentChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         c == '_' || c == '$';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '$';
 }
 
 bool IsIdent(const std::string& s) {
@@ -813,8 +813,7 @@ Expected<std::string> BuildReportPayload(std::string_view result_json) {
   } catch (const ReadError& e) {
     return Status::Error("linescope report: " + e.message);
   } catch (const json::exception& e) {
-    return Status::Error(std::string("linescope report: unexpected result layout: ") +
-                         e.what());
+    return Status::Error(std::string("linescope report: unexpected result layout: ") + e.what());
   }
 }
 
@@ -907,8 +906,8 @@ Expected<std::string> BundleModules(const std::vector<WebAsset>& modules) {
     if (!seen.emplace(m.path, i).second) return fail(0, "listed twice in the manifest");
     std::string ret;
     for (const auto& e : exports[i]) ret += (ret.empty() ? "" : ", ") + e;
-    out += "// ---- web/" + m.path + "\nconst __ls_m" + std::to_string(i) + " = (() => {\n" +
-           head + body + "return { " + ret + " };\n})();\n";
+    out += "// ---- web/" + m.path + "\nconst __ls_m" + std::to_string(i) + " = (() => {\n" + head +
+           body + "return { " + ret + " };\n})();\n";
   }
   out += "globalThis.__linescope = { modules: {";
   for (size_t i = 0; i < modules.size(); ++i)

@@ -9,10 +9,10 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <climits>
-#include <initializer_list>
+#include <cstring>
 #include <ctime>
+#include <initializer_list>
 #include <system_error>
 
 #include "clock/clock.h"
@@ -235,15 +235,16 @@ void LineSampler::Loop() noexcept {
   int64_t next_rss = rss_ok_ ? begin + options_.memory_interval_ns : kNever;
   int64_t next_gpu = gpu ? begin : kNever;  // the GPU is read at once
   // clock::NowNs is CLOCK_MONOTONIC, as is steady_clock on Linux: deadlines convert 1:1.
-  const int64_t offset = clock::NowNs() - std::chrono::duration_cast<nanoseconds>(
-                                              Clock::now().time_since_epoch()).count();
+  const int64_t offset =
+      clock::NowNs() -
+      std::chrono::duration_cast<nanoseconds>(Clock::now().time_since_epoch()).count();
   std::unique_lock lock(mu_);
   while (!stop_) {
     // While a request is outstanding, sleep until it is answered (the answer wakes this
     // thread) or the next read is due; with nothing to read, only the answer or Stop wake it.
     const bool pending = pending_.load();
-    const int64_t deadline = std::min(
-        {pending ? (remind_ ? next_request : kNever) : next_request, next_rss, next_gpu});
+    const int64_t deadline =
+        std::min({pending ? (remind_ ? next_request : kNever) : next_request, next_rss, next_gpu});
     if (pending) awaiting_answer_.store(true);
     auto woken = [&] { return stop_ || (pending && !pending_.load()); };
     if (deadline == kNever) {
@@ -346,8 +347,8 @@ void LineSampler::SampleGpu(int64_t now) noexcept {
       if (r.proc_util_pct) {
         ++gpu_summary_.util_readings;
         ++gpu_summary_.proc_util_readings;
-        util_ppm = std::max<int64_t>(util_ppm, 0) +
-                   static_cast<int64_t>(*r.proc_util_pct * 10'000.0);
+        util_ppm =
+            std::max<int64_t>(util_ppm, 0) + static_cast<int64_t>(*r.proc_util_pct * 10'000.0);
       } else if (r.util_pct) {
         ++gpu_summary_.util_readings;
         bool counts = !any_proc_known || (r.proc_mem_bytes && *r.proc_mem_bytes > 0);
@@ -493,8 +494,8 @@ GpuCollectionSummary SummarizeGpuCollection(
   }
   out.method = backend + "-sampled";
   out.utilization_scope = "device";  // "process" below when per-process utilization was used
-  const std::string devices = std::to_string(device_count) + " GPU" +
-                              (device_count == 1 ? "" : "s");
+  const std::string devices =
+      std::to_string(device_count) + " GPU" + (device_count == 1 ? "" : "s");
   // When reads failed, the reasons name the driver's error rather than "no value came".
   const FailureCauses failed = GroupFailures(failures);
   if (g.ticks == 0) {
@@ -514,8 +515,7 @@ GpuCollectionSummary SummarizeGpuCollection(
           causes.empty()
               ? "the driver reported no GPU utilization for " + devices +
                     " (not supported or not available); GPU time cannot be estimated"
-              : "every GPU utilization read failed (" + causes +
-                    "); GPU time cannot be estimated";
+              : "every GPU utilization read failed (" + causes + "); GPU time cannot be estimated";
     }
     if (!out.memory_available) {
       const std::string causes = JoinCauses({&failed.memory, &failed.whole});
@@ -534,9 +534,8 @@ GpuCollectionSummary SummarizeGpuCollection(
   } else if (out.time_available) {
     const int64_t device_wide = g.util_readings - g.proc_util_readings;
     const bool per_process =
-        g.proc_util_readings > 0 &&
-        static_cast<double>(g.proc_util_readings) >=
-            kProcessScopeShare * static_cast<double>(g.util_readings);
+        g.proc_util_readings > 0 && static_cast<double>(g.proc_util_readings) >=
+                                        kProcessScopeShare * static_cast<double>(g.util_readings);
     if (per_process) {
       out.utilization_scope = "process";
       std::string d =
@@ -585,10 +584,8 @@ GpuCollectionSummary SummarizeGpuCollection(
   return out;
 }
 
-void FinishGpuCollection(GpuCollectionSummary& s, size_t device_count,
-                         const GpuSamplingSummary& g,
-                         const std::vector<telemetry::GpuReadFailure>& failures,
-                         bool apple_host) {
+void FinishGpuCollection(GpuCollectionSummary& s, size_t device_count, const GpuSamplingSummary& g,
+                         const std::vector<telemetry::GpuReadFailure>& failures, bool apple_host) {
   std::vector<std::string> said;  // failures mid-run: diagnostics that are also warnings
   if (!s.method && apple_host) s.time_reason = s.memory_reason = kMpsUnavailable;
   if (s.method) {
@@ -603,8 +600,7 @@ void FinishGpuCollection(GpuCollectionSummary& s, size_t device_count,
                        std::to_string(g.ticks) + " samples" + why +
                        "; lines whose samples all failed have no GPU time or GPU peak memory");
       } else {
-        s.diagnostics.push_back(std::to_string(g.failed_ticks) + " of " +
-                                std::to_string(g.ticks) +
+        s.diagnostics.push_back(std::to_string(g.failed_ticks) + " of " + std::to_string(g.ticks) +
                                 " GPU readings failed; lines sampled then have no GPU time");
       }
     } else if (some_available && !failed.whole.empty()) {
@@ -623,11 +619,10 @@ void FinishGpuCollection(GpuCollectionSummary& s, size_t device_count,
                      std::to_string(answered) + " " + unit + " (" + JoinCauses({&failed.util}) +
                      "); lines whose samples all failed have no GPU time");
     if (s.memory_available && !failed.memory.empty()) {
-      const std::string counted =
-          answered > g.proc_mem_readings
-              ? "in " + std::to_string(answered - g.proc_mem_readings) + " of " +
-                    std::to_string(answered) + " " + unit + " "
-              : "during the run ";
+      const std::string counted = answered > g.proc_mem_readings
+                                      ? "in " + std::to_string(answered - g.proc_mem_readings) +
+                                            " of " + std::to_string(answered) + " " + unit + " "
+                                      : "during the run ";
       said.push_back("GPU memory reads failed " + counted + "(" + JoinCauses({&failed.memory}) +
                      "); lines whose samples all failed have no GPU peak memory");
     }
@@ -640,11 +635,10 @@ void FinishGpuCollection(GpuCollectionSummary& s, size_t device_count,
     // Without a collector the reason is a whole sentence ("GPU measurements unavailable: ...");
     // one reason for both quantities is said once, naming both.
     const bool both = !s.memory_available && s.memory_reason == s.time_reason;
-    w.push_back(!s.method && !apple_host
-                    ? *s.time_reason
-                    : (both ? "GPU time and GPU peak memory unavailable: "
-                            : "GPU time unavailable: ") +
-                          *s.time_reason);
+    w.push_back(!s.method && !apple_host ? *s.time_reason
+                                         : (both ? "GPU time and GPU peak memory unavailable: "
+                                                 : "GPU time unavailable: ") +
+                                               *s.time_reason);
   }
   if (!s.memory_available && s.memory_reason && s.memory_reason != s.time_reason)
     w.push_back("GPU peak memory unavailable: " + *s.memory_reason);

@@ -29,9 +29,9 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -83,35 +83,35 @@ class RssReader {
 
 // What the measured thread receives per answered sample. Unknown stays nullopt.
 struct SampleInterval {
-  int64_t wall_ns = 0;                 // since the previous answer (or the start)
-  std::optional<int64_t> cpu_ns;       // the measured thread's CPU time over that wall time
-  std::optional<int64_t> rss_delta;    // RSS now minus RSS at the previous answer (memory on)
-  std::optional<int64_t> rss_peak;     // highest RSS seen during the interval (memory on)
-  std::optional<int64_t> gpu_busy_ns;  // sum over used GPUs of utilization x time (GPU on)
-  std::optional<int64_t> gpu_mem_peak; // highest per-process device memory seen (GPU on)
+  int64_t wall_ns = 0;                  // since the previous answer (or the start)
+  std::optional<int64_t> cpu_ns;        // the measured thread's CPU time over that wall time
+  std::optional<int64_t> rss_delta;     // RSS now minus RSS at the previous answer (memory on)
+  std::optional<int64_t> rss_peak;      // highest RSS seen during the interval (memory on)
+  std::optional<int64_t> gpu_busy_ns;   // sum over used GPUs of utilization x time (GPU on)
+  std::optional<int64_t> gpu_mem_peak;  // highest per-process device memory seen (GPU on)
 };
 
 struct SamplerOptions {
-  int64_t interval_ns = 1'000'000;      // samples: 1 kHz
-  bool memory = false;                  // read RSS (timeline + per-line deltas and peaks)
+  int64_t interval_ns = 1'000'000;  // samples: 1 kHz
+  bool memory = false;              // read RSS (timeline + per-line deltas and peaks)
   int64_t memory_interval_ns = 1'000'000;
   // GPU telemetry read on the sampler thread every `gpu_interval_ns` (not owned; must
   // outlive the sampler). nullptr = no GPU collection.
   telemetry::GpuCollector* gpu = nullptr;
   int64_t gpu_interval_ns = 10'000'000;
-  int64_t pid = 0;                      // whose device memory counts (0 = this process)
+  int64_t pid = 0;  // whose device memory counts (0 = this process)
   size_t timeline_capacity = 2048;
 };
 
 // What the GPU side saw over the whole session (for the collection summary).
 struct GpuSamplingSummary {
-  int64_t ticks = 0;             // GPU reads attempted
-  int64_t failed_ticks = 0;      // reads where no device answered
-  int64_t util_readings = 0;     // device readings with a utilization value (either kind)
+  int64_t ticks = 0;               // GPU reads attempted
+  int64_t failed_ticks = 0;        // reads where no device answered
+  int64_t util_readings = 0;       // device readings with a utilization value (either kind)
   int64_t proc_util_readings = 0;  // ...of which this process's own (per-process utilization)
-  int64_t proc_mem_readings = 0; // device readings with a per-process memory value
+  int64_t proc_mem_readings = 0;   // device readings with a per-process memory value
   std::optional<int64_t> proc_mem_peak;
-  bool used_devices_known = false;  // the process held memory on some device (by NVML)
+  bool used_devices_known = false;    // the process held memory on some device (by NVML)
   std::vector<int64_t> used_devices;  // NVML indexes where this process held memory
 };
 
@@ -209,8 +209,8 @@ class LineSampler {
   void* ctx_;
   RequestFn remind_;
   std::thread thread_;
-  bool paused_ = false;       // controlling thread only
-  int64_t loop_start_ns_ = 0;  // the deadlines of a (re)started thread count from here
+  bool paused_ = false;                 // controlling thread only
+  int64_t loop_start_ns_ = 0;           // the deadlines of a (re)started thread count from here
   std::atomic<int64_t> thread_tid_{0};  // the sampler thread's kernel id (Linux), 0 unknown
   std::mutex mu_;  // guards stop_ and the waits (the measured thread only notifies)
   std::condition_variable cv_;
@@ -220,11 +220,11 @@ class LineSampler {
   int64_t start_ns_ = 0;
 
   // Sampler thread <-> measured thread.
-  std::atomic<bool> pending_{false};         // a request is outstanding
+  std::atomic<bool> pending_{false};          // a request is outstanding
   std::atomic<bool> awaiting_answer_{false};  // the sampler thread sleeps until the answer
   std::atomic<int64_t> rss_last_{-1};
-  std::atomic<int64_t> rss_peak_open_{-1};     // peak within the open interval
-  std::atomic<int64_t> gpu_mem_last_{-1};      // latest per-process device memory
+  std::atomic<int64_t> rss_peak_open_{-1};  // peak within the open interval
+  std::atomic<int64_t> gpu_mem_last_{-1};   // latest per-process device memory
   std::atomic<int64_t> gpu_mem_peak_open_{-1};
   std::atomic<int64_t> requests_{0};
   std::atomic<int64_t> failed_requests_{0};

@@ -148,7 +148,7 @@ TEST(LineSamplerTest, IntervalsTileWallTimeAndMeasureCpu) {
         cpu_known &= iv.cpu_ns.has_value();
         cpu += iv.cpu_ns.value_or(0);
         EXPECT_LE(iv.cpu_ns.value_or(0), iv.wall_ns + 1'000'000);  // this thread's CPU only
-        EXPECT_FALSE(iv.rss_delta.has_value());  // memory off: unknown, not 0
+        EXPECT_FALSE(iv.rss_delta.has_value());                    // memory off: unknown, not 0
         EXPECT_FALSE(iv.gpu_busy_ns.has_value());
         busy = !busy;
       },
@@ -433,7 +433,8 @@ SampleInterval OneGpuInterval(telemetry::GpuCollector& gpu, GpuSamplingSummary* 
 
 TEST(LineSamplerTest, GpuBusyTimeIsUtilizationTimesTime) {
   // GIVEN one mock GPU at a constant 50% with this process holding 1 GiB on it
-  auto scenario = telemetry::MockScenario::Parse("util=50,util_amp=0,mem_total_gib=1,mem_frac=1,mem_start_frac=1");
+  auto scenario = telemetry::MockScenario::Parse(
+      "util=50,util_amp=0,mem_total_gib=1,mem_frac=1,mem_start_frac=1");
   ASSERT_TRUE(scenario.ok()) << scenario.error();
   telemetry::MockCollector gpu(1, std::move(scenario).value());
   // WHEN one interval of ~50 ms passes
@@ -550,8 +551,7 @@ namespace gpuprof::lines {
 namespace {
 
 TEST(SummarizeGpuCollectionTest, NoCollectorMeansBothUnavailableWithTheReason) {
-  auto s = SummarizeGpuCollection(std::string("NVML not available: cannot load x"), "", 0, {},
-                                  {});
+  auto s = SummarizeGpuCollection(std::string("NVML not available: cannot load x"), "", 0, {}, {});
   EXPECT_FALSE(s.method.has_value());
   EXPECT_FALSE(s.time_available);
   EXPECT_FALSE(s.memory_available);
@@ -652,8 +652,8 @@ TEST(SummarizeGpuCollectionTest, AFewDeviceWideReadingsKeepProcessScopeAndAreCou
   g.proc_util_readings = 95;
   auto s = SummarizeGpuCollection(std::nullopt, "nvml", 1, g, {});
   EXPECT_EQ(s.utilization_scope, "process");
-  EXPECT_TRUE(AnyDiagnostic(s, {"own utilization", "5 of 100 readings", "device-wide",
-                                "other processes"}));
+  EXPECT_TRUE(
+      AnyDiagnostic(s, {"own utilization", "5 of 100 readings", "device-wide", "other processes"}));
 }
 
 TEST(SummarizeGpuCollectionTest, WithoutPerProcessUtilizationTheScopeIsDeviceAndSaysWhy) {
@@ -665,7 +665,8 @@ TEST(SummarizeGpuCollectionTest, WithoutPerProcessUtilizationTheScopeIsDeviceAnd
   auto s = SummarizeGpuCollection(std::nullopt, "nvml", 1, g,
                                   {"gpu0: proc_util not supported by this device"});
   EXPECT_EQ(s.utilization_scope, "device");
-  EXPECT_TRUE(AnyDiagnostic(s, {"other processes", "per-process utilization unavailable: gpu0: "
+  EXPECT_TRUE(AnyDiagnostic(s, {"other processes",
+                                "per-process utilization unavailable: gpu0: "
                                 "proc_util not supported by this device"}));
   // GIVEN no note: the driver gave nothing for this process
   auto quiet = SummarizeGpuCollection(std::nullopt, "nvml", 1, g, {});
@@ -815,8 +816,8 @@ TEST(FinishGpuCollectionTest, FailedTicksWithNothingAvailableKeepTheirPlainCount
   g.ticks = 10;
   g.failed_ticks = 3;
   auto s = Summary(g, 1, {});
-  EXPECT_TRUE(Has(s.diagnostics,
-                  "3 of 10 GPU readings failed; lines sampled then have no GPU time"));
+  EXPECT_TRUE(
+      Has(s.diagnostics, "3 of 10 GPU readings failed; lines sampled then have no GPU time"));
   EXPECT_EQ(CountPrefix(s.warnings, "GPU readings failed"), 0);
   EXPECT_EQ(CountPrefix(s.warnings, "3 of 10"), 0);
 }
@@ -828,33 +829,35 @@ TEST(FinishGpuCollectionTest, EveryUtilizationAndMemoryReadFailingNamesTheDriver
   auto s = Summary(g, 1, {FieldFailed("gpu0", "util"), FieldFailed("gpu0", "proc_mem")});
   // THEN both are unavailable, the reasons name NVML's error, not "not supported"
   EXPECT_FALSE(s.time_available || s.memory_available);
-  EXPECT_EQ(s.time_reason, "every GPU utilization read failed (gpu0: Unknown Error (NVML error "
-                           "999)); GPU time cannot be estimated");
+  EXPECT_EQ(s.time_reason,
+            "every GPU utilization read failed (gpu0: Unknown Error (NVML error "
+            "999)); GPU time cannot be estimated");
   EXPECT_EQ(s.memory_reason,
             "every per-process device memory read failed (gpu0: Unknown Error (NVML error 999))");
   // AND result.warnings has both, once each, and nothing else
-  EXPECT_EQ(s.warnings, (std::vector<std::string>{"GPU time unavailable: " + *s.time_reason,
-                                                  "GPU peak memory unavailable: " +
-                                                      *s.memory_reason}));
+  EXPECT_EQ(s.warnings,
+            (std::vector<std::string>{"GPU time unavailable: " + *s.time_reason,
+                                      "GPU peak memory unavailable: " + *s.memory_reason}));
   // AND with utilization read, only memory failing: "GPU time sampling continued"
   g.util_readings = 10;
   auto mem = Summary(g, 1, {FieldFailed("gpu0", "proc_mem")});
-  EXPECT_EQ(mem.memory_reason, "every per-process device memory read failed (gpu0: Unknown "
-                               "Error (NVML error 999)); GPU time sampling continued");
+  EXPECT_EQ(mem.memory_reason,
+            "every per-process device memory read failed (gpu0: Unknown "
+            "Error (NVML error 999)); GPU time sampling continued");
   // AND without failures the reasons stay "not reported"
   g.util_readings = 0;
   auto quiet = Summary(g, 1, {});
   EXPECT_EQ(quiet.time_reason->rfind("the driver reported no GPU utilization for 1 GPU", 0), 0u);
-  EXPECT_EQ(quiet.memory_reason->rfind("the driver reported no per-process device memory", 0),
-            0u);
+  EXPECT_EQ(quiet.memory_reason->rfind("the driver reported no per-process device memory", 0), 0u);
 }
 
 TEST(FinishGpuCollectionTest, EveryTickFailingNamesTheCausesOnceInOneReason) {
   // GIVEN every tick failed: gpu0's reads failed, then it was lost
   GpuSamplingSummary g;
   g.ticks = g.failed_ticks = 5;
-  auto s = Summary(g, 1, {FieldFailed("gpu0", "util", "Timeout (NVML error 10)"),
-                          DeviceReadFailed("gpu0"), DeviceLost("gpu0")});
+  auto s = Summary(g, 1,
+                   {FieldFailed("gpu0", "util", "Timeout (NVML error 10)"),
+                    DeviceReadFailed("gpu0"), DeviceLost("gpu0")});
   // THEN one reason for both, with each cause once (the lost device before the failed read)
   const std::string reason =
       "every GPU reading failed (5 attempts on 1 GPU): gpu0: Timeout (NVML error 10); gpu0 "
@@ -865,13 +868,15 @@ TEST(FinishGpuCollectionTest, EveryTickFailingNamesTheCausesOnceInOneReason) {
             std::vector<std::string>{"GPU time and GPU peak memory unavailable: " + reason});
   // AND without recorded failures the reason points at the diagnostics
   auto quiet = Summary(g, 1, {});
-  EXPECT_EQ(quiet.time_reason, "every GPU reading failed (5 attempts on 1 GPU); see the "
-                               "diagnostics");
+  EXPECT_EQ(quiet.time_reason,
+            "every GPU reading failed (5 attempts on 1 GPU); see the "
+            "diagnostics");
   // AND when CUPTI measures GPU time, peak memory keeps the reason with its causes
   auto measured = Summary(g, 1, {DeviceLost("gpu0")}, /*cupti=*/true);
   EXPECT_FALSE(measured.memory_available);
-  EXPECT_EQ(measured.memory_reason, "every GPU reading failed (5 attempts on 1 GPU): gpu0 lost: "
-                                    "GPU is lost (NVML error 15)");
+  EXPECT_EQ(measured.memory_reason,
+            "every GPU reading failed (5 attempts on 1 GPU): gpu0 lost: "
+            "GPU is lost (NVML error 15)");
   EXPECT_TRUE(Has(measured.warnings, "GPU peak memory unavailable: " + *measured.memory_reason));
   EXPECT_EQ(CountPrefix(measured.warnings, "GPU time unavailable"), 0);
 }
@@ -912,8 +917,10 @@ TEST(FinishGpuCollectionTest, DeviceWideUtilizationIsAWarningOnceExceptForNeuron
   no_util.proc_mem_readings = 4;
   auto none = Summary(no_util, 1, {});
   EXPECT_EQ(CountPrefix(none.warnings, "GPU utilization is device-wide"), 0);
-  EXPECT_EQ(CountPrefix(none.warnings, "GPU time unavailable: the driver reported no GPU "
-                                       "utilization"), 1);
+  EXPECT_EQ(CountPrefix(none.warnings,
+                        "GPU time unavailable: the driver reported no GPU "
+                        "utilization"),
+            1);
 }
 
 TEST(FinishGpuCollectionTest, TheMockCollectorSaysItsValuesAreSimulatedFirst) {

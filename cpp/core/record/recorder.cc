@@ -1,8 +1,9 @@
 #include "record/recorder.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
-#include <unistd.h>
 
 namespace gpuprof::record {
 namespace {
@@ -46,8 +47,8 @@ Recorder::Recorder(RecorderOptions options, clock::Anchor anchor, store::StoreWr
       stall_watch_->WatchCpuWait(
           std::move(cpu_wait), options_.cpu_wait_every_ticks, options_.cpu_wait_min,
           [this](int64_t start_ns, int64_t end_ns, int64_t wait_ns) {
-            writer_->Push(store::CpuWaitRow{start_ns - anchor_.mono_ns,
-                                            end_ns - anchor_.mono_ns, wait_ns});
+            writer_->Push(
+                store::CpuWaitRow{start_ns - anchor_.mono_ns, end_ns - anchor_.mono_ns, wait_ns});
           });
     }
   }
@@ -58,13 +59,16 @@ Recorder::~Recorder() { Stop(); }
 void Recorder::Start() {
   if (started_) return;
   started_ = true;
-  drain_thread_.Start(std::chrono::milliseconds(options_.drain_interval_ms), [this] { Drain(); },
-                      {}, "gpuprof-drain");
+  drain_thread_.Start(
+      std::chrono::milliseconds(options_.drain_interval_ms), [this] { Drain(); }, {},
+      "gpuprof-drain");
   if (gpu_ && options_.sample_hz > 0) {
-    gpu_thread_.Start(PeriodFor(options_.sample_hz), [this] { GpuTick(); }, {}, "gpuprof-gpu");
+    gpu_thread_.Start(
+        PeriodFor(options_.sample_hz), [this] { GpuTick(); }, {}, "gpuprof-gpu");
   }
   if (host_ && options_.host_hz > 0) {
-    host_thread_.Start(PeriodFor(options_.host_hz), [this] { HostTick(); }, {}, "gpuprof-host");
+    host_thread_.Start(
+        PeriodFor(options_.host_hz), [this] { HostTick(); }, {}, "gpuprof-host");
   }
   if (stall_watch_) stall_watch_->Start();
 }

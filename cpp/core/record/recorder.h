@@ -37,14 +37,14 @@ namespace gpuprof::record {
 
 // Sampling periods are kept within these bounds whatever the rate asked for: sample_hz /
 // host_hz below one sample an hour sample once an hour.
-inline constexpr std::chrono::nanoseconds kMinSamplePeriod{1000};             // 1 µs
+inline constexpr std::chrono::nanoseconds kMinSamplePeriod{1000};               // 1 µs
 inline constexpr std::chrono::nanoseconds kMaxSamplePeriod{3'600'000'000'000};  // 1 h
 // Bucket timings reported between two drains (every drain_interval_ms) at most.
 inline constexpr size_t kMaxPendingComm = 1 << 16;
 
 struct RecorderOptions {
-  double sample_hz = 100.0;    // GPU telemetry; <= 0 disables the thread
-  double host_hz = 5.0;        // host telemetry; <= 0 disables the thread
+  double sample_hz = 100.0;  // GPU telemetry; <= 0 disables the thread
+  double host_hz = 5.0;      // host telemetry; <= 0 disables the thread
   size_t ring_capacity = 1 << 16;
   int drain_interval_ms = 5;
   // The stall watch runs beside the host thread (host telemetry on): its tick and threshold.
@@ -134,10 +134,10 @@ class Recorder {
   std::atomic<uint64_t> dropped_comm_{0};
   std::atomic<uint64_t> gpu_ticks_{0};
   std::atomic<uint64_t> host_ticks_{0};
-  std::vector<store::GpuSampleRow> gpu_rows_;  // gpu thread scratch
-  store::GpuRollup gpu_rollup_;                // gpu thread (Stop() once it is joined)
+  std::vector<store::GpuSampleRow> gpu_rows_;         // gpu thread scratch
+  store::GpuRollup gpu_rollup_;                       // gpu thread (Stop() once it is joined)
   std::vector<store::GpuRollupRow> gpu_rollup_rows_;  // gpu thread scratch
-  store::WorkerRollup worker_rollup_;          // host thread (Stop() once it is joined)
+  store::WorkerRollup worker_rollup_;                 // host thread (Stop() once it is joined)
   util::PeriodicThread drain_thread_, gpu_thread_, host_thread_;
   std::unique_ptr<telemetry::StallWatch> stall_watch_;
   bool started_ = false;

@@ -69,8 +69,8 @@ Expected<std::unique_ptr<Session>> Session::Start(SessionConfig config) {
 
   if (gpu) {
     for (const auto& d : gpu->devices()) {
-      s->writer_->Push(store::GpuInfoRow{d.index, d.name, d.uuid, d.memory_total_bytes,
-                                         d.sm_clock_max_mhz});
+      s->writer_->Push(
+          store::GpuInfoRow{d.index, d.name, d.uuid, d.memory_total_bytes, d.sm_clock_max_mhz});
     }
     s->SetTelemetryStatus("gpu", true, gpu->backend(), std::nullopt);
   } else {
@@ -85,8 +85,8 @@ Expected<std::unique_ptr<Session>> Session::Start(SessionConfig config) {
     // The stall watch runs with host telemetry (Recorder), and reads the CPU wait of this
     // process's threads where the kernel keeps it.
     s->SetTelemetryStatus("stalls", true, "watch thread", std::nullopt);
-    cpu_wait = std::make_unique<telemetry::CpuWaitReader>(
-        s->config_.proc_root + "/" + std::to_string(info.pid) + "/task");
+    cpu_wait = std::make_unique<telemetry::CpuWaitReader>(s->config_.proc_root + "/" +
+                                                          std::to_string(info.pid) + "/task");
     if (auto why = cpu_wait->Unavailable()) {
       s->SetTelemetryStatus("cpu_wait", false, std::nullopt, *why);
       cpu_wait.reset();
@@ -102,9 +102,9 @@ Expected<std::unique_ptr<Session>> Session::Start(SessionConfig config) {
     s->SetTelemetryStatus("cpu_wait", false, std::nullopt, why);
   }
 
-  s->recorder_ = std::make_unique<Recorder>(s->config_.recorder, s->anchor_, s->writer_.get(),
-                                            &s->names_, std::move(gpu), std::move(host),
-                                            std::move(cpu_wait));
+  s->recorder_ =
+      std::make_unique<Recorder>(s->config_.recorder, s->anchor_, s->writer_.get(), &s->names_,
+                                 std::move(gpu), std::move(host), std::move(cpu_wait));
   s->StartTraces();
   s->recorder_->Start();
   return s;
@@ -121,7 +121,8 @@ void Session::StartTraces() {
   if (config_.trace_backend == "cpu_ops") {
     SetTelemetryStatus("kernels", false, std::nullopt,
                        "a CPU run has no GPU kernels: the traced steps' CPU operators are "
-                       "recorded instead (" + plan.Describe() + ")");
+                       "recorded instead (" +
+                           plan.Describe() + ")");
     if (plan.continuous()) {
       AddDiagnostic("info", "kernels",
                     "continuous_traces_hz aggregates GPU kernels (CUPTI) and has no CPU "
@@ -139,10 +140,10 @@ void Session::StartTraces() {
   options.plan = plan;
   options.cupti_library = config_.cupti_library;
   store::StoreWriter* writer = writer_.get();
-  auto capture = traces::KernelCapture::Open(
-      options, anchor_.mono_ns, [writer](std::vector<store::Row>&& rows) {
-        for (auto& r : rows) writer->Push(std::move(r));
-      });
+  auto capture = traces::KernelCapture::Open(options, anchor_.mono_ns,
+                                             [writer](std::vector<store::Row>&& rows) {
+                                               for (auto& r : rows) writer->Push(std::move(r));
+                                             });
   if (!capture) {
     SetTelemetryStatus("kernels", false, std::nullopt,
                        "kernel tracing could not start: " + capture.error());
@@ -162,9 +163,8 @@ void Session::StopTraces() {
   const traces::KernelCapture::Stats st = capture_->stats();
   std::string msg = "kernel trace (" + config_.trace_plan.Describe() + ", " +
                     capture_->library_path() + "): " + std::to_string(st.traced_kernels) +
-                    " kernels of traced steps/windows in " + std::to_string(st.rows) +
-                    " rows; " + std::to_string(st.untraced_kernels) +
-                    " kernels of untraced steps not kept";
+                    " kernels of traced steps/windows in " + std::to_string(st.rows) + " rows; " +
+                    std::to_string(st.untraced_kernels) + " kernels of untraced steps not kept";
   if (st.late_rows) msg += "; " + std::to_string(st.late_rows) + " rows delivered late";
   if (st.unplaced_kernels) {
     msg += "; " + std::to_string(st.unplaced_kernels) +
@@ -185,8 +185,8 @@ void Session::AddCpuOps(int64_t step, int64_t start_mono_ns, int64_t end_mono_ns
   const int64_t start = start_mono_ns - anchor_.mono_ns, end = end_mono_ns - anchor_.mono_ns;
   const size_t keep = std::min(ops.size(), kMaxCpuOpRows);
   for (size_t i = 0; i < keep; ++i) {
-    writer_->Push(store::CpuOpRow{start, end, step, ops[i].name, ops[i].calls,
-                                  ops[i].self_cpu_ns, ops[i].cpu_ns, "torch_profiler"});
+    writer_->Push(store::CpuOpRow{start, end, step, ops[i].name, ops[i].calls, ops[i].self_cpu_ns,
+                                  ops[i].cpu_ns, "torch_profiler"});
   }
   if (keep < ops.size()) {
     store::CpuOpRow other{start, end, step, "", 0, 0, std::nullopt, "torch_profiler"};
@@ -243,9 +243,10 @@ StopResult Session::Stop(const std::string& status, const std::optional<std::str
     }
     if (const uint64_t lost = recorder_->dropped_comm(); lost > 0) {
       AddDiagnostic("info", "comm",
-                    std::to_string(lost) + " collective bucket timings belong to no stored step "
-                                           "(before the first step, after the last, or reported "
-                                           "after the run ended) and were not stored");
+                    std::to_string(lost) +
+                        " collective bucket timings belong to no stored step "
+                        "(before the first step, after the last, or reported "
+                        "after the run ended) and were not stored");
     }
     if (a.unmatched_events() > 0) {
       AddDiagnostic("info", "steps",
@@ -256,14 +257,13 @@ StopResult Session::Stop(const std::string& status, const std::optional<std::str
                     "evaluation: " + std::to_string(a.excluded_spans()) +
                         (a.excluded_spans() == 1 ? " loop, " : " loops, ") +
                         analysis::FormatDuration(static_cast<double>(a.excluded_ns())) +
-                        " in all, " +
-                        std::to_string(a.excluded_forwards()) +
+                        " in all, " + std::to_string(a.excluded_forwards()) +
                         " forward calls; kept out of the training steps");
     }
     writer_->Stop();
     if (writer_->dropped() > 0) {
-      const std::string lost = LostRowsMessage(writer_->lost(), writer_->dropped(),
-                                               writer_->error());
+      const std::string lost =
+          LostRowsMessage(writer_->lost(), writer_->dropped(), writer_->error());
       problems += lost;
       // Recorded with the run through the control connection (the writer has given up); when
       // the store refuses that too, the analysis gets it directly so the summary says so.
@@ -284,8 +284,8 @@ StopResult Session::Stop(const std::string& status, const std::optional<std::str
               "; the DB shows the run as still running"});
     }
     std::optional<std::string> not_stored;
-    auto summary = analysis::FinalizeRun(*control_, info_.run_id, config_.db_path,
-                                         config_.analysis, &not_stored);
+    auto summary = analysis::FinalizeRun(*control_, info_.run_id, config_.db_path, config_.analysis,
+                                         &not_stored);
     if (summary) {
       result_.summary = summary.value();
     } else {

@@ -58,7 +58,7 @@ std::string LostRowsMessage(const std::vector<store::LostRows>& lost, uint64_t d
                             const std::optional<std::string>& error);
 
 struct StopResult {
-  std::string summary;             // the block printed at exit ("" if analysis failed)
+  std::string summary;               // the block printed at exit ("" if analysis failed)
   std::optional<std::string> error;  // what went wrong inside gpuprof while finishing
 };
 
@@ -126,15 +126,32 @@ class Session {
   void ToCapture(EventKind kind, int64_t value) noexcept {
     using traces::StepEdge;
     switch (kind) {
-      case EventKind::kForwardBegin: capture_->OnEvent(StepEdge::kForwardBegin); break;
-      case EventKind::kBackwardBegin: capture_->OnEvent(StepEdge::kBackwardBegin); break;
-      case EventKind::kWaitBegin: capture_->OnEvent(StepEdge::kWaitBegin); break;
-      case EventKind::kOptimizerEnd: capture_->OnEvent(StepEdge::kOptimizerEnd); break;
-      case EventKind::kStepBegin: capture_->OnEvent(StepEdge::kStepBegin, value); break;
-      case EventKind::kStepEnd: capture_->OnEvent(StepEdge::kStepEnd); break;
-      case EventKind::kExcludeBegin: capture_->OnEvent(StepEdge::kExcludeBegin); break;
-      case EventKind::kExcludeEnd: capture_->OnEvent(StepEdge::kExcludeEnd); break;
-      default: break;
+      case EventKind::kForwardBegin:
+        capture_->OnEvent(StepEdge::kForwardBegin);
+        break;
+      case EventKind::kBackwardBegin:
+        capture_->OnEvent(StepEdge::kBackwardBegin);
+        break;
+      case EventKind::kWaitBegin:
+        capture_->OnEvent(StepEdge::kWaitBegin);
+        break;
+      case EventKind::kOptimizerEnd:
+        capture_->OnEvent(StepEdge::kOptimizerEnd);
+        break;
+      case EventKind::kStepBegin:
+        capture_->OnEvent(StepEdge::kStepBegin, value);
+        break;
+      case EventKind::kStepEnd:
+        capture_->OnEvent(StepEdge::kStepEnd);
+        break;
+      case EventKind::kExcludeBegin:
+        capture_->OnEvent(StepEdge::kExcludeBegin);
+        break;
+      case EventKind::kExcludeEnd:
+        capture_->OnEvent(StepEdge::kExcludeEnd);
+        break;
+      default:
+        break;
     }
   }
   void StartTraces();  // Start(): the kernel capture or the status saying why there is none

@@ -263,8 +263,8 @@ TEST_F(SessionTest, TracedStepsKernelsAreStoredPerStepAndJudgedByTheRules) {
   void* lib = dlopen(FakeCupti().c_str(), RTLD_NOW | RTLD_LOCAL);
   ASSERT_NE(lib, nullptr) << dlerror();
   auto reset = reinterpret_cast<decltype(fake_cupti_reset)*>(dlsym(lib, "fake_cupti_reset"));
-  auto launch = reinterpret_cast<decltype(fake_cupti_launch_config)*>(
-      dlsym(lib, "fake_cupti_launch_config"));
+  auto launch =
+      reinterpret_cast<decltype(fake_cupti_launch_config)*>(dlsym(lib, "fake_cupti_launch_config"));
   ASSERT_TRUE(reset && launch);
   reset();
   SessionConfig c = Config("traced");

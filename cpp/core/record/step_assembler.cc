@@ -5,8 +5,8 @@
 
 namespace gpuprof::record {
 namespace {
-constexpr size_t kRecentSteps = 1024;  // closed steps kept for GPU times that resolve late
-constexpr int64_t kMaxIndexNotes = 100;  // diagnostics about remapped step(i) indices per run
+constexpr size_t kRecentSteps = 1024;      // closed steps kept for GPU times that resolve late
+constexpr int64_t kMaxIndexNotes = 100;    // diagnostics about remapped step(i) indices per run
 constexpr size_t kMaxCommPerStep = 65536;  // bucket timings held for one open step
 }  // namespace
 
@@ -49,14 +49,15 @@ void StepAssembler::OpenManual(int64_t index, int64_t ts) {
   if (offset != manual_offset_) {
     manual_offset_ = offset;
     if (index_notes_ < kMaxIndexNotes) {
-      std::string msg = "prof.step(" + std::to_string(index) + ") is stored as step " +
-                        std::to_string(s.index);
+      std::string msg =
+          "prof.step(" + std::to_string(index) + ") is stored as step " + std::to_string(s.index);
       if (offset == 0) {
         msg += ": indices advance again; from here on the stored step is the index";
       } else {
-        msg += " (step numbers increase in run order; an index at or below the last stored "
-               "step takes the next free number): from here on stored step = index + " +
-               std::to_string(offset) + " until the next such note";
+        msg +=
+            " (step numbers increase in run order; an index at or below the last stored "
+            "step takes the next free number): from here on stored step = index + " +
+            std::to_string(offset) + " until the next such note";
       }
       sink_(store::DiagnosticRow{ts - anchor_, "info", "steps", std::move(msg)});
     } else if (index_notes_ == kMaxIndexNotes) {

@@ -146,8 +146,8 @@ class StepAssembler {
   int64_t carry_wait_ns_ = 0;
   std::optional<int64_t> carry_wait_start_;
   bool carry_wait_wrapped_ = false;
-  bool wait_wrapped_ = false;  // the open wait's source (kWaitBegin value 0)
-  std::deque<ClosedSpan> recent_;  // for late GPU times
+  bool wait_wrapped_ = false;                       // the open wait's source (kWaitBegin value 0)
+  std::deque<ClosedSpan> recent_;                   // for late GPU times
   std::vector<store::CommBucketRow> comm_waiting_;  // started between steps: the next one's
   int64_t unmatched_comm_ = 0;
   int64_t steps_emitted_ = 0;

@@ -62,9 +62,9 @@ class StepAssemblerTest : public ::testing::Test {
 
 TEST_F(StepAssemblerTest, AutoStepsTileTheTimelineAndGapIsDataloaderWait) {
   // GIVEN three iterations separated by 4 ms of loader wait
-  double t = Iteration(10, 2, 3, 1);   // step 0: 10..16
-  t = Iteration(t + 4, 2, 3, 1);       // step 1: 16..26 (wait 4)
-  t = Iteration(t + 4, 2, 3, 1);       // step 2: 26..36 (wait 4)
+  double t = Iteration(10, 2, 3, 1);  // step 0: 10..16
+  t = Iteration(t + 4, 2, 3, 1);      // step 1: 16..26 (wait 4)
+  t = Iteration(t + 4, 2, 3, 1);      // step 2: 26..36 (wait 4)
   asm_.Finish(kAnchor + 100 * kMs);
   // THEN there are three steps; step 0 starts at its first forward and has no gap wait
   ASSERT_EQ(out_.steps.size(), 3u);
@@ -191,7 +191,7 @@ TEST_F(StepAssemblerTest, AClosureEvaluatedSeveralTimesIsOneStep) {
 TEST_F(StepAssemblerTest, AnExcludedEvaluationIsInNoStepNorInTheNextOnesGap) {
   // GIVEN two training steps, an evaluation of 20 ms between them (three
   // forwards and a loader wait), then a third step
-  double t = Iteration(0, 2, 3, 1);   // step 0: 0..6
+  double t = Iteration(0, 2, 3, 1);  // step 0: 0..6
   At(7, EventKind::kExcludeBegin);
   for (int i = 0; i < 3; ++i) {
     At(8 + i * 6, EventKind::kWaitBegin, 0, 1);
@@ -200,7 +200,7 @@ TEST_F(StepAssemblerTest, AnExcludedEvaluationIsInNoStepNorInTheNextOnesGap) {
     At(13 + i * 6, EventKind::kForwardEnd);
   }
   At(27, EventKind::kExcludeEnd);
-  t = Iteration(29, 2, 3, 1);          // step 1: starts at 27, 2 ms gap
+  t = Iteration(29, 2, 3, 1);  // step 1: starts at 27, 2 ms gap
   asm_.Finish(kAnchor + 100 * kMs);
   // THEN the steps hold none of it
   ASSERT_EQ(out_.steps.size(), 2u);
@@ -307,8 +307,8 @@ TEST_F(StepAssemblerTest, ManualIndicesThatRestartEachEpochAreAllStoredInRunOrde
   ASSERT_EQ(out_.diagnostics.size(), 2u);
   EXPECT_EQ(out_.diagnostics[0].level, "info");
   EXPECT_EQ(out_.diagnostics[0].source, "steps");
-  EXPECT_NE(out_.diagnostics[0].message.find("prof.step(0) is stored as step 3"),
-            std::string::npos) << out_.diagnostics[0].message;
+  EXPECT_NE(out_.diagnostics[0].message.find("prof.step(0) is stored as step 3"), std::string::npos)
+      << out_.diagnostics[0].message;
   EXPECT_NE(out_.diagnostics[0].message.find("stored step = index + 3"), std::string::npos);
   EXPECT_NE(out_.diagnostics[1].message.find("stored step = index + 6"), std::string::npos);
 }

@@ -44,8 +44,8 @@ class CpuWaitReader {
  private:
   struct Thread {
     int64_t run_delay_ns = 0;
-    bool ours = false;      // named gpuprof*: not counted
-    uint64_t seen = 0;      // the Delta() call that last saw it
+    bool ours = false;  // named gpuprof*: not counted
+    uint64_t seen = 0;  // the Delta() call that last saw it
   };
   std::string task_dir_;
   std::unordered_map<pid_t, Thread> threads_;

@@ -688,8 +688,8 @@ KernelTraceTotals KernelTracer::TakeTotals() {
               if (a.tag != b.tag) return a.tag < b.tag;
               if (a.ns != b.ns) return a.ns > b.ns;
               auto config = [](const KernelLaunchTotals& l) {
-                return std::tuple(l.device, l.stream, l.grid[0], l.grid[1], l.grid[2],
-                                  l.block[0], l.block[1], l.block[2]);
+                return std::tuple(l.device, l.stream, l.grid[0], l.grid[1], l.grid[2], l.block[0],
+                                  l.block[1], l.block[2]);
               };
               return a.name != b.name ? a.name < b.name : config(a) < config(b);
             });

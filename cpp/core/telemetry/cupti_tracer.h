@@ -134,17 +134,17 @@ struct KernelLaunchTotals {
 
 // Everything accumulated between two TakeTotals calls.
 struct KernelTraceTotals {
-  std::vector<KernelTagTotals> tags;      // ascending tag; only tags that received records
-  KernelTagTotals unattributed;           // records with no tag (tag == kNoTag); reasons below
-  uint64_t unattributed_untagged = 0;     // launched while tag_fn returned kNoTag
-  uint64_t unattributed_unmatched = 0;    // no traced launch callback saw the correlation id
-  uint64_t unattributed_evicted = 0;      // the id's table slot was reused before delivery
-  std::vector<KernelNameTotals> kernels;  // descending ns
+  std::vector<KernelTagTotals> tags;         // ascending tag; only tags that received records
+  KernelTagTotals unattributed;              // records with no tag (tag == kNoTag); reasons below
+  uint64_t unattributed_untagged = 0;        // launched while tag_fn returned kNoTag
+  uint64_t unattributed_unmatched = 0;       // no traced launch callback saw the correlation id
+  uint64_t unattributed_evicted = 0;         // the id's table slot was reused before delivery
+  std::vector<KernelNameTotals> kernels;     // descending ns
   std::vector<KernelLaunchTotals> launches;  // with options.launch_detail: ascending tag, then
                                              // descending ns
-  uint64_t records = 0;                   // kernel + memcpy + memset records with timestamps
-  uint64_t invalid_records = 0;           // records without usable timestamps: in no total
-  uint64_t dropped_records = 0;           // records CUPTI reported as dropped (buffers full)
+  uint64_t records = 0;                      // kernel + memcpy + memset records with timestamps
+  uint64_t invalid_records = 0;              // records without usable timestamps: in no total
+  uint64_t dropped_records = 0;              // records CUPTI reported as dropped (buffers full)
 };
 
 class KernelTracer {

@@ -76,8 +76,10 @@ Expected<std::unique_ptr<GpuCollector>> MakeGpuCollector(const GpuCollectorOptio
     if (!path.ok()) return Status::Error("gpu_backend='neuron' was requested but " + path.error());
     auto neuron = OpenNeuron(options, std::move(path).value());
     if (!neuron.ok()) {
-      return Status::Error("gpu_backend='neuron' was requested but AWS Neuron telemetry could "
-                           "not be used: " + neuron.error());
+      return Status::Error(
+          "gpu_backend='neuron' was requested but AWS Neuron telemetry could "
+          "not be used: " +
+          neuron.error());
     }
     return neuron;
   }

@@ -17,7 +17,6 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-
 #include <nlohmann/json.hpp>
 
 extern char** environ;
@@ -43,8 +42,7 @@ bool IsExecutableFile(const std::string& path) {
 }
 
 Status NotFound(const std::string& tried) {
-  return Status::Error("neuron-monitor not found (tried " + tried +
-                       "): install aws-neuronx-tools");
+  return Status::Error("neuron-monitor not found (tried " + tried + "): install aws-neuronx-tools");
 }
 
 // ---- JSON helpers: a missing or mistyped member is simply unknown ----
@@ -253,9 +251,7 @@ void NeuronReportRows(const NeuronReport& report, int64_t core_count, int64_t no
                       int64_t* dropped_core) noexcept {
   if (dropped_core != nullptr) *dropped_core = -1;
   if (core_count <= 0) return;
-  auto ours = [&](int64_t pid) {
-    return std::find(pids.begin(), pids.end(), pid) != pids.end();
-  };
+  auto ours = [&](int64_t pid) { return std::find(pids.begin(), pids.end(), pid) != pids.end(); };
   bool util_unknown = !report.has_runtime_data;
   bool mem_unknown = !report.has_runtime_data;
   bool proc_unknown = pids.empty() || !report.has_runtime_data;
@@ -354,10 +350,10 @@ Expected<std::unique_ptr<NeuronCollector>> NeuronCollector::Open(NeuronCollector
   }
   if (!hw.cores_per_device || *hw.cores_per_device <= 0 || *hw.cores_per_device > 1024 ||
       *hw.device_count > 1024) {
-    return Status::Error(
-        "neuron-monitor reports an unusable device layout (neuron_device_count " +
-        std::to_string(*hw.device_count) + ", neuroncore_per_device_count " +
-        (hw.cores_per_device ? std::to_string(*hw.cores_per_device) : "missing") + ")");
+    return Status::Error("neuron-monitor reports an unusable device layout (neuron_device_count " +
+                         std::to_string(*hw.device_count) + ", neuroncore_per_device_count " +
+                         (hw.cores_per_device ? std::to_string(*hw.cores_per_device) : "missing") +
+                         ")");
   }
   c->core_count_ = *hw.device_count * *hw.cores_per_device;
   const std::string model =
@@ -386,8 +382,7 @@ Status NeuronCollector::Start() {
     reader_ = std::thread(&NeuronCollector::ReaderLoop, this);
   } catch (const std::exception& e) {
     Stop();
-    return Status::Error(std::string("cannot start the neuron-monitor reader thread: ") +
-                         e.what());
+    return Status::Error(std::string("cannot start the neuron-monitor reader thread: ") + e.what());
   }
   started_ = true;
   return Status::Ok();
@@ -436,8 +431,8 @@ Status NeuronCollector::Spawn() {
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
-  posix_spawn_file_actions_addopen(&actions, 2, stderr_path_.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&actions, 2, stderr_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0600);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   // Its own process group (a terminal's Ctrl-C is ours to handle, not the monitor's), no
@@ -449,8 +444,8 @@ Status NeuronCollector::Spawn() {
   sigemptyset(&defaults);
   for (int sig : {SIGPIPE, SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGCHLD, SIGUSR1, SIGUSR2})
     sigaddset(&defaults, sig);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                      POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   posix_spawnattr_setpgroup(&attr, 0);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &defaults);
@@ -520,8 +515,9 @@ void NeuronCollector::ReaderLoop() noexcept {
       if (discarding) buf.clear();
     }
   } catch (...) {
-    AddNote("neuron-monitor: the report reader failed (out of memory); no Neuron readings from "
-            "now on");
+    AddNote(
+        "neuron-monitor: the report reader failed (out of memory); no Neuron readings from "
+        "now on");
     {
       std::lock_guard<std::mutex> lock(mu_);
       child_gone_.store(true);
@@ -540,8 +536,8 @@ void NeuronCollector::HandleLine(std::string_view line) noexcept {
     if (!parsed.ok()) {
       if (++malformed_lines_ == 1) {
         std::string head(line.substr(0, 120));
-        AddNote("neuron-monitor: skipped a malformed report line (" + parsed.error() + "): " +
-                head + (line.size() > head.size() ? "..." : ""));
+        AddNote("neuron-monitor: skipped a malformed report line (" + parsed.error() +
+                "): " + head + (line.size() > head.size() ? "..." : ""));
       }
       return;
     }
@@ -638,8 +634,9 @@ void NeuronCollector::OnChildGone() noexcept {
       AddNote("neuron-monitor exited (" + exit_description_ + "); no Neuron readings from now on");
     } else {
       exit_description_ = "it closed its output but is still running";
-      AddNote("neuron-monitor closed its output but is still running; no Neuron readings from "
-              "now on");
+      AddNote(
+          "neuron-monitor closed its output but is still running; no Neuron readings from "
+          "now on");
     }
   } catch (...) {
   }
@@ -701,8 +698,8 @@ bool NeuronCollector::Sample(int64_t now_rel_ns, const std::vector<int64_t>& pid
       latest = latest_;
     }
     if (!latest) return false;
-    const int64_t stale_ms = options_.stale_after_ms > 0 ? options_.stale_after_ms
-                                                         : 5000 * int64_t{options_.period_s};
+    const int64_t stale_ms =
+        options_.stale_after_ms > 0 ? options_.stale_after_ms : 5000 * int64_t{options_.period_s};
     const auto age = SteadyClock::now() - latest->received;
     if (age > std::chrono::milliseconds(stale_ms)) {
       if (!stale_noted_) {

@@ -71,12 +71,12 @@ Expected<std::string> ResolveNeuronMonitorPath(const std::string& configured);
 
 // One parsed neuron-monitor report (the parts gpuprof uses).
 struct NeuronHardwareInfo {
-  std::optional<int64_t> device_count;        // neuron_device_count
-  std::optional<int64_t> cores_per_device;    // neuroncore_per_device_count
-  std::optional<int64_t> device_memory_bytes; // neuron_device_memory_size (per device)
-  std::optional<std::string> device_type;     // neuron_device_type, e.g. "trainium"
-  std::optional<std::string> core_version;    // neuroncore_version, e.g. "v2"
-  std::string error;                          // non-empty: e.g. the driver is not loaded
+  std::optional<int64_t> device_count;         // neuron_device_count
+  std::optional<int64_t> cores_per_device;     // neuroncore_per_device_count
+  std::optional<int64_t> device_memory_bytes;  // neuron_device_memory_size (per device)
+  std::optional<std::string> device_type;      // neuron_device_type, e.g. "trainium"
+  std::optional<std::string> core_version;     // neuroncore_version, e.g. "v2"
+  std::string error;                           // non-empty: e.g. the driver is not loaded
 };
 
 struct NeuronRuntimeReport {

@@ -108,9 +108,8 @@ TEST(NeuronReportTest, GivenTheDocumentedFormat_WhenParsed_ThenHardwareAndRuntim
   ASSERT_THAT(r.runtimes, SizeIs(2));
   EXPECT_EQ(r.runtimes[0].pid, 100);
   EXPECT_TRUE(r.runtimes[0].util_known);
-  EXPECT_THAT(r.runtimes[0].core_util,
-              ElementsAre(std::pair<int64_t, double>{0, 42.5},
-                          std::pair<int64_t, double>{1, 17.25}));
+  EXPECT_THAT(r.runtimes[0].core_util, ElementsAre(std::pair<int64_t, double>{0, 42.5},
+                                                   std::pair<int64_t, double>{1, 17.25}));
   EXPECT_TRUE(r.runtimes[0].mem_known);
   EXPECT_THAT(r.runtimes[0].core_mem, ElementsAre(std::pair<int64_t, int64_t>{0, 1500},
                                                   std::pair<int64_t, int64_t>{1, 1500}));
@@ -293,9 +292,7 @@ bool IsOurChild(int64_t pid) {
   return !(r < 0 && errno == ECHILD);
 }
 
-bool ProcessExists(int64_t pid) {
-  return std::filesystem::exists("/proc/" + std::to_string(pid));
-}
+bool ProcessExists(int64_t pid) { return std::filesystem::exists("/proc/" + std::to_string(pid)); }
 
 std::string ReadFile(const std::string& path) {
   std::ifstream f(path);
@@ -402,9 +399,10 @@ TEST_F(NeuronCollectorTest, GivenTheFakeMonitor_WhenSampled_ThenRowsCarryItsRepo
 TEST_F(NeuronCollectorTest, GivenRepeatedSamples_WhenTimed_ThenSampleNeverWaitsOnTheChild) {
   // GIVEN a 16-core instance with our runtime on every core
   Fake("DEVICES", "8");
-  Fake("RUNTIMES", "pid=parent,cores=0+1+2+3+4+5+6+7+8+9+10+11+12+13+14+15,"
-                   "util=50+50+50+50+50+50+50+50+50+50+50+50+50+50+50+50,"
-                   "mem=1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1");
+  Fake("RUNTIMES",
+       "pid=parent,cores=0+1+2+3+4+5+6+7+8+9+10+11+12+13+14+15,"
+       "util=50+50+50+50+50+50+50+50+50+50+50+50+50+50+50+50,"
+       "mem=1+1+1+1+1+1+1+1+1+1+1+1+1+1+1+1");
   auto c = OpenFake();
   ASSERT_NE(c, nullptr);
 
@@ -414,8 +412,9 @@ TEST_F(NeuronCollectorTest, GivenRepeatedSamples_WhenTimed_ThenSampleNeverWaitsO
   int good = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < kTicks; ++i) good += c->Sample(i, me_, &rows) ? 1 : 0;
-  const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0)
-                        .count() / kTicks;
+  const double ns =
+      std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() /
+      kTicks;
 
   // THEN every tick had rows, and a tick costs microseconds, not a report period
   EXPECT_EQ(good, kTicks);
@@ -590,8 +589,8 @@ TEST_F(NeuronCollectorTest, GivenASilentMonitor_WhenOpened_ThenItTimesOutAndIsRe
   o.first_report_timeout_ms = 1500;
   auto c = NeuronCollector::Open(o);
   ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.error(), std::string("neuron-monitor (") + kFakeMonitor +
-                           ") sent no report within 1500 ms");
+  EXPECT_EQ(c.error(),
+            std::string("neuron-monitor (") + kFakeMonitor + ") sent no report within 1500 ms");
   const int64_t pid = ReadPid(pid_file);
   ASSERT_GT(pid, 0);
   EXPECT_FALSE(IsOurChild(pid));
@@ -601,8 +600,8 @@ TEST_F(NeuronCollectorTest, GivenASilentMonitor_WhenOpened_ThenItTimesOutAndIsRe
 TEST_F(NeuronCollectorTest, GivenAConfigTheMonitorRejects_WhenOpened_ThenItsStderrIsShown) {
   // GIVEN a monitor that refuses its config, saying so on stderr (as the real tool and the
   // fake do); THEN its last stderr line reaches the error text
-  const std::string script = dir_.Write("bin/neuron-monitor",
-                                        "#!/bin/sh\necho \"bad config: $2\" >&2\nexit 2\n");
+  const std::string script =
+      dir_.Write("bin/neuron-monitor", "#!/bin/sh\necho \"bad config: $2\" >&2\nexit 2\n");
   chmod(script.c_str(), 0755);
   NeuronCollectorOptions o = Options();
   o.monitor_path = script;
@@ -714,7 +713,8 @@ TEST_F(NeuronCollectorTest, GivenNoNeuronDevice_WhenAuto_ThenNothingIsSpawnedAnd
   auto neither = MakeGpuCollector(opts);
   ASSERT_FALSE(neither.ok());
   EXPECT_THAT(neither.error(), HasSubstr("does not exist (no Neuron device); neuron-monitor not "
-                                         "found (tried " + dir_.path() + "/none"));
+                                         "found (tried " +
+                                         dir_.path() + "/none"));
 }
 
 TEST_F(NeuronCollectorTest, GivenANeuronDeviceNode_WhenAuto_ThenNeuronIsChosenAfterNvml) {

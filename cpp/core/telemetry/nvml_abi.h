@@ -192,8 +192,8 @@ inline constexpr int kFeatureEnabled = 1;
 
 // nvmlAccountingStats_t: what the driver keeps per process while accounting mode is enabled.
 struct AccountingStats {
-  unsigned int gpuUtilization;     // percent of the process's sample periods with a kernel
-  unsigned int memoryUtilization;  // percent
+  unsigned int gpuUtilization;        // percent of the process's sample periods with a kernel
+  unsigned int memoryUtilization;     // percent
   unsigned long long maxMemoryUsage;  // bytes, or kValueNotAvailable
   unsigned long long time;            // ms the process has run
   unsigned long long startTime;       // CPU timestamp in us

@@ -4,12 +4,12 @@
 
 #include <algorithm>
 #include <array>
-#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <new>
+#include <optional>
 #include <utility>
 
 namespace gpuprof::telemetry {
@@ -399,10 +399,10 @@ bool NvmlCollector::OnFieldError(DeviceState& dev, Field field, nvml::Return r) 
     }
     if (!dev.error_noted[field]) {
       dev.error_noted[field] = true;
-      AddFailure(dev.label + ": " + FieldName(field) + " read failed: " + ErrorText(r) +
-                     "; left empty while it fails",
-                 {GpuReadFailure::Kind::kField, dev.index, dev.label, FieldName(field),
-                  ErrorText(r)});
+      AddFailure(
+          dev.label + ": " + FieldName(field) + " read failed: " + ErrorText(r) +
+              "; left empty while it fails",
+          {GpuReadFailure::Kind::kField, dev.index, dev.label, FieldName(field), ErrorText(r)});
     }
   } catch (...) {
   }
@@ -687,10 +687,9 @@ bool NvmlCollector::SampleDevice(DeviceState& dev, int64_t now_rel_ns,
     if (!dev.read_failed_noted) {
       dev.read_failed_noted = true;
       try {
-        AddFailure(dev.label + ": device read failed (" + ErrorText(last_error) +
-                       "); no sample this tick",
-                   {GpuReadFailure::Kind::kDeviceRead, dev.index, dev.label, "",
-                    ErrorText(last_error)});
+        AddFailure(
+            dev.label + ": device read failed (" + ErrorText(last_error) + "); no sample this tick",
+            {GpuReadFailure::Kind::kDeviceRead, dev.index, dev.label, "", ErrorText(last_error)});
       } catch (...) {  // out of memory building the note: it is lost, sampling goes on
       }
     }

@@ -442,8 +442,7 @@ TEST(MakeGpuCollectorTest, GivenNoneOrUnknownBackend_WhenMade_ThenErrorsExplain)
   bad.backend = "cuda";
   auto b = MakeGpuCollector(bad);
   ASSERT_FALSE(b.ok());
-  EXPECT_EQ(b.error(),
-            "unknown gpu_backend 'cuda' (valid values: auto, nvml, neuron, mock, none)");
+  EXPECT_EQ(b.error(), "unknown gpu_backend 'cuda' (valid values: auto, nvml, neuron, mock, none)");
 }
 
 TEST_F(NvmlCollectorTest, GivenFourFakeDevices_WhenSampledManyTimes_ThenPerTickCostIsReported) {
@@ -855,8 +854,8 @@ gpu 1 lost after 1
     EXPECT_EQ(failures[i].error, "Timeout (NVML error 10)");
     fields.push_back(failures[i].field);
   }
-  EXPECT_EQ(fields, (std::vector<std::string>{"memory", "temp", "sm_clock", "clock_reasons",
-                                              "pcie"}));
+  EXPECT_EQ(fields,
+            (std::vector<std::string>{"memory", "temp", "sm_clock", "clock_reasons", "pcie"}));
   EXPECT_EQ(failures[7].kind, GpuReadFailure::Kind::kDeviceRead);
   EXPECT_EQ(failures[7].gpu_index, 0);
   EXPECT_EQ(failures[7].device, "gpu0");

@@ -9,9 +9,10 @@
 
 namespace gpuprof::telemetry {
 
-StallWatch::StallWatch(std::chrono::nanoseconds tick, std::chrono::nanoseconds threshold,
-                       Sink sink, Clock now)
-    : tick_(std::clamp(tick, std::chrono::nanoseconds(100'000), std::chrono::nanoseconds(1'000'000'000))),
+StallWatch::StallWatch(std::chrono::nanoseconds tick, std::chrono::nanoseconds threshold, Sink sink,
+                       Clock now)
+    : tick_(std::clamp(tick, std::chrono::nanoseconds(100'000),
+                       std::chrono::nanoseconds(1'000'000'000))),
       threshold_(std::max(threshold, std::chrono::nanoseconds(1))),
       sink_(std::move(sink)),
       now_(now ? std::move(now) : Clock([] { return clock::NowNs(); })) {}
@@ -44,7 +45,8 @@ void StallWatch::Loop() {
   // A plain relative sleep per tick (no lock, no condition variable: the cheapest wake-up);
   // Stop() sets the flag and is seen within one tick.
   const int64_t tick = tick_.count();
-  const timespec ts{static_cast<time_t>(tick / 1'000'000'000), static_cast<long>(tick % 1'000'000'000)};
+  const timespec ts{static_cast<time_t>(tick / 1'000'000'000),
+                    static_cast<long>(tick % 1'000'000'000)};
   int64_t wait_from = 0;
   int until_wait_read = cpu_wait_every_;
   if (cpu_wait_) {

@@ -3,8 +3,8 @@
 // `threshold` late means nothing woke this process's threads for that long: CPU steal in a VM,
 // a container's CPU quota running out, other processes or too many busy threads for the cores,
 // swapping, SIGSTOP. The same idea as a "hiccup meter": it costs one short wake-up per tick
-// (about 200 a second at the default 5 ms; bench/stall_watch_cost.py measures it) and sees every such
-// stall of the whole process, whatever its cause, without reading any counter.
+// (about 200 a second at the default 5 ms; bench/stall_watch_cost.py measures it) and sees every
+// such stall of the whole process, whatever its cause, without reading any counter.
 //
 // With WatchCpuWait(), the same thread also reads how long the process's threads queued for a
 // CPU (telemetry/cpu_wait.h) every few ticks: the contention the sleeping watch itself does

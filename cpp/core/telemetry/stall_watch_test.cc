@@ -137,7 +137,8 @@ TEST(StallWatchTest, AStoppedProcessIsSeenAsAStallOfAboutTheStoppedTime) {
 TEST(StallWatchTest, ReadsTheCpuWaitEveryFewTicksAndHandsOnPeriodsAboveTheMinimum) {
   // GIVEN a fake task tree with one training thread, read every tick
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("gpuprof_watch_wait_" + std::to_string(getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("gpuprof_watch_wait_" + std::to_string(getpid()));
   fs::create_directories(dir / "5");
   auto set = [&](int64_t delay) {
     std::ofstream(dir / "5" / "comm") << "python\n";

@@ -16,17 +16,15 @@ std::string Dim3(const int32_t v[3]) {
 
 }  // namespace
 
-KernelCapture::KernelCapture(KernelCaptureOptions options, int64_t anchor, RowSink sink,
-                             NowFn now)
+KernelCapture::KernelCapture(KernelCaptureOptions options, int64_t anchor, RowSink sink, NowFn now)
     : options_(std::move(options)), anchor_(anchor), sink_(std::move(sink)), now_(now) {}
 
 Expected<std::unique_ptr<KernelCapture>> KernelCapture::Open(KernelCaptureOptions options,
-                                                             int64_t anchor_mono_ns,
-                                                             RowSink sink, NowFn now) {
+                                                             int64_t anchor_mono_ns, RowSink sink,
+                                                             NowFn now) {
   if (!options.plan.enabled()) return Status::Error("no trace mode is on");
   std::unique_ptr<KernelCapture> c(new KernelCapture(std::move(options), anchor_mono_ns,
-                                                     std::move(sink),
-                                                     now ? now : &clock::NowNs));
+                                                     std::move(sink), now ? now : &clock::NowNs));
   telemetry::KernelTracerOptions topt = c->options_.tracer;
   topt.launch_detail = true;
   c->SetStep(0);
@@ -36,7 +34,8 @@ Expected<std::unique_ptr<KernelCapture>> KernelCapture::Open(KernelCaptureOption
   c->tracer_ = std::move(tracer.value());
   c->library_path_ = c->tracer_->library_path();
   KernelCapture* self = c.get();
-  c->poll_.Start(c->options_.poll_period, [self] { self->Poll(false); }, {}, "gpuprof-kernels");
+  c->poll_.Start(
+      c->options_.poll_period, [self] { self->Poll(false); }, {}, "gpuprof-kernels");
   return c;
 }
 
@@ -57,8 +56,8 @@ uint64_t KernelCapture::TagFn(void* ctx) noexcept {
 
 void KernelCapture::SetStep(int64_t step) noexcept {
   step_ = step;
-  const bool traced = step >= 0 && static_cast<uint64_t>(step) < kLow - 1 &&
-                      options_.plan.StepTraced(step);
+  const bool traced =
+      step >= 0 && static_cast<uint64_t>(step) < kLow - 1 && options_.plan.StepTraced(step);
   step_tag_.store(traced ? static_cast<uint64_t>(step) + 1 : 0, std::memory_order_relaxed);
 }
 
@@ -121,7 +120,10 @@ void KernelCapture::Drain() {
   stats_.dropped_records += t.dropped_records;
   for (const telemetry::KernelLaunchTotals& l : t.launches) {
     const uint64_t step = l.tag >> 32, window = l.tag & kLow;
-    Key key{l.name, l.device, l.stream, {l.grid[0], l.grid[1], l.grid[2]},
+    Key key{l.name,
+            l.device,
+            l.stream,
+            {l.grid[0], l.grid[1], l.grid[2]},
             {l.block[0], l.block[1], l.block[2]}};
     auto add = [&](Pending& p) {
       Acc& a = p.kernels[key];

@@ -47,8 +47,16 @@ namespace gpuprof::traces {
 
 // What the training thread reports (a subset of record::EventKind, kept separate so that this
 // library does not depend on the recorder).
-enum class StepEdge { kForwardBegin, kBackwardBegin, kWaitBegin, kOptimizerEnd, kStepBegin,
-                      kStepEnd, kExcludeBegin, kExcludeEnd };
+enum class StepEdge {
+  kForwardBegin,
+  kBackwardBegin,
+  kWaitBegin,
+  kOptimizerEnd,
+  kStepBegin,
+  kStepEnd,
+  kExcludeBegin,
+  kExcludeEnd
+};
 
 struct KernelCaptureOptions {
   TracePlan plan;
@@ -142,7 +150,7 @@ class KernelCapture {
   // Read by TagFn on any launching thread: traced step + 1, or 0.
   std::atomic<uint64_t> step_tag_{0};
 
-  mutable std::mutex mu_;  // everything below (poll thread, recorder thread, Stop)
+  mutable std::mutex mu_;               // everything below (poll thread, recorder thread, Stop)
   std::map<int64_t, Pending> steps_;    // traced step -> kernels
   std::map<int64_t, Pending> windows_;  // continuous window -> kernels
   std::map<int64_t, std::pair<int64_t, int64_t>> step_spans_;  // step -> (start, end) rel ns

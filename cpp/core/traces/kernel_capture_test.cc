@@ -88,7 +88,7 @@ TEST(KernelCapture, ManualStepsTraceOnlyPlannedSteps) {
   c.OnEvent(StepEdge::kStepBegin, 1);   // warm-up step
   fake.launch("softmax", 70, 1);
   c.OnEvent(StepEdge::kStepEnd);
-  c.OnEvent(StepEdge::kStepBegin, 2);   // not traced
+  c.OnEvent(StepEdge::kStepBegin, 2);  // not traced
   fake.launch("gemm", 1000, 1);
   c.OnEvent(StepEdge::kStepEnd);
   c.OnStepRow(Step(0, 0, 10));
@@ -120,8 +120,8 @@ TEST(KernelCapture, AutoModeAdvancesAtTheFirstActivityAfterTheOptimizer) {
   Fake fake;
   g_now = 0;
   Captured got;
-  auto cap = KernelCapture::Open(Options({.range_begin = 1, .range_end = 2}), 0, got.Sink(),
-                                 &FakeNow);
+  auto cap =
+      KernelCapture::Open(Options({.range_begin = 1, .range_end = 2}), 0, got.Sink(), &FakeNow);
   ASSERT_TRUE(cap.ok()) << cap.status().message();
   KernelCapture& c = **cap;
   fake.launch("step0", 10, 1);
@@ -152,8 +152,8 @@ TEST(KernelCapture, AnEvaluationBetweenStepsIsInNoStep) {
   Fake fake;
   g_now = 0;
   Captured got;
-  auto cap = KernelCapture::Open(Options({.range_begin = 0, .range_end = 2}), 0, got.Sink(),
-                                 &FakeNow);
+  auto cap =
+      KernelCapture::Open(Options({.range_begin = 0, .range_end = 2}), 0, got.Sink(), &FakeNow);
   ASSERT_TRUE(cap.ok()) << cap.status().message();
   KernelCapture& c = **cap;
   c.OnEvent(StepEdge::kForwardBegin);

@@ -95,8 +95,9 @@ class Export {
                         return Status::Ok();
                       });
     if (!st.ok() && sqlite3_errcode(db_.get()) == SQLITE_NOTADB) {
-      return Fail("not an SQLite file: pass the .sqlite file that `nsys export --type sqlite "
-                  "REPORT.nsys-rep` writes, not the report itself");
+      return Fail(
+          "not an SQLite file: pass the .sqlite file that `nsys export --type sqlite "
+          "REPORT.nsys-rep` writes, not the report itself");
     }
     return st;
   }
@@ -199,10 +200,11 @@ Expected<std::string> SchemaVersion(Export& file) {
                       : file.Has("EXPORT_META_DATA") ? "EXPORT_META_DATA"
                                                      : nullptr;
   if (table == nullptr) {
-    return file.Fail("no export schema version (no META_DATA_EXPORT or EXPORT_META_DATA table): "
-                     "made by an older Nsight Systems? export the report again with a current "
-                     "`nsys export --type sqlite` (this gpuprof reads export schema " +
-                     std::string(kSupportedNsysSchemas) + ")");
+    return file.Fail(
+        "no export schema version (no META_DATA_EXPORT or EXPORT_META_DATA table): "
+        "made by an older Nsight Systems? export the report again with a current "
+        "`nsys export --type sqlite` (this gpuprof reads export schema " +
+        std::string(kSupportedNsysSchemas) + ")");
   }
   if (auto cols = file.Require(table, {"name", "value"}); !cols) return cols.status();
   std::map<std::string, std::string> meta;
@@ -243,14 +245,14 @@ Expected<std::unordered_map<int64_t, std::string>> LoadStrings(Export& file) {
   }
   if (auto cols = file.Require("StringIds", {"id", "value"}); !cols) return cols.status();
   std::unordered_map<int64_t, std::string> strings;
-  Status st = file.Query("SELECT rowid, id, value FROM StringIds", "read StringIds",
-                         [&](sqlite3_stmt* s) {
-                           RowReader row(file, s, "StringIds");
-                           int64_t id = 0;
-                           if (Status e = row.Int(1, &id); !e.ok()) return e;
-                           strings[id] = row.Text(2);
-                           return Status::Ok();
-                         });
+  Status st =
+      file.Query("SELECT rowid, id, value FROM StringIds", "read StringIds", [&](sqlite3_stmt* s) {
+        RowReader row(file, s, "StringIds");
+        int64_t id = 0;
+        if (Status e = row.Int(1, &id); !e.ok()) return e;
+        strings[id] = row.Text(2);
+        return Status::Ok();
+      });
   if (!st.ok()) return st;
   return strings;
 }
@@ -278,8 +280,7 @@ class RangeIndex {
   const StepRange* Find(int64_t t) const {
     auto it = std::upper_bound(ranges_.begin(), ranges_.end(), t,
                                [](int64_t v, const StepRange& r) { return v < r.start; });
-    for (size_t i = static_cast<size_t>(it - ranges_.begin()); i > 0 && max_end_[i - 1] > t;
-         --i) {
+    for (size_t i = static_cast<size_t>(it - ranges_.begin()); i > 0 && max_end_[i - 1] > t; --i) {
       if (ranges_[i - 1].end > t) return &ranges_[i - 1];
     }
     return nullptr;
@@ -363,7 +364,8 @@ Expected<StepRanges> LoadStepRanges(Export& file,
       pid = options.run_pid;
     } else {
       return file.Fail("`gpuprof step` ranges of " + std::to_string(pids.size()) +
-                       " processes (pids " + pid_text + "): pass --pid PID to import one "
+                       " processes (pids " + pid_text +
+                       "): pass --pid PID to import one "
                        "process's kernels into its run");
     }
   }
@@ -397,9 +399,9 @@ Expected<std::vector<Kernel>> LoadKernels(Export& file,
     return file.Fail("no CUDA kernels (no CUPTI_ACTIVITY_KIND_KERNEL table): " +
                      std::string(kCaptureHint));
   }
-  auto cols = file.Require(kKernelTable, {"start", "end", "deviceId", "streamId", "correlationId",
-                                          "gridX", "gridY", "gridZ", "blockX", "blockY",
-                                          "blockZ", "shortName"});
+  auto cols =
+      file.Require(kKernelTable, {"start", "end", "deviceId", "streamId", "correlationId", "gridX",
+                                  "gridY", "gridZ", "blockX", "blockY", "blockZ", "shortName"});
   if (!cols) return cols.status();
   const bool demangled = cols->count("demangledName") > 0;
   const bool global_pid = cols->count("globalPid") > 0;
@@ -428,8 +430,8 @@ Expected<std::vector<Kernel>> LoadKernels(Export& file,
         if (e.ok()) e = row.OptInt(14, &long_id);
         if (!e.ok()) return e;
         if (end < k.start) {
-          return row.Bad(2, std::to_string(end) + " is before the kernel's start " +
-                                std::to_string(k.start));
+          return row.Bad(
+              2, std::to_string(end) + " is before the kernel's start " + std::to_string(k.start));
         }
         k.duration = end - k.start;
         if (gpid) k.process = ProcessOf(*gpid);
@@ -446,10 +448,10 @@ Expected<std::vector<Kernel>> LoadKernels(Export& file,
           }
           if (!it->second.empty()) k.name = it->second;
         }
-        k.grid = std::to_string(dims[0]) + "," + std::to_string(dims[1]) + "," +
-                 std::to_string(dims[2]);
-        k.block = std::to_string(dims[3]) + "," + std::to_string(dims[4]) + "," +
-                  std::to_string(dims[5]);
+        k.grid =
+            std::to_string(dims[0]) + "," + std::to_string(dims[1]) + "," + std::to_string(dims[2]);
+        k.block =
+            std::to_string(dims[3]) + "," + std::to_string(dims[4]) + "," + std::to_string(dims[5]);
         kernels.push_back(std::move(k));
         return Status::Ok();
       });
@@ -530,7 +532,8 @@ Expected<NsysImport> ImportNsysKernels(const std::string& path,
                                        const NsysImportOptions& options) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
-    return Status::Error("no such file: " + path + " (the .sqlite file of `nsys export --type "
+    return Status::Error("no such file: " + path +
+                         " (the .sqlite file of `nsys export --type "
                          "sqlite`)");
   }
   if (std::filesystem::is_directory(path, ec)) {
@@ -541,9 +544,10 @@ Expected<NsysImport> ImportNsysKernels(const std::string& path,
   if (Status st = file.LoadTables(); !st.ok()) return st;
   if (!file.Has("META_DATA_EXPORT") && !file.Has("EXPORT_META_DATA") && !file.Has(kNvtxTable) &&
       !file.Has(kKernelTable)) {
-    return file.Fail("not an Nsight Systems export (it has none of META_DATA_EXPORT, "
-                     "NVTX_EVENTS, CUPTI_ACTIVITY_KIND_KERNEL): make one with `nsys export "
-                     "--type sqlite REPORT.nsys-rep`");
+    return file.Fail(
+        "not an Nsight Systems export (it has none of META_DATA_EXPORT, "
+        "NVTX_EVENTS, CUPTI_ACTIVITY_KIND_KERNEL): make one with `nsys export "
+        "--type sqlite REPORT.nsys-rep`");
   }
   NsysImport out;
   auto version = SchemaVersion(file);

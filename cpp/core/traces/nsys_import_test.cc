@@ -84,9 +84,9 @@ class NsysFile {
     const std::string msg = registered ? "NULL" : "'" + text + "'";
     const std::string text_id = registered ? std::to_string(String(text)) : "NULL";
     Sql("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, textId, domainId) "
-        "VALUES (" + std::to_string(start) + ", " + std::to_string(end) + ", " +
-        std::to_string(event_type) + ", " + msg + ", " + std::to_string(global_tid) + ", " +
-        text_id + ", 0)");
+        "VALUES (" +
+        std::to_string(start) + ", " + std::to_string(end) + ", " + std::to_string(event_type) +
+        ", " + msg + ", " + std::to_string(global_tid) + ", " + text_id + ", 0)");
   }
 
   // A cudaLaunchKernel call on `global_tid` at `start`; returns its correlation id.
@@ -118,10 +118,9 @@ class NsysFile {
                     "streamId, correlationId, globalPid, ") +
         (demangled_ ? "demangledName, " : "") +
         "shortName, gridX, gridY, gridZ, blockX, blockY, blockZ, gridId) VALUES (" +
-        std::to_string(k.start) + ", " + std::to_string(k.end) + ", " +
-        std::to_string(k.device) + ", 1, " + std::to_string(k.stream) + ", " + corr + ", " +
-        std::to_string(GlobalPid(k.pid)) + ", " + names + std::to_string(short_id) + ", " +
-        k.grid + ", " + k.block + ", 1)");
+        std::to_string(k.start) + ", " + std::to_string(k.end) + ", " + std::to_string(k.device) +
+        ", 1, " + std::to_string(k.stream) + ", " + corr + ", " + std::to_string(GlobalPid(k.pid)) +
+        ", " + names + std::to_string(short_id) + ", " + k.grid + ", " + k.block + ", 1)");
   }
 
   // A kernel launched on `global_tid` at `launch`, running [start, end) on the GPU.
@@ -480,8 +479,9 @@ TEST(NsysImport, MissingColumnsAreNamed) {
     NsysFile f(path);
     TwoSteps(f);
     f.Sql("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL");
-    f.Sql("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId "
-          "INTEGER, streamId INTEGER, correlationId INTEGER, shortName INTEGER)");
+    f.Sql(
+        "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId "
+        "INTEGER, streamId INTEGER, correlationId INTEGER, shortName INTEGER)");
   }
   const std::string e = Message(ImportNsysKernels(path, kRunSteps));
   EXPECT_TRUE(Contains(e, "table CUPTI_ACTIVITY_KIND_KERNEL lacks column(s) gridX, gridY")) << e;
@@ -582,8 +582,10 @@ TEST(NsysImport, KernelsInAStepTheRunLacksAreAnErrorNamingIt) {
     f.Launched(kMain, 410, 420, 430);
   }
   const std::string e = Message(ImportNsysKernels(path, kRunSteps));
-  EXPECT_TRUE(Contains(e, "kernels in `gpuprof step` 2–3, which the run does not have "
-                          "(its steps: 0–1)")) << e;
+  EXPECT_TRUE(Contains(e,
+                       "kernels in `gpuprof step` 2–3, which the run does not have "
+                       "(its steps: 0–1)"))
+      << e;
   EXPECT_TRUE(Contains(e, "--run")) << e;
   // The run that has them.
   auto r = ImportNsysKernels(path, Steps({{0, 0, 1}, {1, 1, 2}, {2, 2, 3}, {3, 3, 4}}));
@@ -622,8 +624,10 @@ TEST(NsysImport, StepRangesOfSeveralProcessesNeedAPid) {
 
   options.pid = 99;
   const std::string e2 = Message(ImportNsysKernels(path, kRunSteps, options));
-  EXPECT_TRUE(Contains(e2, "no `gpuprof step` ranges of process 99 (processes with them: 777, "
-                           "4242)")) << e2;
+  EXPECT_TRUE(Contains(e2,
+                       "no `gpuprof step` ranges of process 99 (processes with them: 777, "
+                       "4242)"))
+      << e2;
 }
 
 }  // namespace

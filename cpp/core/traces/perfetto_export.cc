@@ -7,13 +7,12 @@
 #include <ctime>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <sstream>
 #include <tuple>
 #include <utility>
-
-#include <nlohmann/json.hpp>
 
 namespace gpuprof::traces {
 namespace {
@@ -85,9 +84,15 @@ class TraceWriter {
     int64_t tid = next_tid_++;
     if (tid == pid_) tid = next_tid_++;  // tid == pid would make it the process's main thread
     threads_.emplace(name, tid);
-    Emit(Json{{"name", "thread_name"}, {"ph", "M"}, {"pid", pid_}, {"tid", tid},
+    Emit(Json{{"name", "thread_name"},
+              {"ph", "M"},
+              {"pid", pid_},
+              {"tid", tid},
               {"args", {{"name", name}}}});
-    Emit(Json{{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", pid_}, {"tid", tid},
+    Emit(Json{{"name", "thread_sort_index"},
+              {"ph", "M"},
+              {"pid", pid_},
+              {"tid", tid},
               {"args", {{"sort_index", tid}}}});
     return tid;
   }
@@ -95,17 +100,21 @@ class TraceWriter {
   // A complete slice [start_ns, end_ns) on thread `tid`.
   void Slice(int64_t tid, const std::string& name, const char* cat, int64_t start_ns,
              int64_t end_ns, Json args) {
-    Json e{{"name", name}, {"cat", cat}, {"ph", "X"}, {"ts", Us(start_ns)},
-           {"dur", Us(std::max<int64_t>(0, end_ns - start_ns))}, {"pid", pid_}, {"tid", tid}};
+    Json e{{"name", name},
+           {"cat", cat},
+           {"ph", "X"},
+           {"ts", Us(start_ns)},
+           {"dur", Us(std::max<int64_t>(0, end_ns - start_ns))},
+           {"pid", pid_},
+           {"tid", tid}};
     if (!args.empty()) e["args"] = std::move(args);
     Emit(e);
   }
 
   // An instant event on thread `tid`.
-  void Instant(int64_t tid, const std::string& name, const char* cat, int64_t ts_ns,
-               Json args) {
-    Json e{{"name", name}, {"cat", cat}, {"ph", "i"}, {"s", "t"}, {"ts", Us(ts_ns)},
-           {"pid", pid_}, {"tid", tid}};
+  void Instant(int64_t tid, const std::string& name, const char* cat, int64_t ts_ns, Json args) {
+    Json e{{"name", name},    {"cat", cat},  {"ph", "i"}, {"s", "t"},
+           {"ts", Us(ts_ns)}, {"pid", pid_}, {"tid", tid}};
     if (!args.empty()) e["args"] = std::move(args);
     Emit(e);
   }
@@ -115,8 +124,8 @@ class TraceWriter {
   void Counter(const std::string& name, const char* unit, int64_t ts_ns, double value) {
     if (!std::isfinite(value)) return;
     counters_.insert(name);
-    Emit(Json{{"name", name}, {"ph", "C"}, {"ts", Us(ts_ns)}, {"pid", pid_},
-              {"args", {{unit, value}}}});
+    Emit(Json{
+        {"name", name}, {"ph", "C"}, {"ts", Us(ts_ns)}, {"pid", pid_}, {"args", {{unit, value}}}});
   }
 
  private:
@@ -142,8 +151,7 @@ class Lanes {
         return tids_[i];
       }
     }
-    const std::string name =
-        ends_.empty() ? base_ : base_ + " " + std::to_string(ends_.size() + 1);
+    const std::string name = ends_.empty() ? base_ : base_ + " " + std::to_string(ends_.size() + 1);
     tids_.push_back(writer_->Thread(name));
     ends_.push_back(end_ns);
     return tids_.back();
@@ -192,8 +200,7 @@ Json OtherData(const store::RunData& data, int64_t end_ns) {
   // A rank's clock offset to rank 0 (runs.config_json "distributed"), to line ranks up.
   if (r.config_json) {
     Json config = Json::parse(*r.config_json, nullptr, false);
-    if (config.is_object() && config.contains("distributed") &&
-        config["distributed"].is_object()) {
+    if (config.is_object() && config.contains("distributed") && config["distributed"].is_object()) {
       const Json& d = config["distributed"];
       for (const char* key : {"clock_offset_ns", "clock_uncertainty_ns", "clock_reference_rank",
                               "clock_unaligned_reason"}) {
@@ -299,8 +306,7 @@ void WriteKernels(const store::RunData& d, TraceWriter& w, const PerfettoOptions
   using Key = std::tuple<int64_t, int64_t, int64_t, std::string>;
   std::map<Key, std::vector<const store::KernelRow*>> windows;
   for (const auto& k : d.kernels) {
-    windows[Key{k.device.value_or(-1), k.window_start_ns, k.window_end_ns, k.source}]
-        .push_back(&k);
+    windows[Key{k.device.value_or(-1), k.window_start_ns, k.window_end_ns, k.source}].push_back(&k);
   }
   std::map<int64_t, Lanes> lanes;
   for (auto& [key, rows] : windows) {
@@ -336,8 +342,8 @@ void WriteKernels(const store::RunData& d, TraceWriter& w, const PerfettoOptions
     const std::string name = rows.size() == 1 ? Cut(rows.front()->name, options.max_name_chars)
                                               : std::to_string(calls) + " kernels";
     w.Slice(lane->second.Tid(start, end), name, "kernels", start, end, std::move(args));
-    std::string counter = device >= 0 ? "GPU " + std::to_string(device) + " kernel time"
-                                      : "kernel time";
+    std::string counter =
+        device >= 0 ? "GPU " + std::to_string(device) + " kernel time" : "kernel time";
     if (sources.size() > 1) counter += " (" + source + ")";
     w.Counter(counter, "ms", start, Ms(gpu_ns));
   }
@@ -354,9 +360,8 @@ void WriteCpuOps(const store::RunData& d, TraceWriter& w, const PerfettoOptions&
   Lanes lanes(&w, "CPU operators");
   for (auto& [key, rows] : windows) {
     const auto& [start, end, source] = key;
-    std::stable_sort(rows.begin(), rows.end(), [](const auto* a, const auto* b) {
-      return a->self_cpu_ns > b->self_cpu_ns;
-    });
+    std::stable_sort(rows.begin(), rows.end(),
+                     [](const auto* a, const auto* b) { return a->self_cpu_ns > b->self_cpu_ns; });
     int64_t calls = 0, self_ns = 0;
     for (const auto* r : rows) {
       calls += r->calls;
@@ -391,8 +396,8 @@ void WriteComm(const store::RunData& d, TraceWriter& w) {
                    [](const auto* a, const auto* b) { return a->start_ns < b->start_ns; });
   Lanes lanes(&w, "comm");
   for (const auto* b : rows) {
-    Json args{{"step", b->step}, {"bucket", b->bucket},
-              {"duration_ms", Ms(b->end_ns - b->start_ns)}};
+    Json args{
+        {"step", b->step}, {"bucket", b->bucket}, {"duration_ms", Ms(b->end_ns - b->start_ns)}};
     AddIf(args, "bytes", b->bytes);
     w.Slice(lanes.Tid(b->start_ns, b->end_ns), "bucket " + std::to_string(b->bucket), "comm",
             b->start_ns, b->end_ns, std::move(args));
@@ -468,7 +473,9 @@ void WriteNotes(const store::RunData& d, TraceWriter& w, int64_t end_ns) {
   if (d.insights.empty()) return;
   const int64_t tid = w.Thread("insights");
   for (const store::InsightRow& i : d.insights) {
-    Json args{{"rule_id", i.rule_id}, {"family", i.family}, {"severity", i.severity},
+    Json args{{"rule_id", i.rule_id},
+              {"family", i.family},
+              {"severity", i.severity},
               {"message", i.message}};
     AddIf(args, "fix", i.fix);
     if (i.evidence_json) {
@@ -484,20 +491,27 @@ void WriteNotes(const store::RunData& d, TraceWriter& w, int64_t end_ns) {
 PerfettoSummary WritePerfettoTrace(const store::RunData& data, std::ostream& out,
                                    const PerfettoOptions& options) {
   const store::RunInfo& r = data.run;
-  const int64_t pid =
-      r.pid > 0 && r.pid <= std::numeric_limits<int32_t>::max() ? r.pid : 1;
+  const int64_t pid = r.pid > 0 && r.pid <= std::numeric_limits<int32_t>::max() ? r.pid : 1;
   const int64_t end_ns = RunEnd(data);
   out << "{\"traceEvents\": [";
   TraceWriter w(out, pid);
-  const std::string process =
-      "gpuprof " + r.run_name +
-      (r.rank ? " (rank " + std::to_string(*r.rank) + ")" : " (run " + std::to_string(r.run_id) +
-                                                               ")");
-  w.Emit(Json{{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0},
+  const std::string process = "gpuprof " + r.run_name +
+                              (r.rank ? " (rank " + std::to_string(*r.rank) + ")"
+                                      : " (run " + std::to_string(r.run_id) + ")");
+  w.Emit(Json{{"name", "process_name"},
+              {"ph", "M"},
+              {"pid", pid},
+              {"tid", 0},
               {"args", {{"name", process}}}});
-  w.Emit(Json{{"name", "process_labels"}, {"ph", "M"}, {"pid", pid}, {"tid", 0},
+  w.Emit(Json{{"name", "process_labels"},
+              {"ph", "M"},
+              {"pid", pid},
+              {"tid", 0},
               {"args", {{"labels", r.hostname + ", run " + std::to_string(r.run_id)}}}});
-  w.Emit(Json{{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", 0},
+  w.Emit(Json{{"name", "process_sort_index"},
+              {"ph", "M"},
+              {"pid", pid},
+              {"tid", 0},
               {"args", {{"sort_index", r.rank.value_or(0)}}}});
   WriteSteps(data, w);
   WriteComm(data, w);

@@ -5,11 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "analysis/test_runs.h"
 
@@ -105,8 +104,8 @@ void CheckTrace(const store::RunData& data, Trace* out) {
     for (const auto& [start, end] : list) {
       while (!open.empty() && open.back() <= start) open.pop_back();
       if (!open.empty()) {
-        EXPECT_LE(end, open.back()) << "partial overlap on " << t.thread_names[tid] << " at "
-                                    << start;
+        EXPECT_LE(end, open.back())
+            << "partial overlap on " << t.thread_names[tid] << " at " << start;
       }
       open.push_back(end);
     }
@@ -313,8 +312,8 @@ TEST(PerfettoExport, TelemetryCountersLeaveUnknownOut) {
 TEST(PerfettoExport, InsightsAndDiagnosticsAreInstants) {
   auto b = analysis::testing::HealthyRun();
   store::RunData d = b.Build();
-  d.insights.push_back({0, "dataloader_stall", "data_pipeline", "high",
-                        "Steps wait 40% on data.", std::string("Raise num_workers."),
+  d.insights.push_back({0, "dataloader_stall", "data_pipeline", "high", "Steps wait 40% on data.",
+                        std::string("Raise num_workers."),
                         std::string(R"({"wait_fraction": 0.4})")});
   d.insights.push_back({1, "info_rule", "misc", "info", "Fine.", std::nullopt, std::nullopt});
   d.diagnostics.push_back({1 * kSec, "warning", "store", "12 rows were not stored"});

@@ -17,13 +17,13 @@ Expected<TracePlan> TracePlan::Make(const TraceOptions& o) {
   if (o.range_begin) {
     if (*o.range_begin < 0 || *o.range_begin > kMaxStep || *o.range_end > kMaxStep) {
       return Status::Error("trace_range steps must be in 0..2**62, got (" +
-                           std::to_string(*o.range_begin) + ", " +
-                           std::to_string(*o.range_end) + ")");
+                           std::to_string(*o.range_begin) + ", " + std::to_string(*o.range_end) +
+                           ")");
     }
     if (*o.range_end <= *o.range_begin) {
       return Status::Error("trace_range=(a, b) traces steps a..b-1 and needs b > a, got (" +
-                           std::to_string(*o.range_begin) + ", " +
-                           std::to_string(*o.range_end) + ")");
+                           std::to_string(*o.range_begin) + ", " + std::to_string(*o.range_end) +
+                           ")");
     }
   }
   if (!std::isfinite(o.continuous_hz) || o.continuous_hz < 0 ||

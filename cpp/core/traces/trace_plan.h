@@ -25,10 +25,10 @@ inline constexpr double kMaxContinuousHz = 100.0;
 inline constexpr int64_t kMaxStep = int64_t{1} << 62;
 
 struct TraceOptions {
-  int64_t every_n_steps = 0;                 // 0: off
-  std::optional<int64_t> range_begin;        // with range_end: steps [begin, end)
+  int64_t every_n_steps = 0;           // 0: off
+  std::optional<int64_t> range_begin;  // with range_end: steps [begin, end)
   std::optional<int64_t> range_end;
-  double continuous_hz = 0;                  // 0: off
+  double continuous_hz = 0;  // 0: off
 };
 
 class TracePlan {

@@ -4,8 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <limits>
 #include <chrono>
+#include <limits>
 #include <thread>
 
 namespace gpuprof::util {

@@ -29,8 +29,8 @@ class Status {
 template <typename T>
 class Expected {
  public:
-  Expected(T value) : v_(std::move(value)) {}             // NOLINT(implicit)
-  Expected(Status error) : v_(std::move(error)) {}        // NOLINT(implicit)
+  Expected(T value) : v_(std::move(value)) {}       // NOLINT(implicit)
+  Expected(Status error) : v_(std::move(error)) {}  // NOLINT(implicit)
   bool ok() const { return std::holds_alternative<T>(v_); }
   explicit operator bool() const { return ok(); }
   T& value() & { return std::get<T>(v_); }

@@ -116,8 +116,7 @@ GpuWindow SteadyGpuSeconds(const RunView& view) {
 bool Stall::stalled() const { return fraction && *fraction > thresholds::kStallFraction; }
 
 Severity Stall::severity() const {
-  return fraction && *fraction >= thresholds::kStallHighFraction ? Severity::kHigh
-                                                                  : Severity::kMed;
+  return fraction && *fraction >= thresholds::kStallHighFraction ? Severity::kHigh : Severity::kMed;
 }
 
 Stall MeasureStall(const RunView& view) {

@@ -132,8 +132,10 @@ RuleResult SmallBatch(const RunView& view, const RuleContext&) {
   if (!util) return RuleResult::Skip(GpuMissing(view, "GPU utilization"));
   if (*util <= kSmallBatchUtilPct || r.mfu->value >= kSmallBatchMfu) return RuleResult::Pass();
   nlohmann::json evidence = {
-      {"mean_util_pct", *util},          {"mfu", r.mfu->value},
-      {"threshold_util_pct", kSmallBatchUtilPct}, {"threshold_mfu", kSmallBatchMfu},
+      {"mean_util_pct", *util},
+      {"mfu", r.mfu->value},
+      {"threshold_util_pct", kSmallBatchUtilPct},
+      {"threshold_mfu", kSmallBatchMfu},
       {"window", w.steady ? "steady" : "run"},
   };
   return RuleResult::Fire(
@@ -213,9 +215,12 @@ RuleResult GradientCheckpointing(const RunView& view, const RuleContext&) {
   const double b = ComputeDurationStats(bs)->p50_ns;
   const double ratio = ComputeDurationStats(ratios)->p50_ns;
   nlohmann::json evidence = {
-      {"ratio", ratio},          {"forward_ns", f},
-      {"backward_ns", b},        {"basis", basis},
-      {"declared", declared},    {"no_ckpt_max_ratio", kNoCkptMaxRatio},
+      {"ratio", ratio},
+      {"forward_ns", f},
+      {"backward_ns", b},
+      {"basis", basis},
+      {"declared", declared},
+      {"no_ckpt_max_ratio", kNoCkptMaxRatio},
       {"ckpt_min_ratio", kCkptMinRatio},
   };
   const std::string times = StrFormat("%s %s vs %s, medians per step", basis.c_str(),
@@ -265,16 +270,21 @@ RuleResult SdpaSuboptimal(const RunView& view, const RuleContext&) {
     total += ns;
     if (IsFusedAttention(name)) return RuleResult::Pass();
     if (Contains(name, "scaled_dot_product_attention_math")) math_fallback = true;
-    if (Contains(name, "softmax")) softmax += ns;
-    else if (Contains(name, "bmm")) bmm += ns;
+    if (Contains(name, "softmax"))
+      softmax += ns;
+    else if (Contains(name, "bmm"))
+      bmm += ns;
   }
   if (total <= 0) return RuleResult::Skip(std::string(traced.unit()) + " times are all 0");
   const double share = (softmax + bmm) / total;
   if (softmax <= 0 || bmm <= 0 || share <= kSdpaHotFraction) return RuleResult::Pass();
   nlohmann::json evidence = {
-      {"share", share},          {"softmax_share", softmax / total},
-      {"bmm_share", bmm / total}, {traced.cpu ? "cpu_op_total_ns" : "kernel_total_ns", total},
-      {"threshold", kSdpaHotFraction}, {"basis", traced.cpu ? "cpu_ops" : "kernels"},
+      {"share", share},
+      {"softmax_share", softmax / total},
+      {"bmm_share", bmm / total},
+      {traced.cpu ? "cpu_op_total_ns" : "kernel_total_ns", total},
+      {"threshold", kSdpaHotFraction},
+      {"basis", traced.cpu ? "cpu_ops" : "kernels"},
       {"sdpa_math_fallback", math_fallback},
   };
   return RuleResult::Fire(
@@ -284,8 +294,7 @@ RuleResult SdpaSuboptimal(const RunView& view, const RuleContext&) {
                 traced.unit(), FormatPercent(share).c_str(), traced.time(),
                 FormatPercent(softmax / total).c_str(), FormatPercent(bmm / total).c_str(),
                 traced.unit(),
-                math_fallback ? " (scaled_dot_product_attention fell back to its math path)"
-                              : ""),
+                math_fallback ? " (scaled_dot_product_attention fell back to its math path)" : ""),
       std::move(evidence));
 }
 
@@ -312,10 +321,10 @@ RuleResult KernelDrift(const RunView& view, const RuleContext&) {
   size_t n1 = 0, n2 = 0;
   for (const auto& [a, b] : windows) (second_half(a, b) ? n2 : n1) += 1;
   if (n1 < kDriftMinWindows || n2 < kDriftMinWindows) {
-    return RuleResult::Skip(StrFormat("%s timings cover %zu window%s; drift needs at least %zu "
-                                      "in each half of the run",
-                                      traced.unit(), windows.size(),
-                                      windows.size() == 1 ? "" : "s", kDriftMinWindows));
+    return RuleResult::Skip(
+        StrFormat("%s timings cover %zu window%s; drift needs at least %zu "
+                  "in each half of the run",
+                  traced.unit(), windows.size(), windows.size() == 1 ? "" : "s", kDriftMinWindows));
   }
   struct Acc {
     double ns[2] = {0, 0};
@@ -354,24 +363,28 @@ RuleResult KernelDrift(const RunView& view, const RuleContext&) {
   }
   if (!worst) return RuleResult::Pass();
   nlohmann::json evidence = {
-      {"kernel", *worst},          {"first_half_ns_per_window", worst_t1},
-      {"second_half_ns_per_window", worst_t2}, {"growth", worst_growth},
-      {"windows_first_half", n1},  {"windows_second_half", n2},
-      {"drifting_kernels", drifting}, {"threshold", kDriftGrowth},
+      {"kernel", *worst},
+      {"first_half_ns_per_window", worst_t1},
+      {"second_half_ns_per_window", worst_t2},
+      {"growth", worst_growth},
+      {"windows_first_half", n1},
+      {"windows_second_half", n2},
+      {"drifting_kernels", drifting},
+      {"threshold", kDriftGrowth},
       {"basis", traced.cpu ? "cpu_ops" : "kernels"},
   };
   std::string more;
   if (drifting > 1) {
-    more = StrFormat("; %zu more %s%s drifted", drifting - 1, traced.unit(),
-                     drifting == 2 ? "" : "s");
+    more =
+        StrFormat("; %zu more %s%s drifted", drifting - 1, traced.unit(), drifting == 2 ? "" : "s");
   }
   return RuleResult::Fire(
       Severity::kMed,
       StrFormat("%s drift: %s added %s/window in the second half (%s → %s per window, +%s)%s",
                 traced.cpu ? "CPU operator" : "Kernel", worst->c_str(),
-                FormatDuration(worst_added).c_str(),
-                FormatDuration(worst_t1).c_str(), FormatDuration(worst_t2).c_str(),
-                FormatPercent(worst_growth).c_str(), more.c_str()),
+                FormatDuration(worst_added).c_str(), FormatDuration(worst_t1).c_str(),
+                FormatDuration(worst_t2).c_str(), FormatPercent(worst_growth).c_str(),
+                more.c_str()),
       std::move(evidence));
 }
 

@@ -25,13 +25,15 @@ std::optional<CostRate> ResolveCostRate(const RunView& view, const RuleContext& 
                     context.gpu_rate_source.empty() ? "override" : context.gpu_rate_source};
   }
   if (view.IsCpuRun()) {
-    *why = "cost unknown: CPU run and no rate given (set GPUPROF_GPU_RATE=<USD per machine-hour> "
-           "for the run, or pass --gpu-rate USD to gpuprof insights)";
+    *why =
+        "cost unknown: CPU run and no rate given (set GPUPROF_GPU_RATE=<USD per machine-hour> "
+        "for the run, or pass --gpu-rate USD to gpuprof insights)";
     return std::nullopt;
   }
   if (!run.gpu_model) {
-    *why = "cost unknown: GPU model unknown and no rate given (set GPUPROF_GPU_RATE=<USD per "
-           "GPU-hour> for the run, or pass --gpu-rate USD to gpuprof insights)";
+    *why =
+        "cost unknown: GPU model unknown and no rate given (set GPUPROF_GPU_RATE=<USD per "
+        "GPU-hour> for the run, or pass --gpu-rate USD to gpuprof insights)";
     return std::nullopt;
   }
   if (const GpuRateEntry* entry = FindGpuRate(*run.gpu_model)) {
@@ -81,26 +83,31 @@ RuleResult Cost(const RunView& view, const RuleContext& context) {
   }
   std::string message = StrFormat("Estimated cost: %s (%s)", FormatUsd(usd).c_str(), basis.c_str());
   nlohmann::json evidence = {
-      {"usd", usd},          {"duration_ns", ns},           {"units", units},
-      {"unit", unit_name},   {"usd_per_unit_hour", rate},   {"rate_source", rate_source},
+      {"usd", usd},
+      {"duration_ns", ns},
+      {"units", units},
+      {"unit", unit_name},
+      {"usd_per_unit_hour", rate},
+      {"rate_source", rate_source},
       {"duration_from_steps", view.duration_from_steps},
   };
   const MfuResult mfu = ComputeMfu(view);
   if (mfu.mfu) {
     const double idle = usd * (1.0 - mfu.mfu->value);
     const std::string idle_text = FormatUsd(idle);  // "<$0.01" is approximate already
-    message += StrFormat("; %s%s of that is idle capacity (MFU %s)",
-                         idle_text.starts_with('<') ? "" : "~", idle_text.c_str(),
-                         FormatPercent(mfu.mfu->value, 1).c_str());
+    message +=
+        StrFormat("; %s%s of that is idle capacity (MFU %s)", idle_text.starts_with('<') ? "" : "~",
+                  idle_text.c_str(), FormatPercent(mfu.mfu->value, 1).c_str());
     evidence["idle_usd"] = idle;
     evidence["mfu"] = mfu.mfu->value;
   }
   RuleResult r = RuleResult::Fire(Severity::kLow, std::move(message), std::move(evidence));
   if (!rate_source.starts_with("reference")) {
-    r.insight->fix = StrFormat("Recover idle capacity first (see the other insights). Priced at "
-                               "your rate, $%.2f per %s-hour (%s); `gpuprof insights --gpu-rate "
-                               "USD` re-prices the run.",
-                               rate, unit_name.c_str(), rate_source.c_str());
+    r.insight->fix = StrFormat(
+        "Recover idle capacity first (see the other insights). Priced at "
+        "your rate, $%.2f per %s-hour (%s); `gpuprof insights --gpu-rate "
+        "USD` re-prices the run.",
+        rate, unit_name.c_str(), rate_source.c_str());
   }
   return r;
 }

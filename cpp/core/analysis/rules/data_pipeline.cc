@@ -59,29 +59,29 @@ std::optional<std::string> NeedHostCoverage(const RunView& view, const HostWindo
   }
   const char* where = w.steady ? "in the steady state" : "in the run";
   if (readings >= kHostMinSamples) {  // enough readings: the span is what is short
-    return StrFormat("the %zu host CPU readings cover only %s %s; deciding needs them to "
-                     "cover at least %s (run longer)",
-                     readings, FormatDuration(static_cast<double>(covered_ns)).c_str(), where,
-                     FormatDuration(kHostMinCoverageS * 1e9).c_str());
+    return StrFormat(
+        "the %zu host CPU readings cover only %s %s; deciding needs them to "
+        "cover at least %s (run longer)",
+        readings, FormatDuration(static_cast<double>(covered_ns)).c_str(), where,
+        FormatDuration(kHostMinCoverageS * 1e9).c_str());
   }
-  return StrFormat("only %zu host CPU reading%s covering %s %s; deciding needs at least %zu "
-                   "covering %s (run longer, or raise profile(host_hz=))",
-                   readings, readings == 1 ? "" : "s",
-                   FormatDuration(static_cast<double>(covered_ns)).c_str(), where,
-                   kHostMinSamples,
-                   FormatDuration(kHostMinCoverageS * 1e9).c_str());
+  return StrFormat(
+      "only %zu host CPU reading%s covering %s %s; deciding needs at least %zu "
+      "covering %s (run longer, or raise profile(host_hz=))",
+      readings, readings == 1 ? "" : "s", FormatDuration(static_cast<double>(covered_ns)).c_str(),
+      where, kHostMinSamples, FormatDuration(kHostMinCoverageS * 1e9).c_str());
 }
 
 // The training's process tree over a host window: its CPU at its busiest (the highest
 // proc_cpu_pct reading, in cores: workers join the sampled tree only at the sampler's next
-// rescan, so in a short run most readings may undercount it) and the cores it can use: one per process (the mean number
-// of its processes alive, from the worker rollups), or as many as it used (threads), at most
-// the machine's. nullopt when the tree's CPU was not sampled.
+// rescan, so in a short run most readings may undercount it) and the cores it can use: one per
+// process (the mean number of its processes alive, from the worker rollups), or as many as it used
+// (threads), at most the machine's. nullopt when the tree's CPU was not sampled.
 struct TreeCpu {
   double busy_cores = 0;  // the highest proc_cpu_pct / 100
   double usable_cores = 1;
   double processes = 1;
-  bool workers = false;   // child processes (DataLoader workers) were sampled
+  bool workers = false;  // child processes (DataLoader workers) were sampled
   double busy_fraction() const { return usable_cores > 0 ? busy_cores / usable_cores : 1; }
 };
 
@@ -110,8 +110,8 @@ std::optional<TreeCpu> MeasureTreeCpu(const RunView& view, const HostWindow& w,
   }
   for (const auto& [ts, counts] : windows) {
     if (counts.second > 0) {
-      t.processes = std::max(t.processes, static_cast<double>(counts.first) /
-                                              static_cast<double>(counts.second));
+      t.processes = std::max(
+          t.processes, static_cast<double>(counts.first) / static_cast<double>(counts.second));
     }
   }
   t.usable_cores = std::max(t.processes, t.busy_cores);
@@ -141,11 +141,11 @@ RuleResult DataloaderStall(const RunView& view, const RuleContext&) {
       {"gap_steps_without_loader", b.gap_steps_without_loader},
       {"threshold", kStallFraction},
   };
-  return RuleResult::Fire(stall.severity(),
-                          StrFormat("%s of step time waiting on the loader (%s)",
-                                    FormatPercent(f).c_str(),
-                                    WaitSourceLabel(b.wait_source).c_str()),
-                          std::move(evidence));
+  return RuleResult::Fire(
+      stall.severity(),
+      StrFormat("%s of step time waiting on the loader (%s)", FormatPercent(f).c_str(),
+                WaitSourceLabel(b.wait_source).c_str()),
+      std::move(evidence));
 }
 
 // Fires when, over the steady-state steps whose wait was measured inside the loader (torch
@@ -179,9 +179,12 @@ RuleResult PrefetchQueueStarved(const RunView& view, const RuleContext&) {
   if (share < kStarvedStepFraction) return RuleResult::Pass();
   const double median_wait = *Median(starved_waits);
   nlohmann::json evidence = {
-      {"starved_steps", starved},       {"measured_steps", measured},
-      {"starved_fraction", share},      {"median_starved_wait_ns", median_wait},
-      {"wait_threshold_ms", kStarvedWaitMs}, {"threshold", kStarvedStepFraction},
+      {"starved_steps", starved},
+      {"measured_steps", measured},
+      {"starved_fraction", share},
+      {"median_starved_wait_ns", median_wait},
+      {"wait_threshold_ms", kStarvedWaitMs},
+      {"threshold", kStarvedStepFraction},
   };
   return RuleResult::Fire(
       share >= kStarvedHighFraction ? Severity::kHigh : Severity::kMed,
@@ -230,8 +233,9 @@ RuleResult CpuBoundDataloader(const RunView& view, const RuleContext&) {
     cpu_text += StrFormat("; the training's processes busy on up to %s cores",
                           FormatCompact(tree->busy_cores).c_str());
     if (!tree->workers) {
-      who = "the loading runs in the training process (no worker processes seen) and is "
-            "CPU-bound";
+      who =
+          "the loading runs in the training process (no worker processes seen) and is "
+          "CPU-bound";
     }
   }
   nlohmann::json evidence = {
@@ -313,16 +317,17 @@ RuleResult ColdCache(const RunView& view, const RuleContext&) {
   const size_t third = n / 3;
   const size_t first_begin = view.steady_begin, first_end = view.steady_begin + third;
   const size_t last_begin = view.steps.size() - third, last_end = view.steps.size();
-  const auto first_reads = HostBetween(view, view.steps[first_begin].start_ns,
-                                       view.steps[first_end - 1].end_ns);
-  const auto last_reads = HostBetween(view, view.steps[last_begin].start_ns,
-                                      view.steps[last_end - 1].end_ns);
+  const auto first_reads =
+      HostBetween(view, view.steps[first_begin].start_ns, view.steps[first_end - 1].end_ns);
+  const auto last_reads =
+      HostBetween(view, view.steps[last_begin].start_ns, view.steps[last_end - 1].end_ns);
   const auto read_first = MeanOf(first_reads, &store::HostSampleRow::disk_read_bps);
   const auto read_last = MeanOf(last_reads, &store::HostSampleRow::disk_read_bps);
   if (!read_first || !read_last) {
     if (view.data.host_samples.empty()) return RuleResult::Skip(HostMissing(view, "disk reads"));
-    return RuleResult::Skip("disk reads not sampled in both the first and the last third of the "
-                            "steady state");
+    return RuleResult::Skip(
+        "disk reads not sampled in both the first and the last third of the "
+        "steady state");
   }
   std::vector<double> d_first, d_last;
   for (size_t i = first_begin; i < first_end; ++i) d_first.push_back(view.steps[i].duration_ns);
@@ -334,9 +339,12 @@ RuleResult ColdCache(const RunView& view, const RuleContext&) {
     return RuleResult::Pass();
   }
   nlohmann::json evidence = {
-      {"first_third_read_bps", *read_first}, {"last_third_read_bps", *read_last},
-      {"first_third_median_ns", step_first}, {"last_third_median_ns", step_last},
-      {"steps_per_third", third},            {"threshold_ratio", kColdCacheReadRatio},
+      {"first_third_read_bps", *read_first},
+      {"last_third_read_bps", *read_last},
+      {"first_third_median_ns", step_first},
+      {"last_third_median_ns", step_last},
+      {"steps_per_third", third},
+      {"threshold_ratio", kColdCacheReadRatio},
   };
   return RuleResult::Fire(
       Severity::kLow,
@@ -409,9 +417,12 @@ RuleResult PcieSaturation(const RunView& view, const RuleContext&) {
   const double mean = n > 0 ? sum / static_cast<double>(n) : *peak->pcie_rx_max_bps;
   const double share = n > 0 ? static_cast<double>(above) / static_cast<double>(n) : 0;
   nlohmann::json evidence = {
-      {"peak_rx_bps", *peak->pcie_rx_max_bps}, {"gpu_index", peak->gpu_index},
-      {"mean_rx_bps", mean},               {"samples_above", above},
-      {"samples", n},                      {"threshold_gbps", kPcieRxGBps},
+      {"peak_rx_bps", *peak->pcie_rx_max_bps},
+      {"gpu_index", peak->gpu_index},
+      {"mean_rx_bps", mean},
+      {"samples_above", above},
+      {"samples", n},
+      {"threshold_gbps", kPcieRxGBps},
   };
   return RuleResult::Fire(
       Severity::kMed,

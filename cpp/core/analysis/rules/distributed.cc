@@ -59,7 +59,7 @@ struct BucketLateness {
     double share = 0, p95 = 0;
   };
   size_t ranks_with_buckets = 0;
-  size_t buckets_evaluated = 0;  // buckets timed on 2+ ranks on kBucketSkewMinSteps+ steps
+  size_t buckets_evaluated = 0;      // buckets timed on 2+ ranks on kBucketSkewMinSteps+ steps
   std::vector<Finding> findings;     // (bucket, rank) pairs late on kBucketLateFraction+ steps
   std::vector<size_t> late_buckets;  // per rank index: the evaluated buckets it is late on
   std::optional<Finding> worst;      // the highest share, then the largest p95
@@ -109,8 +109,8 @@ BucketLateness MeasureBucketLateness(const GroupView& group, const BucketStarts&
       if (share < kBucketLateFraction) continue;
       ++out.late_buckets[rank];
       std::sort(deltas.begin(), deltas.end());
-      const BucketLateness::Finding f{bucket,     rank,  deltas.size(),
-                                      acc.steps,  share, Percentile(deltas, 0.95)};
+      const BucketLateness::Finding f{bucket,    rank,  deltas.size(),
+                                      acc.steps, share, Percentile(deltas, 0.95)};
       out.findings.push_back(f);
       const auto& w = out.worst;
       if (!w || f.share > w->share || (f.share == w->share && f.p95 > w->p95)) out.worst = f;
@@ -141,8 +141,8 @@ std::vector<std::vector<double>> WorkTimes(const GroupView& group, const BucketS
     for (size_t i = v.steady_begin; i < v.steps.size(); ++i) {
       auto it = wait[r].find(v.steps[i].step);
       if (it == wait[r].end()) continue;
-      out[r].push_back(static_cast<double>(std::max<int64_t>(0, v.steps[i].duration_ns -
-                                                                    it->second)));
+      out[r].push_back(
+          static_cast<double>(std::max<int64_t>(0, v.steps[i].duration_ns - it->second)));
     }
   }
   return out;
@@ -169,9 +169,12 @@ RuleResult CommDominant(const RunView& view, const RuleContext&) {
   if (f <= kCommFraction) return RuleResult::Pass();
   const double steps = static_cast<double>(share->steps);
   nlohmann::json evidence = {
-      {"comm_fraction", f},          {"comm_total_ns", share->comm_ns},
-      {"step_total_ns", share->step_ns}, {"steps", share->steps},
-      {"buckets_per_step", share->buckets / steps}, {"threshold", kCommFraction},
+      {"comm_fraction", f},
+      {"comm_total_ns", share->comm_ns},
+      {"step_total_ns", share->step_ns},
+      {"steps", share->steps},
+      {"buckets_per_step", share->buckets / steps},
+      {"threshold", kCommFraction},
   };
   return RuleResult::Fire(
       Severity::kMed,
@@ -198,14 +201,15 @@ RuleResult BucketSkew(const GroupView& group, const RuleContext&) {
   const BucketStarts all = CollectStarts(group);
   if (all.ranks_with_buckets == 0) return RuleResult::Skip(kNoCommHook);
   if (all.ranks_with_buckets < 2) {
-    return RuleResult::Skip(StrFormat("collective timings (comm_buckets) recorded on %zu of %zu "
-                                      "ranks; needs at least 2",
-                                      all.ranks_with_buckets, nranks));
+    return RuleResult::Skip(
+        StrFormat("collective timings (comm_buckets) recorded on %zu of %zu "
+                  "ranks; needs at least 2",
+                  all.ranks_with_buckets, nranks));
   }
   const BucketLateness m = MeasureBucketLateness(group, all);
   if (m.buckets_evaluated == 0) {
-    return RuleResult::Skip(StrFormat("no bucket was timed on 2+ ranks on at least %zu steps",
-                                      kBucketSkewMinSteps));
+    return RuleResult::Skip(
+        StrFormat("no bucket was timed on 2+ ranks on at least %zu steps", kBucketSkewMinSteps));
   }
   if (!m.worst) return RuleResult::Pass();
   const BucketLateness::Finding& worst = *m.worst;
@@ -231,13 +235,12 @@ RuleResult BucketSkew(const GroupView& group, const RuleContext&) {
     more = StrFormat("; %zu more bucket/rank pair%s the same", findings - 1,
                      findings == 2 ? " shows" : "s show");
   }
-  return RuleResult::Fire(
-      worst.share >= kBucketHighFraction ? Severity::kHigh : Severity::kMed,
-      StrFormat("Bucket %lld: %s is late on %s of steps (p95 delta %s)%s",
-                static_cast<long long>(worst.bucket), RankLabel(run).c_str(),
-                FormatPercent(worst.share).c_str(), FormatDuration(worst.p95).c_str(),
-                more.c_str()),
-      std::move(evidence));
+  return RuleResult::Fire(worst.share >= kBucketHighFraction ? Severity::kHigh : Severity::kMed,
+                          StrFormat("Bucket %lld: %s is late on %s of steps (p95 delta %s)%s",
+                                    static_cast<long long>(worst.bucket), RankLabel(run).c_str(),
+                                    FormatPercent(worst.share).c_str(),
+                                    FormatDuration(worst.p95).c_str(), more.c_str()),
+                          std::move(evidence));
 }
 
 // In synchronous data-parallel training every rank's step takes as long as the slowest rank's
@@ -259,9 +262,10 @@ RuleResult RankSkew(const GroupView& group, const RuleContext&) {
   const bool work_basis = by_work.size() >= 2;
   const std::vector<std::pair<size_t, double>>& medians = work_basis ? by_work : by_step;
   if (medians.size() < 2) {
-    return RuleResult::Skip(StrFormat("needs at least 2 ranks with a steady state; the group has "
-                                      "%zu",
-                                      medians.size()));
+    return RuleResult::Skip(
+        StrFormat("needs at least 2 ranks with a steady state; the group has "
+                  "%zu",
+                  medians.size()));
   }
   std::optional<size_t> worst;
   double worst_frac = 0, worst_base = 0;
@@ -320,8 +324,8 @@ RuleResult RankSkew(const GroupView& group, const RuleContext&) {
   return RuleResult::Fire(
       Severity::kMed,
       StrFormat("Rank skew: %s median step %s vs %s%s (%s slower)", RankLabel(run).c_str(),
-                FormatDuration(mine).c_str(), FormatDuration(worst_base).c_str(),
-                against.c_str(), FormatPercent(worst_frac).c_str()),
+                FormatDuration(mine).c_str(), FormatDuration(worst_base).c_str(), against.c_str(),
+                FormatPercent(worst_frac).c_str()),
       std::move(evidence));
 }
 

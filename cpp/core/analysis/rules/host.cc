@@ -39,9 +39,10 @@ RuleResult WorkerImbalance(const RunView& view, const RuleContext&) {
         "children of the training process)");
   }
   if (by_pid.size() < 2) {
-    return RuleResult::Skip(StrFormat("only %zu dataloader worker with a CPU reading; imbalance "
-                                      "needs at least 2 (num_workers >= 2, sampled for 1 s+)",
-                                      by_pid.size()));
+    return RuleResult::Skip(
+        StrFormat("only %zu dataloader worker with a CPU reading; imbalance "
+                  "needs at least 2 (num_workers >= 2, sampled for 1 s+)",
+                  by_pid.size()));
   }
   double total = 0, hottest = -1;
   int64_t hottest_pid = 0;
@@ -58,9 +59,12 @@ RuleResult WorkerImbalance(const RunView& view, const RuleContext&) {
   const double ratio = hottest / fair;
   if (ratio <= kWorkerImbalanceRatio) return RuleResult::Pass();
   nlohmann::json evidence = {
-      {"hottest_pid", hottest_pid}, {"hottest_cpu_pct", hottest},
-      {"fair_share_cpu_pct", fair}, {"workers", by_pid.size()},
-      {"ratio", ratio},             {"threshold", kWorkerImbalanceRatio},
+      {"hottest_pid", hottest_pid},
+      {"hottest_cpu_pct", hottest},
+      {"fair_share_cpu_pct", fair},
+      {"workers", by_pid.size()},
+      {"ratio", ratio},
+      {"threshold", kWorkerImbalanceRatio},
   };
   return RuleResult::Fire(
       Severity::kMed,
@@ -186,14 +190,14 @@ RuleResult CpuContention(const RunView& view, const RuleContext&) {
   const bool own_threads = others && !others_load;
   std::string whose;
   if (others_load) {
-    whose = StrFormat(": other processes kept about %s of the host's %s cores busy",
-                      FormatCompact(others->mean_cores).c_str(),
-                      FormatCompact(others->ncores).c_str());
+    whose =
+        StrFormat(": other processes kept about %s of the host's %s cores busy",
+                  FormatCompact(others->mean_cores).c_str(), FormatCompact(others->ncores).c_str());
   } else if (own_threads) {
-    whose = StrFormat(": the training's own threads and processes outnumber the host's %s "
-                      "cores (other processes used under %s of a core)",
-                      FormatCompact(others->ncores).c_str(),
-                      FormatCompact(kOtherLoadCores).c_str());
+    whose = StrFormat(
+        ": the training's own threads and processes outnumber the host's %s "
+        "cores (other processes used under %s of a core)",
+        FormatCompact(others->ncores).c_str(), FormatCompact(kOtherLoadCores).c_str());
   }
   nlohmann::json evidence = {
       {"cpu_wait_ns", waited},

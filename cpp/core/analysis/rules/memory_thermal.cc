@@ -137,8 +137,7 @@ RuleResult ThermalThrottling(const RunView& view, const RuleContext&) {
   return RuleResult::Fire(
       worst_share >= kThrottleHighFraction ? Severity::kHigh : Severity::kMed,
       StrFormat("GPU %lld was thermally throttled on %s of samples (%s)",
-                static_cast<long long>(worst), FormatPercent(worst_share).c_str(),
-                detail.c_str()),
+                static_cast<long long>(worst), FormatPercent(worst_share).c_str(), detail.c_str()),
       std::move(evidence));
 }
 

@@ -23,12 +23,14 @@ RuleSpec StallSpec() {
       .family = "data_pipeline",
       .max_severity = Severity::kHigh,
       .severity = "high ≥ " + Pct(kStallHighFraction) + " of step time, else med",
-      .fires_when = "dataloader wait (measured in DataLoader next() or wrap_dataloader, else the "
-                    "inter-step gap) > " +
-                    Pct(kStallFraction) + " of steady-state step time",
-      .fix = "Feed the loop faster: raise DataLoader num_workers and prefetch_factor, set "
-             "pin_memory=True and persistent_workers=True, and move heavy augmentations to "
-             "the GPU.",
+      .fires_when =
+          "dataloader wait (measured in DataLoader next() or wrap_dataloader, else the "
+          "inter-step gap) > " +
+          Pct(kStallFraction) + " of steady-state step time",
+      .fix =
+          "Feed the loop faster: raise DataLoader num_workers and prefetch_factor, set "
+          "pin_memory=True and persistent_workers=True, and move heavy augmentations to "
+          "the GPU.",
       .inputs = "steps.wait_ns on steady-state steps",
       .thresholds = {{"kStallFraction", kStallFraction, "fires above this share of step time"},
                      {"kStallHighFraction", kStallHighFraction, "high at or above this share"}},
@@ -50,8 +52,9 @@ void AddDataPipeline(std::vector<RuleSpec>& r) {
              "persistent_workers=True (no worker restart each epoch) and pin_memory=True.",
       .inputs = "steps.wait_ns with wait_source 'dataloader' (torch DataLoader next(), auto "
                 "mode) or 'explicit' (prof.wrap_dataloader) on steady-state steps",
-      .thresholds = {{"kStarvedWaitMs", kStarvedWaitMs, "a wait longer than this (ms) starves "
-                                                        "the step"},
+      .thresholds = {{"kStarvedWaitMs", kStarvedWaitMs,
+                      "a wait longer than this (ms) starves "
+                      "the step"},
                      {"kStarvedStepFraction", kStarvedStepFraction,
                       "fires at or above this share of steps"},
                      {"kStarvedHighFraction", kStarvedHighFraction, "high at or above this share"}},
@@ -65,16 +68,22 @@ void AddDataPipeline(std::vector<RuleSpec>& r) {
       .severity = "as dataloader_stall (high ≥ " + Pct(kStallHighFraction) + ", else med)",
       .fires_when = "dataloader stall + mean host CPU > " + Num(kCpuBoundPct) +
                     "% with the disk idle (< " + Num(kDiskIdleMBps) + " MB/s and < " +
-                    Num(kDiskIdleIops) + " IOPS), and the training's own processes busy "
-                    "(peak ≥ " + Pct(kCpuBoundTreeBusy) + " of their usable cores) when sampled; "
-                    "not while other processes hold ≥ " + Num(kOtherLoadCores) + " core and the "
+                    Num(kDiskIdleIops) +
+                    " IOPS), and the training's own processes busy "
+                    "(peak ≥ " +
+                    Pct(kCpuBoundTreeBusy) +
+                    " of their usable cores) when sampled; "
+                    "not while other processes hold ≥ " +
+                    Num(kOtherLoadCores) +
+                    " core and the "
                     "training's threads queue for a CPU (cpu_contention)",
       .fix = "The workers are CPU-bound, so more num_workers won't help: move augmentations to "
              "the GPU (torchvision.transforms.v2 or kornia on CUDA tensors, NVIDIA DALI), decode "
              "less (smaller or pre-resized images), or pre-process the dataset offline.",
       .inputs = "steps.wait_ns; host_samples.cpu_pct and disk_read_bps (disk_read_iops when "
-                "sampled) in the steady state, at least " + std::to_string(kHostMinSamples) +
-                " CPU readings covering " + Num(kHostMinCoverageS) +
+                "sampled) in the steady state, at least " +
+                std::to_string(kHostMinSamples) + " CPU readings covering " +
+                Num(kHostMinCoverageS) +
                 " s; host_samples.proc_cpu_pct and worker_samples_10s when sampled",
       .thresholds = {{"kCpuBoundPct", kCpuBoundPct, "fires above this mean host CPU (%)"},
                      {"kDiskIdleMBps", kDiskIdleMBps, "disk idle below this mean read (MB/s)"},
@@ -94,7 +103,8 @@ void AddDataPipeline(std::vector<RuleSpec>& r) {
                       "io_bound_dataloader)"},
                      {"kHostMinCoverageS", kHostMinCoverageS,
                       "...covering at least this many seconds"}},
-      .explains = {{"dataloader_stall", "", "", ""}, {"prefetch_queue_starved", "", "", ""},
+      .explains = {{"dataloader_stall", "", "", ""},
+                   {"prefetch_queue_starved", "", "", ""},
                    kLoaderVariance,
                    {"cpu_contention", "own_threads",
                     "the training's threads queue behind its own CPU-bound loading", ""}},
@@ -106,18 +116,20 @@ void AddDataPipeline(std::vector<RuleSpec>& r) {
       .max_severity = Severity::kHigh,
       .severity = "as dataloader_stall (high ≥ " + Pct(kStallHighFraction) + ", else med)",
       .fires_when = "dataloader stall + mean disk read > " + Num(kIoBoundMBps) + " MB/s or > " +
-                    FormatCount(kIoBoundIops) + " IOPS, with host CPU < " +
-                    Num(kIoCpuHeadroomPct) + "%",
+                    FormatCount(kIoBoundIops) + " IOPS, with host CPU < " + Num(kIoCpuHeadroomPct) +
+                    "%",
       .fix = "Read fewer, larger files: pack samples into shards (WebDataset, FFCV, TFRecord), "
              "cache the dataset in RAM or on local NVMe, or move it to a faster storage tier.",
       .inputs = "steps.wait_ns; host_samples.disk_read_bps or disk_read_iops, and cpu_pct, in "
-                "the steady state, at least " + std::to_string(kHostMinSamples) +
-                " CPU readings covering " + Num(kHostMinCoverageS) + " s",
+                "the steady state, at least " +
+                std::to_string(kHostMinSamples) + " CPU readings covering " +
+                Num(kHostMinCoverageS) + " s",
       .thresholds = {{"kIoBoundMBps", kIoBoundMBps, "fires above this mean read (MB/s)"},
                      {"kIoBoundIops", kIoBoundIops, "...or above this mean IOPS"},
                      {"kIoCpuHeadroomPct", kIoCpuHeadroomPct,
                       "only with mean host CPU below this (%)"}},
-      .explains = {{"dataloader_stall", "", "", ""}, {"prefetch_queue_starved", "", "", ""},
+      .explains = {{"dataloader_stall", "", "", ""},
+                   {"prefetch_queue_starved", "", "", ""},
                    kLoaderVariance},
       .evaluate = rules::IoBoundDataloader,
   });
@@ -128,8 +140,8 @@ void AddDataPipeline(std::vector<RuleSpec>& r) {
       .severity = "low",
       .fires_when = "disk read in the first third of the steady state ≥ " +
                     Times(kColdCacheReadRatio) + " the last third's (and ≥ " +
-                    Num(kColdCacheMinMBps) + " MB/s) + median step > " +
-                    Pct(kColdCacheSpeedup) + " slower in the first third",
+                    Num(kColdCacheMinMBps) + " MB/s) + median step > " + Pct(kColdCacheSpeedup) +
+                    " slower in the first third",
       .fix = "Warm the page cache before timing (one pass over the data, or vmtouch), or "
              "pre-stage the dataset to local disk; compare runs only once the cache is warm.",
       .inputs = "at least " + std::to_string(kColdCacheMinSteps) +
@@ -151,15 +163,13 @@ void AddDataPipeline(std::vector<RuleSpec>& r) {
       .max_severity = Severity::kMed,
       .severity = "med with a dataloader stall, else low",
       .fires_when = "page cache ≥ " + Pct(kThrashCacheFraction) +
-                    " of RAM + median steady-state disk read > " + Num(kThrashReadMBps) +
-                    " MB/s",
+                    " of RAM + median steady-state disk read > " + Num(kThrashReadMBps) + " MB/s",
       .fix = "The working set is larger than RAM: shard the dataset so each node reads its own "
              "part, stream it sequentially (WebDataset), compress it, or add RAM.",
       .inputs = "host_samples.page_cache_bytes, mem_total_bytes and disk_read_bps",
       .thresholds = {{"kThrashCacheFraction", kThrashCacheFraction,
                       "page cache peak at or above this share of RAM"},
-                     {"kThrashReadMBps", kThrashReadMBps,
-                      "median disk read above this (MB/s)"}},
+                     {"kThrashReadMBps", kThrashReadMBps, "median disk read above this (MB/s)"}},
       .evaluate = rules::CacheThrashing,
   });
   r.push_back(RuleSpec{
@@ -215,11 +225,11 @@ void AddHost(std::vector<RuleSpec>& r) {
       .family = "host",
       .max_severity = Severity::kMed,
       .severity = "med ≥ " + Pct(kHostStallMedShare) + " of step time, else low",
-      .fires_when = "the process was held off the CPU (no wake-up for ≥ " +
-                    Num(std::chrono::duration<double, std::milli>(
-                            telemetry::kStallWatchThreshold).count()) +
-                    " ms) for ≥ " + Pct(kHostStallShare) + " of steady-state step time, in ≥ " +
-                    std::to_string(kHostStallMinCount) + " stalls",
+      .fires_when =
+          "the process was held off the CPU (no wake-up for ≥ " +
+          Num(std::chrono::duration<double, std::milli>(telemetry::kStallWatchThreshold).count()) +
+          " ms) for ≥ " + Pct(kHostStallShare) + " of steady-state step time, in ≥ " +
+          std::to_string(kHostStallMinCount) + " stalls",
       .fix = kHostStallFix,
       .inputs = "host_stalls (the stall watch, on with host telemetry) over the steady-state "
                 "steps",
@@ -239,7 +249,8 @@ void AddHost(std::vector<RuleSpec>& r) {
       .severity = "high ≥ " + Pct(kCpuWaitHighShare) + " of step time, med ≥ " +
                   Pct(kCpuWaitMedShare) + ", else low",
       .fires_when = "the training's threads queued for a CPU (run-queue wait, gpuprof's threads "
-                    "left out) for ≥ " + Pct(kCpuWaitShare) + " of steady-state step time",
+                    "left out) for ≥ " +
+                    Pct(kCpuWaitShare) + " of steady-state step time",
       .fix = kCpuContentionFix,
       .inputs = "cpu_waits (read by the stall watch from /proc schedstat, with host telemetry) "
                 "over the steady-state steps; host_samples.cpu_pct, ncores and proc_cpu_pct "
@@ -312,8 +323,8 @@ void AddCompute(std::vector<RuleSpec>& r) {
       .max_severity = Severity::kMed,
       .severity = "med when checkpointing runs undeclared, low when declared but not seen",
       .fires_when = "backward/forward (median over steady steps) ≥ " + Num(kCkptMinRatio) +
-                    " (checkpointing) with grad_checkpoint=False, or ≤ " +
-                    Num(kNoCkptMaxRatio) + " (none) with grad_checkpoint=True",
+                    " (checkpointing) with grad_checkpoint=False, or ≤ " + Num(kNoCkptMaxRatio) +
+                    " (none) with grad_checkpoint=True",
       .fix = "Make the declared grad_checkpoint match what runs, or fix the checkpoint "
              "wrapping; MFU counts model FLOPs without the recompute, so checkpointing costs "
              "MFU.",
@@ -352,8 +363,8 @@ void AddCompute(std::vector<RuleSpec>& r) {
       .fix = "Look for memory fragmentation (torch.cuda.memory_stats: num_alloc_retries; try "
              "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), cuBLAS/cuDNN autotune cache "
              "invalidation from changing shapes, or clocks dropping (see thermal_throttling).",
-      .inputs = "kernels (on a CPU run cpu_ops) with at least " +
-                std::to_string(kDriftMinWindows) + " windows in each half of the run",
+      .inputs = "kernels (on a CPU run cpu_ops) with at least " + std::to_string(kDriftMinWindows) +
+                " windows in each half of the run",
       .thresholds = {{"kDriftGrowth", kDriftGrowth, "fires above this growth"},
                      {"kDriftMinShare", kDriftMinShare,
                       "added time at least this share of kernel time per window"},
@@ -416,7 +427,8 @@ void AddWarmup(std::vector<RuleSpec>& r) {
       .severity = "low",
       .fires_when = "step 0's time outside the loader wait > " + Times(kWarmupRatio) +
                     " the steady-state median (the same, loader waits left out), the warmup "
-                    "steps' excess being ≥ " + Pct(kWarmupMinShare) + " of the run's step time",
+                    "steps' excess being ≥ " +
+                    Pct(kWarmupMinShare) + " of the run's step time",
       .fix = "Leave the warmup steps out of throughput numbers (gpuprof's steady-state stats "
              "already skip them); with torch.compile, warm up before timing and avoid "
              "recompiles (e.g. mark dynamic shapes).",
@@ -501,14 +513,14 @@ void AddDistributed(std::vector<RuleSpec>& r) {
       .family = "distributed",
       .max_severity = Severity::kHigh,
       .severity = "high on ≥ " + Pct(kBucketHighFraction) + " of steps, else med",
-      .fires_when = "one rank starts the same bucket's collective last (> " +
-                    Num(kBucketLateMs) + " ms after the others' median) on ≥ " +
-                    Pct(kBucketLateFraction) + " of steps",
+      .fires_when = "one rank starts the same bucket's collective last (> " + Num(kBucketLateMs) +
+                    " ms after the others' median) on ≥ " + Pct(kBucketLateFraction) + " of steps",
       .fix = "One collective waits on one rank: check that rank's host and GPU (thermals, "
              "clocks, CPU load, its own dataloader), its NIC / NVLink topology, and uneven work "
              "before that bucket (data-dependent layers, unbalanced shards).",
       .inputs = "comm_buckets on at least 2 ranks, for buckets timed on " +
-                std::to_string(kBucketSkewMinSteps) + "+ steps; hosts aligned by each run's "
+                std::to_string(kBucketSkewMinSteps) +
+                "+ steps; hosts aligned by each run's "
                 "start_unix_ns minus its measured clock offset (runs.config_json "
                 "distributed.clock_offset_ns; the wall clock as it is without one)",
       .thresholds = {{"kBucketLateMs", kBucketLateMs,
@@ -534,8 +546,8 @@ void AddDistributed(std::vector<RuleSpec>& r) {
       .severity = "med",
       .fires_when = "a rank's steady-state median work time (step time minus its wait for the "
                     "other ranks in the collectives, from comm_buckets on 2+ ranks; else its "
-                    "step time) > " + Pct(kRankSkewFraction) +
-                    " above the median of the other ranks' medians",
+                    "step time) > " +
+                    Pct(kRankSkewFraction) + " above the median of the other ranks' medians",
       .fix = "Find what differs on that rank: its host (CPU load, dataloader, page cache; read "
              "its own report with gpuprof insights DB RUN), its GPU (clocks, thermals, PCIe / "
              "NVLink topology), or uneven data sharding.",
@@ -544,8 +556,7 @@ void AddDistributed(std::vector<RuleSpec>& r) {
       .thresholds = {{"kRankSkewFraction", kRankSkewFraction,
                       "fires above this share over the others"}},
       .explains = {{"bucket_skew", "rank_wide",
-                    "the same rank is late on almost every bucket: its work as a whole",
-                    "run_id"}},
+                    "the same rank is late on almost every bucket: its work as a whole", "run_id"}},
       .evaluate_group = rules::RankSkew,
   });
 }
@@ -617,31 +628,40 @@ namespace {
 std::string EscapePipes(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '|') out += "\\|";
-    else out += c;
+    if (c == '|')
+      out += "\\|";
+    else
+      out += c;
   }
   return out;
 }
 
 }  // namespace
 
-
 std::string_view SeverityName(Severity severity) {
   switch (severity) {
-    case Severity::kHigh: return "high";
-    case Severity::kMed: return "med";
-    case Severity::kLow: return "low";
-    case Severity::kInfo: return "info";
+    case Severity::kHigh:
+      return "high";
+    case Severity::kMed:
+      return "med";
+    case Severity::kLow:
+      return "low";
+    case Severity::kInfo:
+      return "info";
   }
   return "info";
 }
 
 std::string_view SeverityTag(Severity severity) {
   switch (severity) {
-    case Severity::kHigh: return "HIGH";
-    case Severity::kMed: return "MED";
-    case Severity::kLow: return "LOW";
-    case Severity::kInfo: return "INFO";
+    case Severity::kHigh:
+      return "HIGH";
+    case Severity::kMed:
+      return "MED";
+    case Severity::kLow:
+      return "LOW";
+    case Severity::kInfo:
+      return "INFO";
   }
   return "INFO";
 }
@@ -695,8 +715,8 @@ std::string RulesMarkdown() {
   out += "|---|---|---|---|---|\n";
   for (const RuleSpec& s : Rules()) {
     out += "| `" + s.id + "`" + (s.group() ? " (group)" : "") + " | " + s.family + " | " +
-           EscapePipes(s.severity) + " | " +
-           EscapePipes(s.fires_when) + " | " + EscapePipes(s.fix) + " |\n";
+           EscapePipes(s.severity) + " | " + EscapePipes(s.fires_when) + " | " +
+           EscapePipes(s.fix) + " |\n";
   }
   out += "\n| Rule | Threshold | Value | Meaning |\n";
   out += "|---|---|---|---|\n";
@@ -705,8 +725,8 @@ std::string RulesMarkdown() {
       // A fraction is a share, also shown as a percentage; a quantity (cores) is not.
       const bool share = t.value > 0 && t.value < 1 && !t.quantity;
       out += "| `" + s.id + "` | `" + t.name + "` | " + StrFormat("%g", t.value) +
-             (share ? " (" + FormatPercent(t.value) + ")" : "") + " | " +
-             EscapePipes(t.meaning) + " |\n";
+             (share ? " (" + FormatPercent(t.value) + ")" : "") + " | " + EscapePipes(t.meaning) +
+             " |\n";
     }
   }
   out += "\n| Rule | Needs (else \"not evaluated\") |\n";

@@ -13,8 +13,8 @@
 
 #include "analysis/insight.h"
 #include "analysis/run_view.h"
-#include "telemetry/stall_watch.h"
 #include "store/rollup.h"
+#include "telemetry/stall_watch.h"
 
 namespace gpuprof::analysis {
 
@@ -244,7 +244,7 @@ using RuleFn = RuleResult (*)(const RunView&, const RuleContext&);
 using GroupRuleFn = RuleResult (*)(const GroupView&, const RuleContext&);
 
 struct RuleThreshold {
-  std::string name;   // the constant's name in thresholds::
+  std::string name;  // the constant's name in thresholds::
   double value = 0;
   std::string meaning;
   // A quantity (cores, ...) rather than a share: a value below 1 is not shown as a percentage.

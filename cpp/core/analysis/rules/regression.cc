@@ -125,21 +125,21 @@ RuleResult Regression(const RunView& view, const RuleContext& context) {
       {"threshold_slower", kRegressionSlower},
       {"threshold_faster", kImprovementFaster},
   };
-  const std::string message =
-      StrFormat("%s vs %s: %s per step vs %s (%s; steady-state time per step, loader wait "
-                "included)",
-                slower ? "Regression" : "Improvement", against.c_str(), now_text.c_str(),
-                base_text.c_str(), ChangeText(ratio).c_str());
-  RuleResult r = RuleResult::Fire(slower ? Severity::kMed : Severity::kInfo, message,
-                                  std::move(evidence));
+  const std::string message = StrFormat(
+      "%s vs %s: %s per step vs %s (%s; steady-state time per step, loader wait "
+      "included)",
+      slower ? "Regression" : "Improvement", against.c_str(), now_text.c_str(), base_text.c_str(),
+      ChangeText(ratio).c_str());
+  RuleResult r =
+      RuleResult::Fire(slower ? Severity::kMed : Severity::kInfo, message, std::move(evidence));
   if (slower) {
     r.insight->fix = "Diff this run against " + runs_word + id_list +
                      " (code, config, batch size, data, driver, GPU; `gpuprof insights DB RUN` "
                      "shows each one's breakdown); the other insights here show where the time "
                      "goes now.";
   } else {
-    r.insight->fix = "Nothing to fix; note what changed since " + runs_word + id_list +
-                     " so the gain is kept.";
+    r.insight->fix =
+        "Nothing to fix; note what changed since " + runs_word + id_list + " so the gain is kept.";
   }
   return r;
 }

@@ -139,19 +139,19 @@ std::optional<double> MedianOf(const std::vector<const Row*>& rows, std::optiona
 // it is unknown.
 struct Stall {
   std::optional<double> fraction;
-  std::string reason;  // set when fraction is nullopt
-  bool stalled() const;           // fraction > kStallFraction
-  Severity severity() const;      // HIGH at kStallHighFraction, else MED
+  std::string reason;         // set when fraction is nullopt
+  bool stalled() const;       // fraction > kStallFraction
+  Severity severity() const;  // HIGH at kStallHighFraction, else MED
 };
 Stall MeasureStall(const RunView& view);
 
 // Collective time over the steady-state steps that have comm_buckets rows: per step, the
 // length of the union of its bucket intervals (time with any collective in flight).
 struct CommShare {
-  size_t steps = 0;          // steady steps with at least one bucket
-  double comm_ns = 0;        // summed union length
-  double step_ns = 0;        // summed duration of those steps
-  double buckets = 0;        // bucket rows on those steps
+  size_t steps = 0;    // steady steps with at least one bucket
+  double comm_ns = 0;  // summed union length
+  double step_ns = 0;  // summed duration of those steps
+  double buckets = 0;  // bucket rows on those steps
   double fraction() const { return step_ns > 0 ? comm_ns / step_ns : 0; }
 };
 std::optional<CommShare> MeasureCommShare(const RunView& view);

@@ -13,8 +13,7 @@ std::string WarmupRange(const RunView& view) {
   const int64_t first = view.steps.front().step;
   const int64_t last = view.steps[view.steady_begin - 1].step;
   if (first == last) return StrFormat("step %lld", static_cast<long long>(first));
-  return StrFormat("steps %lld–%lld", static_cast<long long>(first),
-                   static_cast<long long>(last));
+  return StrFormat("steps %lld–%lld", static_cast<long long>(first), static_cast<long long>(last));
 }
 
 // A step's own work: its duration without the loader wait before it, when that wait was
@@ -79,18 +78,22 @@ RuleResult CompilationWarmup(const RunView& view, const RuleContext&) {
   if (share < kWarmupMinShare) return RuleResult::Pass();
   nlohmann::json evidence = {
       {"first_step_ns", static_cast<double>(view.steps.front().duration_ns)},
-      {"first_step_work_ns", first},   {"steady_median_work_ns", median},
-      {"ratio", ratio},                {"warmup_steps", view.steady_begin},
-      {"warmup_excess_ns", excess},    {"warmup_share", share},
-      {"threshold", kWarmupRatio},     {"threshold_share", kWarmupMinShare},
+      {"first_step_work_ns", first},
+      {"steady_median_work_ns", median},
+      {"ratio", ratio},
+      {"warmup_steps", view.steady_begin},
+      {"warmup_excess_ns", excess},
+      {"warmup_share", share},
+      {"threshold", kWarmupRatio},
+      {"threshold_share", kWarmupMinShare},
   };
   const auto [first_text, median_text] = FormatDurations(first, median);
   return RuleResult::Fire(
       Severity::kLow,
       StrFormat("%s, %s the steady-state median of %s; warmup (%s) cost %s over steady pace "
                 "(%s of step time)",
-                StepTook(view, first_text).c_str(), FormatRatio(ratio).c_str(),
-                median_text.c_str(), WarmupRange(view).c_str(), FormatDuration(excess).c_str(),
+                StepTook(view, first_text).c_str(), FormatRatio(ratio).c_str(), median_text.c_str(),
+                WarmupRange(view).c_str(), FormatDuration(excess).c_str(),
                 FormatPercent(share).c_str()),
       std::move(evidence));
 }
@@ -118,16 +121,19 @@ RuleResult FirstStepOutlier(const RunView& view, const RuleContext&) {
   if (lift < kFirstStepMinLift) return RuleResult::Pass();
   nlohmann::json evidence = {
       {"first_step_ns", static_cast<double>(view.steps.front().duration_ns)},
-      {"first_step_work_ns", first},      {"median_rest_work_ns", median},
-      {"ratio", ratio},                   {"mean_all_ns", mean_all},
-      {"mean_rest_ns", mean_rest},        {"mean_lift", lift},
-      {"threshold", kFirstStepRatio},     {"threshold_lift", kFirstStepMinLift},
+      {"first_step_work_ns", first},
+      {"median_rest_work_ns", median},
+      {"ratio", ratio},
+      {"mean_all_ns", mean_all},
+      {"mean_rest_ns", mean_rest},
+      {"mean_lift", lift},
+      {"threshold", kFirstStepRatio},
+      {"threshold_lift", kFirstStepMinLift},
   };
   const auto [first_text, median_text] = FormatDurations(first, median);
   const auto [rest_text, all_text] = FormatDurations(mean_rest, mean_all);
   // "+12%", or a multiple once the mean more than doubles ("44.1×").
-  const std::string lift_text =
-      lift >= 1 ? FormatRatio(1 + lift) : "+" + FormatPercent(lift);
+  const std::string lift_text = lift >= 1 ? FormatRatio(1 + lift) : "+" + FormatPercent(lift);
   return RuleResult::Fire(
       Severity::kLow,
       StrFormat("%s, %s the median of the other %zu steps (%s); it lifts the mean step time "
@@ -142,10 +148,10 @@ RuleResult HighStepVariance(const RunView& view, const RuleContext&) {
   using namespace thresholds;
   if (auto why = NeedSteadyState(view)) return RuleResult::Skip(*why);
   if (view.steady_count() < kVarianceMinSteps) {
-    return RuleResult::Skip(StrFormat(
-        "only %s; p99 needs at least %zu",
-        Plural(view.steady_count(), "steady-state step", "steady-state steps").c_str(),
-        kVarianceMinSteps));
+    return RuleResult::Skip(
+        StrFormat("only %s; p99 needs at least %zu",
+                  Plural(view.steady_count(), "steady-state step", "steady-state steps").c_str(),
+                  kVarianceMinSteps));
   }
   const DurationStats& s = *view.steady;
   if (s.p50_ns <= 0) return RuleResult::Skip("steady-state median step time is 0");
@@ -184,8 +190,8 @@ RuleResult HighStepVariance(const RunView& view, const RuleContext&) {
           *st.wait_source == "gap") {
         continue;
       }
-      loader_excess += std::clamp(static_cast<double>(*st.wait_ns) - *median_wait, 0.0,
-                                  d - s.p50_ns);
+      loader_excess +=
+          std::clamp(static_cast<double>(*st.wait_ns) - *median_wait, 0.0, d - s.p50_ns);
     }
     loader_share = loader_excess / lost;
   }
@@ -207,10 +213,10 @@ RuleResult HighStepVariance(const RunView& view, const RuleContext&) {
       const double d = static_cast<double>(st.duration_ns);
       if (d <= kVarianceRatio * s.p50_ns) continue;
       const double extra = d - s.p50_ns;
-      const double st_ex = std::clamp(
-          static_cast<double>(st.stalled_ns.value_or(0)) - median_stalled, 0.0, extra);
-      const double wt_ex = std::clamp(
-          static_cast<double>(st.cpu_wait_ns.value_or(0)) - median_waited, 0.0, extra);
+      const double st_ex =
+          std::clamp(static_cast<double>(st.stalled_ns.value_or(0)) - median_stalled, 0.0, extra);
+      const double wt_ex =
+          std::clamp(static_cast<double>(st.cpu_wait_ns.value_or(0)) - median_waited, 0.0, extra);
       stall_excess += st_ex;
       wait_excess += wt_ex;
       machine_excess += std::min(extra, st_ex + wt_ex);
@@ -221,16 +227,20 @@ RuleResult HighStepVariance(const RunView& view, const RuleContext&) {
   }
   const bool machine_caused = machine_share && *machine_share >= kVarianceStallShare;
   // Which of the two took more of it: the finding that explains the variance.
-  const bool stall_caused =
-      machine_caused && stall_share.value_or(0) >= cpu_wait_share.value_or(0);
+  const bool stall_caused = machine_caused && stall_share.value_or(0) >= cpu_wait_share.value_or(0);
   const bool cpu_wait_caused = machine_caused && !stall_caused;
   // A loader that waited while the process had no CPU is not slow itself.
   const bool loader_caused =
       !machine_caused && loader_share && *loader_share >= kVarianceLoaderShare;
   nlohmann::json evidence = {
-      {"p50_ns", s.p50_ns}, {"p99_ns", s.p99_ns},         {"ratio", ratio},
-      {"spikes", spikes},   {"steady_steps", s.count},    {"spike_excess_ns", lost},
-      {"threshold", kVarianceRatio}, {"lost_share", lost_share},
+      {"p50_ns", s.p50_ns},
+      {"p99_ns", s.p99_ns},
+      {"ratio", ratio},
+      {"spikes", spikes},
+      {"steady_steps", s.count},
+      {"spike_excess_ns", lost},
+      {"threshold", kVarianceRatio},
+      {"lost_share", lost_share},
       {"loader_share", loader_share ? nlohmann::json(*loader_share) : nlohmann::json()},
       {"loader_caused", loader_caused},
       {"stall_share", stall_share ? nlohmann::json(*stall_share) : nlohmann::json()},
@@ -258,11 +268,11 @@ RuleResult HighStepVariance(const RunView& view, const RuleContext&) {
   RuleResult r = RuleResult::Fire(lost_share >= kVarianceMedShare ? Severity::kMed : Severity::kLow,
                                   std::move(message), std::move(evidence));
   if (stall_caused) {
-    r.insight->fix = std::string("The slow steps are the machine's, not the training's. ") +
-                     kHostStallFix;
+    r.insight->fix =
+        std::string("The slow steps are the machine's, not the training's. ") + kHostStallFix;
   } else if (cpu_wait_caused) {
-    r.insight->fix = std::string("The slow steps are the machine's, not the training's. ") +
-                     kCpuContentionFix;
+    r.insight->fix =
+        std::string("The slow steps are the machine's, not the training's. ") + kCpuContentionFix;
   } else if (loader_caused) {
     r.insight->fix =
         "The slow steps wait for batches that the loader delivers in bursts (workers finishing "

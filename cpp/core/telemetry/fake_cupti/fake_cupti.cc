@@ -402,8 +402,7 @@ FAKE_CUPTI_EXPORT uint32_t fake_cupti_launch(const char* name, uint64_t duration
 
 FAKE_CUPTI_EXPORT uint32_t fake_cupti_launch_config(const char* name, uint64_t duration_ns,
                                                     uint32_t stream, uint32_t device,
-                                                    const int32_t grid[3],
-                                                    const int32_t block[3]) {
+                                                    const int32_t grid[3], const int32_t block[3]) {
   LaunchConfig config;
   config.device = device;
   if (grid != nullptr) std::copy(grid, grid + 3, config.grid);

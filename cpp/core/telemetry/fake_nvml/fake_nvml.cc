@@ -3,9 +3,9 @@
 // NvmlCollector's real dlopen/dlsym path without a GPU. Built twice:
 //   fake_nvml/libnvidia-ml.so.1         today's symbol set (_v2/_v3 names, clocks-event reasons)
 //   fake_nvml_legacy/libnvidia-ml.so.1  (-DGPUPROF_FAKE_NVML_LEGACY) only the old names: no
-//       nvmlInit_v2 / nvmlInitWithFlags / _v2 count+handle, no _v2/_v3 process lists (only the unversioned one with
-//       the two-field record), clocks *throttle* reasons, no nvmlDeviceGetPcieThroughput, no
-//       nvmlDeviceGetProcessUtilization.
+//       nvmlInit_v2 / nvmlInitWithFlags / _v2 count+handle, no _v2/_v3 process lists (only the
+//       unversioned one with the two-field record), clocks *throttle* reasons, no
+//       nvmlDeviceGetPcieThroughput, no nvmlDeviceGetProcessUtilization.
 //
 // SCENARIO FORMAT. $GPUPROF_FAKE_NVML_SCENARIO names a text file, read by each first nvmlInit
 // (init after a full shutdown re-reads it). Unset or unreadable: nvmlInit returns 9 (Driver Not
