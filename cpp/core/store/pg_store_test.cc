@@ -14,10 +14,10 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <set>
 #include <thread>
 
 #include "store/row_json.h"
+#include "store/schema_test_util.h"
 #include "store/sqlite_store.h"
 #include "store/table_sql.h"
 
@@ -212,8 +212,6 @@ TEST_F(PgStoreTest, EveryDescriptorMatchesTheSchema) {
   ASSERT_TRUE(OpenPg());
   PGconn* c = PQconnectdb(url_.c_str());
   ASSERT_EQ(PQstatus(c), CONNECTION_OK) << PQerrorMessage(c);
-  // Nullable in the DDL although the member is not std::optional (sqlite_store_test.cc).
-  const std::set<std::string> nullable_with_default = {"runs.run_id", "runs.hostname", "runs.pid"};
   // WHEN each table's column list (store/tables.h) is compared with information_schema
   ForEachTable([&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -249,7 +247,7 @@ TEST_F(PgStoreTest, EveryDescriptorMatchesTheSchema) {
       EXPECT_EQ(ddl[i].type, type) << where;
       if (want[i].nullable) {
         EXPECT_TRUE(ddl[i].nullable) << where;
-      } else if (!nullable_with_default.count(where) && !std::is_same_v<T, PhaseGpuRow>) {
+      } else if (!schema_check::PlainMemberMayBeNullable<T>(where)) {
         EXPECT_FALSE(ddl[i].nullable) << where;
       }
     }

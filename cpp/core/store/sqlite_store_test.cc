@@ -12,12 +12,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <sstream>
 #include <thread>
 #include <tuple>
 
 #include "store/rollup.h"
+#include "store/schema_test_util.h"
 #include "store/table_sql.h"
 
 namespace gpuprof::store {
@@ -229,10 +229,6 @@ TEST_F(StoreTest, OpenCreatesSchemaMetaAndWal) {
   EXPECT_FALSE(latest->has_value());
 }
 
-// Columns that are nullable in the DDL although their member is not std::optional: a NULL there
-// reads as 0 / "" (hostname, pid), or cannot be (run_id: the rowid).
-const std::set<std::string> kNullableWithDefault = {"runs.run_id", "runs.hostname", "runs.pid"};
-
 TEST_F(StoreTest, EveryDescriptorMatchesTheSchema) {
   // GIVEN a freshly created file (schema.sql)
   const std::string path = Path("gpuprof.db");
@@ -271,10 +267,10 @@ TEST_F(StoreTest, EveryDescriptorMatchesTheSchema) {
       const bool assigned = table == "runs" && want[i].name == "run_id";  // INTEGER: the rowid
       EXPECT_EQ(ddl[i].type, assigned ? "INTEGER" : want[i].type) << where;
       // An optional member needs a nullable column; a plain one a NOT NULL column, but for
-      // the exceptions above and PhaseGpuRow, which only writes (its gpu_ns always has a value).
+      // the exceptions of schema_test_util.h.
       if (want[i].nullable) {
         EXPECT_FALSE(ddl[i].notnull) << where;
-      } else if (!kNullableWithDefault.count(where) && !std::is_same_v<T, PhaseGpuRow>) {
+      } else if (!schema_check::PlainMemberMayBeNullable<T>(where)) {
         EXPECT_TRUE(ddl[i].notnull) << where;
       }
       EXPECT_EQ(ddl[i].pk, want[i].key) << where;
