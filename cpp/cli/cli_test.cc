@@ -143,8 +143,23 @@ TEST_F(CliTest, MalformedCommandLinesAreUsageErrorsWithStatus2) {
 TEST_F(CliTest, Version) {
   const Result r = Run("version");
   EXPECT_EQ(r.code, 0);
+  // The first line is the version; then what this build has of its optional parts.
+  const std::string server =
+#ifdef GPUPROF_HAVE_SERVER
+      "built";
+#else
+      "not built (Boost, zlib, OpenSSL or libjs-dygraphs were missing at build time)";
+#endif
+  const std::string postgres =
+#ifdef GPUPROF_WITH_POSTGRES
+      "built";
+#else
+      "not built (libpq was missing at build time)";
+#endif
   EXPECT_EQ(r.out, std::string("gpuprof ") + GPUPROF_VERSION + " (store schema " +
-                       std::to_string(store::kSchemaVersion) + ")\n");
+                       std::to_string(store::kSchemaVersion) + ")\n" +
+                       "team server, push, dashboard, webhook: " + server + "\n" +
+                       "PostgreSQL storage: " + postgres + "\n");
 }
 
 TEST_F(CliTest, RulesMarkdownIsTheRegistry) {

@@ -647,6 +647,19 @@ int Main(int argc, char** argv) {
   if (version->parsed()) {
     std::cout << "gpuprof " << GPUPROF_VERSION << " (store schema " << store::kSchemaVersion
               << ")\n";
+    // What this build has of the parts that depend on libraries found at build time (README:
+    // Install).
+#ifdef GPUPROF_HAVE_SERVER
+    std::cout << "team server, push, dashboard, webhook: built\n";
+#else
+    std::cout << "team server, push, dashboard, webhook: not built (Boost, zlib, OpenSSL or "
+                 "libjs-dygraphs were missing at build time)\n";
+#endif
+#ifdef GPUPROF_WITH_POSTGRES
+    std::cout << "PostgreSQL storage: built\n";
+#else
+    std::cout << "PostgreSQL storage: not built (libpq was missing at build time)\n";
+#endif
     return 0;
   }
   std::cerr << app.help();
