@@ -4,13 +4,12 @@ the stored run with sqlite3 against the documented schema (docs/schema.md)."""
 from __future__ import annotations
 
 import os
-import sqlite3
 import sys
 from pathlib import Path
 
 import pytest
 
-from gpuprof_testutil import gpuprof_exe, run_cli, native_build_dir  # noqa: F401  (re-exported)
+from gpuprof_testutil import db_rows, gpuprof_exe, native_build_dir, run_cli  # noqa: F401  (re-exported)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -25,11 +24,7 @@ class Db:
         self.path = path
 
     def rows(self, sql: str, *params) -> list[tuple]:
-        con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
-        try:
-            return con.execute(sql, params).fetchall()
-        finally:
-            con.close()
+        return db_rows(self.path, sql, *params)
 
     def one(self, sql: str, *params):
         r = self.rows(sql, *params)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,15 @@ def native_build_dir() -> Path:
         return Path(os.environ["GPUPROF_BUILD_DIR"])
     found = sorted((REPO / "build").glob("cp311-*/fake_nvml"))
     return found[0].parent if found else REPO / "build" / "cp311-cp311-linux_x86_64"
+
+
+def db_rows(db: Path | str, sql: str, *params: object) -> list[tuple]:
+    """The rows of a read-only query on a gpuprof DB file (the documented schema)."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return con.execute(sql, params).fetchall()
+    finally:
+        con.close()
 
 
 def gpuprof_exe() -> str:

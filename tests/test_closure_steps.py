@@ -8,7 +8,6 @@ automatic FLOP count counts such a step. Through the public API, on CPU."""
 from __future__ import annotations
 
 import json
-import sqlite3
 import statistics
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 import gpuprof
-from gpuprof_testutil import run_cli
+from gpuprof_testutil import db_rows as rows, run_cli
 
 STEPS = 12
 
@@ -50,14 +49,6 @@ def train(kind: str, db: Path, **options) -> int:
         for _ in range(STEPS):
             opt.step(closure)
     return prof.run_id
-
-
-def rows(db: Path, sql: str, *params) -> list[tuple]:
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return con.execute(sql, params).fetchall()
-    finally:
-        con.close()
 
 
 @pytest.mark.parametrize("kind", ["sgd", "lbfgs"])

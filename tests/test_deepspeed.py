@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from gpuprof_testutil import db_rows as rows
 import gpuprof
 
 pytest.importorskip("deepspeed")
@@ -29,14 +29,6 @@ def run(cmd: list[str], env_extra: dict | None = None) -> subprocess.CompletedPr
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return proc
-
-
-def rows(db: Path, sql: str, *params) -> list[tuple]:
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return con.execute(sql, params).fetchall()
-    finally:
-        con.close()
 
 
 def micro_batch_flops() -> int:

@@ -13,7 +13,6 @@ import json
 import math
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 from collections import defaultdict
@@ -24,7 +23,7 @@ import torch
 from torch import nn
 
 import gpuprof
-from gpuprof_testutil import gpuprof_exe
+from gpuprof_testutil import db_rows as rows, gpuprof_exe
 
 STEPS = 6
 
@@ -59,14 +58,6 @@ def record_run_in_subprocess(db: Path, **options) -> int:
                            json.dumps(options)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, f"recording failed ({proc.returncode}): {proc.stderr[-2000:]}"
     return int(proc.stdout.split()[-1])
-
-
-def rows(db: Path, sql: str, *params) -> list[tuple]:
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return con.execute(sql, params).fetchall()
-    finally:
-        con.close()
 
 
 def ns(us: float) -> int:

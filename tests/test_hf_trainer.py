@@ -5,7 +5,6 @@ and the FLOP count work, bad options fail when the callback is made."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from gpuprof_testutil import db_rows as rows
 import gpuprof
 
 transformers = pytest.importorskip("transformers")
@@ -46,14 +46,6 @@ def train(tmp_path: Path, accumulate: int = 1, eval_steps: int = 4, **options):
                                    eval_dataset=data[:3 * BATCH], callbacks=[callback])
     trainer.train()
     return callback
-
-
-def rows(db: Path, sql: str, *params) -> list[tuple]:
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return con.execute(sql, params).fetchall()
-    finally:
-        con.close()
 
 
 def one_batch_flops() -> int:

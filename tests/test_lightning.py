@@ -7,7 +7,6 @@ failed run, bad options fail at construction."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from torch.utils.flop_counter import FlopCounterMode
 
 import gpuprof
-from gpuprof_testutil import run_cli
+from gpuprof_testutil import db_rows as rows, run_cli
 
 L = pytest.importorskip("lightning")
 
@@ -59,14 +58,6 @@ def fit(db: Path, epochs: int = 2, accumulate: int = 1, fail_at: int = -1,
     trainer.fit(Model(fail_at, fail_in_validation), DataLoader(data, batch_size=BATCH),
                 DataLoader(data, batch_size=BATCH))
     return callback
-
-
-def rows(db: Path, sql: str, *params) -> list[tuple]:
-    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return con.execute(sql, params).fetchall()
-    finally:
-        con.close()
 
 
 def one_batch_flops() -> int:

@@ -16,7 +16,7 @@ import pytest
 import gpuprof
 import linescope
 from gpuprof import _native
-from gpuprof_testutil import run_cli
+from gpuprof_testutil import db_rows, run_cli
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -39,17 +39,12 @@ def test_one_version_everywhere() -> None:
 
 
 def test_the_run_records_that_version(tmp_path: Path) -> None:
-    import sqlite3
     with gpuprof.profile("v", db=str(tmp_path / "v.db"), auto=False, gpu="none",
                          summary=False) as prof:
         with prof.step(0):
             pass
-    con = sqlite3.connect(tmp_path / "v.db")
-    try:
-        (stored,) = con.execute("SELECT gpuprof_version FROM runs").fetchone()
-    finally:
-        con.close()
-    assert stored == pyproject_version()
+    assert db_rows(tmp_path / "v.db", "SELECT gpuprof_version FROM runs") == [
+        (pyproject_version(),)]
 
 
 def test_licences_are_shipped_with_the_install() -> None:
@@ -102,14 +97,9 @@ def test_without_the_server_a_dashboard_request_warns_and_the_run_goes_on(
     assert prof.dashboard_url is None
     assert "gpuprof dashboard:" not in capsys.readouterr().out
     # AND the run is stored with the reason among its diagnostics
-    import sqlite3
-    con = sqlite3.connect(tmp_path / "d.db")
-    try:
-        diags = con.execute("SELECT source, message FROM diagnostics").fetchall()
-        steps = con.execute("SELECT count(*) FROM steps").fetchone()[0]
-    finally:
-        con.close()
-    assert steps == 1
+    db = tmp_path / "d.db"
+    diags = db_rows(db, "SELECT source, message FROM diagnostics")
+    assert db_rows(db, "SELECT count(*) FROM steps") == [(1,)]
     assert any(src == "dashboard" and "dashboard not started" in msg and "libboost-dev" in msg
                for src, msg in diags), diags
 
@@ -127,10 +117,4 @@ def test_without_the_server_push_and_webhook_warn_and_the_run_is_stored(
     assert any(re.search(r"server= is set but this gpuprof was built without", t) for t in texts)
     assert any(re.search(r"webhook= is set but this gpuprof was built without", t)
                for t in texts)
-    import sqlite3
-    con = sqlite3.connect(tmp_path / "p.db")
-    try:
-        steps = con.execute("SELECT count(*) FROM steps").fetchone()[0]
-    finally:
-        con.close()
-    assert steps == 1
+    assert db_rows(tmp_path / "p.db", "SELECT count(*) FROM steps") == [(1,)]

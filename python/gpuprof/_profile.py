@@ -598,7 +598,7 @@ class Profile:
     def _start_dashboard(self, native: Any) -> None:
         """The in-process dashboard: a native server thread over this run's file, reachable
         until the process exits. A failure is a warning; the training goes on."""
-        if not getattr(native, "HAS_SERVER", True):
+        if not native.HAS_SERVER:
             self._session.add_diagnostic("warning", "dashboard",
                                          f"dashboard not started: {_NO_SERVER}")
             _warn(f"gpuprof: the dashboard could not start: {_NO_SERVER}")
@@ -1189,7 +1189,7 @@ def _server_options(server: str | None, api_key: str | None) -> dict[str, Any]:
     _check_utf8("server", server)
     _check_utf8("api_key", api_key)
     from . import _native
-    if not getattr(_native, "HAS_SERVER", True):
+    if not _native.HAS_SERVER:
         _warn(f"gpuprof.profile: {where} is set but {_NO_SERVER}; the run is not pushed")
         return {}
     return {"server_url": server.rstrip("/"), "api_key": api_key}
@@ -1287,7 +1287,7 @@ def profile(run_name: str = "run", *, db: str | os.PathLike[str] = "gpuprof.db",
             raise TypeError(f"gpuprof.profile: webhook must be a URL string, got "
                             f"{type(webhook).__name__}")
         from . import _native
-        if not getattr(_native, "HAS_SERVER", True):
+        if not _native.HAS_SERVER:
             _warn(f"gpuprof.profile: webhook= is set but {_NO_SERVER}; no message will be sent")
             webhook = None
         else:
