@@ -22,7 +22,7 @@ apt_install() {  # apt_install PKG... : the ones not installed yet
 # Google Benchmark; clang (fuzzing, sanitizers) and clang-format (make lint). SQLite,
 # nlohmann-json and CLI11 are vendored (third_party/), CMake and ninja come from pip.
 apt_install g++ make libgtest-dev libgmock-dev libboost-dev zlib1g-dev libssl-dev libpq-dev \
-  postgresql libbenchmark-dev clang clang-format libjs-dygraphs
+  postgresql libbenchmark-dev clang clang-format libjs-dygraphs openjdk-17-jre-headless
 
 PYTHON="${PYTHON:-}"
 if [ -z "$PYTHON" ]; then
@@ -65,6 +65,9 @@ if ! $PY -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13
   $PY -m pip install -q "torch==2.13.0"
 fi
 pinned $PY scripts/requirements-frameworks.txt DS_BUILD_OPS=0
+# linescope's Spark tests (tests/linescope/test_linescope_spark.py): pyspark in .venv only; its
+# Java runtime is openjdk-17-jre-headless above.
+pinned $PY scripts/requirements-spark.txt
 
 # --- browser tests (tests/browser: the HTML report and the dashboard in headless Chromium) -----
 # Debian's chromium + PyPI playwright (pinned above) driving it (executable_path=/usr/bin/chromium);

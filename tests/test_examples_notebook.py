@@ -58,3 +58,21 @@ def test_gpu_notebook_runs_and_shows_the_unavailable_reasons(tmp_path):
     assert "GPU time available: False - GPU measurements unavailable: NVML not available" in text
     assert "GPU peak memory available: False" in text
     assert (tmp_path / "gpu_report_sampler.html").is_file()
+
+
+def test_readme_and_docs_name_the_backends_the_notebook_uses():
+    # The notebook's %%linescope cells, in order, and what README and docs/linescope.md say
+    # about it: the same backends with the same options, in the same order.
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    magics = [line.split(" -o ")[0].removeprefix("%%linescope ").strip()
+              for cell in nb.cells if cell.cell_type == "code"
+              for line in cell.source.splitlines()[:1] if line.startswith("%%linescope")]
+    assert magics == ["--backend scalene --gpu", "--backend sampler --gpu --memory"]
+    root = NOTEBOOK.parent.parent.parent
+    for doc in ("README.md", "docs/linescope.md"):
+        text = " ".join((root / doc).read_text().split())
+        at = text.index("linescope_gpu.ipynb")
+        about = text[at:at + 400]
+        found = [m for m in magics if m in about]
+        assert found == magics, (doc, about)
+        assert about.index(magics[0]) < about.index(magics[1]), (doc, about)

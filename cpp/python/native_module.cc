@@ -25,6 +25,7 @@
 #include "line_tracer.h"
 #include "record/session.h"
 #include "report_binding.h"
+#include "spark_binding.h"
 #include "test_api.h"
 #ifdef GPUPROF_HAVE_SERVER
 #include "server/dashboard.h"
@@ -432,6 +433,7 @@ NB_MODULE(_native, m) {
   RegisterLineTracer(m);
   RegisterLineSampler(m);
   RegisterLineReport(m);
+  RegisterSpark(m);
   // For the test-only module (test_api.h): a table of functions, not an API of this module.
   static const TestApi kTestApi{&UntracedEvalCount, &UntracedEvalAside};
   m.attr("_test_api") = nb::capsule(&kTestApi, kTestApiCapsule);

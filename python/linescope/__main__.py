@@ -72,6 +72,12 @@ def add_profile_options(p: argparse.ArgumentParser) -> None:
                    help="collect host memory: RSS timeline and per-line change / peak")
     m.add_argument("--no-memory", dest="memory", action="store_false",
                    help="do not collect host memory (overrides memory = true in pyproject.toml)")
+    sp = p.add_mutually_exclusive_group()
+    sp.add_argument("--spark", dest="spark", action="store_true", default=None,
+                    help="record PySpark actions at the lines that run them: plans, operator "
+                         "metrics, stages, driver and executor time")
+    sp.add_argument("--no-spark", dest="spark", action="store_false",
+                    help="do not record Spark actions (overrides spark = true in pyproject.toml)")
     p.add_argument("-i", "--include", action="append", default=None, metavar="PATTERN",
                    help="also record files matching this glob (repeatable; replaces the "
                         "include list of pyproject.toml)")
@@ -87,6 +93,12 @@ def add_profile_options(p: argparse.ArgumentParser) -> None:
                    help="show the result at the end (default: end)")
     p.add_argument("--sample-rate", type=_sample_rate, default=None, metavar="RATE",
                    help="samples per second, for sampling backends")
+    n = p.add_mutually_exclusive_group()
+    n.add_argument("--notebooks", dest="notebooks", action="store_true", default=None,
+                   help="inside IPython / Jupyter, record the cells that run, each named "
+                        "'cell N' (default)")
+    n.add_argument("--no-notebooks", dest="notebooks", action="store_false",
+                   help="do not record notebook cells (unless an include pattern names them)")
 
 
 def profile_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -94,7 +106,8 @@ def profile_options(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in dict(
         backend=args.backend, gpu=args.gpu, memory=args.memory, root=args.root,
         include=args.include, exclude=args.exclude, output=args.output,
-        display=args.display, sample_rate=args.sample_rate).items() if v is not None}
+        display=args.display, sample_rate=args.sample_rate,
+        notebooks=args.notebooks, spark=args.spark).items() if v is not None}
 
 
 def new_session(options: dict[str, Any], record: Sequence[str]) -> profile:
@@ -119,12 +132,20 @@ def _parser() -> argparse.ArgumentParser:
         usage="linescope [options] (script.py | -m module) [args...]",
         description="Profile the source lines of a Python script or module.")
     add_profile_options(p)
+    p.add_argument("--version", action="version", version=_version_line(),
+                   help="print linescope's version and exit")
     # For --help only: _split_argv takes the target apart before the options are parsed.
     p.add_argument("-m", dest="module", default=None, metavar="MODULE",
                    help="run a library module as a script (like python -m); what follows "
                         "goes to the module")
     p.add_argument("target", nargs=argparse.REMAINDER, help="script.py [args...]")
     return p
+
+
+def _version_line() -> str:
+    from gpuprof import __version__
+
+    return f"linescope {__version__} (gpuprof {__version__})"
 
 
 def _split_argv(parser: argparse.ArgumentParser,
@@ -227,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(str(e))
         code = 1
         try:
-            code = _run_target(run)
+            code = _run_target(run, session._mark_failed)
         finally:
             code = _stop(session, code)
     return code
@@ -284,12 +305,14 @@ def _stop(session: profile, code: int) -> int:
     return code
 
 
-def _run_target(run: Callable[[], object]) -> int:
-    """Runs the target to its end and returns its exit status, as python would."""
+def _run_target(run: Callable[[], object], failed: Callable[[BaseException], None]) -> int:
+    """Runs the target to its end and returns its exit status, as python would; `failed` is
+    told what ended a target that failed (the run's status)."""
     failure: BaseException
     try:
         run()
     except SystemExit as e:
+        failed(e)
         return _exit_code(e.code)
     except ImportError as e:
         if _target_frames(e.__traceback__) is not None:  # raised by the target's own code
@@ -298,11 +321,13 @@ def _run_target(run: Callable[[], object]) -> int:
             # runpy found nothing to run (no such module, a package without __main__, a
             # directory without __main__.py): one line and status 1, as python says it.
             print(f"linescope: {e}", file=sys.stderr)
+            failed(e)
             return 1
     except BaseException as e:  # the target failed
         failure = e
     else:
         return 0
+    failed(failure)
     # Outside the except clause, so an error in the hook is not chained to the failure.
     return _report_uncaught(failure)
 

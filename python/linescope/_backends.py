@@ -164,6 +164,12 @@ class TraceBackend:
         line at every line change, so RSS readings can be charged to the running line."""
         return self._tracer.memory_line_source(), self._tracer.resolve_line_keys
 
+    def _snapshot(self) -> RawBackendResult:
+        """The result so far, while the tracer runs (save() during a session). The tracer's
+        events and this read both hold the GIL, so the totals are consistent; a line that is
+        still running counts up to its last event."""
+        return self.result()
+
     def result(self) -> RawBackendResult:
         t = self._tracer
         lines = [RawLine(filename=f, line=ln, wall_time_ns=wall, hits=hits, self_time_ns=own,

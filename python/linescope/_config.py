@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 OPTION_NAMES = ("backend", "gpu", "memory", "root", "include", "exclude", "display", "output",
-                "sample_rate")
+                "sample_rate", "notebooks", "child_notebooks", "spark")
 
 
 def find_pyproject(start: str | os.PathLike[str] | None = None) -> Path | None:

@@ -24,9 +24,7 @@ from types import CodeType
 from typing import Any
 from collections.abc import Callable
 
-# Where IPython and ipykernel put cell code: the terminal's "<ipython-input-N-hash>", the
-# kernel's "/tmp/ipykernel_<pid>/<hash>.py".
-CELL_PATTERNS = ("<ipython-input-*>", "*/ipykernel_*/*.py")
+from ._notebook import CELL_PATTERNS, running_cell_number
 
 
 class MagicUsageError(Exception):
@@ -78,7 +76,8 @@ class _Cell:
     def __init__(self, shell: Any, cell: str) -> None:
         self._shell = shell
         source = shell.transform_cell(cell)
-        self.filename: str = shell.compile.cache(source, shell.execution_count)
+        # Compiled under the running cell's number (its report name is "cell N", N as In [N]).
+        self.filename: str = shell.compile.cache(source, running_cell_number(shell))
         tree = shell.transform_ast(shell.compile.ast_parse(source, self.filename))
         last: ast.Expression | None = None
         if tree.body and isinstance(tree.body[-1], ast.Expr) and not _ends_quiet(source):
@@ -207,6 +206,7 @@ def run_cell_magic(shell: Any, line: str, cell: str) -> Any:
     except BaseException as exc:
         # The cell's exception propagates; a session that cannot finish (a report that
         # cannot be written) does not replace it.
+        session._mark_failed(exc)
         try:
             result = session.stop()
         except Exception as failure:  # noqa: BLE001
@@ -221,6 +221,11 @@ def run_cell_magic(shell: Any, line: str, cell: str) -> Any:
     if display == "end":
         _show(result)
     return value
+
+
+def display_report(result: Any) -> None:
+    """Shows the report in the running notebook cell (session.show(inline=True))."""
+    _show(result)
 
 
 def _show(result: Any) -> None:

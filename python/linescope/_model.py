@@ -3,8 +3,70 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
+
+from ._spark_model import SparkCollection, SparkExecution
+
+
+class RunStatus(enum.StrEnum):
+    """How a run ended: ``success``, or ``failed`` when the profiled code raised (the ``with``
+    block, the script, the cell). ``reference``: a run known only by reference (a child
+    notebook whose source and measurements are not available)."""
+
+    SUCCESS = "success"
+    FAILED = "failed"
+    REFERENCE = "reference"
+
+
+class SessionState(enum.StrEnum):
+    """Where a session is in its life: created, running, stopped (a session runs once)."""
+
+    CREATED = "created"
+    RUNNING = "running"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    """A line of a captured source: ``source_id`` is a key of ``ProfileResult.sources`` (the
+    file's absolute path, or ``cell N`` for notebook cell N)."""
+
+    source_id: str
+    line: int
+    column: int | None = None
+    symbol: str | None = None
+
+
+class SourceUnit(str):
+    """A captured source snapshot. It is the source text itself (a ``str``, so
+    ``result.sources[name]`` reads as text) and also carries where it came from: ``id`` (its
+    key in ``ProfileResult.sources``), ``path`` (the file, or the cell's compiled name),
+    ``kind`` (``"python"`` or ``"notebook"``) and ``source`` (the text)."""
+
+    id: str
+    path: str
+    kind: str
+
+    def __new__(cls, text: str, id: str, path: str | None = None,
+                kind: str = "python") -> SourceUnit:
+        unit = super().__new__(cls, text)
+        unit.id = id
+        unit.path = id if path is None else path
+        unit.kind = kind
+        return unit
+
+    @property
+    def source(self) -> str:
+        return str(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SourceUnit, (str(self), self.id, self.path, self.kind))
+
+    def __repr__(self) -> str:
+        return f"SourceUnit(id={self.id!r}, path={self.path!r}, kind={self.kind!r})"
 
 
 @dataclass(frozen=True)
@@ -14,6 +76,16 @@ class GPUStats:
 
     time_ns: int | None = None
     peak_memory_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class ProcessMemory:
+    """A line's host-memory (RSS) change and the highest RSS seen while it ran (bytes; None:
+    not measured). ``rss_bytes`` (the RSS after the line) is not kept per line: None."""
+
+    delta_bytes: int | None = None
+    peak_bytes: int | None = None
+    rss_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -39,6 +111,19 @@ class LineStats:
     samples: int | None = None  # samples that landed on the line (sampling backends)
 
     @property
+    def ram(self) -> ProcessMemory | None:
+        """LineScope's name for the line's host-memory (RSS) change and peak; None unless
+        memory=True measured them."""
+        if self.memory_bytes is None and self.memory_peak_bytes is None:
+            return None
+        return ProcessMemory(delta_bytes=self.memory_bytes, peak_bytes=self.memory_peak_bytes)
+
+    @property
+    def location(self) -> SourceLocation:
+        """Where the line is: ``location.source_id`` keys ``ProfileResult.sources``."""
+        return SourceLocation(self.filename, self.line)
+
+    @property
     def avg_time_ns(self) -> float | None:
         """Wall time per hit; None when the wall time or the hits are unknown, or hits are 0."""
         if not self.hits or self.wall_time_ns is None:
@@ -59,6 +144,14 @@ class FunctionStats:
     own_time_ns: int | None
     calls: int | None
 
+    @property
+    def qualified_name(self) -> str:
+        return self.qualname
+
+    @property
+    def source_id(self) -> str:
+        return self.filename
+
 
 @dataclass(frozen=True)
 class Symbol:
@@ -67,6 +160,14 @@ class Symbol:
     qualname: str
     filename: str
     line: int
+
+    @property
+    def qualified_name(self) -> str:
+        return self.qualname
+
+    @property
+    def source_id(self) -> str:
+        return self.filename
 
 
 @dataclass(frozen=True)
@@ -164,18 +265,32 @@ class RawBackendResult:
 
 @dataclass
 class ProfileRun:
-    """The root run of a session: everything measured between start() and stop()."""
+    """A run: the root run of a session is everything measured between start() and stop().
+    ``status`` is ``failed`` when the profiled code raised, with ``error`` saying what
+    (``"ZeroDivisionError: division by zero"``), else ``success``. The run tree
+    (``id``, ``parent_id``, ``children``) is where runs of child notebooks will hang; today a
+    session has one run and ``children`` is empty (docs/linescope.md, Notebooks)."""
 
     elapsed_ns: int | None
     lines: list[LineStats]
     functions: list[FunctionStats]
     started_at: float  # Unix seconds
+    status: RunStatus = RunStatus.SUCCESS
+    error: str | None = None
+    name: str = "Profile"
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    parent_id: str | None = None
+    children: list[ProfileRun] = field(default_factory=list)
+    # spark=True: the PySpark actions the run made (linescope/_spark_model.py)
+    spark_executions: list[SparkExecution] = field(default_factory=list)
 
 
 @dataclass
 class ProfileResult:
     run: ProfileRun
-    sources: dict[str, str]  # filename -> source text, snapshot taken when the session stopped
+    # filename (or "cell N") -> its source snapshot (a SourceUnit: the text, with id / path /
+    # kind), taken when the session stopped
+    sources: dict[str, SourceUnit]
     backend: str
     capabilities: BackendCapabilities
     symbols: list[Symbol]
@@ -184,6 +299,24 @@ class ProfileResult:
     metadata: dict[str, Any] = field(default_factory=dict)
     memory: MemoryProfile | None = None  # None unless memory=True
     gpu: GPUCollection | None = None  # None unless gpu=True on a GPU-capable backend
+    spark: SparkCollection | None = None  # None unless spark=True
+
+    def __repr__(self) -> str:
+        # Short: a notebook shows it as the value of `profile.stop()`.
+        run = self.run
+        ms = "—" if run.elapsed_ns is None else f"{run.elapsed_ns / 1e6:.1f} ms"
+        return (f"<linescope ProfileResult: {self.backend}, {run.status}, {ms}, "
+                f"{len(run.lines)} lines, {len(run.functions)} functions, "
+                f"{len(self.sources)} sources>")
+
+    @property
+    def root_run(self) -> ProfileRun:
+        """The session's run (LineScope's name for ``run``)."""
+        return self.run
+
+    @property
+    def status(self) -> RunStatus:
+        return self.run.status
 
     @property
     def lines(self) -> list[LineStats]:

@@ -7,7 +7,9 @@ starts); one that came from pyproject.toml names that file.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
+import re
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -44,6 +46,9 @@ class Options:
     display: str
     output: str | None  # absolute
     sample_rate: float | None
+    notebooks: bool  # inside IPython / Jupyter: record the cells that run ("cell N")
+    child_notebooks: bool  # accepted for LineScope code; child notebooks are not profiled yet
+    spark: bool  # record PySpark actions (python/linescope/_spark.py)
     config_path: Path | None  # the pyproject.toml the defaults came from
     from_config: set[str]  # the options whose value came from that file
 
@@ -54,7 +59,8 @@ def resolve(explicit: dict[str, Any]) -> Options:
     defaults, config_path = _config.load_defaults()
     opts: dict[str, Any] = dict(backend="trace", gpu=False, memory=False, root=None,
                                 include=(), exclude=(), display="end", output=None,
-                                sample_rate=None)
+                                sample_rate=None, notebooks=True, child_notebooks=True,
+                                spark=False)
     opts.update(defaults)
     opts.update(explicit)
     # Options whose value came from pyproject.toml (errors name the file).
@@ -72,6 +78,12 @@ def resolve(explicit: dict[str, Any]) -> Options:
         gpu = _bool("gpu", opts["gpu"])
     with blame("memory"):
         memory = _bool("memory", opts["memory"])
+    with blame("notebooks"):
+        notebooks = _bool("notebooks", opts["notebooks"])
+    with blame("child_notebooks"):
+        child_notebooks = _bool("child_notebooks", opts["child_notebooks"])
+    with blame("spark"):
+        spark = _bool("spark", opts["spark"])
     root_v = opts["root"]
     with blame("root"):
         if root_v is not None and not isinstance(root_v, (str, os.PathLike)):
@@ -85,9 +97,9 @@ def resolve(explicit: dict[str, Any]) -> Options:
         else:  # the default root: checked again at start (the directory may change)
             check_utf8_path("the current directory (the default root)", os.getcwd())
     with blame("include"):
-        include = _patterns("include", opts["include"])
+        include = packages_as_patterns(_patterns("include", opts["include"]))
     with blame("exclude"):
-        exclude = _patterns("exclude", opts["exclude"])
+        exclude = packages_as_patterns(_patterns("exclude", opts["exclude"]))
     with blame("display"):
         if opts["display"] not in DISPLAY:
             raise ValueError(f"display must be one of {', '.join(map(repr, DISPLAY))}, "
@@ -105,7 +117,9 @@ def resolve(explicit: dict[str, Any]) -> Options:
     sample_rate = None if rate is None else float(rate)
     return Options(backend=backend, factory=factory, gpu=gpu, memory=memory, root=root,
                    include=include, exclude=exclude, display=display, output=output,
-                   sample_rate=sample_rate, config_path=config_path, from_config=from_config)
+                   sample_rate=sample_rate, notebooks=notebooks,
+                   child_notebooks=child_notebooks, spark=spark, config_path=config_path,
+                   from_config=from_config)
 
 
 def _patterns(name: str, value: Any) -> tuple[str, ...]:
@@ -129,6 +143,44 @@ def _patterns(name: str, value: Any) -> tuple[str, ...]:
                              "matches files by their UTF-8 paths; write the pattern as UTF-8 "
                              "text (a file whose name is not UTF-8 cannot be recorded)")
     return items
+
+
+_MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
+
+
+def packages_as_patterns(patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """include / exclude take globs, paths and importable package or module names: a name
+    such as ``mypkg`` or ``mypkg.sub`` that is no existing path and that the import system
+    finds becomes its directory's pattern (``/abs/mypkg/*``; a plain module: its file). A
+    name found nowhere stays a glob (``utils.py`` is a file pattern)."""
+    out: list[str] = []
+    for p in patterns:
+        out.append(p)
+        if not _MODULE_NAME.match(p) or os.path.exists(p):
+            continue
+        where = _module_location(p)
+        if where is not None:
+            out[-1] = where
+    return tuple(out)
+
+
+def _module_location(name: str) -> str | None:
+    """The pattern of module or package `name` (its directory's ``/*``, or its file), found
+    without importing it (a dotted name imports its parent packages, as Python must)."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError, AttributeError):
+        return None
+    except Exception:  # a parent package that fails to import: not a package name here
+        return None
+    if spec is None:
+        return None
+    locations = list(spec.submodule_search_locations or [])
+    if locations:
+        return os.path.join(os.path.abspath(locations[0]), "*")
+    if spec.origin and spec.has_location and os.path.isfile(spec.origin):
+        return os.path.abspath(spec.origin)
+    return None
 
 
 def _bool(name: str, value: Any) -> bool:

@@ -8,7 +8,7 @@ import json
 import os
 from typing import TextIO
 
-from ._model import ProfileResult
+from ._model import LineStats, ProfileResult
 from ._text import source_lines
 
 
@@ -52,43 +52,82 @@ def _clip(text: str, width: int = SUMMARY_SOURCE_WIDTH) -> str:
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
+# The most left-out lines the summary names (as the HTML report: lines::kMaxDroppedListed).
+DROPPED_LISTED = 10
+
+
+def _outside_source(result: ProfileResult,
+                    rows_of: dict[str, list[str]]) -> tuple[list[LineStats], str | None]:
+    """The lines inside a captured source, and the diagnostic for the others (None when there
+    are none). A line whose file has no snapshot, or whose number is not a line of it (a
+    custom backend's worker.py:99 in a 6-line file), is left out of every total, as the HTML
+    report does (lines::BuildReportPayload)."""
+    inside: list[LineStats] = []
+    left_out: dict[tuple[str, int], str] = {}
+    for s in result.run.lines:
+        text = result.sources.get(s.filename)
+        rows = None
+        if text is not None:
+            rows = rows_of.get(s.filename)
+            if rows is None:
+                rows = rows_of[s.filename] = source_lines(text)
+        if rows is not None and 0 < s.line <= len(rows):
+            inside.append(s)
+        else:
+            why = ("no source was captured" if rows is None
+                   else f"the file has {_count(len(rows), 'line')}")
+            left_out.setdefault((s.filename, s.line), why)
+    if not left_out:
+        return inside, None
+    n = len(left_out)
+    named = ", ".join(f"{_rel(f)}:{ln} ({why})"
+                      for (f, ln), why in sorted(left_out.items())[:DROPPED_LISTED])
+    more = f" and {n - DROPPED_LISTED} more" if n > DROPPED_LISTED else ""
+    were = "line outside the captured source was" if n == 1 else \
+        "lines outside the captured source were"
+    return inside, f"{n} {were} left out of every table and total: {named}{more}."
+
+
 def render_text(result: ProfileResult, top: int = 15) -> str:
     """A plain-text summary: the most expensive lines and functions. When the result has GPU
     values (a GPU collection or per-line GPUStats), the lines table has GPU time and GPU peak
-    memory columns of their own, beside (never added to) the driver time."""
+    memory columns of their own, beside (never added to) the driver time. Lines outside the
+    captured source are left out (and named in a warning); a sampling backend, which counts
+    no hits, has no hits column."""
     run = result.run
-    files = len({s.filename for s in run.lines})
+    rows_of: dict[str, list[str]] = {}  # each file split once
+    inside, left_out = _outside_source(result, rows_of)
+    files = len({s.filename for s in inside})
     elapsed = ("elapsed time unknown" if run.elapsed_ns is None
                else f"{_ms(run.elapsed_ns).strip()} ms elapsed")
     out = [f"linescope ({result.backend}): {elapsed}, "
-           f"{_count(len(run.lines), 'line')} in {_count(files, 'file')}, "
+           f"{_count(len(inside), 'line')} in {_count(files, 'file')}, "
            f"{_count(len(run.functions), 'function')}"]
     for w in result.warnings:
         out.append(f"warning: {w}")
-    gpu = result.gpu is not None or any(s.gpu is not None for s in run.lines)
+    if left_out:
+        out.append(f"warning: {left_out}")
+    gpu = result.gpu is not None or any(s.gpu is not None for s in inside)
+    caps = result.capabilities
+    show_hits = (any(s.hits is not None for s in inside)
+                 or (caps.hit_counts and not caps.sampled))
     # Most expensive first; what has an unknown time after everything known.
-    lines = sorted(run.lines, key=lambda s: _known_first(s.wall_time_ns), reverse=True)[:top]
-    rows_of: dict[str, list[str]] = {}  # each file split once
+    lines = sorted(inside, key=lambda s: _known_first(s.wall_time_ns), reverse=True)[:top]
     if lines:
         gpu_head = f" {'GPU ms':>10} {'GPU peak':>10}" if gpu else ""
         time_head = "driver ms" if gpu else "time ms"  # GPU time is its own column
-        out.append(f"{time_head:>10} {'hits':>8}{gpu_head}  location / source")
+        hits_head = f" {'hits':>8}" if show_hits else ""
+        out.append(f"{time_head:>10}{hits_head}{gpu_head}  location / source")
         for s in lines:
-            src = ""
-            text = result.sources.get(s.filename)
-            if text is not None:
-                rows = rows_of.get(s.filename)
-                if rows is None:
-                    rows = rows_of[s.filename] = source_lines(text)
-                if 0 < s.line <= len(rows):
-                    src = _clip(rows[s.line - 1].strip())
-            hits = "—" if s.hits is None else str(s.hits)
+            rows = rows_of[s.filename]
+            src = _clip(rows[s.line - 1].strip())
+            hits = (f" {'—' if s.hits is None else str(s.hits):>8}" if show_hits else "")
             gpu_cols = ""
             if gpu:
                 g = s.gpu
                 gpu_cols = (f" {_ms(g.time_ns if g else None):>10} "
                             f"{_bytes(g.peak_memory_bytes if g else None):>10}")
-            out.append(f"{_ms(s.wall_time_ns)} {hits:>8}{gpu_cols}  "
+            out.append(f"{_ms(s.wall_time_ns)}{hits}{gpu_cols}  "
                        f"{_rel(s.filename)}:{s.line}  {src}")
     fns = sorted(run.functions, key=lambda f: _known_first(f.total_time_ns), reverse=True)[:top]
     if fns:
@@ -97,6 +136,7 @@ def render_text(result: ProfileResult, top: int = 15) -> str:
             calls = "—" if f.calls is None else str(f.calls)
             out.append(f"{_ms(f.total_time_ns)} {_ms(f.own_time_ns)} {calls:>7}  "
                        f"{f.qualname} ({_rel(f.filename)}:{f.first_line})")
+    out.extend(_spark_text(result, top))  # profile(spark=True)
     return "\n".join(out)
 
 
@@ -135,3 +175,47 @@ def save(result: ProfileResult, path: str | os.PathLike[str]) -> str:
         raise OSError(f"cannot write the linescope report to {path}: {why}{where}") from None
     return path
 
+
+
+def open_in_browser(result: ProfileResult, output: str | None) -> str:
+    """Writes the HTML report (to `output` when it names an .html file, else to a temporary
+    file) and opens it in the default web browser. Returns the file's path."""
+    import tempfile
+    import webbrowser
+    from pathlib import Path
+
+    if output is not None and output.lower().endswith((".html", ".htm")):
+        path = save(result, output)
+    else:
+        with tempfile.NamedTemporaryFile("w", suffix=".html", prefix="linescope-",
+                                         encoding="utf-8", delete=False) as f:
+            f.write(render_html(result))
+            path = f.name
+    webbrowser.open(Path(path).resolve().as_uri(), new=2)
+    return path
+
+
+def _spark_text(result: ProfileResult, top: int) -> list[str]:
+    """The Spark section: the summary and the costliest actions by driver time, driver and
+    executor time in separate columns (never added)."""
+    spark = getattr(result, "spark", None)
+    if spark is None:
+        return []
+    out = ["", "Spark"]
+    if not spark.available or spark.reason:
+        out.append(f"  {spark.reason}")
+    execs = result.run.spark_executions
+    if not execs:
+        return out
+    driver, executor = _ms(spark.driver_time_ns).strip(), _ms(spark.executor_time_ns).strip()
+    out.append(f"  {_count(len(execs), 'action')} ({spark.failed} failed) · driver {driver} ms"
+               f" · executor {executor} ms (sum of task run time; not part of driver time)")
+    out.append(f"{'driver ms':>10} {'executor ms':>12} {'rows':>8}  action @ location")
+    ranked = sorted(execs, key=lambda e: _known_first(e.driver_time_ns), reverse=True)[:top]
+    for e in ranked:
+        where = "—" if e.location is None else f"{_rel(e.location.filename)}:{e.location.line}"
+        rows = "—" if e.stats.output_rows is None else str(e.stats.output_rows)
+        failed = "  FAILED" if e.status == "failed" else ""
+        out.append(f"{_ms(e.driver_time_ns)} {_ms(e.executor_time_ns):>12} {rows:>8}  "
+                   f"{e.name} @ {where}{failed}")
+    return out

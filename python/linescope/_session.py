@@ -12,10 +12,11 @@ from collections.abc import Iterable
 from types import FrameType
 from typing import Any
 
-from . import _options, _report
+from . import _notebook, _options, _report, _spark, _symbols
 from ._backends import GPU_TRACE_WARNING, BackendOptions, ProfilerBackend, check_utf8_path
 from ._model import (BackendCapabilities, FunctionStats, GPUStats, LineStats, ProfileResult,
-                     ProfileRun, RawBackendResult, Symbol)
+                     ProfileRun, RawBackendResult, RunStatus, SessionState, SourceUnit,
+                     Symbol)
 from ._options import UNSET
 from ._results import check_raw_result, is_own_backend, known_int, merge_duplicate_lines
 from ._sampling import MemorySampler  # also registers the "sampler" backend
@@ -207,10 +208,14 @@ class profile(metaclass=_ProfileMeta):
                  root: str | os.PathLike[str] | None = UNSET,
                  include: str | Iterable[str] = UNSET, exclude: str | Iterable[str] = UNSET,
                  display: str = UNSET, output: str | os.PathLike[str] | None = UNSET,
-                 sample_rate: float | None = UNSET) -> None:
+                 sample_rate: float | None = UNSET, notebooks: bool = UNSET,
+                 child_notebooks: bool = UNSET, spark: bool = UNSET) -> None:
         explicit = {k: v for k, v in dict(backend=backend, gpu=gpu, memory=memory, root=root,
                                            include=include, exclude=exclude, display=display,
-                                           output=output, sample_rate=sample_rate).items()
+                                           output=output, sample_rate=sample_rate,
+                                           notebooks=notebooks,
+                                           child_notebooks=child_notebooks,
+                                           spark=spark).items()
                     if v is not UNSET}
         o = _options.resolve(explicit)
         self._config_path = o.config_path
@@ -225,6 +230,12 @@ class profile(metaclass=_ProfileMeta):
         self.display: str = o.display
         self.output: str | None = o.output
         self.sample_rate: float | None = o.sample_rate
+        self.notebooks: bool = o.notebooks
+        self.child_notebooks: bool = o.child_notebooks
+        self.spark: bool = o.spark
+        self._spark: _spark.SparkRecorder | None = None  # spark=True, while it runs
+        self._in_notebook = False  # started inside IPython with notebooks=True: cells recorded
+        self._error: str | None = None  # what the profiled code raised (the run failed)
 
         self._backend: ProfilerBackend | None = None
         self._memory_sampler: MemorySampler | None = None
@@ -244,13 +255,18 @@ class profile(metaclass=_ProfileMeta):
     def options(self) -> dict[str, Any]:
         return dict(backend=self.backend_name, gpu=self.gpu, memory=self.memory, root=self.root,
                     include=list(self.include), exclude=list(self.exclude),
-                    display=self.display, output=self.output, sample_rate=self.sample_rate)
+                    display=self.display, output=self.output, sample_rate=self.sample_rate,
+                    notebooks=self.notebooks, child_notebooks=self.child_notebooks,
+                    spark=self.spark)
 
     def _backend_options(self) -> BackendOptions:
         """What a backend records (linescope's own package excluded) and measures."""
         if self.root is None:
             check_utf8_path("the current directory (the default root)", os.getcwd())
-        return BackendOptions(roots=(self.root or os.getcwd(),), include=self.include,
+        include = self.include
+        if self._in_notebook:  # the cells that run while the session runs
+            include = (*include, *(p for p in _notebook.CELL_PATTERNS if p not in include))
+        return BackendOptions(roots=(self.root or os.getcwd(),), include=include,
                               exclude=(*self.exclude, _PACKAGE_DIR + "/*"),
                               memory=self.memory, gpu=self.gpu, sample_rate=self.sample_rate)
 
@@ -326,6 +342,7 @@ class profile(metaclass=_ProfileMeta):
             _active = self
         try:
             self._warnings = []
+            self._in_notebook = self.notebooks and _notebook.shell() is not None
             self._backend = self._make_backend()
             skip = getattr(self._backend, "_skip_running_frames", None)
             if launcher and callable(skip):
@@ -336,11 +353,15 @@ class profile(metaclass=_ProfileMeta):
             self._thread = threading.get_ident()
             if self._memory_sampler is not None:
                 self._memory_sampler.start()
+            self._spark = (_spark.start_recorder(self._backend_options(), self._warnings,
+                                                 _user_stacklevel()) if self.spark else None)
             try:
                 self._backend.start()
             except BaseException:
                 if self._memory_sampler is not None:
                     self._memory_sampler.stop()
+                if self._spark is not None:
+                    self._spark.stop()
                 raise
         except BaseException:
             with _active_lock:
@@ -377,6 +398,8 @@ class profile(metaclass=_ProfileMeta):
                 finally:
                     if self._memory_sampler is not None:
                         self._memory_sampler.stop()
+                    if self._spark is not None:
+                        self._spark.stop()  # the wrappers go; Spark is read below
             finally:
                 self._state = "stopped"
                 with _active_lock:
@@ -384,6 +407,9 @@ class profile(metaclass=_ProfileMeta):
             raw = self._backend.result()
             check_raw_result(self.backend_name, raw, values=not is_own_backend(self._factory))
             self._result = self._build_result(raw)
+            if self._spark is not None:
+                _spark.attach(self._result, self._spark)
+                _spark_at_cell_labels(self._result)
         except BaseException as e:
             # The session ran and stopped without a result: it is still the latest session
             # (profile.result must not hand back an earlier one), and reading its result says
@@ -401,7 +427,11 @@ class profile(metaclass=_ProfileMeta):
         type(self)._last = self
         if self.output:
             _report.save(self._result, self.output)
-        if self.display == "end":
+        if self.display == "end" and self._how != "%%linescope" and _notebook.in_kernel():
+            from ._magic import display_report  # a notebook: the report in the cell
+
+            display_report(self._result)
+        elif self.display == "end":
             _report.show(self._result, sys.stderr)
         return self._result
 
@@ -440,11 +470,42 @@ class profile(metaclass=_ProfileMeta):
         if exc is None:
             self._stop()
             return
+        self._mark_failed(exc)
         try:
             self._stop()
         except Exception as failure:  # noqa: BLE001 - the block's exception must stay
             warnings.warn(_finish_failed_beside(self, exc, failure), RuntimeWarning,
                           stacklevel=_user_stacklevel())
+
+    def _mark_failed(self, exc: BaseException) -> None:
+        """The profiled code raised `exc`: the run's status is failed, with what it raised
+        (a SystemExit with status 0 or None is a normal end)."""
+        if isinstance(exc, SystemExit) and exc.code in (0, None):
+            return
+        text = str(exc)
+        self._error = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+    # ---- state and configuration (also LineScope's names) ----------------------------------
+    @property
+    def state(self) -> SessionState:
+        """``created``, ``running`` or ``stopped``."""
+        return {"new": SessionState.CREATED, "running": SessionState.RUNNING,
+                "stopped": SessionState.STOPPED}[self._state]
+
+    @property
+    def config(self) -> Any:
+        """The session's resolved options as a linescope.Config."""
+        import dataclasses
+
+        from ._compat import Config
+
+        fields = {f.name for f in dataclasses.fields(Config)}
+        return Config(backend=self.backend_name, memory=self.memory, gpu=self.gpu,
+                      root=self.root, include=self.include, exclude=self.exclude,
+                      notebooks=self.notebooks, child_notebooks=self.child_notebooks,
+                      display=self.display, output=self.output, sample_rate=self.sample_rate,
+                      **{k: v for k, v in self.options().items()
+                         if k in fields and k not in _CONFIG_FROM_ATTRIBUTES})
 
     # ---- results -------------------------------------------------------------------------
     def _get_result(self) -> ProfileResult:
@@ -459,17 +520,60 @@ class profile(metaclass=_ProfileMeta):
 
     result = property(_get_result, doc="The ProfileResult (after stop()).")
 
+    def _current_result(self) -> ProfileResult:
+        """The result after stop(); while the session runs, the result so far (a snapshot:
+        a line still running counts up to its last event)."""
+        return self._snapshot() if self._state == "running" else self._get_result()
+
+    def _snapshot(self) -> ProfileResult:
+        assert self._backend is not None
+        snapshot = getattr(self._backend, "_snapshot", None)
+        if snapshot is None:
+            raise RuntimeError(
+                f"this session is still running and the {self.backend_name!r} backend reports "
+                "only when it stops; call stop() first, or use the 'trace' backend, which can "
+                "save a report while it runs")
+        raw = snapshot()
+        check_raw_result(self.backend_name, raw, values=not is_own_backend(self._factory))
+        return self._build_result(raw, running=True)
+
     def _save(self, path: str | os.PathLike[str]) -> str:
-        result = self._get_result()
+        """Writes the report (.html / .htm) or the JSON result (any other suffix); while the
+        session runs, of what it has measured so far. Returns the absolute path."""
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"save() needs a file path (.html or .json), not {path!r}")
-        return _report.save(result, _options.output_path(path))
+        return _report.save(self._current_result(), _options.output_path(path))
 
-    def _show(self) -> None:
-        _report.show(self._get_result(), sys.stdout)
+    def _html(self) -> str:
+        """The self-contained HTML report (while the session runs: of what it measured so
+        far)."""
+        return _report.render_html(self._current_result())
 
-    save = _hybrid(_save, lambda cls, path: cls._last_session()._save(path))
-    show = _hybrid(_show, lambda cls: cls._last_session()._show())
+    def _show(self, *, inline: bool | None = None) -> None:
+        """``inline=None``: the report inside a Jupyter notebook cell when running in one,
+        else the text summary on stdout; ``inline=True``: the report in the notebook cell
+        (an error outside a notebook); ``inline=False``: the HTML report in a web browser
+        (saved to ``output`` when set, else to a temporary file)."""
+        if inline is not None and not isinstance(inline, bool):
+            raise TypeError(f"show(inline=...) must be True, False or None, not {inline!r}")
+        result = self._current_result()
+        kernel = _notebook.in_kernel()
+        if inline is True and not kernel:
+            raise RuntimeError("show(inline=True) displays the report in a Jupyter notebook "
+                               "cell, and none is running here; use show() for the text "
+                               "summary or show(inline=False) for a web browser")
+        if inline is None and not kernel:
+            _report.show(result, sys.stdout)
+        elif inline is False:
+            _report.open_in_browser(result, self.output)
+        else:
+            from ._magic import display_report
+
+            display_report(result)
+
+    save = _hybrid(_save, lambda cls, path: cls._current_session()._save(path))
+    show = _hybrid(_show, lambda cls, *, inline=None: cls._current_session()._show(inline=inline))
+    html = _hybrid(_html, lambda cls: cls._current_session()._html())
 
     @classmethod
     def _last_session(cls) -> profile:
@@ -477,6 +581,15 @@ class profile(metaclass=_ProfileMeta):
             raise RuntimeError("no linescope session has finished yet; run one first "
                                "(`with profile():`, or profile.start() then profile.stop())")
         return cls._last
+
+    @classmethod
+    def _current_session(cls) -> profile:
+        """For profile.save() / show() / html(): the session profile.start() started while it
+        runs, else the latest one that stopped."""
+        running = cls._default
+        if running is not None and running._state == "running":
+            return running
+        return cls._last_session()
 
     @property
     def running(self) -> bool:
@@ -486,10 +599,14 @@ class profile(metaclass=_ProfileMeta):
     def warnings(self) -> list[str]:
         return list(self._warnings)
 
-    def _build_result(self, raw: RawBackendResult) -> ProfileResult:
+    def _build_result(self, raw: RawBackendResult, running: bool = False) -> ProfileResult:
+        """The result of `raw`; `running`: a snapshot of a running session (the memory
+        sampler is read at stop only)."""
         memory = raw.memory if self.memory else None
         line_memory: dict[tuple[str, int], tuple[int | None, int | None]] = {}
-        if self._memory_sampler is not None:
+        if self._memory_sampler is not None and running:
+            memory = None
+        elif self._memory_sampler is not None:
             memory = self._memory_sampler.profile()
             line_memory = self._memory_sampler.per_line()
         lines = []
@@ -521,21 +638,90 @@ class profile(metaclass=_ProfileMeta):
             text = self._sources.source_of(name, warns)
             if text:
                 sources[name] = text
+        assert self._backend is not None  # called by _stop(), before it lets the backend go
+        caps = self._backend.capabilities
+        if caps.function_stats and caps.hit_counts and not caps.sampled:
+            functions += _never_ran(functions, sources)
         symbols = [Symbol(f.qualname, f.filename, f.first_line) for f in functions]
-        if self._memory_sampler is not None:
+        if self._memory_sampler is not None and running:
+            warns.append("host memory is reported when the session stops; this report was "
+                         "saved while it ran")
+        elif self._memory_sampler is not None:
             warns.extend(self._memory_sampler.warnings)
         for w in raw.warnings:
             if w not in warns:
                 warns.append(w)
-        assert self._backend is not None  # called by _stop(), before it lets the backend go
-        caps = self._backend.capabilities
+        labels = _notebook.cell_labels(list(sources)) if any(
+            _notebook.is_cell_file(f) for f in files) else {}
+        units = {}
+        for name, text in sources.items():
+            label = labels.get(name, name)
+            units[label] = SourceUnit(text, label, name,
+                                      "notebook" if name in labels else "python")
+        if labels:
+            lines, functions, symbols = _relabelled(labels, lines, functions, symbols)
         return ProfileResult(
             run=ProfileRun(elapsed_ns=raw.elapsed_ns, lines=lines, functions=functions,
-                           started_at=self._started_at),
-            sources=sources, backend=self.backend_name, capabilities=caps, symbols=symbols,
+                           started_at=self._started_at,
+                           status=RunStatus.FAILED if self._error else RunStatus.SUCCESS,
+                           error=self._error),
+            sources=units, backend=self.backend_name, capabilities=caps, symbols=symbols,
             warnings=warns, options=self.options(),
             metadata=dict(raw.metadata, thread_id=self._thread,
                           config_file=str(self._config_path) if self._config_path else None,
-                          root=self._root_used),
+                          root=self._root_used, running=running),
             memory=memory,
             gpu=raw.gpu if self.gpu and caps.gpu else None)
+
+
+# Config fields that `profile.config` takes from the session's attributes; any other option
+# (one a later part adds, such as spark) comes from options() by its own name.
+_CONFIG_FROM_ATTRIBUTES = frozenset({"backend", "memory", "gpu", "root", "include", "exclude",
+                                     "notebooks", "child_notebooks", "display", "output",
+                                     "sample_rate"})
+
+
+def _never_ran(functions: list[FunctionStats],
+               sources: dict[str, str]) -> list[FunctionStats]:
+    """The functions defined in the captured sources that did not run (0 calls, 0 time):
+    defined by the snapshot, matched to the ones that ran by name and first line."""
+    ran: dict[str, set[Any]] = {}
+    for f in functions:
+        ran.setdefault(f.filename, set()).update((f.qualname, f.first_line))
+    out = []
+    for name, text in sources.items():
+        seen = ran.get(name, set())
+        for qualname, first in _symbols.defined_functions(text):
+            if qualname in seen or first in seen:
+                continue
+            out.append(FunctionStats(qualname=qualname, filename=name, first_line=first,
+                                     total_time_ns=0, own_time_ns=0, calls=0))
+    return out
+
+
+def _relabelled(labels: dict[str, str], lines: list[LineStats], functions: list[FunctionStats],
+                symbols: list[Symbol]
+                ) -> tuple[list[LineStats], list[FunctionStats], list[Symbol]]:
+    """Lines, functions and symbols of notebook cells named by their label (``cell N``)."""
+    import dataclasses
+
+    def name(f: str) -> str:
+        return labels.get(f, f)
+
+    return ([dataclasses.replace(x, filename=name(x.filename)) for x in lines],
+            [dataclasses.replace(x, filename=name(x.filename)) for x in functions],
+            [dataclasses.replace(x, filename=name(x.filename)) for x in symbols])
+
+
+def _spark_at_cell_labels(result: ProfileResult) -> None:
+    """Spark actions charged to a notebook cell name it as the lines do (``cell N``)."""
+    import dataclasses
+
+    ids = {unit.path: unit.id for unit in result.sources.values() if unit.path != unit.id}
+    if not ids:
+        return
+    result.run.spark_executions = [
+        dataclasses.replace(x, location=dataclasses.replace(x.location,
+                                                            filename=ids[x.location.filename]))
+        if x.location is not None and x.location.filename in ids else x
+        for x in result.run.spark_executions]

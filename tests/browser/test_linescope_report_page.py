@@ -616,3 +616,412 @@ def test_a_long_source_line_wraps_and_keeps_the_sidebar_in_view(report, tmp_path
     assert url in src.inner_text()
     b = src.bounding_box()
     assert b["x"] + b["width"] <= 1280 and b["height"] > 30  # several visual lines
+
+
+# ---- highlighting, call links, find box, top bar, theme, memory hover, sampling ----------
+
+HIGHLIGHT_SOURCE = '''\
+import functools
+
+@functools.lru_cache(maxsize=8)
+def helper(n):
+    """Doc string
+    spanning "lines" # not a comment
+    """
+    return n * 2  # twice
+
+
+def main():
+    label = f"n={helper(21)!r} {{literal}}"
+    print(len(label), 0x1F, 3.5e-3)
+    return helper(4)
+'''
+
+
+def _run_real(tmp_path: Path, files: dict[str, str], entry: str, call: str, **kwargs) -> Path:
+    """Profiles `entry.call()` from files written under tmp_path/proj (a real trace run)."""
+    import importlib
+    import sys
+    root = tmp_path / "proj"
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    mods = [n[:-3].replace("/", ".") for n in files] + ["pkg"]
+    sys.path.insert(0, str(root))
+    try:
+        for name in mods:
+            sys.modules.pop(name, None)
+        mod = importlib.import_module(entry)
+        out = tmp_path / "real.html"
+        with profile(root=root, output=out, display="none", **kwargs):
+            getattr(mod, call)()
+    finally:
+        sys.path.remove(str(root))
+        for name in mods:
+            sys.modules.pop(name, None)
+    return out
+
+
+def test_source_view_highlights_python_in_both_themes(report, tmp_path):
+    # GIVEN a real trace report of a file with a decorator, a docstring over three lines,
+    # an f-string, comments, numbers, keywords and builtins
+    out = _run_real(tmp_path, {"hl.py": HIGHLIGHT_SOURCE}, "hl", "main")
+    report.open(out, "#file=0")
+    tokens = report.js("""() => {
+        const rows = {};
+        for (const tr of document.querySelectorAll('table.source tbody tr')) {
+            rows[tr.dataset.line] = [...tr.querySelectorAll('code.py [class^="tok-"]')]
+                .map((s) => [s.className.split(" ")[0], s.textContent]);
+        }
+        return rows;
+    }""")
+    has = lambda line, cls, text: [cls, text] in tokens[str(line)]  # noqa: E731
+    # THEN each kind of token carries its class
+    assert has(1, "tok-kw", "import")
+    assert has(3, "tok-dec", "@functools.lru_cache") and has(3, "tok-num", "8")
+    assert has(4, "tok-kw", "def") and has(4, "tok-def", "helper")
+    # the triple-quoted string is a string on every line it spans, "#" inside it too
+    assert has(5, "tok-str", '"""Doc string')
+    assert tokens["6"] == [["tok-str", '    spanning "lines" # not a comment']]
+    assert has(7, "tok-str", '    """')
+    assert has(8, "tok-com", "# twice") and has(8, "tok-kw", "return")
+    # an f-string: the literal parts are string, the {expression} is code
+    assert has(12, "tok-str", 'f"n=') and has(12, "tok-fx", "{") and has(12, "tok-num", "21")
+    assert has(12, "tok-str", ' {{literal}}"')
+    assert has(13, "tok-bi", "print") and has(13, "tok-bi", "len")
+    assert has(13, "tok-num", "0x1F") and has(13, "tok-num", "3.5e-3")
+    # the text itself is unchanged
+    assert report.page.inner_text('table.source tr[data-line="12"] td.src') == \
+        '    label = f"n={helper(21)!r} {{literal}}"'
+    # AND the colours differ by kind, and differ between the light and the dark theme
+    colours = """() => {
+        const c = (sel) => getComputedStyle(document.querySelector(sel)).color;
+        return [c('tr[data-line="4"] .tok-kw'), c('tr[data-line="5"] .tok-str'),
+                c('tr[data-line="8"] .tok-com'), c('tr[data-line="13"] .tok-num'),
+                getComputedStyle(document.body).backgroundColor];
+    }"""
+    light = report.js(colours)
+    assert len(set(light[:4])) == 4, light
+    report.page.click("#theme-toggle")
+    dark = report.js(colours)
+    assert len(set(dark[:4])) == 4, dark
+    assert all(a != b for a, b in zip(light, dark)), (light, dark)
+
+
+def test_a_call_name_jumps_to_its_definition(report, traced_report):
+    # GIVEN the trace report of main.py, whose busy() calls square() from pkg/helpers.py
+    report.open(traced_report)
+    report.page.click('#sidebar .sources a:text-is("main.py")')
+    report.wait_heading("main.py")
+    # THEN the calls of profiled functions are links; a builtin call is not
+    line6 = 'table.source tr[data-line="6"]'
+    assert report.page.locator(f"{line6} a.call-link").all_inner_texts() == ["square"]
+    assert report.page.locator('table.source tr[data-line="5"] a.call-link').count() == 0
+    # WHEN square is clicked
+    report.page.click(f'{line6} a.call-link:text-is("square")')
+    # THEN its definition opens, in the other file, on its line
+    assert report.wait_heading("pkg/helpers.py") == "pkg/helpers.py"
+    row = report.page.locator('table.source tr.target')
+    row.wait_for()
+    assert row.get_attribute("data-line") == "1" and "def square(x):" in row.inner_text()
+    # AND within a file: run() -> busy()
+    report.page.go_back()
+    report.wait_heading("main.py")
+    report.page.click('table.source tr[data-line="10"] a.call-link:text-is("busy")')
+    report.page.wait_for_function(
+        "() => (document.querySelector('table.source tr.target') || {}).dataset?.line === '3'")
+    assert report.page.evaluate("location.hash").endswith("&line=3")
+    # the overview's source cells link the same way
+    report.nav("overview")
+    assert report.page.locator(f"{LINES} a.call-link").count() >= 1
+
+
+def test_find_a_source_filters_as_you_type_and_works_from_the_keyboard(report, traced_report):
+    report.open(traced_report)
+    sources = lambda: report.page.locator("#sidebar .sources li:visible a").all_inner_texts()  # noqa: E731
+    assert sources() == ["main.py", "pkg/helpers.py"]
+    box = report.page.locator("#find-source")
+    assert box.get_attribute("placeholder").startswith("Find a source")
+    # WHEN a part of a name is typed THEN only the matching sources stay, as one types
+    box.focus()
+    report.page.keyboard.type("HELP")
+    assert sources() == ["pkg/helpers.py"]
+    assert report.page.inner_text("#find-status") == "1 of 2 sources"
+    # words match the name or the path, in any order
+    box.fill("py pkg")
+    assert sources() == ["pkg/helpers.py"]
+    box.fill("nothing-like-this")
+    assert sources() == [] and report.page.inner_text("#find-status") == "No source matches"
+    # Escape clears; Enter opens the first match
+    report.page.keyboard.press("Escape")
+    assert sources() == ["main.py", "pkg/helpers.py"]
+    report.page.keyboard.type("main")
+    report.page.keyboard.press("Enter")
+    assert report.wait_heading("main.py") == "main.py"
+    # the arrow keys move from the box into the matches and back
+    box.fill("")
+    box.focus()
+    report.page.keyboard.press("ArrowDown")
+    assert report.js("() => document.activeElement.textContent") == "main.py"
+    report.page.keyboard.press("ArrowDown")
+    assert report.js("() => document.activeElement.textContent") == "pkg/helpers.py"
+    report.page.keyboard.press("ArrowUp")
+    report.page.keyboard.press("ArrowUp")
+    assert report.js("() => document.activeElement.id") == "find-source"
+    report.page.keyboard.press("ArrowDown")
+    report.page.keyboard.press("ArrowDown")
+    report.page.keyboard.press("Enter")
+    assert report.wait_heading("pkg/helpers.py") == "pkg/helpers.py"
+
+
+def test_top_bar_shows_status_and_backend(report, traced_report):
+    report.open(traced_report)
+    bar = report.page.locator("#topbar")
+    assert report.page.get_attribute("#topbar .status", "data-status") == "success"
+    assert "success" in bar.inner_text()
+    assert report.page.inner_text('#topbar [data-fact="backend"]') == "backend trace"
+    assert report.page.locator("#topbar .run-error").count() == 0
+
+
+def test_top_bar_shows_a_failed_run_prominently_with_its_error(report, tmp_path):
+    # GIVEN a run whose profiled code raised
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "boom.py").write_text("def boom():\n    return 1 / 0\n")
+    import sys
+    sys.path.insert(0, str(root))
+    out = tmp_path / "failed.html"
+    try:
+        sys.modules.pop("boom", None)
+        import boom
+        with pytest.raises(ZeroDivisionError):
+            with profile(root=root, output=out, display="none"):
+                boom.boom()
+    finally:
+        sys.path.remove(str(root))
+        sys.modules.pop("boom", None)
+    if read_payload(out)["status"] != "failed":
+        pytest.xfail("the result does not record run.status yet (ProfileRun.status)")
+    report.open(out)
+    # THEN the top bar says "failed", in the error colour, with the error
+    status = report.page.locator("#topbar .status")
+    assert status.get_attribute("data-status") == "failed"
+    assert "failed" in status.inner_text()
+    alert = report.page.locator('#topbar .run-error[role="alert"]')
+    assert "ZeroDivisionError" in alert.inner_text()
+    bg = report.js("() => getComputedStyle(document.querySelector('#topbar .status')).backgroundColor")
+    assert bg not in ("rgba(0, 0, 0, 0)", "transparent")
+
+
+def test_theme_follows_the_system_and_the_toggle_persists(report, traced_report, browser):
+    dark_bg = "rgb(20, 23, 28)"
+    bg = "() => getComputedStyle(document.body).backgroundColor"
+    # GIVEN a light system: the page is light
+    report.open(traced_report)
+    assert report.js(bg) == "rgb(255, 255, 255)"
+    assert report.js("() => document.documentElement.dataset.theme") is None
+    # WHEN the toggle is clicked THEN the page is dark, and stays dark after a reload
+    report.page.click("#theme-toggle")
+    assert report.js(bg) == dark_bg
+    assert report.js("() => document.documentElement.dataset.theme") == "dark"
+    report.page.reload()
+    report.page.wait_for_selector("body[data-ready]")
+    assert report.js(bg) == dark_bg
+    assert report.page.get_attribute("#theme-toggle", "data-theme") == "dark"
+    report.page.click("#theme-toggle")
+    report.page.reload()
+    report.page.wait_for_selector("body[data-ready]")
+    assert report.js(bg) == "rgb(255, 255, 255)"
+    # AND with a dark system and no stored choice, the page starts dark
+    context = browser.new_context(color_scheme="dark")
+    try:
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(traced_report.resolve().as_uri())
+        page.wait_for_selector("body[data-ready]")
+        assert page.evaluate(bg) == dark_bg
+        assert errors == []
+    finally:
+        context.close()
+
+
+def test_theme_toggle_works_where_storage_throws(report, tmp_path):
+    # GIVEN the report in a sandboxed iframe without same-origin (localStorage throws there)
+    import html as html_mod
+    session = run_scripted(tmp_path, gpu_scenario(), gpu=True)
+    from linescope._report import render_html
+    doc = render_html(session.result)
+    page_path = tmp_path / "sandboxed.html"
+    page_path.write_text('<!doctype html><iframe sandbox="allow-scripts" style="width:900px;'
+                         f'height:600px" srcdoc="{html_mod.escape(doc)}"></iframe>')
+    report.page.goto(page_path.resolve().as_uri())
+    frame = report.page.frame_locator("iframe")
+    frame.locator("body[data-ready]").wait_for()
+    # WHEN the toggle is clicked THEN the theme switches, without an error
+    frame.locator("#theme-toggle").click()
+    theme = report.page.frames[1].evaluate("document.documentElement.dataset.theme")
+    assert theme == "dark"
+    # (the fixture asserts that no page error or console error happened)
+
+
+def test_memory_chart_shows_time_and_rss_under_the_pointer(report, tmp_path):
+    # GIVEN the memory scenario: 50 samples 1 ms apart, 400 MiB at 31 ms
+    out = tmp_path / "mem.html"
+    run_scripted(tmp_path, memory_scenario(), gpu=False, memory=True, output=out)
+    report.open(out, "#view=memory")
+    svg = report.page.locator("svg.chart")
+    box = svg.bounding_box()
+    scale = box["width"] / 720
+    readout = report.page.locator(".chart-readout")
+    assert readout.is_hidden()
+    # WHEN the pointer is over the 31 ms sample (viewBox x = 72 + 632 * 31/49)
+    x = box["x"] + (72 + 632 * 31 / 49) * scale
+    report.page.mouse.move(x, box["y"] + box["height"] / 2)
+    # THEN the readout shows its time and RSS, and a marker sits on it
+    assert readout.is_visible()
+    assert readout.inner_text() == "31.0 ms \u00b7 RSS 400 MiB"
+    assert report.page.get_attribute("svg.chart g.hover", "visibility") == "visible"
+    # another point, at the start
+    report.page.mouse.move(box["x"] + 72 * scale + 1, box["y"] + box["height"] / 2)
+    assert readout.inner_text() == "0 ns \u00b7 RSS 200 MiB"
+    # leaving the chart hides it; the keyboard steps through the points
+    report.page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] + 80)
+    assert readout.is_hidden()
+    svg.focus()
+    report.page.keyboard.press("End")
+    assert readout.inner_text().startswith("49.0 ms \u00b7 RSS ")
+    report.page.keyboard.press("ArrowLeft")
+    assert readout.inner_text().startswith("48.0 ms")
+
+
+def test_a_sampling_backend_has_no_hits_or_avg_columns(report, tmp_path):
+    # GIVEN a real run of the native sampling backend (no hit counts)
+    work = "def spin():\n    t = 0\n    for i in range(300000):\n        t += i * i\n    return t\n"
+    out = _run_real(tmp_path, {"spin.py": work}, "spin", "spin", backend="sampler")
+    payload = read_payload(out)
+    assert payload["columns"]["hits"] is False and payload["sampled"] is True
+    report.open(out)
+    # THEN no table anywhere has a Hits or Avg/hit column; Samples are shown instead
+    assert report.page.get_attribute('#topbar [data-fact="backend"] .badge', "class") == "badge"
+    for where in ("#view=overview", "#file=0", "#view=files", "#view=functions"):
+        report.open(out, where)
+        for table in report.page.locator("main table.data").all():
+            keys = table.evaluate("(t) => [...t.tHead.rows[0].cells].map((th) => th.dataset.key)")
+            assert "hits" not in keys and "avg" not in keys, (where, keys)
+            assert "Hits" not in table.locator("thead").inner_text()
+    report.open(out, "#file=0")
+    assert "samples" in report.headers("table.source")
+
+
+def test_functions_that_never_ran_show_zero_calls_and_no_bar(report, tmp_path):
+    # GIVEN `step` listed with 0 calls (defined, never called) beside `train`
+    scenario = gpu_scenario()
+    scenario.functions = [("step", 3, 0, 0, 0), ("train", 9, 49_000_000, 100, 1)]
+    out = tmp_path / "never.html"
+    run_scripted(tmp_path, scenario, gpu=False, output=out)
+    report.open(out, "#view=functions")
+    table = "table.functions"
+    rows = dict(zip(report.column_texts(table, "name"), report.column_texts(table, "calls")))
+    # THEN its calls read 0 (a count, not "—"), it is marked, and it has no time bar
+    assert rows == {"train": "1", "step never ran": "0"}
+    never = report.page.locator(f"{table} tr.never-ran")
+    assert never.count() == 1 and "never ran" in never.inner_text()
+    assert never.locator(".bar").count() == 0
+    assert report.page.locator(f"{table} tr:not(.never-ran) .bar").count() == 1
+    assert report.column_texts(table, "avg")[1] == "—"
+    report.nav("overview")
+    assert "1 never ran" in report.page.inner_text('[data-card="functions"]')
+
+
+def test_lines_outside_the_captured_source_are_left_out_and_listed(report, tmp_path):
+    # GIVEN a custom backend reporting worker.py:99 (a 6-line file) and a line of a file that
+    # has no captured source, each with 1000 s of GPU time, beside a measured train.py line
+    out = tmp_path / "outside.html"
+    worker = tmp_path / "worker.py"
+    worker.write_text("a = 1\nb = 2\nc = 3\nd = 4\ne = 5\nf = 6\n")
+    _outside_backend(tmp_path, worker, out)
+    report.open(out)
+    # THEN the overview lists them in a diagnostic
+    warnings = report.page.inner_text(".warnings")
+    assert "2 lines outside the captured source were left out" in warnings
+    assert "worker.py:99 (the file has 6 lines)" in warnings
+    assert "(no source was captured)" in warnings
+    # AND the GPU view counts only the line inside the source, and says why
+    report.nav("gpu")
+    assert report.page.inner_text('[data-card="gpu-time"] .card-value') == "30.0 ms"
+    assert report.column_texts("table.gpu-lines", "location") == ["train.py:4"]
+    assert "left out" in report.page.inner_text(".notice.dropped")
+
+
+def _outside_backend(root: Path, worker: Path, out: Path) -> None:
+    from linescope import (BackendCapabilities, RawBackendResult, RawLine, register_backend)
+    from linescope_report_util import write_train
+    train = str(write_train(root))
+    gone = str(root / "generated" / "gone.py")
+
+    class Outside:
+        capabilities = BackendCapabilities(line_time=True, hit_counts=True, gpu=True)
+
+        def __init__(self, options) -> None:
+            pass
+
+        def start(self) -> None:
+            pass
+
+        def stop(self) -> None:
+            pass
+
+        def result(self) -> RawBackendResult:
+            return RawBackendResult(lines=[
+                RawLine(train, 4, 8_000_000, 10, gpu=GPUStats(30_000_000, None)),
+                RawLine(str(worker), 99, 1_000_000, 1, gpu=GPUStats(10**12, None)),
+                RawLine(gone, 4, 1_000_000, 1, gpu=GPUStats(10**12, None)),
+            ], elapsed_ns=50_000_000)
+
+    register_backend("outside", Outside, replace=True)
+    with profile(backend="outside", gpu=True, root=root, display="none", output=out):
+        pass
+
+
+def test_spark_action_page_shows_the_operator_tree(report, tmp_path):
+    # GIVEN a report of a session with spark=True (a real local Spark)
+    pytest.importorskip("pyspark")
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "1").getOrCreate())
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "sjob.py").write_text("def run(spark):\n"
+                                  "    df = spark.range(500).selectExpr('id % 3 AS k').groupBy('k').count()\n"
+                                  "    return df.collect()\n")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("sjob_spark_report", root / "sjob.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "spark.html"
+    with profile(root=root, spark=True, output=out, display="none"):
+        mod.run(spark)
+    # WHEN the Spark view is opened and the action followed
+    report.open(out)
+    report.page.click('a[data-nav="spark"]')
+    report.page.wait_for_selector('section[data-view="spark"]')
+    assert report.heading() == "Spark"
+    report.page.click('a[data-spark-action="0"]')
+    report.page.wait_for_selector('section[data-view="spark-0"]')
+    # THEN the action page shows the operator tree with metrics, plan tabs and stage costs
+    assert report.heading() == "Spark: collect"
+    assert report.page.locator('li[data-operator="HashAggregate"]').count() >= 1
+    assert report.page.locator('li[data-metric="number of output rows"]').count() >= 1
+    report.page.click('button[data-plan-tab="optimized"]')
+    assert "Aggregate" in report.page.inner_text("pre.spark-plan")
+    assert report.page.locator("table.spark-stages tbody tr").count() >= 1
+    # AND the action's line, in the source view, carries a badge linking back to it
+    report.page.click('section[data-view="spark-0"] p.meta a[href^="#file="]')
+    report.page.wait_for_selector('tr[data-line="3"]')
+    badge = report.page.locator('tr[data-line="3"] a.spark-badge')
+    assert badge.count() == 1 and "collect" in badge.inner_text()
+    badge.click()
+    report.page.wait_for_selector('section[data-view="spark-0"]')
+    assert report.heading() == "Spark: collect"

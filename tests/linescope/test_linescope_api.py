@@ -777,7 +777,8 @@ def test_a_summary_without_an_elapsed_time_says_it_is_unknown(capsys):
     # THEN the result has None, and the printed summary says "unknown" instead of a number
     assert s.result.run.elapsed_ns is None
     first = capsys.readouterr().err.splitlines()[0]
-    assert first.startswith("linescope (no-elapsed): elapsed time unknown, 1 line in 1 file")
+    # (/x/train.py has no captured source: its line is left out of the counts)
+    assert first.startswith("linescope (no-elapsed): elapsed time unknown, 0 lines in 0 files")
 
 
 def test_globals_whose_attribute_access_raises_do_not_break_the_edit_check(ws):

@@ -51,7 +51,10 @@ def test_cell_magic_profiles_the_cell_and_shows_the_report_inline(shell):
     # AND the cell's lines and the earlier cell's function were recorded with exact hits
     r = profile.result
     cell = [f for f, text in r.sources.items() if "total += helper(1000)" in text]
-    assert len(cell) == 1 and cell[0].startswith("<ipython-input-")  # the snapshot is there
+    # the snapshot is there, named as the notebook names the cell (never the compiled name)
+    assert len(cell) == 1 and cell[0].startswith("cell ")
+    assert r.sources[cell[0]].path.startswith("<ipython-input-")
+    assert r.sources[cell[0]].kind == "notebook"
     cell_lines = {s.line: s.hits for s in r.lines if s.filename == cell[0]}
     assert cell_lines == {1: 1, 2: 4, 3: 3}  # line 1 is the first line after %%linescope
     assert r.function("helper").calls == 3
@@ -64,7 +67,7 @@ def test_a_cell_ending_in_an_expression_is_one_module_function(shell):
     # THEN the cell's code is one <module> row in the functions, not one per part
     rows = [(f.filename, f.first_line) for f in profile.result.run.functions
             if f.qualname == "<module>"]
-    assert len(rows) == 1 and rows[0][0].startswith("<ipython-input-")
+    assert len(rows) == 1 and rows[0][0].startswith("cell ")
 
 
 def test_exclude_applies_to_cells_as_on_the_command_line(shell):
@@ -74,7 +77,8 @@ def test_exclude_applies_to_cells_as_on_the_command_line(shell):
     res, _ = run(shell, "%%linescope -d none -e '<ipython-input-*>'\nw = early_cell_fn()\n")
     # THEN it ran, and neither cell was recorded: the exclude wins over the cells' include
     assert res.success and shell.user_ns["w"] == 1
-    assert [s for s in profile.result.lines if s.filename.startswith("<ipython-input-")] == []
+    assert [s for s in profile.result.lines
+            if s.filename.startswith(("<ipython-input-", "cell "))] == []
 
 
 def test_profile_alias_and_options(shell, tmp_path):
@@ -273,7 +277,7 @@ def test_pyproject_include_still_applies_beside_the_cells(shell, tmp_path, monke
     # THEN both the cell and the library were recorded
     assert res.success and res.result == 4
     names = {os.path.basename(s.filename) for s in profile.result.lines}
-    assert "cellhelper.py" in names and any(n.startswith("<ipython-input-") for n in names)
+    assert "cellhelper.py" in names and any(n.startswith("cell ") for n in names)
 
 
 def test_relative_output_is_resolved_when_the_cell_starts(shell, tmp_path):

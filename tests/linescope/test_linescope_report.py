@@ -266,6 +266,7 @@ def test_text_summary_keeps_its_columns_when_values_are_unknown(tmp_path, capsys
     from linescope import (BackendCapabilities, RawBackendResult, RawFunction, RawLine,
                            register_backend)
     here = str(tmp_path / "m.py")
+    Path(here).write_text("a = 1\nb = 2\n")  # lines outside a captured source are left out
 
     class Partial:
         capabilities = BackendCapabilities(function_stats=True)
@@ -313,3 +314,119 @@ def test_memory_section_when_memory_was_collected(tmp_path):
     # without memory=True: no memory section
     run_scripted(tmp_path, memory_scenario(), gpu=False, memory=False, output=tmp_path / "x.html")
     assert read_payload(tmp_path / "x.html")["memory"] is None
+
+
+# ---- lines outside the captured source, run status, sampling, functions that never ran ----
+
+def _outside_run(tmp_path, **kwargs):
+    """A custom GPU backend reporting train.py:4 (inside its 13 lines), worker.py:99 (a
+    6-line file) and a line of a file without a captured source, each of the two with 1000 s
+    of GPU time."""
+    from linescope import (BackendCapabilities, GPUStats, RawBackendResult, RawLine,
+                           register_backend)
+    from linescope_report_util import write_train
+    train = str(write_train(tmp_path))
+    worker = tmp_path / "worker.py"
+    worker.write_text("a = 1\nb = 2\nc = 3\nd = 4\ne = 5\nf = 6\n")
+    gone = str(tmp_path / "generated" / "gone.py")
+
+    class Outside:
+        capabilities = BackendCapabilities(gpu=True)
+        def __init__(self, options): pass
+        def start(self): pass
+        def stop(self): pass
+        def result(self):
+            return RawBackendResult(lines=[
+                RawLine(train, 4, 8_000_000, 10, gpu=GPUStats(30_000_000, None)),
+                RawLine(str(worker), 99, 1_000_000, 1, gpu=GPUStats(10**12, None)),
+                RawLine(gone, 4, 2_000_000, 1, gpu=GPUStats(10**12, None)),
+            ], elapsed_ns=50_000_000)
+
+    register_backend("outside-source", Outside, replace=True)
+    with profile(backend="outside-source", gpu=True, root=tmp_path, **kwargs) as session:
+        pass
+    return session
+
+
+def test_lines_outside_the_captured_source_are_left_out_of_the_report(tmp_path):
+    # GIVEN a backend reporting worker.py:99 in a 6-line file and a file with no source
+    out = tmp_path / "outside.html"
+    _outside_run(tmp_path, display="none", output=out)
+    payload = read_payload(out)
+    # THEN the GPU totals count only train.py:4 (not 2000 s more: "33 min")
+    assert payload["gpu"]["time"]["value_ns"] == 30_000_000
+    assert [(payload["files"][entry["file"]]["display"], entry["line"])
+            for entry in payload["lines"]] == [("train.py", 4)]
+    assert payload["overview"]["executed_lines"] == 1
+    assert payload["overview"]["line_time_ns"] == 8_000_000
+    assert {f["display"] for f in payload["files"]} == {"train.py", "worker.py"}
+    # AND the left-out lines are named, with why
+    dropped = payload["dropped"]
+    assert dropped["count"] == 2
+    assert dropped["message"] == (
+        "2 lines outside the captured source were left out of every table and total: "
+        "generated/gone.py:4 (no source was captured), worker.py:99 (the file has 6 lines).")
+
+
+def test_text_summary_does_not_count_lines_outside_the_captured_source(tmp_path, capsys):
+    session = _outside_run(tmp_path, display="none")
+    session.show()
+    text = capsys.readouterr().out
+    # THEN the header counts the one line inside a source, the table lists only it
+    assert text.splitlines()[0].endswith("1 line in 1 file, 0 functions")
+    assert "train.py:4" in text
+    assert not any(r.lstrip().startswith(("1.000", "2.000")) for r in text.splitlines())
+    # AND a warning names the others
+    warning = next(r for r in text.splitlines() if "outside the captured source" in r)
+    assert "2 lines outside the captured source were left out" in warning
+    assert "worker.py:99 (the file has 6 lines)" in warning
+    assert "gone.py:4 (no source was captured)" in warning
+
+
+def test_text_summary_of_a_sampling_backend_has_no_hits_column(ws, capsys):
+    mod = ws.module("spin.py", """
+        def spin():
+            t = 0
+            for i in range(300000):
+                t += i * i
+            return t
+        """)
+    with profile(backend="sampler", root=ws.root, display="none") as session:
+        mod.spin()
+    session.show()
+    head = next(r for r in capsys.readouterr().out.splitlines() if "location / source" in r)
+    assert "hits" not in head
+
+
+def test_report_payload_has_the_run_status_and_the_call_targets(ws, tmp_path):
+    mod = ws.module("calls.py", """
+        def helper(x):
+            return x + 1
+
+        def main():
+            return helper(1)
+        """)
+    out = tmp_path / "calls.html"
+    with profile(root=ws.root, output=out, display="none"):
+        mod.main()
+    payload = read_payload(out)
+    # THEN a run that did not fail is "success", with no error
+    assert payload["status"] == "success" and payload["error"] is None
+    # AND each profiled function is a call target at its definition line
+    targets = {s["name"]: s["line"] for s in payload["symbols"]}
+    assert targets["helper"] == 1 and targets["main"] == 4
+    assert payload["columns"]["hits"] is True
+
+
+def test_a_failed_run_is_failed_in_the_report_with_its_error(ws, tmp_path):
+    mod = ws.module("fails.py", """
+        def fail():
+            raise KeyError("missing")
+        """)
+    out = tmp_path / "fails.html"
+    with pytest.raises(KeyError):
+        with profile(root=ws.root, output=out, display="none"):
+            mod.fail()
+    payload = read_payload(out)
+    assert payload["status"] == "failed"
+    assert "missing" in payload["error"]

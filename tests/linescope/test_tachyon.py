@@ -92,3 +92,16 @@ def test_hot_line_gets_most_samples(ws):  # pragma: no cover - no 3.15 here
     assert hot is not None and hot.samples and hot.hits is None
     mine = [l for l in r.lines if l.filename == hot.filename]
     assert hot.wall_time_ns >= 0.5 * max(l.wall_time_ns for l in mine)
+
+
+def test_the_gpu_rejection_names_gpu_and_the_alternatives(marker_script):
+    # GIVEN gpu=True with the tachyon backend, through the API and the command line
+    with pytest.raises(ValueError) as err:
+        with profile(backend="tachyon", gpu=True, display="none"):
+            pass
+    p = linescope("--backend", "tachyon", "--gpu", "target.py", cwd=marker_script)
+    # THEN both say that it measures no GPU time or memory and which backends do
+    for text in (str(err.value), p.stderr):
+        assert "measures no GPU time or GPU memory" in text
+        assert "--backend sampler or --backend scalene" in text
+    assert p.returncode == 2 and not (marker_script / "ran.txt").exists()

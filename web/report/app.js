@@ -5,13 +5,21 @@
 import { UNKNOWN, formatBytes, formatCount, formatNs, formatPercent, formatSignedBytes, isUnknown } from "../lib/format.js";
 import { el, escapeHtml } from "../lib/dom.js";
 import { sortableTable } from "../lib/table.js";
-import { lineChartSvg } from "../lib/chart.js";
+import { attachChartHover, lineChartSvg } from "../lib/chart.js";
 import { lineHref, parseHash, viewHref } from "./links.js";
+import { resolveCall, symbolIndex, tokenizePython, tokensToHtml } from "./highlight.js";
+import { applyTheme, storedTheme, themeToggle } from "./theme.js";
+import { buildSparkView, sparkLineBadges, sparkViewKey } from "./spark.js";
 
 const data = JSON.parse(document.getElementById("linescope-data").textContent);
 const cols = data.columns;
 const main = document.getElementById("content");
 const nav = document.getElementById("sidebar");
+const topbar = document.getElementById("topbar");
+applyTheme(storedTheme());  // before anything renders: no flash of the other theme
+const symbols = symbolIndex(data.symbols);
+// Hits and Avg/hit only where the backend counts hits (never for a sampling backend).
+const showHits = cols.hits !== false;
 
 // ---- helpers ------------------------------------------------------------------------------
 
@@ -29,8 +37,38 @@ function locationLink(l) {
   return `<a href="${lineHref(l.file, l.line)}">${escapeHtml(locationLabel(l))}</a>`;
 }
 
-function codeCell(text) {
-  return isUnknown(text) ? UNKNOWN : `<code>${escapeHtml(text.trim())}</code>`;
+// Each file's source tokenized once (triple-quoted strings span lines).
+const tokenCache = new Map();
+function fileTokens(file) {
+  if (!tokenCache.has(file)) {
+    const src = data.files[file].source;
+    tokenCache.set(file, src ? tokenizePython(src) : null);
+  }
+  return tokenCache.get(file);
+}
+
+// The highlighted markup of a source line; calls link to their definitions. `trim` drops
+// the indentation (tables that list lines of several places).
+function codeHtml(file, line, trim = false) {
+  const all = fileTokens(file);
+  const tokens = all && line >= 1 && line <= all.length ? all[line - 1] : null;
+  if (!tokens) return null;
+  let list = tokens;
+  if (trim && list.length) {
+    list = list.map((t) => [...t]);
+    list[0][1] = list[0][1].replace(/^\s+/, "");
+    list[list.length - 1][1] = list[list.length - 1][1].replace(/\s+$/, "");
+  }
+  return tokensToHtml(list, (name, attribute) => {
+    const target = resolveCall(symbols, name, attribute, file);
+    return target ? lineHref(target.file, target.line) : null;
+  });
+}
+
+function codeCell(text, file = null, line = null) {
+  if (isUnknown(text)) return UNKNOWN;
+  const html = file === null ? null : codeHtml(file, line, true);
+  return `<code class="py">${html ?? escapeHtml(text.trim())}</code>`;
 }
 
 // A time on its heat level's background; unknown -> "—" (no badge).
@@ -42,6 +80,15 @@ function heatCell(ns, level, kind) {
 // A numeric column: sort key = the value, cell = its formatted text (unknown -> "—").
 function numCol(key, label, get, fmt, extra = {}) {
   return { key, label, numeric: true, value: get, html: (r) => escapeHtml(fmt(get(r))), ...extra };
+}
+
+// A time with a bar for its share of the largest (share null: no bar, e.g. never ran).
+function timeBar(ns, share) {
+  const text = escapeHtml(formatNs(ns));
+  if (isUnknown(share)) return text;
+  const pct = Math.max(0, Math.min(100, share * 100)).toFixed(1);
+  return `<span class="bar-cell"><span class="bar" style="width:${pct}%" aria-hidden="true"></span>` +
+    `<span class="bar-text">${text}</span></span>`;
 }
 
 function card(id, label, value, { sub = null, notice = null, title = null } = {}) {
@@ -82,7 +129,7 @@ const sourceCol = {
   key: "source", label: "Source", cls: "src",
   // sorted by the text shown: without its indentation
   value: (l) => { const t = sourceText(l.file, l.line); return isUnknown(t) ? t : t.trim(); },
-  html: (l) => codeCell(sourceText(l.file, l.line)),
+  html: (l) => codeCell(sourceText(l.file, l.line), l.file, l.line),
 };
 
 // ---- views --------------------------------------------------------------------------------
@@ -95,16 +142,19 @@ function overviewView() {
   if (data.gpu) {
     parts.push(el("p", { class: "meta gpu-headline" }, ...gpuHeadline(data.gpu, true)));
   }
-  if (data.warnings.length) {
+  const warnings = [...data.warnings];
+  if (data.dropped) warnings.push(data.dropped.message);
+  if (warnings.length) {
     parts.push(el("section", { class: "warnings", "aria-labelledby": "h-warnings" },
-      el("h2", { id: "h-warnings" }, `Warnings (${data.warnings.length})`),
-      el("ul", {}, data.warnings.map((w) => el("li", {}, w)))));
+      el("h2", { id: "h-warnings" }, `Warnings (${warnings.length})`),
+      el("ul", {}, warnings.map((w) => el("li", {}, w)))));
   }
   parts.push(el("div", { class: "cards" },
     card("elapsed", "Elapsed", formatNs(o.elapsed_ns)),
     card("snapshots", "Source snapshots", formatCount(o.snapshots),
          { sub: `${formatCount(o.files)} file${o.files === 1 ? "" : "s"} recorded` }),
-    card("functions", "Functions", formatCount(o.functions)),
+    card("functions", "Functions", formatCount(o.functions),
+         { sub: o.functions_never_ran ? `${formatCount(o.functions_never_ran)} never ran` : null }),
     card("executed-lines", "Executed lines", formatCount(o.executed_lines))));
   const columns = [
     numCol("time", "Time", (l) => l.time_ns, formatNs,
@@ -112,8 +162,11 @@ function overviewView() {
              title: "wall time, including everything called from the line" }),
   ];
   if (cols.self) columns.push(numCol("self", "Own time", (l) => l.self_ns, formatNs));
-  columns.push(numCol("hits", "Hits", (l) => l.hits, formatCount),
-               numCol("avg", "Avg/hit", (l) => l.avg_ns, formatNs));
+  if (showHits) {
+    columns.push(numCol("hits", "Hits", (l) => l.hits, formatCount),
+                 numCol("avg", "Avg/hit", (l) => l.avg_ns, formatNs));
+  }
+  if (cols.samples) columns.push(numCol("samples", "Samples", (l) => l.samples, formatCount));
   if (cols.gpu) columns.push(numCol("gpu_time", "GPU time", (l) => l.gpu_time_ns, formatNs));
   columns.push(locationCol, sourceCol);
   const t = sortableTable({ columns, rows: lineRows(o.top_lines), sort: { key: "time", dir: "desc" },
@@ -152,17 +205,23 @@ function filesView() {
 function functionsView() {
   const columns = [
     { key: "name", label: "Function", value: (f) => f.name,
-      html: (f) => `<a class="fn" href="${lineHref(f.file, f.line)}">${escapeHtml(f.name)}</a>` },
+      html: (f) => `<a class="fn" href="${lineHref(f.file, f.line)}">${escapeHtml(f.name)}</a>` +
+        (f.ran === false ? ' <span class="badge never-ran" title="listed, but not called while profiling">never ran</span>' : "") },
     { key: "location", label: "Defined in", value: (f) => `${data.files[f.file].display}\u0000${String(f.line).padStart(9, "0")}`,
       html: (f) => `<a href="${lineHref(f.file, f.line)}">${escapeHtml(`${data.files[f.file].display}:${f.line}`)}</a>` },
     numCol("total", "Total time", (f) => f.total_ns, formatNs,
-           { title: "outermost activations only (no double counting under recursion)" }),
+           { title: "outermost activations only (no double counting under recursion)",
+             html: (f) => timeBar(f.total_ns, f.share) }),
     numCol("own", "Own time", (f) => f.own_ns, formatNs, { title: "excluding recorded callees" }),
-    numCol("calls", "Calls", (f) => f.calls, formatCount),
-    numCol("avg", "Avg/call", (f) => f.avg_ns, formatNs),
   ];
+  // Calls and Avg/call only where functions are counted (never for a sampling backend).
+  if (cols.function_calls !== false) {
+    columns.push(numCol("calls", "Calls", (f) => f.calls, formatCount),
+                 numCol("avg", "Avg/call", (f) => f.avg_ns, formatNs));
+  }
   const t = sortableTable({ columns, rows: data.functions, sort: { key: "total", dir: "desc" },
-                            label: "Functions", className: "functions" });
+                            label: "Functions", className: "functions",
+                            rowAttrs: (f) => (f.ran === false ? 'class="never-ran"' : "") });
   return section("functions", "Functions", t.table);
 }
 
@@ -180,7 +239,12 @@ function memoryView() {
   chart.innerHTML = lineChartSvg(m.timeline, { formatX: formatNs, formatY: formatBytes,
                                                label: "host memory (RSS) over time" }) +
     `<figcaption>Host memory (${escapeHtml(m.source)}) over time: ${formatCount(m.samples)} samples` +
-    (isUnknown(m.interval_ns) ? "" : `, every ${escapeHtml(formatNs(m.interval_ns))}`) + `</figcaption>`;
+    (isUnknown(m.interval_ns) ? "" : `, every ${escapeHtml(formatNs(m.interval_ns))}`) +
+    (m.timeline.length ? " \u00b7 point at the chart (or focus it and use the arrow keys) for the values" : "") +
+    `</figcaption>`;
+  attachChartHover(chart, m.timeline, {
+    describe: ([t, rss]) => `${formatNs(t)} \u00b7 RSS ${formatBytes(rss)}`,
+  });
   parts.push(chart);
   if (!m.per_line) {
     parts.push(el("p", { class: "notice", role: "note" },
@@ -190,8 +254,9 @@ function memoryView() {
   if (cols.memory) columns.push(numCol("memory", "Memory change", (l) => l.mem_bytes, formatSignedBytes));
   if (cols.memory_peak) columns.push(numCol("memory_peak", "Peak RSS", (l) => l.mem_peak_bytes, formatBytes));
   if (columns.length) {
-    columns.push(numCol("time", "Time", (l) => l.time_ns, formatNs),
-                 numCol("hits", "Hits", (l) => l.hits, formatCount), locationCol, sourceCol);
+    columns.push(numCol("time", "Time", (l) => l.time_ns, formatNs));
+    if (showHits) columns.push(numCol("hits", "Hits", (l) => l.hits, formatCount));
+    columns.push(locationCol, sourceCol);
     const t = sortableTable({ columns, rows: lineRows(m.lines), sort: { key: columns[0].key, dir: "desc" },
                               caption: "Memory by line", label: "Memory by line", className: "memory-lines" });
     parts.push(t.table);
@@ -215,6 +280,9 @@ function gpuView() {
   if (g.scope_note) facts.push(el("li", { "data-fact": "scope" }, g.scope_note));
   facts.push(el("li", {}, "GPU work runs asynchronously: a line can return before its device work finishes, so GPU time and driver time are separate measurements."));
   parts.push(el("ul", { class: "facts" }, facts));
+  if (data.dropped && !isUnknown(data.dropped.gpu_time_ns)) {
+    parts.push(el("p", { class: "notice dropped", role: "note" }, data.dropped.message));
+  }
   if (g.diagnostics.length) {
     parts.push(el("section", { class: "warnings", "aria-labelledby": "h-gpu-diag" },
       el("h2", { id: "h-gpu-diag" }, "GPU diagnostics"),
@@ -268,8 +336,10 @@ function sourceView(fileIndex) {
       { html: (r) => (r.s ? heatCell(r.s.time_ns, r.s.heat, "time") : "") }),
   ];
   if (cols.self) columns.push(c("self", "Own time", (s) => s.self_ns, formatNs));
-  columns.push(c("hits", "Hits", (s) => s.hits, formatCount),
-               c("avg", "Avg/hit", (s) => s.avg_ns, formatNs));
+  if (showHits) {
+    columns.push(c("hits", "Hits", (s) => s.hits, formatCount),
+                 c("avg", "Avg/hit", (s) => s.avg_ns, formatNs));
+  }
   if (cols.cpu) columns.push(c("cpu", "CPU time", (s) => s.cpu_ns, formatNs));
   if (cols.samples) columns.push(c("samples", "Samples", (s) => s.samples, formatCount));
   if (cols.memory) columns.push(c("memory", "Memory", (s) => s.mem_bytes, formatSignedBytes));
@@ -282,7 +352,9 @@ function sourceView(fileIndex) {
   }
   columns.push({ key: "source", label: "Source", cls: "src",
                  value: (r) => (r.text === null ? null : r.text.trim()),
-                 html: (r) => (r.text === null ? UNKNOWN : `<code>${escapeHtml(r.text)}</code>`) });
+                 html: (r) => (r.text === null ? UNKNOWN
+                   : `<code class="py">${codeHtml(fileIndex, r.line) ?? escapeHtml(r.text)}</code>`)
+                   + sparkLineBadges(data, fileIndex, r.line) });
   const t = sortableTable({
     columns, rows, sort: { key: "line", dir: "asc" }, label: `Source of ${f.display}`,
     className: "source",
@@ -315,14 +387,93 @@ function buildNav() {
                  ["functions", "Functions", data.functions.length]];
   if (available.memory) items.push(["memory", "Memory", null]);
   if (available.gpu) items.push(["gpu", "GPU", null]);
+  if (data.spark) items.push(["spark", "Spark", data.spark.actions.length]);
   nav.append(
     el("p", { class: "brand" }, "linescope"),
     el("ul", { class: "sections" }, items.map(([view, label, n]) =>
       el("li", {}, el("a", { href: viewHref(view), "data-nav": view }, label,
                       n === null ? null : el("span", { class: "count" }, formatCount(n)))))),
-    el("h2", { class: "nav-heading", id: "nav-sources" }, "Sources"),
-    el("ul", { class: "sources", "aria-labelledby": "nav-sources" }, data.files.map((f, i) =>
-      el("li", {}, el("a", { href: lineHref(i), "data-nav": `source-${i}`, title: f.path }, f.display)))));
+    el("h2", { class: "nav-heading", id: "nav-sources" }, "Sources"));
+  const list = el("ul", { class: "sources", id: "source-list", "aria-labelledby": "nav-sources" },
+    data.files.map((f, i) =>
+      el("li", {}, el("a", { href: lineHref(i), "data-nav": `source-${i}`, title: f.path }, f.display))));
+  nav.append(sourceFinder(list), list);
+}
+
+// "Find a source": filters the sidebar's sources as one types (every word must occur in
+// the name or the path, any case). Enter opens the first match; the arrow keys move between
+// the input and the matches; Escape clears.
+function sourceFinder(list) {
+  const input = el("input", { type: "search", id: "find-source", class: "find",
+                              placeholder: "Find a source\u2026", "aria-label": "Find a source",
+                              "aria-controls": "source-list", autocomplete: "off",
+                              spellcheck: "false" });
+  const status = el("p", { class: "find-status", id: "find-status", role: "status",
+                           "aria-live": "polite" });
+  const items = [...list.children].map((li, i) =>
+    ({ li, a: li.firstElementChild,
+       text: `${data.files[i].display}\n${data.files[i].path}`.toLowerCase() }));
+  const visible = () => items.filter((it) => !it.li.hidden).map((it) => it.a);
+  function filter() {
+    const words = input.value.toLowerCase().split(/\s+/).filter(Boolean);
+    let shown = 0;
+    for (const it of items) {
+      it.li.hidden = !words.every((w) => it.text.includes(w));
+      shown += it.li.hidden ? 0 : 1;
+    }
+    status.textContent = !words.length ? "" : shown === 0 ? "No source matches"
+      : `${formatCount(shown)} of ${formatCount(items.length)} sources`;
+  }
+  input.addEventListener("input", filter);
+  input.addEventListener("keydown", (e) => {
+    const first = visible()[0];
+    if (e.key === "Enter" && first) {
+      e.preventDefault();
+      first.click();
+    } else if (e.key === "ArrowDown" && first) {
+      e.preventDefault();
+      first.focus();
+    } else if (e.key === "Escape" && input.value) {
+      e.preventDefault();
+      input.value = "";
+      filter();
+    }
+  });
+  list.addEventListener("keydown", (e) => {
+    if (e.key !== "ArrowDown" && e.key !== "ArrowUp") return;
+    const links = visible();
+    const at = links.indexOf(document.activeElement);
+    if (at < 0) return;
+    e.preventDefault();
+    const next = at + (e.key === "ArrowDown" ? 1 : -1);
+    if (next < 0) input.focus();
+    else if (next < links.length) links[next].focus();
+  });
+  return el("div", { class: "finder" }, input, status);
+}
+
+// The bar above the page: run status (a failed run with its error), backend, start and
+// elapsed time, and the theme toggle.
+function buildTopbar() {
+  if (!topbar) return;
+  const failed = data.status === "failed";
+  const status = data.status || "success";
+  const started = isUnknown(data.started_at) ? UNKNOWN : new Date(data.started_at * 1000).toLocaleString();
+  const facts = el("div", { class: "run-facts" },
+    el("span", { class: `status status-${failed ? "failed" : status === "success" ? "success" : "other"}`,
+                 "data-status": status }, failed ? "\u2716 failed" : status === "success" ? "\u2714 success" : status),
+    el("span", { class: "fact", "data-fact": "backend" }, "backend ", el("strong", {}, data.backend),
+       data.sampled ? el("span", { class: "badge" }, "sampled") : null),
+    el("span", { class: "fact", "data-fact": "elapsed" }, `elapsed ${formatNs(data.elapsed_ns)}`),
+    el("span", { class: "fact", "data-fact": "started" }, `started ${started}`));
+  topbar.append(el("div", { class: "topbar-row" },
+    el("span", { class: "brand" }, "linescope"), facts, themeToggle()));
+  if (failed) {
+    topbar.append(el("div", { class: "run-error", role: "alert" },
+      el("strong", {}, "The profiled run failed"),
+      data.error ? el("pre", { class: "error-text" }, data.error) : el("span", {}, ": no error message was recorded.")));
+  }
+  topbar.classList.toggle("failed", failed);
 }
 
 function markLine(view, line) {
@@ -337,14 +488,18 @@ function markLine(view, line) {
 function route(hash = location.hash, navigated = true) {
   const want = parseHash(hash);
   let key = want.view;
-  if (want.view === "source") {
+  const sparkKey = sparkViewKey(hash, data.spark);  // spark.js: #view=spark, #spark=N
+  if (sparkKey) {
+    key = sparkKey;
+  } else if (want.view === "source") {
     key = want.file < data.files.length ? `source-${want.file}` : "overview";
   } else if (!available[key]) {
     key = "overview";
   }
   let view = cache.get(key);
   if (!view) {
-    view = key.startsWith("source-") ? sourceView(Number(key.slice(7))) : builders[key]();
+    view = key.startsWith("source-") ? sourceView(Number(key.slice(7)))
+      : key.startsWith("spark") ? buildSparkView(key, data) : builders[key]();
     cache.set(key, view);
   }
   if (main.firstElementChild !== view) main.replaceChildren(view);
@@ -378,6 +533,7 @@ document.addEventListener("click", (e) => {
   else location.hash = hash;  // -> hashchange -> route
 });
 
+buildTopbar();
 buildNav();
 window.addEventListener("hashchange", () => route(location.hash));
 route(location.hash, false);

@@ -5,10 +5,13 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
+
+#include "lines/spark.h"
 
 namespace gpuprof::lines {
 namespace {
@@ -237,6 +240,24 @@ std::optional<std::string> GpuAggregation(const std::optional<std::string>& meth
   return std::nullopt;
 }
 
+// A line the backend reported that is not inside a captured source: its file has no
+// snapshot, or its number is not a line of the snapshot (a custom backend's worker.py:99 in a
+// 6-line file). Such a line is left out of every table and total and listed in a diagnostic.
+struct DroppedLine {
+  std::string display;  // the file's display name among all reported files
+  int64_t line = 0;
+  int64_t source_lines = -1;  // lines of the file's snapshot; -1: no snapshot
+  OptInt time_ns, gpu_time_ns;
+};
+
+// A function definition the source view can link a call to.
+struct SymbolRef {
+  std::string name;  // the last part of the qualified name: what a call spells
+  std::string qualname;
+  int file = 0;
+  int64_t line = 0;
+};
+
 struct Result {
   std::optional<double> started_at;
   OptInt elapsed_ns;
@@ -252,6 +273,14 @@ struct Result {
   json memory;  // the result's MemoryProfile or null
   json gpu;     // the result's GPUCollection or null
   size_t snapshots = 0;
+  // run.status / run.error (absent: a successful run).
+  std::string status = "success";
+  std::optional<std::string> error;
+  // capabilities.hit_counts / capabilities.sampled (absent: counts, not sampled).
+  bool hit_counts = true;
+  bool sampled = false;
+  std::vector<DroppedLine> dropped;  // lines outside the captured source, left out
+  std::vector<SymbolRef> symbols;    // definitions inside captured sources
 };
 
 Result Read(const json& doc) {
@@ -297,15 +326,24 @@ Result Read(const json& doc) {
     }
   }
   r.snapshots = by_path.size();
+  // Every file named anywhere, for the names the diagnostic of left-out lines uses.
+  std::map<std::string, std::string> named;
   for (const json& l : Array(run, "lines")) {
     const auto f = Str(l, "filename");
     if (!f) throw ReadError{"a line has no filename"};
-    by_path.try_emplace(*f);
+    named.try_emplace(*f);
   }
   for (const json& fn : Array(run, "functions")) {
     const auto f = Str(fn, "filename");
     if (!f) throw ReadError{"a function has no filename"};
-    by_path.try_emplace(*f);
+    by_path.try_emplace(*f);  // listed (its definition is linked) even without a snapshot
+  }
+  {
+    for (const auto& [path, text] : by_path) named.try_emplace(path);
+    std::vector<File> all;
+    for (const auto& [path, display] : named) all.push_back(File{path, "", std::nullopt});
+    AssignDisplayNames(&all, r.root);
+    for (const File& f : all) named[f.path] = f.display;
   }
   std::map<std::string, int> index;
   for (auto& [path, text] : by_path) {
@@ -321,10 +359,31 @@ Result Read(const json& doc) {
   AssignDisplayNames(&r.files, r.root);
 
   std::map<std::pair<int, int64_t>, Line> merged;
+  std::map<std::pair<std::string, int64_t>, DroppedLine> dropped;
   for (const json& l : Array(run, "lines")) {
+    const std::string path = *Str(l, "filename");
+    const int64_t number = Int(l, "line").value_or(0);
+    const auto at = index.find(path);
+    const File* file = at == index.end() ? nullptr : &r.files[at->second];
+    if (!file || !file->source || number < 1 ||
+        number > static_cast<int64_t>(file->source->size())) {
+      DroppedLine d;
+      d.display = named[path];
+      d.line = number;
+      d.source_lines = file && file->source ? static_cast<int64_t>(file->source->size()) : -1;
+      d.time_ns = Int(l, "wall_time_ns");
+      const json& g = Field(l, "gpu");
+      if (g.is_object()) d.gpu_time_ns = Int(g, "time_ns");
+      auto [it, fresh] = dropped.try_emplace({path, number}, d);
+      if (!fresh) {
+        it->second.time_ns = Add(it->second.time_ns, d.time_ns);
+        it->second.gpu_time_ns = Add(it->second.gpu_time_ns, d.gpu_time_ns);
+      }
+      continue;
+    }
     Line s;
-    s.file = index[*Str(l, "filename")];
-    s.line = Int(l, "line").value_or(0);
+    s.file = at->second;
+    s.line = number;
     const OptInt wall = Int(l, "wall_time_ns");
     s.time_ns = wall.value_or(0);
     s.time_known = wall.has_value();
@@ -359,6 +418,7 @@ Result Read(const json& doc) {
     m.gpu_peak_bytes = MaxParts(m.gpu_peak_bytes, s.gpu_peak_bytes);
   }
   for (auto& [key, line] : merged) r.lines.push_back(line);
+  for (auto& [key, line] : dropped) r.dropped.push_back(std::move(line));
 
   for (const json& fn : Array(run, "functions")) {
     Function f;
@@ -370,6 +430,33 @@ Result Read(const json& doc) {
     f.calls = Int(fn, "calls");
     r.functions.push_back(std::move(f));
   }
+
+  // Definitions a call in the source view can link to: only those inside a captured source.
+  std::set<std::tuple<std::string, int, int64_t>> seen;
+  for (const json& sym : Array(doc, "symbols")) {
+    const auto qualname = Str(sym, "qualname");
+    const auto path = Str(sym, "filename");
+    const int64_t line = Int(sym, "line").value_or(0);
+    if (!qualname || !path) continue;
+    const auto at = index.find(*path);
+    if (at == index.end()) continue;
+    const File& file = r.files[at->second];
+    if (!file.source || line < 1 || line > static_cast<int64_t>(file.source->size())) continue;
+    if (!seen.emplace(*qualname, at->second, line).second) continue;
+    const size_t dot = qualname->rfind('.');
+    const std::string name = dot == std::string::npos ? *qualname : qualname->substr(dot + 1);
+    if (name.empty() || name.front() == '<') continue;  // <module>, <lambda>, <listcomp>
+    r.symbols.push_back(SymbolRef{name, *qualname, at->second, line});
+  }
+
+  // run.status is "success" or "failed"; a result without it (written before it existed)
+  // succeeded unless it carries an error.
+  r.error = Str(run, "error");
+  const auto status = Str(run, "status");
+  r.status = status ? *status : r.error ? "failed" : "success";
+  const json& caps = Field(doc, "capabilities");
+  if (!Field(caps, "hit_counts").is_null()) r.hit_counts = Bool(caps, "hit_counts");
+  r.sampled = Bool(caps, "sampled");
   return r;
 }
 
@@ -572,6 +659,40 @@ json GpuSection(const Result& r) {
   };
 }
 
+// The diagnostic for lines outside the captured source: null when there are none.
+json DroppedSection(const std::vector<DroppedLine>& dropped) {
+  if (dropped.empty()) return nullptr;
+  std::string message = std::to_string(dropped.size()) +
+                        (dropped.size() == 1 ? " line outside the captured source was"
+                                             : " lines outside the captured source were") +
+                        " left out of every table and total:";
+  json lines = json::array();
+  OptInt time, gpu_time;
+  for (size_t i = 0; i < dropped.size(); ++i) {
+    const DroppedLine& d = dropped[i];
+    const std::string where = d.display + ":" + std::to_string(d.line);
+    const std::string why = d.source_lines < 0 ? "no source was captured"
+                            : d.source_lines == 1
+                                ? "the file has 1 line"
+                                : "the file has " + std::to_string(d.source_lines) + " lines";
+    if (i < kMaxDroppedListed) message += (i ? ", " : " ") + where + " (" + why + ")";
+    time = Add(time, d.time_ns);
+    gpu_time = Add(gpu_time, d.gpu_time_ns);
+    lines.push_back({{"location", where},
+                     {"reason", d.source_lines < 0 ? "no-source" : "outside-file"},
+                     {"time_ns", J(d.time_ns)},
+                     {"gpu_time_ns", J(d.gpu_time_ns)}});
+  }
+  if (dropped.size() > kMaxDroppedListed)
+    message += " and " + std::to_string(dropped.size() - kMaxDroppedListed) + " more";
+  message += ".";
+  return {{"count", dropped.size()},
+          {"message", message},
+          {"time_ns", J(time)},
+          {"gpu_time_ns", J(gpu_time)},
+          {"lines", std::move(lines)}};
+}
+
 // The GPU view and the GPU columns exist only for a backend that declares GPU collection
 // (capabilities.gpu; a result with a GPU collection implies it) when GPU values were
 // requested or returned. A backend without it (trace, tachyon) gets no GPU view and no GPU
@@ -598,8 +719,17 @@ json Payload(const Result& r) {
                        [&](const Line& s) { return (s.*field).has_value(); });
   };
   const bool per_line_memory = has_memory && Bool(r.memory, "per_line");
+  // Hits and Avg/hit: a sampling backend (or one that declares no hit counts) never fills
+  // them, so they exist only where a line has a count or the backend declares counts.
+  const bool hits_column = any(&Line::hits) || (r.hit_counts && !r.sampled);
+  // Calls and Avg/call of the functions table: likewise only where a function has a count.
+  const bool function_calls = std::any_of(r.functions.begin(), r.functions.end(),
+                                          [](const Function& f) { return f.calls.has_value(); }) ||
+                              (r.functions.empty() && !r.sampled);
   const json columns = {
       {"self", any(&Line::self_ns)},
+      {"hits", hits_column},
+      {"function_calls", function_calls},
       {"calls", any(&Line::calls)},
       {"cpu", any(&Line::cpu_ns)},
       {"samples", any(&Line::samples)},
@@ -652,8 +782,17 @@ json Payload(const Result& r) {
     files.push_back(std::move(j));
   }
 
+  // A function listed with 0 calls never ran: its times are 0, it has no time bar
+  // (share null), and the overview counts it apart.
+  int64_t max_fn_total = 0;
+  size_t never_ran = 0;
+  for (const Function& f : r.functions) {
+    if (f.calls && *f.calls == 0) ++never_ran;
+    max_fn_total = std::max(max_fn_total, f.total_ns.value_or(0));
+  }
   json functions = json::array();
   for (const Function& f : r.functions) {
+    const bool ran = !(f.calls && *f.calls == 0);
     functions.push_back(
         {{"name", f.name},
          {"file", f.file},
@@ -661,10 +800,18 @@ json Payload(const Result& r) {
          {"total_ns", J(f.total_ns)},
          {"own_ns", J(f.own_ns)},
          {"calls", J(f.calls)},
+         {"ran", ran},
+         {"share", ran && f.total_ns && max_fn_total > 0
+                       ? json(static_cast<double>(*f.total_ns) / static_cast<double>(max_fn_total))
+                       : json(nullptr)},
          {"avg_ns", f.total_ns && f.calls && *f.calls > 0
                         ? json(static_cast<double>(*f.total_ns) / static_cast<double>(*f.calls))
                         : json(nullptr)}});
   }
+  json symbols = json::array();
+  for (const SymbolRef& sym : r.symbols)
+    symbols.push_back(
+        {{"name", sym.name}, {"qualname", sym.qualname}, {"file", sym.file}, {"line", sym.line}});
 
   json top = json::array();
   for (size_t i : RankBy(
@@ -674,6 +821,9 @@ json Payload(const Result& r) {
   return {
       {"format", kReportFormat},
       {"backend", r.backend},
+      {"status", r.status},
+      {"error", J(r.error)},
+      {"sampled", r.sampled},
       {"started_at", J(r.started_at)},
       {"elapsed_ns", J(r.elapsed_ns)},
       {"warnings", r.warnings},
@@ -682,6 +832,7 @@ json Payload(const Result& r) {
        {{"elapsed_ns", J(r.elapsed_ns)},
         {"snapshots", r.snapshots},
         {"functions", r.functions.size()},
+        {"functions_never_ran", never_ran},
         {"executed_lines", executed_total},
         {"files", r.files.size()},
         {"line_time_ns", own_total},
@@ -694,6 +845,8 @@ json Payload(const Result& r) {
       {"files", std::move(files)},
       {"lines", std::move(lines)},
       {"functions", std::move(functions)},
+      {"symbols", std::move(symbols)},
+      {"dropped", DroppedSection(r.dropped)},
       {"memory", has_memory ? MemorySection(r) : json(nullptr)},
       {"gpu", has_gpu_view ? GpuSection(r) : json(nullptr)},
   };
@@ -809,7 +962,9 @@ Expected<std::string> BuildReportPayload(std::string_view result_json) {
                          e.what());
   }
   try {
-    return Payload(Read(doc)).dump();
+    json payload = Payload(Read(doc));
+    payload["spark"] = SparkReportSection(doc, payload);  // lines/spark.cc
+    return payload.dump();
   } catch (const ReadError& e) {
     return Status::Error("linescope report: " + e.message);
   } catch (const json::exception& e) {

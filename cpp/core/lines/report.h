@@ -7,7 +7,10 @@
 //      definition links, heat levels, the memory section (only when memory was collected)
 //      and the GPU section (only for a backend that declares GPU collection, when it was
 //      requested), including the card values, the notices for unavailable values and the
-//      headline that says which method produced the numbers. The format is documented in
+//      headline that says which method produced the numbers, the run status, which
+//      columns a backend fills (a sampling backend has no Hits), the definitions calls link
+//      to, and which reported lines lie outside the captured source (left out of every
+//      total, listed in a diagnostic). The format is documented in
 //      docs/linescope.md ("Report payload").
 //   2. RenderReportHtml: the payload -> ONE self-contained HTML file. The web assets
 //      (web/report/manifest.txt: ES modules, CSS, the page template) are embedded into this
@@ -40,6 +43,9 @@ inline constexpr size_t kMaxTimelinePoints = 2000;
 // first kMaxSourceLineChars - 1 followed by "…" (U+2026): a generated line megabytes long
 // would otherwise fill the page (and every table that shows it) with one cell.
 inline constexpr size_t kMaxSourceLineChars = 1000;
+// Lines outside the captured source (a file without a snapshot, or a line number past its
+// end) are left out of every table and total; the diagnostic names at most this many.
+inline constexpr size_t kMaxDroppedListed = 10;
 
 // Parses a linescope-result/1 document and computes the linescope-report/1 payload (compact
 // JSON). Errors (not JSON, wrong format, wrong field types) name the problem.

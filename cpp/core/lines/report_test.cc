@@ -99,7 +99,9 @@ TEST(ReportPayload, TwoFilesNeverShareADisplayName) {
   r["run"]["lines"] = {Line("/w/proj/util.py", 1, 10, 1), Line("/w/vendor/util.py", 1, 10, 1),
                        Line("/w/vendor/x/only.py", 1, 10, 1)};
   r["run"]["functions"] = json::array();
-  r["sources"] = json::object();
+  r["sources"] = {{"/w/proj/util.py", "x = 1\n"},
+                  {"/w/vendor/util.py", "x = 1\n"},
+                  {"/w/vendor/x/only.py", "x = 1\n"}};
   // WHEN the payload is built
   json p = Build(r);
   // THEN the file under the root keeps its short name, the outside one that would repeat it
@@ -435,6 +437,158 @@ TEST(ReportPayload, CustomBackendWithPerLineGpuOnlyShowsItsValues) {
   EXPECT_EQ(g["method_label"], "reported by the 'withgpu' backend");
   EXPECT_EQ(g["headline"], "GPU numbers: reported by the 'withgpu' backend");
   EXPECT_THAT(p.dump(), Not(HasSubstr("does not collect")));
+}
+
+TEST(ReportPayload, LinesOutsideTheCapturedSourceAreLeftOutOfEveryTotalAndListed) {
+  // GIVEN a custom backend's GPU lines: two inside app.py (6 lines), worker.py:99 in a
+  // 6-line file, and gone.py, whose source was not captured, each with 1000 s of GPU time
+  json r = CustomPerLineGpu();
+  r["sources"]["/proj/worker.py"] = "a\nb\nc\nd\ne\nf\n";
+  json far = Line("/proj/worker.py", 99, 7'000'000, 1);
+  far["gpu"] = {{"time_ns", 1'000'000'000'000}, {"peak_memory_bytes", 1LL << 40}};
+  json gone = Line("/proj/gone.py", 4, 8'000'000, 1);
+  gone["gpu"] = {{"time_ns", 1'000'000'000'000}, {"peak_memory_bytes", nullptr}};
+  json zero = Line("/proj/app.py", 0, 9'000'000, 1);
+  r["run"]["lines"].push_back(far);
+  r["run"]["lines"].push_back(gone);
+  r["run"]["lines"].push_back(zero);
+  r["run"]["lines"].push_back(far);  // reported twice: listed once
+  // WHEN the payload is built
+  json p = Build(r);
+  // THEN GPU totals and every other total count only the lines inside a captured source
+  EXPECT_EQ(p["gpu"]["time"]["value_ns"], 125'000'000);
+  EXPECT_EQ(p["gpu"]["memory"]["peak_bytes"], 3 << 20);
+  EXPECT_EQ(p["gpu"]["lines"].size(), 3u);
+  EXPECT_EQ(p["lines"].size(), 4u);
+  EXPECT_EQ(p["overview"]["executed_lines"], 4);
+  EXPECT_EQ(p["overview"]["line_time_ns"], 1'000'000 + 5'000'000 + 100 + 2'000'000);
+  EXPECT_EQ(p["heat"]["max_time_ns"], 6'000'000);
+  for (const json& l : p["lines"]) {
+    const json& f = p["files"][l["file"].get<int>()];
+    ASSERT_TRUE(f["source"].is_array());
+    EXPECT_GE(l["line"], 1);
+    EXPECT_LE(l["line"].get<size_t>(), f["source"].size());
+  }
+  // a file known only from left-out lines is not listed; a captured one stays
+  std::set<std::string> names;
+  for (const json& f : p["files"]) names.insert(f["display"].get<std::string>());
+  EXPECT_EQ(names, (std::set<std::string>{"app.py", "lib/util.py", "worker.py"}));
+  // AND the diagnostic lists each left-out line once, saying why
+  const json& d = p["dropped"];
+  ASSERT_TRUE(d.is_object());
+  EXPECT_EQ(d["count"], 3);
+  EXPECT_EQ(d["gpu_time_ns"], 3'000'000'000'000);  // worker.py:99 twice
+  EXPECT_EQ(d["message"],
+            "3 lines outside the captured source were left out of every table and total: "
+            "app.py:0 (the file has 6 lines), gone.py:4 (no source was captured), "
+            "worker.py:99 (the file has 6 lines).");
+  EXPECT_EQ(d["lines"][2]["location"], "worker.py:99");
+  EXPECT_EQ(d["lines"][2]["reason"], "outside-file");
+  EXPECT_EQ(d["lines"][2]["time_ns"], 14'000'000);
+  EXPECT_EQ(d["lines"][1]["reason"], "no-source");
+}
+
+TEST(ReportPayload, NoLeftOutLinesNoDiagnosticAndTheListIsBounded) {
+  EXPECT_TRUE(Build(Result())["dropped"].is_null());
+  json r = Result();
+  for (int i = 0; i < 13; ++i) r["run"]["lines"].push_back(Line("/proj/app.py", 100 + i, 1, 1));
+  const std::string message = Build(r)["dropped"]["message"];
+  EXPECT_THAT(message, HasSubstr("13 lines outside"));
+  EXPECT_THAT(message, HasSubstr("app.py:109 (the file has 6 lines) and 3 more."));
+  EXPECT_THAT(message, Not(HasSubstr("app.py:110")));
+}
+
+TEST(ReportPayload, RunStatusIsSuccessUnlessTheResultSaysItFailed) {
+  // GIVEN a result from before run.status existed
+  json p = Build(Result());
+  EXPECT_EQ(p["status"], "success");
+  EXPECT_TRUE(p["error"].is_null());
+  EXPECT_EQ(p["backend"], "trace");
+  // a failed run carries its error
+  json r = Result();
+  r["run"]["status"] = "failed";
+  r["run"]["error"] = "ZeroDivisionError: division by zero";
+  p = Build(r);
+  EXPECT_EQ(p["status"], "failed");
+  EXPECT_EQ(p["error"], "ZeroDivisionError: division by zero");
+  // an explicit success with a null error
+  r["run"]["status"] = "success";
+  r["run"]["error"] = nullptr;
+  EXPECT_EQ(Build(r)["status"], "success");
+  // an error without a status is a failure
+  r["run"].erase("status");
+  r["run"]["error"] = "boom";
+  EXPECT_EQ(Build(r)["status"], "failed");
+}
+
+TEST(ReportPayload, SamplingBackendsHaveNoHitsColumn) {
+  // GIVEN a sampling backend's result: no hit counts, samples instead
+  json r = Result();
+  r["backend"] = "sampler";
+  r["capabilities"]["sampled"] = true;
+  r["capabilities"]["hit_counts"] = false;
+  for (json& l : r["run"]["lines"]) {
+    l["hits"] = nullptr;
+    l["samples"] = 3;
+  }
+  json p = Build(r);
+  EXPECT_FALSE(p["columns"]["hits"].get<bool>());
+  EXPECT_TRUE(p["columns"]["samples"].get<bool>());
+  EXPECT_TRUE(p["sampled"].get<bool>());
+  // nor Calls / Avg/call in the functions table when no function has a call count
+  for (json& f : r["run"]["functions"]) f["calls"] = nullptr;
+  EXPECT_FALSE(Build(r)["columns"]["function_calls"].get<bool>());
+  // a tracing backend has the columns, also before any line ran
+  EXPECT_TRUE(Build(Result())["columns"]["hits"].get<bool>());
+  EXPECT_TRUE(Build(Result())["columns"]["function_calls"].get<bool>());
+  json empty = Result();
+  empty["run"]["lines"] = json::array();
+  EXPECT_TRUE(Build(empty)["columns"]["hits"].get<bool>());
+  // a sampling backend whose lines do carry counts shows them
+  r["run"]["lines"][0]["hits"] = 2;
+  EXPECT_TRUE(Build(r)["columns"]["hits"].get<bool>());
+}
+
+TEST(ReportPayload, FunctionsThatNeverRanHaveZeroCallsAndNoBar) {
+  // GIVEN `work` listed with 0 calls and zero times, `main` with 1 call
+  json r = Result();
+  r["run"]["functions"][1]["calls"] = 0;
+  r["run"]["functions"][1]["total_time_ns"] = 0;
+  r["run"]["functions"][1]["own_time_ns"] = 0;
+  json p = Build(r);
+  const json& main = p["functions"][0];
+  const json& work = p["functions"][1];
+  EXPECT_TRUE(main["ran"].get<bool>());
+  EXPECT_DOUBLE_EQ(main["share"].get<double>(), 1.0);
+  EXPECT_FALSE(work["ran"].get<bool>());
+  EXPECT_EQ(work["calls"], 0);  // a count, not unknown
+  EXPECT_TRUE(work["share"].is_null());
+  EXPECT_TRUE(work["avg_ns"].is_null());
+  EXPECT_EQ(p["overview"]["functions"], 2);
+  EXPECT_EQ(p["overview"]["functions_never_ran"], 1);
+  // unknown calls are not "never ran"
+  r["run"]["functions"][1]["calls"] = nullptr;
+  EXPECT_TRUE(Build(r)["functions"][1]["ran"].get<bool>());
+}
+
+TEST(ReportPayload, SymbolsInsideCapturedSourcesAreCallTargets) {
+  // GIVEN symbols: two valid definitions, one past the file's end, one in an uncaptured
+  // file, a <module> pseudo-symbol and a duplicate
+  json r = Result();
+  r["symbols"] = {{{"qualname", "main"}, {"filename", "/proj/app.py"}, {"line", 1}},
+                  {{"qualname", "Box.work"}, {"filename", "/proj/app.py"}, {"line", 4}},
+                  {{"qualname", "far"}, {"filename", "/proj/app.py"}, {"line", 60}},
+                  {{"qualname", "lost"}, {"filename", "/elsewhere/x.py"}, {"line", 1}},
+                  {{"qualname", "<module>"}, {"filename", "/proj/app.py"}, {"line", 1}},
+                  {{"qualname", "main"}, {"filename", "/proj/app.py"}, {"line", 1}}};
+  json p = Build(r);
+  // THEN only the two definitions remain, named as a call spells them
+  ASSERT_EQ(p["symbols"].size(), 2u);
+  EXPECT_EQ(p["symbols"][0],
+            (json{{"name", "main"}, {"qualname", "main"}, {"file", 0}, {"line", 1}}));
+  EXPECT_EQ(p["symbols"][1]["name"], "work");
+  EXPECT_EQ(p["symbols"][1]["qualname"], "Box.work");
+  EXPECT_EQ(p["symbols"][1]["line"], 4);
 }
 
 TEST(ReportPayload, CustomBackendWithoutGpuValuesSaysNoneWereRecorded) {

@@ -1,0 +1,84 @@
+// Light / dark theme. Without a choice the page follows the system (prefers-color-scheme,
+// in report.css); a choice made with the toggle is stored in localStorage and sets
+// <html data-theme="light|dark">. Storage is guarded: a page opened from file:// with
+// storage disabled, or inside a sandboxed iframe (a notebook's srcdoc), throws on access —
+// the toggle then still works for the page's lifetime.
+
+export const THEME_KEY = "linescope.theme";
+
+function storage() {
+  try {
+    return window.localStorage;  // the getter itself throws in a sandboxed iframe
+  } catch {
+    return null;
+  }
+}
+
+// The stored choice: "light", "dark" or null (follow the system).
+export function storedTheme() {
+  try {
+    const s = storage();
+    const v = s ? s.getItem(THEME_KEY) : null;
+    return v === "light" || v === "dark" ? v : null;
+  } catch {
+    return null;
+  }
+}
+
+// Stores the choice; false when the page may not store anything.
+export function storeTheme(theme) {
+  try {
+    const s = storage();
+    if (!s) return false;
+    s.setItem(THEME_KEY, theme);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export function systemTheme() {
+  try {
+    return window.matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light";
+  } catch {
+    return "light";
+  }
+}
+
+// The theme the page shows now.
+export function currentTheme() {
+  return document.documentElement.dataset.theme || systemTheme();
+}
+
+export function applyTheme(theme) {
+  if (theme) document.documentElement.dataset.theme = theme;
+  else delete document.documentElement.dataset.theme;
+}
+
+// A button that switches between light and dark and remembers the choice.
+export function themeToggle() {
+  const button = document.createElement("button");
+  button.type = "button";
+  button.className = "theme-toggle";
+  button.id = "theme-toggle";
+  const label = () => {
+    const next = currentTheme() === "dark" ? "light" : "dark";
+    button.textContent = next === "dark" ? "\u263E Dark" : "\u2600 Light";
+    button.setAttribute("aria-label", `Switch to the ${next} theme`);
+    button.title = `Switch to the ${next} theme`;
+    button.dataset.theme = currentTheme();
+  };
+  button.addEventListener("click", () => {
+    const next = currentTheme() === "dark" ? "light" : "dark";
+    applyTheme(next);
+    storeTheme(next);
+    label();
+  });
+  try {
+    window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", label);
+  } catch {
+    // an old browser without MediaQueryList events: the label follows the next click
+  }
+  label();
+  return button;
+}
