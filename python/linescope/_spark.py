@@ -24,7 +24,8 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -202,14 +203,16 @@ class SparkRecorder:
             if not recorder._running or getattr(local, "depth", False):
                 return fn(obj, *args, **kwargs)  # a nested action: the outer call records
             local.depth = 1
-            location = recorder._location(sys._getframe(1))
+            caller = sys._getframe(1)
+            location = recorder._location(caller)
             clock = recorder._native.monotonic_ns
             start_wall = time.time_ns()
             start = clock()
             status, error = "success", None
             result = None
             try:
-                result = fn(obj, *args, **kwargs)
+                with _call_site_of(fn, caller):
+                    result = fn(obj, *args, **kwargs)
                 return result
             except BaseException as e:
                 status, error = "failed", _error_text(e)
@@ -497,3 +500,29 @@ def attach(result: Any, recorder: SparkRecorder) -> None:
             available=False, reason=f"reading Spark failed: {type(e).__name__}: {e}")
     result.run.spark_executions = executions
     result.spark = summary
+
+
+@contextlib.contextmanager
+def _call_site_of(fn: Callable[..., Any], caller: Any) -> Iterator[None]:
+    """Spark names a job by its Python call site ("collect at train.py:12", in the Spark UI
+    and the status store): pyspark takes the frame that called into pyspark, which is this
+    module's wrapper now. The call site is set to the user's own frame instead, as pyspark
+    does (its SCCallSiteSync), so profiling does not change what Spark shows."""
+    try:
+        from pyspark import SparkContext
+        from pyspark.traceback_utils import SCCallSiteSync
+
+        sc = SparkContext._active_spark_context
+        sync = None
+        if sc is not None and SCCallSiteSync._spark_stack_depth == 0:
+            sync = SCCallSiteSync.__new__(SCCallSiteSync)
+            sync._call_site = (f"{getattr(fn, '__name__', 'action')} at "
+                               f"{caller.f_code.co_filename}:{caller.f_lineno}")
+            sync._context = sc
+    except Exception:  # noqa: BLE001 - an unexpected pyspark: Spark names the site itself
+        sync = None
+    if sync is None:
+        yield
+        return
+    with sync:
+        yield

@@ -73,6 +73,9 @@ def test_action_recorded_at_its_line_with_plans_operators_metrics_and_stages(ws,
     assert (e.name, e.status, e.error) == ("collect", "success", None)
     assert e.location is not None and e.location.filename.endswith("jobs.py")
     assert e.location.line == 6
+    # Spark itself names the job by the user's line, not by linescope's wrapper
+    assert e.description is not None and e.description.startswith("collect at ")
+    assert e.description.endswith("jobs.py:6") and "linescope" not in e.description
     assert "HashAggregate" in e.plans.executed
     assert "Aggregate" in e.plans.optimized and "Aggregate" in e.plans.analyzed
     names = [op.name for op in e.operator_list()]
