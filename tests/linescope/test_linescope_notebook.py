@@ -163,3 +163,51 @@ def test_in_a_notebook_kernel_stop_shows_the_report_in_the_cell(shell, monkeypat
     assert len(html) == 1 and "<iframe srcdoc=" in html[0]
     text = repr(profile.result)
     assert text.startswith("<linescope ProfileResult: trace, success,") and "\n" not in text
+
+
+KERNEL_RUN = """
+import sys, nbclient, nbformat
+src, out, cwd = sys.argv[1:4]
+nb = nbformat.read(src, as_version=4)
+nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+                        resources={"metadata": {"path": cwd}}).execute()
+nbformat.write(nb, out)
+"""
+
+
+def test_a_real_jupyter_kernel_names_cells_and_shows_the_report_at_stop(tmp_path):
+    # GIVEN a notebook that starts a session in its first cell and stops it in a later one
+    nbformat = pytest.importorskip("nbformat")
+    pytest.importorskip("nbclient")
+    import subprocess
+    import sys
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in (
+        "from linescope import profile\nsession = profile.start()",
+        "def f(n):\n    return sum(i * i for i in range(n))",
+        "x = f(1000)\ny = f(10)",
+        "profile.save('mid.json')",
+        "result = profile.stop()",
+        "print(sorted(k for k in result.sources if k.startswith('cell ')))\n"
+        "print(sorted({s.filename for s in result.lines}))\n"
+        "print(result.function('f').filename, result.function('f').calls)",
+    )]
+    src, done = tmp_path / "session.ipynb", tmp_path / "done.ipynb"
+    nbformat.write(nb, src)
+    # WHEN it runs in a fresh ipykernel (cells compiled to /tmp/ipykernel_*/…py)
+    p = subprocess.run([sys.executable, "-c", KERNEL_RUN, str(src), str(done), str(tmp_path)],
+                       capture_output=True, text=True, timeout=200)
+    assert p.returncode == 0, p.stderr[-3000:]
+    cells = nbformat.read(done, as_version=4).cells
+    printed = "".join(o.get("text", "") for o in cells[5].outputs if o.get("name") == "stdout")
+    # THEN the cells after start() are recorded as "cell N" (N as In [N]), never a temp path
+    assert "['cell 1', 'cell 2', 'cell 3', 'cell 4', 'cell 5']" in printed
+    assert "ipykernel" not in printed and "cell 2 2" in printed
+    # AND stop() showed the report inline in its cell (display="end" in a notebook)
+    html = [o.get("data", {}).get("text/html", "") for o in cells[4].outputs]
+    assert any("<iframe srcdoc=" in h for h in html)
+    # AND the mid-session save holds the cells run so far
+    mid = json.loads((tmp_path / "mid.json").read_text())
+    assert mid["metadata"]["running"] is True
+    assert {f["qualname"]: f["calls"] for f in mid["run"]["functions"]}["f"] == 2
