@@ -19,6 +19,16 @@ Variants:
                  method defined in the workload file, the same code linescope records — and
                  enable_by_count() around main(); no per-call decorator wrapper
   cprofile       cProfile.Profile enable/disable around main()
+
+Peer variants, run by the separate venv that run.py makes for LineScope 0.1.0 (PyPI
+`linescope==0.1.0`, whose package name clashes with ours, so it cannot share the project's
+venv); that interpreter imports LineScope 0.1.0 (and cProfile) only:
+  ls010_plain    nothing installed: LineScope's own baseline, in its venv
+  ls010          LineScope 0.1.0's `trace` backend through its public API: profile(backend=
+                 "trace", root=workloads/, display="none", notebooks=False, spark=False), with
+                 every other option given explicitly so that no [tool.linescope] table of this
+                 repository's pyproject.toml applies; the result's lines are summed after stop()
+                 (outside the timed region) so that run.py can check it recorded the workload
 """
 
 from __future__ import annotations
@@ -35,15 +45,26 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 WORKLOADS = os.path.join(HERE, "workloads")
 DEPS = os.path.join(HERE, "deps")
 VARIANTS = ("plain", "floor", "floor_ret", "trace", "line_profiler", "cprofile")
+PEER_VARIANTS = ("ls010_plain", "ls010")
+LS010_VERSION = "0.1.0"
 
 
 def run(workload: str, variant: str, scale: float) -> dict:
     # Every variant imports every tool, so that heap layout and import side effects are the
-    # same whichever one runs (pymalloc's pool state changes per-allocation costs).
-    import cProfile  # noqa: F401
-    import line_profiler  # noqa: F401
-    import linescope  # noqa: F401
-    from gpuprof import _native  # noqa: F401
+    # same whichever one runs (pymalloc's pool state changes per-allocation costs). The peer
+    # venv has LineScope 0.1.0 under the same package name instead of ours and the rest.
+    import cProfile
+    import linescope
+    if variant in PEER_VARIANTS:
+        version = getattr(linescope, "__version__", None)
+        if version != LS010_VERSION:
+            raise SystemExit(f"{variant} needs LineScope {LS010_VERSION}'s venv; this "
+                             f"interpreter has linescope {version!r} ({sys.executable})")
+    else:
+        import line_profiler
+        from gpuprof import _native
+        del line_profiler, _native
+    del cProfile
 
     sys.path[:0] = [WORKLOADS, DEPS]
     mod = importlib.import_module(workload)
@@ -55,7 +76,7 @@ def run(workload: str, variant: str, scale: float) -> dict:
     gc.collect()
     gc.freeze()
     info: dict = {}
-    if variant == "plain":
+    if variant in ("plain", "ls010_plain"):
         t0 = time.perf_counter_ns()
         mod.main()
         t1 = time.perf_counter_ns()
@@ -80,6 +101,22 @@ def run(workload: str, variant: str, scale: float) -> dict:
         info = {"hits": sum(s.hits for s in r.lines),
                 "files": sorted({os.path.basename(s.filename) for s in r.lines}),
                 "tracer": r.metadata.get("tracer") if hasattr(r, "metadata") else None}
+    elif variant == "ls010":
+        session = linescope.profile(
+            backend="trace", root=WORKLOADS, include=(), exclude=(), memory=False, gpu=False,
+            spark=False, notebooks=False, child_notebooks=False, display="none", output=None)
+        session.start()
+        t0 = time.perf_counter_ns()
+        mod.main()
+        t1 = time.perf_counter_ns()
+        session.stop()
+        res = session.result
+        lines = [s for s in res.root_run.lines if s.hits]
+        info = {"version": linescope.__version__, "backend": str(res.backend),
+                "hits": sum(s.hits for s in lines),
+                "files": sorted({os.path.basename(s.location.source_id) for s in lines}),
+                "line_time_s": sum(s.wall_time_ns or 0 for s in lines) / 1e9,
+                "calls": sum(f.calls or 0 for f in res.root_run.functions)}
     elif variant == "line_profiler":
         import line_profiler
         prof = line_profiler.LineProfiler()
@@ -101,7 +138,8 @@ def run(workload: str, variant: str, scale: float) -> dict:
         t1 = time.perf_counter_ns()
         prof.disable()
     else:
-        raise SystemExit(f"unknown variant {variant!r}; one of {', '.join(VARIANTS)}")
+        raise SystemExit(f"unknown variant {variant!r}; one of "
+                         f"{', '.join(VARIANTS + PEER_VARIANTS)}")
     return {"workload": workload, "variant": variant, "scale": scale,
             "seconds": (t1 - t0) / 1e9, "info": info}
 
@@ -109,7 +147,7 @@ def run(workload: str, variant: str, scale: float) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("workload")
-    ap.add_argument("variant", choices=VARIANTS)
+    ap.add_argument("variant", choices=VARIANTS + PEER_VARIANTS)
     ap.add_argument("--scale", type=float, default=1.0)
     a = ap.parse_args()
     print(json.dumps(run(a.workload, a.variant, a.scale)))

@@ -65,7 +65,7 @@ def main() -> None:
              for v in variants}
         added = {v: d[v] - d["plain"] for v in variants}
 
-        def over(x, y):
+        def over(x, y, added=added):
             return added[x] / added[y] if x in added and y in added and added[y] > 0 else None
 
         row = {"delta": d, "added": added, "vs_lp": over("trace", "line_profiler"),

@@ -6,6 +6,9 @@
 --runs: JSON files written by run.py (one per invocation). Per interpreter and workload: the
 median over runs of each run's median ratio to plain, and for the target ratios the median
 with the range over runs (min–max) when there are several.
+--ls010: for runs that measured the peer LineScope 0.1.0 (run.py's ls010 variants), a table
+of that peer beside our trace backend instead: ratios to plain, LineScope's to its own venv's
+plain, vs_ls010 = trace's added time / LineScope's, and LineScope's run time / trace's.
 --instructions: JSON files written by instructions.py.
 """
 
@@ -23,21 +26,60 @@ def fmt(x, spec=".2f"):
     return "—" if x is None else format(x, spec)
 
 
-def spread(values):
+def spread(values, spec=".2f"):
     vals = [v for v in values if v is not None]
     if not vals:
         return "—"
-    mid = fmt(statistics.median(vals))
-    return mid if len(vals) == 1 else f"{mid} ({fmt(min(vals))}–{fmt(max(vals))})"
+    mid = fmt(statistics.median(vals), spec)
+    return mid if len(vals) == 1 else f"{mid} ({fmt(min(vals), spec)}–{fmt(max(vals), spec)})"
+
+
+def load_runs(paths):
+    """{python version: [one run's entry for that interpreter, ...]}."""
+    by_python: dict = {}
+    for p in paths:
+        with open(p) as f:
+            report = json.load(f)
+        for d in report["pythons"].values():
+            by_python.setdefault(d["interpreter"]["version"], []).append(d)
+    return by_python
+
+
+def median_ratio(rows, variant):
+    ratios = [r["variants"].get(variant, {}).get("ratio") for r in rows]
+    ratios = [x for x in ratios if x is not None]
+    return statistics.median(ratios) if ratios else None
+
+
+def ls010_tables(paths):
+    for version, runs in load_runs(paths).items():
+        runs = [run for run in runs if any("ls010" in w["variants"]
+                                           for w in run["workloads"].values())]
+        if not runs:
+            continue
+        print(f"\nPython {version} (LineScope 0.1.0 beside our trace backend; {len(runs)} "
+              "run(s))\n")
+        print("| workload | plain s | **trace** | line_profiler | LineScope 0.1.0 | its plain "
+              "| vs_ls010 | LineScope ÷ trace |")
+        print("|---|---|---|---|---|---|---|---|")
+        workloads = list(dict.fromkeys(w for run in runs for w in run["workloads"]))
+        for w in workloads:
+            rows = [run["workloads"][w] for run in runs if w in run["workloads"]]
+            plain = statistics.median(r["variants"]["plain"]["median_s"] for r in rows)
+            cells = []
+            for v in ("trace", "line_profiler", "ls010", "ls010_plain"):
+                x = median_ratio(rows, v)
+                cell = "—" if x is None else fmt(x) + "×"
+                cells.append(f"**{cell}**" if v == "trace" else cell)
+            # Below zero when trace's median fell under plain's (noise): shown as "—".
+            vs_cell = spread([x if x is not None and x >= 0 else None
+                              for x in (r.get("vs_ls010") for r in rows)], ".3f")
+            x_cell = spread([r.get("ls010_x_trace") for r in rows], ".1f")
+            print(f"| {w} | {plain:.3f} | " + " | ".join(cells) + f" | {vs_cell} | {x_cell} |")
 
 
 def runs_tables(paths):
-    reports = [json.load(open(p)) for p in paths]
-    by_python: dict = {}
-    for r in reports:
-        for py, d in r["pythons"].items():
-            by_python.setdefault(d["interpreter"]["version"], []).append(d)
-    for version, runs in by_python.items():
+    for version, runs in load_runs(paths).items():
         info = runs[0]["interpreter"]
         print(f"\nPython {version} (tracer: {info['tracer']}; {len(runs)} run(s), runs per "
               "workload in the vs_* range)\n")
@@ -50,9 +92,8 @@ def runs_tables(paths):
             plain = statistics.median(r["variants"]["plain"]["median_s"] for r in rows)
             cells = []
             for v in VARIANTS:
-                ratios = [r["variants"].get(v, {}).get("ratio") for r in rows]
-                ratios = [x for x in ratios if x is not None]
-                cell = fmt(statistics.median(ratios)) + "×" if ratios else "—"
+                x = median_ratio(rows, v)
+                cell = "—" if x is None else fmt(x) + "×"
                 cells.append(f"**{cell}**" if v == "trace" else cell)
             targets = [spread([r.get(t) for r in rows]) for t in TARGETS]
             print(f"| {w} | {plain:.3f} | " + " | ".join(cells) + " | " + " | ".join(targets)
@@ -61,7 +102,8 @@ def runs_tables(paths):
 
 def instruction_tables(paths):
     for p in paths:
-        d = json.load(open(p))
+        with open(p) as f:
+            d = json.load(f)
         lo, hi = d["scales"]
         name = f"Python {d['version']}" if d.get("version") else d["python"]
         print(f"\n{name} (instruction counts, scales {lo} → {hi})\n")
@@ -76,7 +118,7 @@ def instruction_tables(paths):
                 cell = fmt(delta[v] / plain) + "×" if v in delta and plain else "—"
                 cells.append(f"**{cell}**" if v == "trace" else cell)
 
-            def over(a, b):
+            def over(a, b, added=added):
                 return added[a] / added[b] if a in added and b in added and added[b] > 0 \
                     else None
 
@@ -89,10 +131,13 @@ def instruction_tables(paths):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", nargs="*", default=[])
+    ap.add_argument("--ls010", nargs="*", default=[])
     ap.add_argument("--instructions", nargs="*", default=[])
     a = ap.parse_args()
     if a.runs:
         runs_tables(a.runs)
+    if a.ls010:
+        ls010_tables(a.ls010)
     if a.instructions:
         instruction_tables(a.instructions)
 
