@@ -58,3 +58,23 @@ def cuda_available() -> bool:
     except ImportError:
         return False
     return bool(torch.cuda.is_available())
+
+
+_RUN_NOTEBOOK = """
+import sys, nbclient, nbformat
+src, out, cwd, timeout = sys.argv[1:5]
+nb = nbformat.read(src, as_version=4)
+nbclient.NotebookClient(nb, timeout=int(timeout), kernel_name="python3",
+                        resources={"metadata": {"path": cwd}}).execute()
+nbformat.write(nb, out)
+"""
+
+
+def run_notebook(src: Path, out: Path, cwd: Path, *, cell_timeout: int,
+                 env: dict | None = None) -> subprocess.CompletedProcess:
+    """Executes every cell of the notebook `src` in a fresh Jupyter kernel (python3) with `cwd`
+    as its directory and writes the executed notebook to `out`. It runs in a child process, so
+    the Jupyter client's event loop does not leak into the test process."""
+    return subprocess.run([sys.executable, "-c", _RUN_NOTEBOOK, str(src), str(out), str(cwd),
+                           str(cell_timeout)], env=env, capture_output=True, text=True,
+                          timeout=cell_timeout + 60)

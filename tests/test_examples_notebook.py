@@ -5,26 +5,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from gpuprof_testutil import run_notebook
 
 nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (make setup)")
 pytest.importorskip("nbclient", reason="nbclient is not installed (make setup)")
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "examples" / "notebooks" / "linescope_gpu.ipynb"
-
-
-EXECUTE = """
-import sys, nbclient, nbformat
-src, out, cwd = sys.argv[1:4]
-nb = nbformat.read(src, as_version=4)
-nbclient.NotebookClient(nb, timeout=240, kernel_name="python3",
-                        resources={"metadata": {"path": cwd}}).execute()
-nbformat.write(nb, out)
-"""
 
 
 def test_gpu_notebook_runs_and_shows_the_unavailable_reasons(tmp_path):
@@ -35,8 +24,7 @@ def test_gpu_notebook_runs_and_shows_the_unavailable_reasons(tmp_path):
     # WHEN every cell runs in a fresh kernel (driven from a child process: the Jupyter client's
     # event loop must not leak into this test process)
     done = tmp_path / "executed.ipynb"
-    p = subprocess.run([sys.executable, "-c", EXECUTE, str(nb_path), str(done), str(tmp_path)],
-                       env=env, capture_output=True, text=True, timeout=300)
+    p = run_notebook(nb_path, done, tmp_path, cell_timeout=240, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     nb = nbformat.read(done, as_version=4)
     texts, html = [], []

@@ -62,22 +62,13 @@ def add_profile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", "-b", default=None,
                    help="profiler backend: trace (default), sampler, scalene, tachyon, or a "
                         "registered one")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("--gpu", dest="gpu", action="store_true", default=None,
-                   help="collect GPU time and device memory (needs a GPU-capable backend)")
-    g.add_argument("--no-gpu", dest="gpu", action="store_false",
-                   help="do not collect GPU data (overrides gpu = true in pyproject.toml)")
-    m = p.add_mutually_exclusive_group()
-    m.add_argument("--memory", dest="memory", action="store_true", default=None,
-                   help="collect host memory: RSS timeline and per-line change / peak")
-    m.add_argument("--no-memory", dest="memory", action="store_false",
-                   help="do not collect host memory (overrides memory = true in pyproject.toml)")
-    sp = p.add_mutually_exclusive_group()
-    sp.add_argument("--spark", dest="spark", action="store_true", default=None,
-                    help="record PySpark actions at the lines that run them: plans, operator "
-                         "metrics, stages, driver and executor time")
-    sp.add_argument("--no-spark", dest="spark", action="store_false",
-                    help="do not record Spark actions (overrides spark = true in pyproject.toml)")
+    _on_off(p, "gpu", "collect GPU time and device memory (needs a GPU-capable backend)",
+            "do not collect GPU data (overrides gpu = true in pyproject.toml)")
+    _on_off(p, "memory", "collect host memory: RSS timeline and per-line change / peak",
+            "do not collect host memory (overrides memory = true in pyproject.toml)")
+    _on_off(p, "spark", "record PySpark actions at the lines that run them: plans, operator "
+                        "metrics, stages, driver and executor time",
+            "do not record Spark actions (overrides spark = true in pyproject.toml)")
     p.add_argument("-i", "--include", action="append", default=None, metavar="PATTERN",
                    help="also record files matching this glob (repeatable; replaces the "
                         "include list of pyproject.toml)")
@@ -93,12 +84,16 @@ def add_profile_options(p: argparse.ArgumentParser) -> None:
                    help="show the result at the end (default: end)")
     p.add_argument("--sample-rate", type=_sample_rate, default=None, metavar="RATE",
                    help="samples per second, for sampling backends")
-    n = p.add_mutually_exclusive_group()
-    n.add_argument("--notebooks", dest="notebooks", action="store_true", default=None,
-                   help="inside IPython / Jupyter, record the cells that run, each named "
-                        "'cell N' (default)")
-    n.add_argument("--no-notebooks", dest="notebooks", action="store_false",
-                   help="do not record notebook cells (unless an include pattern names them)")
+    _on_off(p, "notebooks", "inside IPython / Jupyter, record the cells that run, each named "
+                            "'cell N' (default)",
+            "do not record notebook cells (unless an include pattern names them)")
+
+
+def _on_off(p: argparse.ArgumentParser, name: str, on_help: str, off_help: str) -> None:
+    """``--NAME`` / ``--no-NAME``: True / False, None when neither is given."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(f"--{name}", dest=name, action="store_true", default=None, help=on_help)
+    g.add_argument(f"--no-{name}", dest=name, action="store_false", help=off_help)
 
 
 def profile_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -131,8 +131,23 @@ class LineStats:
         return self.wall_time_ns / self.hits
 
 
+class _NamedInSource:
+    """LineScope's names of a function's ``qualname`` and ``filename``."""
+
+    qualname: str
+    filename: str
+
+    @property
+    def qualified_name(self) -> str:
+        return self.qualname
+
+    @property
+    def source_id(self) -> str:
+        return self.filename
+
+
 @dataclass(frozen=True)
-class FunctionStats:
+class FunctionStats(_NamedInSource):
     """One function (code object). ``total_time_ns`` counts outermost activations only (no
     double counting under recursion); ``own_time_ns`` excludes recorded callees; ``calls``
     counts fresh calls (a generator resume is not a call). None = not measured."""
@@ -144,30 +159,14 @@ class FunctionStats:
     own_time_ns: int | None
     calls: int | None
 
-    @property
-    def qualified_name(self) -> str:
-        return self.qualname
-
-    @property
-    def source_id(self) -> str:
-        return self.filename
-
 
 @dataclass(frozen=True)
-class Symbol:
+class Symbol(_NamedInSource):
     """Where a function is defined (report links point here)."""
 
     qualname: str
     filename: str
     line: int
-
-    @property
-    def qualified_name(self) -> str:
-        return self.qualname
-
-    @property
-    def source_id(self) -> str:
-        return self.filename
 
 
 @dataclass(frozen=True)

@@ -800,8 +800,7 @@ def test_top_bar_shows_a_failed_run_prominently_with_its_error(report, tmp_path)
     finally:
         sys.path.remove(str(root))
         sys.modules.pop("boom", None)
-    if read_payload(out)["status"] != "failed":
-        pytest.xfail("the result does not record run.status yet (ProfileRun.status)")
+    assert read_payload(out)["status"] == "failed"
     report.open(out)
     # THEN the top bar says "failed", in the error colour, with the error
     status = report.page.locator("#topbar .status")
@@ -819,7 +818,7 @@ def test_theme_follows_the_system_and_the_toggle_persists(report, traced_report,
     # GIVEN a light system: the page is light
     report.open(traced_report)
     assert report.js(bg) == "rgb(255, 255, 255)"
-    assert report.js("() => document.documentElement.dataset.theme") is None
+    assert report.js("() => document.documentElement.dataset.theme") == "light"
     # WHEN the toggle is clicked THEN the page is dark, and stays dark after a reload
     report.page.click("#theme-toggle")
     assert report.js(bg) == dark_bg
@@ -841,6 +840,10 @@ def test_theme_follows_the_system_and_the_toggle_persists(report, traced_report,
         page.goto(traced_report.resolve().as_uri())
         page.wait_for_selector("body[data-ready]")
         assert page.evaluate(bg) == dark_bg
+        # AND without a choice it follows the system when that changes while it is open
+        page.emulate_media(color_scheme="light")
+        page.wait_for_function("() => document.documentElement.dataset.theme === 'light'")
+        assert page.evaluate(bg) == "rgb(255, 255, 255)"
         assert errors == []
     finally:
         context.close()

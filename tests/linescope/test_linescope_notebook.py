@@ -165,22 +165,11 @@ def test_in_a_notebook_kernel_stop_shows_the_report_in_the_cell(shell, monkeypat
     assert text.startswith("<linescope ProfileResult: trace, success,") and "\n" not in text
 
 
-KERNEL_RUN = """
-import sys, nbclient, nbformat
-src, out, cwd = sys.argv[1:4]
-nb = nbformat.read(src, as_version=4)
-nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
-                        resources={"metadata": {"path": cwd}}).execute()
-nbformat.write(nb, out)
-"""
-
-
 def test_a_real_jupyter_kernel_names_cells_and_shows_the_report_at_stop(tmp_path):
     # GIVEN a notebook that starts a session in its first cell and stops it in a later one
     nbformat = pytest.importorskip("nbformat")
     pytest.importorskip("nbclient")
-    import subprocess
-    import sys
+    from gpuprof_testutil import run_notebook
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(src) for src in (
@@ -196,8 +185,7 @@ def test_a_real_jupyter_kernel_names_cells_and_shows_the_report_at_stop(tmp_path
     src, done = tmp_path / "session.ipynb", tmp_path / "done.ipynb"
     nbformat.write(nb, src)
     # WHEN it runs in a fresh ipykernel (cells compiled to /tmp/ipykernel_*/…py)
-    p = subprocess.run([sys.executable, "-c", KERNEL_RUN, str(src), str(done), str(tmp_path)],
-                       capture_output=True, text=True, timeout=200)
+    p = run_notebook(src, done, tmp_path, cell_timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
     cells = nbformat.read(done, as_version=4).cells
     printed = "".join(o.get("text", "") for o in cells[5].outputs if o.get("name") == "stdout")

@@ -8,7 +8,7 @@ import { sortableTable } from "../lib/table.js";
 import { attachChartHover, lineChartSvg } from "../lib/chart.js";
 import { lineHref, parseHash, viewHref } from "./links.js";
 import { resolveCall, symbolIndex, tokenizePython, tokensToHtml } from "./highlight.js";
-import { applyTheme, storedTheme, themeToggle } from "./theme.js";
+import { startTheme, themeToggle } from "./theme.js";
 import { buildSparkView, sparkLineBadges, sparkViewKey } from "./spark.js";
 
 const data = JSON.parse(document.getElementById("linescope-data").textContent);
@@ -16,7 +16,7 @@ const cols = data.columns;
 const main = document.getElementById("content");
 const nav = document.getElementById("sidebar");
 const topbar = document.getElementById("topbar");
-applyTheme(storedTheme());  // before anything renders: no flash of the other theme
+startTheme();  // before anything renders: no flash of the other theme
 const symbols = symbolIndex(data.symbols);
 // Hits and Avg/hit only where the backend counts hits (never for a sampling backend).
 const showHits = cols.hits !== false;

@@ -1,6 +1,6 @@
-// Light / dark theme. Without a choice the page follows the system (prefers-color-scheme,
-// in report.css); a choice made with the toggle is stored in localStorage and sets
-// <html data-theme="light|dark">. Storage is guarded: a page opened from file:// with
+// Light / dark theme, as <html data-theme="light|dark"> (report.css styles both). Without a
+// choice the page follows the system (prefers-color-scheme, also when it changes while the
+// page is open); a choice made with the toggle is stored in localStorage and wins. Storage is guarded: a page opened from file:// with
 // storage disabled, or inside a sandboxed iframe (a notebook's srcdoc), throws on access —
 // the toggle then still works for the page's lifetime.
 
@@ -51,8 +51,24 @@ export function currentTheme() {
 }
 
 export function applyTheme(theme) {
-  if (theme) document.documentElement.dataset.theme = theme;
-  else delete document.documentElement.dataset.theme;
+  document.documentElement.dataset.theme = theme;
+}
+
+let chosen = false;  // the toggle was used on this page (also where nothing can be stored)
+
+// Before anything renders: the stored choice, else the system's theme, which is followed
+// while no choice is made.
+export function startTheme() {
+  const stored = storedTheme();
+  chosen = stored !== null;
+  applyTheme(stored || systemTheme());
+  try {
+    window.matchMedia("(prefers-color-scheme: dark)").addEventListener("change", () => {
+      if (!chosen) applyTheme(systemTheme());
+    });
+  } catch {
+    // an old browser without MediaQueryList events: the theme stays as it started
+  }
 }
 
 // A button that switches between light and dark and remembers the choice.
@@ -70,6 +86,7 @@ export function themeToggle() {
   };
   button.addEventListener("click", () => {
     const next = currentTheme() === "dark" ? "light" : "dark";
+    chosen = true;
     applyTheme(next);
     storeTheme(next);
     label();
