@@ -1004,8 +1004,11 @@ def test_spark_action_page_shows_the_operator_tree(report, tmp_path):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     out = tmp_path / "spark.html"
-    with profile(root=root, spark=True, output=out, display="none"):
-        mod.run(spark)
+    try:
+        with profile(root=root, spark=True, output=out, display="none"):
+            mod.run(spark)
+    finally:
+        spark.stop()  # later tests make their own session, with their own settings
     # WHEN the Spark view is opened and the action followed
     report.open(out)
     report.page.click('a[data-nav="spark"]')

@@ -21,6 +21,11 @@ from linescope import SparkCollection, SparkExecution, profile  # noqa: E402
 def spark():
     from pyspark.sql import SparkSession
 
+    # A session left by another test module would be reused with its own settings (its
+    # master, its partitions): this module's plans and metrics assume local[2].
+    leftover = SparkSession.getActiveSession()
+    if leftover is not None:
+        leftover.stop()
     session = (SparkSession.builder.master("local[2]").appName("linescope-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2")
