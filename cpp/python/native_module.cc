@@ -51,6 +51,7 @@ using LivePushImpl = server::LivePush;
 constexpr bool kHasServer = false;
 struct LivePushImpl {
   void Start(const store::RunInfo&) {}
+  void UpdateRun(const store::RunInfo&) noexcept {}
   void Add(const store::Row&) noexcept {}
   std::optional<std::string> Finish(const store::RunInfo&, const std::vector<store::InsightRow>&) {
     return std::nullopt;
@@ -262,6 +263,10 @@ class PySession {
 
   // Why the live push did not deliver everything (and where the rest is), or None.
   std::optional<std::string> PushWarning() const { return push_warning_; }
+  // The run's fields changed (update_run): a live push sends them while the run goes on.
+  void RunUpdated() {
+    if (push_ && !Forked()) push_->UpdateRun(session_->info());
+  }
   // The run's page on the team server it was pushed to, once the server acknowledged it.
   std::optional<std::string> PushRunUrl() const {
     if (!push_) return std::nullopt;
@@ -554,6 +559,7 @@ NB_MODULE(_native, m) {
               if (world_size) r->world_size = world_size;
             });
             if (!st.ok()) throw std::runtime_error(st.message());
+            s.RunUpdated();
           },
           nb::arg("device_kind").none() = nb::none(), nb::arg("gpu_model").none() = nb::none(),
           nb::arg("gpu_count").none() = nb::none(), nb::arg("flops_per_step").none() = nb::none(),

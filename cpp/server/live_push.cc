@@ -59,11 +59,28 @@ void LivePush::Start(const store::RunInfo& info) {
   thread_ = std::thread([this] { Loop(); });
 }
 
+void LivePush::UpdateRun(const store::RunInfo& info) noexcept {
+  try {
+    json run = store::RunInfoToJson(info);
+    std::lock_guard lock(queue_mu_);
+    run_update_ = std::move(run);
+  } catch (...) {
+  }
+}
+
 void LivePush::TakeQueued() {
   std::vector<store::Row> rows;
+  std::optional<json> update;
   {
     std::lock_guard lock(queue_mu_);
     rows.swap(queued_);
+    update.swap(run_update_);
+  }
+  if (update) {
+    // Sent again before the next batch; a spool carries it too (drain sends the newest).
+    run_json_ = std::move(*update);
+    run_put_ = false;
+    if (spool_open_) Spool(json{{"run", run_json_}});
   }
   if (rows.empty()) return;
   Batch b;

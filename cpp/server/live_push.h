@@ -53,6 +53,9 @@ class LivePush {
   void Add(const store::Row& row) noexcept;
   // The run is known (its id and start): registers it on the server and starts the thread.
   void Start(const store::RunInfo& info);
+  // The run's fields changed while it runs (a group id or clock offsets agreed after the start):
+  // the push thread sends them again (a PUT) before its next batch. Any thread; cheap.
+  void UpdateRun(const store::RunInfo& info) noexcept;
   // The run ended: sends its final fields, what is left and the insights (at most exit_wait),
   // stops the thread. nullopt when the server acknowledged everything; else why not and where
   // the rest is ("... 12 batches left in /root/.gpuprof/buffer/run-U.jsonl: gpuprof drain ...").
@@ -86,8 +89,9 @@ class LivePush {
   nlohmann::json run_json_;
   bool run_put_ = false;
 
-  std::mutex queue_mu_;  // guards queued_
+  std::mutex queue_mu_;  // guards queued_ and run_update_
   std::vector<store::Row> queued_;
+  std::optional<nlohmann::json> run_update_;  // newer run fields, for the next PUT
 
   std::mutex mu_;  // guards the rest, used by the thread and Finish()
   std::condition_variable cv_;

@@ -82,5 +82,70 @@ TEST(LivePushTest, AnUnreachableServerLeavesASpoolThatDrainDeliversOnceUp) {
   fs::remove_all(dir);
 }
 
+TEST(LivePushTest, FieldsUpdatedWhileTheRunGoesOnReachTheServerBeforeItEnds) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("gpuprof_live_update_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  // GIVEN a server and a run pushed live to it, without a group at its start
+  ApiOptions api_options;
+  api_options.api_keys = {"k"};
+  auto api = ServerApi::Open((dir / "server.db").string(), api_options);
+  ASSERT_TRUE(api.ok()) << api.error();
+  ServerOptions so;
+  so.port = 0;
+  auto http = HttpServer::Listen(so, api->get());
+  ASSERT_TRUE(http.ok()) << http.error();
+  std::thread serving([&] { (*http)->Serve(); });
+  LivePushOptions o;
+  o.server_url = "http://127.0.0.1:" + std::to_string((*http)->port());
+  o.api_key = "k";
+  o.spool_dir = (dir / "spool").string();
+  o.period = std::chrono::milliseconds(20);
+  LivePush push(o);
+  push.Start(Info());
+  auto server_run = [&]() -> std::optional<store::RunInfo> {
+    auto db =
+        store::SqliteStore::Open((dir / "server.db").string(), store::SqliteStore::Mode::kReadOnly);
+    if (!db.ok()) return std::nullopt;
+    auto runs = (*db)->ListRuns();
+    if (!runs.ok() || runs->empty()) return std::nullopt;
+    return runs->at(0);
+  };
+  auto wait_for = [&](auto&& done) {
+    for (int i = 0; i < 250; ++i) {  // at most 5 s
+      if (auto r = server_run(); r && done(*r)) return r;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return server_run();
+  };
+  auto first = wait_for([](const store::RunInfo&) { return true; });
+  ASSERT_TRUE(first.has_value());
+  EXPECT_FALSE(first->group_id.has_value());
+  // WHEN the ranks agree a group id and clock offsets while it runs
+  store::RunInfo agreed = Info();
+  agreed.group_id = "job-7";
+  agreed.config_json = R"({"distributed": {"clock_offset_ns": 1234}})";
+  push.UpdateRun(agreed);
+  push.Add(store::StepRow{0, 0, 9, 1, "gap", 1, 1, 1});
+  // THEN the server has them while the run is still running
+  auto live = wait_for([](const store::RunInfo& r) { return r.group_id.has_value(); });
+  ASSERT_TRUE(live.has_value());
+  EXPECT_EQ(live->group_id, "job-7");
+  EXPECT_EQ(live->status, "running");
+  ASSERT_TRUE(live->config_json.has_value());
+  EXPECT_THAT(*live->config_json, HasSubstr("clock_offset_ns"));
+  // AND the run's end still lands as before
+  store::RunInfo done = agreed;
+  done.status = "ok";
+  done.end_ns = 100;
+  EXPECT_FALSE(push.Finish(done, {}).has_value());
+  EXPECT_EQ(server_run()->status, "ok");
+  EXPECT_EQ(server_run()->group_id, "job-7");
+  (*http)->Stop();
+  serving.join();
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace gpuprof::server
