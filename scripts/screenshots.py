@@ -3,8 +3,9 @@
     .venv/bin/python scripts/screenshots.py [--out docs/images] [--seconds 20]
 
 Records real CPU training runs under gpuprof (4 mock GPUs for the GPU charts): a loader-bound
-"baseline", a "tuned" run with loader workers, and a 2-rank group ("ddp-demo", ranks as
-separate processes with RANK / WORLD_SIZE set); pushes them to a `gpuprof serve` on
+"baseline", a "tuned" run with loader workers, and a real 2-rank DistributedDataParallel job
+under torchrun (gloo, group "ddp-demo", rank 1's loader slower: a straggler, and gpuprof's
+DDP comm hook timing the gradient buckets on both ranks); pushes them to a `gpuprof serve` on
 127.0.0.1, logs in through the app's login page in Debian's Chromium (Playwright) and saves
 the run, compare and group views as PNGs. Needs the set-up of `make test` (chromium,
 playwright).
@@ -61,6 +62,56 @@ if __name__ == "__main__":
 '''
 
 
+DDP_TRAIN = r'''
+import os, sys, time, torch, gpuprof
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, Dataset
+
+seconds, out = float(sys.argv[1]), sys.argv[2]
+rank = int(os.environ["RANK"])
+
+class Slow(Dataset):
+    def __len__(self): return 10_000_000
+    def __getitem__(self, i):
+        time.sleep(0.0002 + 0.0003 * rank)  # rank 1's loader is slower: the straggler
+        g = torch.Generator().manual_seed(i)
+        return torch.randn(128, generator=g), i % 10
+
+if __name__ == "__main__":
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = DDP(nn.Sequential(nn.Linear(128, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                              nn.Linear(512, 10)), bucket_cap_mb=1)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    loss_fn = nn.CrossEntropyLoss()
+    loader = DataLoader(Slow(), batch_size=32, num_workers=0)
+    with gpuprof.profile("ddp-demo", db=f"{out}/rank{rank}.db", gpu="mock", mock_gpus=4,
+                         sample_hz=20, summary=False, group="ddp-demo",
+                         mock_scenario="util=70,util_amp=25,period_s=8"):
+        end = time.monotonic() + seconds
+        for x, y in loader:
+            opt.zero_grad()
+            loss_fn(model(x), y).backward()
+            opt.step()
+            done = torch.tensor([1.0 if time.monotonic() > end else 0.0])
+            dist.all_reduce(done, op=dist.ReduceOp.MAX)  # every rank stops at the same step
+            if done.item():
+                break
+    dist.destroy_process_group()
+'''
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def record(tmp: Path, seconds: float) -> list[Path]:
     script = tmp / "train.py"
     script.write_text(TRAIN)
@@ -71,18 +122,12 @@ def record(tmp: Path, seconds: float) -> list[Path]:
         subprocess.run([py, str(script), name, str(db), str(seconds), str(workers), str(delay),
                         ""], check=True)
         dbs.append(db)
-    ranks = []
-    for rank in range(2):
-        db = tmp / f"rank{rank}.db"
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank))
-        # Rank 1's loader is slower: a straggler the group view shows.
-        ranks.append(subprocess.Popen([py, str(script), "ddp-demo", str(db), str(seconds), "0",
-                                       str(0.0002 + 0.0003 * rank), "ddp-demo"], env=env))
-        dbs.append(db)
-    for p in ranks:
-        if p.wait() != 0:
-            raise SystemExit("a rank failed")
-    return dbs
+    ddp = tmp / "ddp_train.py"
+    ddp.write_text(DDP_TRAIN)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    subprocess.run([str(BIN / "torchrun"), "--nproc-per-node=2", f"--master-port={free_port()}",
+                    str(ddp), str(seconds), str(tmp)], check=True, env=env)
+    return [*dbs, tmp / "rank0.db", tmp / "rank1.db"]
 
 
 def main() -> None:
