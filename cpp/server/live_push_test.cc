@@ -27,6 +27,39 @@ store::RunInfo Info() {
   return info;
 }
 
+// A team server on 127.0.0.1 (any free port, write key "k") over `db`, serving until destroyed.
+struct TestServer {
+  explicit TestServer(const fs::path& db) {
+    ApiOptions api_options;
+    api_options.api_keys = {"k"};
+    auto opened = ServerApi::Open(db.string(), api_options);
+    if (!opened.ok()) {
+      ADD_FAILURE() << opened.error();
+      return;
+    }
+    api = std::move(opened.value());
+    ServerOptions so;
+    so.port = 0;
+    auto listening = HttpServer::Listen(so, api.get());
+    if (!listening.ok()) {
+      ADD_FAILURE() << listening.error();
+      return;
+    }
+    http = std::move(listening.value());
+    serving = std::thread([this] { http->Serve(); });
+    url = "http://127.0.0.1:" + std::to_string(http->port());
+  }
+  ~TestServer() {
+    if (!http) return;
+    http->Stop();
+    serving.join();
+  }
+  std::unique_ptr<ServerApi> api;
+  std::unique_ptr<HttpServer> http;
+  std::thread serving;
+  std::string url;
+};
+
 TEST(LivePushTest, AnUnreachableServerLeavesASpoolThatDrainDeliversOnceUp) {
   const fs::path dir = fs::temp_directory_path() / ("gpuprof_live_" + std::to_string(getpid()));
   fs::remove_all(dir);
@@ -54,16 +87,9 @@ TEST(LivePushTest, AnUnreachableServerLeavesASpoolThatDrainDeliversOnceUp) {
   ASSERT_TRUE(fs::exists(push.spool_path()));
   // AND a line cut short by a crash is skipped, the rest delivered once the server is up
   std::ofstream(push.spool_path(), std::ios::app) << "{\"batch_id\": \"live-9\", \"ro";
-  ApiOptions api_options;
-  api_options.api_keys = {"k"};
-  auto api = ServerApi::Open((dir / "server.db").string(), api_options);
-  ASSERT_TRUE(api.ok()) << api.error();
-  ServerOptions so;
-  so.port = 0;
-  auto http = HttpServer::Listen(so, api->get());
-  ASSERT_TRUE(http.ok()) << http.error();
-  std::thread serving([&] { (*http)->Serve(); });
-  const std::string url = "http://127.0.0.1:" + std::to_string((*http)->port());
+  auto server = std::make_unique<TestServer>(dir / "server.db");
+  ASSERT_TRUE(server->http);
+  const std::string url = server->url;
   const DrainResult r = DrainSpool(o.spool_dir, url, "k");
   ASSERT_EQ(r.files_done, 1u) << r.lines[0];
   EXPECT_THAT(r.lines[0], HasSubstr("1 damaged lines skipped"));
@@ -77,8 +103,7 @@ TEST(LivePushTest, AnUnreachableServerLeavesASpoolThatDrainDeliversOnceUp) {
   // AND a second drain has nothing to send
   const DrainResult none = DrainSpool(o.spool_dir, url, "k");
   EXPECT_THAT(none.lines[0], HasSubstr("nothing to send"));
-  (*http)->Stop();
-  serving.join();
+  server.reset();
   fs::remove_all(dir);
 }
 
@@ -88,17 +113,10 @@ TEST(LivePushTest, FieldsUpdatedWhileTheRunGoesOnReachTheServerBeforeItEnds) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   // GIVEN a server and a run pushed live to it, without a group at its start
-  ApiOptions api_options;
-  api_options.api_keys = {"k"};
-  auto api = ServerApi::Open((dir / "server.db").string(), api_options);
-  ASSERT_TRUE(api.ok()) << api.error();
-  ServerOptions so;
-  so.port = 0;
-  auto http = HttpServer::Listen(so, api->get());
-  ASSERT_TRUE(http.ok()) << http.error();
-  std::thread serving([&] { (*http)->Serve(); });
+  auto server = std::make_unique<TestServer>(dir / "server.db");
+  ASSERT_TRUE(server->http);
   LivePushOptions o;
-  o.server_url = "http://127.0.0.1:" + std::to_string((*http)->port());
+  o.server_url = server->url;
   o.api_key = "k";
   o.spool_dir = (dir / "spool").string();
   o.period = std::chrono::milliseconds(20);
@@ -142,8 +160,7 @@ TEST(LivePushTest, FieldsUpdatedWhileTheRunGoesOnReachTheServerBeforeItEnds) {
   EXPECT_FALSE(push.Finish(done, {}).has_value());
   EXPECT_EQ(server_run()->status, "ok");
   EXPECT_EQ(server_run()->group_id, "job-7");
-  (*http)->Stop();
-  serving.join();
+  server.reset();
   fs::remove_all(dir);
 }
 
