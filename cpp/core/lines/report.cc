@@ -11,13 +11,20 @@
 #include <utility>
 #include <vector>
 
+#include "lines/json_fields.h"
 #include "lines/spark.h"
 
 namespace gpuprof::lines {
 namespace {
 
+using json_fields::Add;
+using json_fields::AddParts;
+using json_fields::Field;
+using json_fields::J;
+using json_fields::Max;
+using json_fields::MaxParts;
+using json_fields::OptInt;
 using nlohmann::json;
-using OptInt = std::optional<int64_t>;
 
 // ---- reading the linescope-result/1 document ---------------------------------------------
 // A field that is missing or null is unknown. A present field of the wrong type is an error
@@ -26,13 +33,6 @@ using OptInt = std::optional<int64_t>;
 struct ReadError {
   std::string message;
 };
-
-const json& Field(const json& obj, const char* key) {
-  static const json kNull = nullptr;
-  if (!obj.is_object()) return kNull;
-  auto it = obj.find(key);
-  return it == obj.end() ? kNull : *it;
-}
 
 OptInt Int(const json& obj, const char* key) {
   const json& v = Field(obj, key);
@@ -82,34 +82,6 @@ std::vector<std::string> Strings(const json& obj, const char* key) {
     out.push_back(s.get<std::string>());
   }
   return out;
-}
-
-template <typename T>
-json J(const std::optional<T>& v) {
-  return v ? json(*v) : json(nullptr);
-}
-
-// Totals over lines: unknown + x = x (the sum of what was measured; a section says how many
-// lines it covers).
-OptInt Add(OptInt a, OptInt b) {
-  if (!a) return b;
-  if (!b) return a;
-  return *a + *b;
-}
-OptInt Max(OptInt a, OptInt b) {
-  if (!a) return b;
-  if (!b) return a;
-  return std::max(*a, *b);
-}
-// Parts of ONE line reported twice: unknown + x = unknown, since an unknown part is not 0 (nor
-// is the peak of a part that was not measured below the others').
-OptInt AddParts(OptInt a, OptInt b) {
-  if (!a || !b) return std::nullopt;
-  return *a + *b;
-}
-OptInt MaxParts(OptInt a, OptInt b) {
-  if (!a || !b) return std::nullopt;
-  return std::max(*a, *b);
 }
 
 // ---- the model the payload is computed from ------------------------------------------------

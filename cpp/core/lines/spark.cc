@@ -10,11 +10,17 @@
 #include <utility>
 #include <vector>
 
+#include "lines/json_fields.h"
+
 namespace gpuprof::lines {
 namespace {
 
+using json_fields::AddParts;
+using json_fields::Field;
+using json_fields::J;
+using json_fields::MaxParts;
+using json_fields::OptInt;
 using nlohmann::json;
-using OptInt = std::optional<int64_t>;
 using OptReal = std::optional<double>;
 
 std::string_view Trim(std::string_view s) {
@@ -118,37 +124,22 @@ json Num(const OptReal& v, const std::string& unit) {
 
 // ---- reading the raw capture -------------------------------------------------------------
 
-const json& F(const json& obj, const char* key) {
-  static const json kNull = nullptr;
-  if (!obj.is_object()) return kNull;
-  auto it = obj.find(key);
-  return it == obj.end() ? kNull : *it;
-}
-
 OptInt I(const json& obj, const char* key) {
-  const json& v = F(obj, key);
+  const json& v = Field(obj, key);
   if (v.is_number_integer() || v.is_number_unsigned()) return v.get<int64_t>();
   if (v.is_number_float()) return static_cast<int64_t>(std::llround(v.get<double>()));
   return std::nullopt;
 }
 
 json S(const json& obj, const char* key) {
-  const json& v = F(obj, key);
+  const json& v = Field(obj, key);
   return v.is_string() ? v : json(nullptr);
 }
 
 const json& Arr(const json& obj, const char* key) {
   static const json kEmpty = json::array();
-  const json& v = F(obj, key);
+  const json& v = Field(obj, key);
   return v.is_array() ? v : kEmpty;
-}
-
-json J(const OptInt& v) { return v ? json(*v) : json(nullptr); }
-
-OptInt AddOpt(OptInt a, OptInt b) {
-  if (!a) return b;
-  if (!b) return a;
-  return *a + *b;
 }
 
 // ---- the operator tree -------------------------------------------------------------------
@@ -194,7 +185,7 @@ json MetricsOf(const json& raw_node, const json& values) {
 // The execution's plan graph -> a tree (roots first). A WholeStageCodegen cluster becomes
 // the parent of its members that have no parent inside it, and takes their parent.
 json OperatorTree(const json& execution) {
-  const json& values = F(execution, "metric_values");
+  const json& values = Field(execution, "metric_values");
   std::map<int64_t, Node> nodes;
   std::vector<int64_t> order;
   for (const json& rn : Arr(execution, "nodes")) {
@@ -205,7 +196,7 @@ json OperatorTree(const json& execution) {
     n.name = S(rn, "name").is_string() ? S(rn, "name").get<std::string>() : "";
     n.desc = S(rn, "desc").is_string() ? S(rn, "desc").get<std::string>() : "";
     n.cluster = I(rn, "cluster");
-    n.is_cluster = F(rn, "is_cluster").is_boolean() && F(rn, "is_cluster").get<bool>();
+    n.is_cluster = Field(rn, "is_cluster").is_boolean() && Field(rn, "is_cluster").get<bool>();
     n.metrics = MetricsOf(rn, values);
     nodes.emplace(*id, std::move(n));
     order.push_back(*id);
@@ -359,7 +350,7 @@ Expected<std::string> BuildSparkExecution(std::string_view raw_json) {
     json plans = {
         {"parsed", nullptr}, {"analyzed", nullptr}, {"optimized", nullptr}, {"executed", nullptr}};
     for (const char* k : {"parsed", "analyzed", "optimized", "executed"})
-      plans[k] = S(F(raw, "plans"), k);
+      plans[k] = S(Field(raw, "plans"), k);
     if (primary && S(*primary, "physical_plan").is_string())
       plans["executed"] = S(*primary, "physical_plan");
 
@@ -377,8 +368,9 @@ Expected<std::string> BuildSparkExecution(std::string_view raw_json) {
     // Per-stage costs, and the action's totals over the stages that ran (skipped stages
     // reuse an earlier stage's output and cost nothing).
     json stages = json::array();
-    OptInt run_ns, cpu_ns, shuffle_read, shuffle_write, mem_spill, disk_spill, peak, in_bytes,
-        in_records, out_bytes, tasks;
+    // Sums over the stages that ran: known only where every one of them reported it.
+    OptInt run_ns = 0, cpu_ns = 0, shuffle_read = 0, shuffle_write = 0, mem_spill = 0,
+           disk_spill = 0, peak = 0, in_bytes = 0, in_records = 0, out_bytes = 0, tasks = 0;
     bool stage_values = false;
     for (const json& s : Arr(raw, "stages")) {
       const OptInt run_ms = I(s, "executor_run_time_ms");
@@ -403,17 +395,17 @@ Expected<std::string> BuildSparkExecution(std::string_view raw_json) {
       const bool skipped = js["status"] == "SKIPPED";
       if (!skipped) {
         stage_values = true;
-        run_ns = AddOpt(run_ns, run);
-        cpu_ns = AddOpt(cpu_ns, I(s, "executor_cpu_time_ns"));
-        shuffle_read = AddOpt(shuffle_read, I(s, "shuffle_read_bytes"));
-        shuffle_write = AddOpt(shuffle_write, I(s, "shuffle_write_bytes"));
-        mem_spill = AddOpt(mem_spill, I(s, "memory_spilled_bytes"));
-        disk_spill = AddOpt(disk_spill, I(s, "disk_spilled_bytes"));
-        in_bytes = AddOpt(in_bytes, I(s, "input_bytes"));
-        in_records = AddOpt(in_records, I(s, "input_records"));
-        out_bytes = AddOpt(out_bytes, I(s, "output_bytes"));
-        tasks = AddOpt(tasks, I(s, "num_tasks"));
-        if (auto p = I(s, "peak_execution_memory_bytes")) peak = std::max(peak.value_or(0), *p);
+        run_ns = AddParts(run_ns, run);
+        cpu_ns = AddParts(cpu_ns, I(s, "executor_cpu_time_ns"));
+        shuffle_read = AddParts(shuffle_read, I(s, "shuffle_read_bytes"));
+        shuffle_write = AddParts(shuffle_write, I(s, "shuffle_write_bytes"));
+        mem_spill = AddParts(mem_spill, I(s, "memory_spilled_bytes"));
+        disk_spill = AddParts(disk_spill, I(s, "disk_spilled_bytes"));
+        in_bytes = AddParts(in_bytes, I(s, "input_bytes"));
+        in_records = AddParts(in_records, I(s, "input_records"));
+        out_bytes = AddParts(out_bytes, I(s, "output_bytes"));
+        tasks = AddParts(tasks, I(s, "num_tasks"));
+        peak = MaxParts(peak, I(s, "peak_execution_memory_bytes"));
       }
       stages.push_back(std::move(js));
     }
@@ -464,21 +456,22 @@ Expected<std::string> BuildSparkExecution(std::string_view raw_json) {
         !S(*primary, "error").get<std::string>().empty() && status == "failed")
       error = S(*primary, "error");
 
-    json out = {{"name", S(raw, "name")},
-                {"status", status},
-                {"error", error},
-                {"location", F(raw, "location").is_object() ? F(raw, "location") : json(nullptr)},
-                {"driver_time_ns", J(I(raw, "driver_time_ns"))},
-                {"executor_time_ns", stats["executor_time_ns"]},
-                {"sql_execution_ids", std::move(sql_ids)},
-                {"description", primary ? S(*primary, "description") : json(nullptr)},
-                {"plans", std::move(plans)},
-                {"operators", std::move(operators)},
-                {"jobs", std::move(jobs)},
-                {"stages", std::move(stages)},
-                {"stats", std::move(stats)},
-                {"reasons", std::move(stats_reasons)},
-                {"diagnostics", reasons}};
+    json out = {
+        {"name", S(raw, "name")},
+        {"status", status},
+        {"error", error},
+        {"location", Field(raw, "location").is_object() ? Field(raw, "location") : json(nullptr)},
+        {"driver_time_ns", J(I(raw, "driver_time_ns"))},
+        {"executor_time_ns", stats["executor_time_ns"]},
+        {"sql_execution_ids", std::move(sql_ids)},
+        {"description", primary ? S(*primary, "description") : json(nullptr)},
+        {"plans", std::move(plans)},
+        {"operators", std::move(operators)},
+        {"jobs", std::move(jobs)},
+        {"stages", std::move(stages)},
+        {"stats", std::move(stats)},
+        {"reasons", std::move(stats_reasons)},
+        {"diagnostics", reasons}};
     return out.dump();
   } catch (const json::exception& e) {
     return Status::Error(std::string("linescope spark: unexpected capture layout: ") + e.what());
@@ -486,7 +479,7 @@ Expected<std::string> BuildSparkExecution(std::string_view raw_json) {
 }
 
 json SparkReportSection(const json& result, const json& payload) {
-  const json& summary = F(result, "spark");
+  const json& summary = Field(result, "spark");
   if (!summary.is_object()) return nullptr;
   std::map<std::string, int64_t> file_index;
   const json& files = Arr(payload, "files");
@@ -496,11 +489,9 @@ json SparkReportSection(const json& result, const json& payload) {
 
   json actions = json::array();
   json by_line = json::object();  // "<file index>:<line>" -> [action index]
-  OptInt driver_total, executor_total;
-  bool executor_unknown = false;
-  const json& runs = Arr(F(result, "run"), "spark_executions");
+  const json& runs = Arr(Field(result, "run"), "spark_executions");
   for (const json& e : runs) {
-    const json& loc = F(e, "location");
+    const json& loc = Field(e, "location");
     const json path = S(loc, "filename");
     const OptInt line = I(loc, "line");
     json file = nullptr;
@@ -511,14 +502,9 @@ json SparkReportSection(const json& result, const json& payload) {
     const size_t index = actions.size();
     if (file.is_number() && line)
       by_line[std::to_string(file.get<int64_t>()) + ":" + std::to_string(*line)].push_back(index);
-    const json& stats = F(e, "stats");
-    driver_total = AddOpt(driver_total, I(e, "driver_time_ns"));
-    if (auto x = I(e, "executor_time_ns"))
-      executor_total = AddOpt(executor_total, x);
-    else
-      executor_unknown = true;
+    const json& stats = Field(e, "stats");
     actions.push_back({{"index", index},
-                       {"id", F(e, "id")},
+                       {"id", Field(e, "id")},
                        {"name", S(e, "name")},
                        {"status", S(e, "status")},
                        {"error", S(e, "error")},
@@ -531,26 +517,28 @@ json SparkReportSection(const json& result, const json& payload) {
                        {"rows", J(I(stats, "output_rows"))},
                        {"shuffle_read_bytes", J(I(stats, "shuffle_read_bytes"))},
                        {"shuffle_write_bytes", J(I(stats, "shuffle_write_bytes"))},
-                       {"spill_bytes", J(AddOpt(I(stats, "memory_spilled_bytes"),
-                                                I(stats, "disk_spilled_bytes")))},
+                       {"spill_bytes", J(AddParts(I(stats, "memory_spilled_bytes"),
+                                                  I(stats, "disk_spilled_bytes")))},
                        {"peak_memory_bytes", J(I(stats, "peak_execution_memory_bytes"))},
                        {"description", S(e, "description")},
-                       {"sql_execution_ids", F(e, "sql_execution_ids")},
-                       {"plans", F(e, "plans")},
-                       {"operators", F(e, "operators")},
-                       {"stages", F(e, "stages")},
-                       {"jobs", F(e, "jobs")},
-                       {"reasons", F(e, "reasons")}});
+                       {"sql_execution_ids", Field(e, "sql_execution_ids")},
+                       {"plans", Field(e, "plans")},
+                       {"operators", Field(e, "operators")},
+                       {"stages", Field(e, "stages")},
+                       {"jobs", Field(e, "jobs")},
+                       {"reasons", Field(e, "reasons")}});
   }
-  return {{"available", F(summary, "available").is_boolean() && summary["available"].get<bool>()},
-          {"reason", S(summary, "reason")},
-          {"driver_time_ns", J(driver_total)},
-          {"executor_time_ns", executor_unknown ? json(nullptr) : J(executor_total)},
-          {"executor_time_note",
-           "executor time is the sum of the tasks' run time on the executors (parallel, so it "
-           "can exceed the driver time); driver time is how long the Python call blocked"},
-          {"actions", std::move(actions)},
-          {"by_line", std::move(by_line)}};
+  return {
+      {"available", Field(summary, "available").is_boolean() && summary["available"].get<bool>()},
+      {"reason", S(summary, "reason")},
+      // The session's totals (SparkCollection: known when every action's is).
+      {"driver_time_ns", J(I(summary, "driver_time_ns"))},
+      {"executor_time_ns", J(I(summary, "executor_time_ns"))},
+      {"executor_time_note",
+       "executor time is the sum of the tasks' run time on the executors (parallel, so it "
+       "can exceed the driver time); driver time is how long the Python call blocked"},
+      {"actions", std::move(actions)},
+      {"by_line", std::move(by_line)}};
 }
 
 }  // namespace gpuprof::lines

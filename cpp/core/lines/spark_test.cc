@@ -132,6 +132,16 @@ TEST(SparkExecution, DriverAndExecutorTimeStaySeparate) {
   EXPECT_EQ(e["stages"][0]["executor_run_time_ns"], 442000000);
 }
 
+TEST(SparkExecution, AStageThatDidNotReportAValueLeavesItsTotalUnknown) {
+  json raw = Raw();
+  raw["stages"][1].erase("shuffle_read_bytes");
+  const json e = json::parse(*BuildSparkExecution(raw.dump()));
+  // an unknown part is not 0: the sum over the stages is unknown, with the reason
+  EXPECT_TRUE(e["stats"]["shuffle_read_bytes"].is_null());
+  EXPECT_EQ(e["reasons"]["shuffle_read_bytes"], "Spark did not report it for this action's stages");
+  EXPECT_EQ(e["stats"]["shuffle_write_bytes"], 364);  // the others are still known
+}
+
 TEST(SparkExecution, UnreadableStoreLeavesTotalsUnknownWithAReason) {
   json raw = Raw();
   raw["executions"] = json::array();
@@ -162,7 +172,11 @@ TEST(SparkReport, LinksActionsToTheirLinesAndKeepsTimesApart) {
   const json exec = json::parse(*BuildSparkExecution(Raw().dump()));
   json e = exec;
   e["id"] = 1;
-  json result = {{"spark", {{"available", true}, {"reason", nullptr}}},
+  json result = {{"spark",
+                  {{"available", true},
+                   {"reason", nullptr},
+                   {"driver_time_ns", 5000000},
+                   {"executor_time_ns", 462000000}}},
                  {"run", {{"spark_executions", json::array({e})}}}};
   json payload = {{"files", json::array({{{"path", "/w/other.py"}}, {{"path", "/w/job.py"}}})}};
   const json s = SparkReportSection(result, payload);
