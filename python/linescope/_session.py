@@ -271,6 +271,11 @@ class profile(metaclass=_ProfileMeta):
                               memory=self.memory, gpu=self.gpu, sample_rate=self.sample_rate)
 
     def _make_backend(self) -> ProfilerBackend:
+        # A backend class declares what it measures before it is made: a request it cannot
+        # serve is refused first (before, e.g., tachyon's "needs Python 3.15").
+        declared = getattr(self._factory, "capabilities", None)
+        if isinstance(declared, BackendCapabilities):
+            self._check_requests(declared)
         opts = self._backend_options()
         self._root_used = opts.roots[0]
         backend = self._factory(opts)
@@ -282,8 +287,19 @@ class profile(metaclass=_ProfileMeta):
             raise TypeError(f"backend {self.backend_name!r}: capabilities must be a "
                             "linescope.BackendCapabilities (what the backend measures), not "
                             f"{type(caps).__name__}")
+        if caps != declared:  # an instance that measures otherwise than its class declared
+            self._check_requests(caps)
         # memory=True works with any backend: one that does not measure memory itself gets
         # linescope's RSS sampler beside it.
+        self._memory_sampler = None
+        if self.memory and not caps.memory:
+            source = getattr(backend, "_memory_line_source", None)
+            self._memory_sampler = MemorySampler(opts, source() if callable(source) else None)
+        return backend
+
+    def _check_requests(self, caps: BackendCapabilities) -> None:
+        """Each requested option against what the backend measures: refused (ValueError), or
+        dropped with a warning where the backend or the option's source allows that."""
         wanted = {"gpu": self.gpu, "sampled": self.sample_rate is not None}
         for cap, requested in wanted.items():
             if not requested or getattr(caps, cap, False):
@@ -304,7 +320,8 @@ class profile(metaclass=_ProfileMeta):
                 self._warnings.append(text)
                 warnings.warn(text, RuntimeWarning, stacklevel=_user_stacklevel())
                 continue
-            option = {"gpu": "gpu=True (--gpu)", "sampled": "sample_rate (--sample-rate)"}[cap]
+            option = {"gpu": "gpu=True (--gpu): it measures no GPU time or GPU memory",
+                      "sampled": "sample_rate (--sample-rate)"}[cap]
             hint = {"gpu": "choose a backend that declares BackendCapabilities.gpu=True "
                            "(for example backend='sampler' or backend='scalene'; command "
                            "line: --backend sampler or --backend scalene)",
@@ -313,11 +330,6 @@ class profile(metaclass=_ProfileMeta):
                                "sampler)"}[cap]
             raise ValueError(f"backend {self.backend_name!r} does not support {option} "
                              f"(BackendCapabilities.{cap} is False); {hint}")
-        self._memory_sampler = None
-        if self.memory and not caps.memory:
-            source = getattr(backend, "_memory_line_source", None)
-            self._memory_sampler = MemorySampler(opts, source() if callable(source) else None)
-        return backend
 
     # ---- lifecycle -----------------------------------------------------------------------
     def _start(self, how: str = "", *, launcher: bool = False) -> profile:
@@ -427,7 +439,7 @@ class profile(metaclass=_ProfileMeta):
         type(self)._last = self
         if self.output:
             _report.save(self._result, self.output)
-        if self.display == "end" and self._how != "%%linescope" and _notebook.in_kernel():
+        if self.display == "end" and _notebook.in_kernel():
             from ._magic import display_report  # a notebook: the report in the cell
 
             display_report(self._result)
@@ -495,17 +507,9 @@ class profile(metaclass=_ProfileMeta):
     @property
     def config(self) -> Any:
         """The session's resolved options as a linescope.Config."""
-        import dataclasses
-
         from ._compat import Config
 
-        fields = {f.name for f in dataclasses.fields(Config)}
-        return Config(backend=self.backend_name, memory=self.memory, gpu=self.gpu,
-                      root=self.root, include=self.include, exclude=self.exclude,
-                      notebooks=self.notebooks, child_notebooks=self.child_notebooks,
-                      display=self.display, output=self.output, sample_rate=self.sample_rate,
-                      **{k: v for k, v in self.options().items()
-                         if k in fields and k not in _CONFIG_FROM_ATTRIBUTES})
+        return Config(**self.options())
 
     # ---- results -------------------------------------------------------------------------
     def _get_result(self) -> ProfileResult:
@@ -672,13 +676,6 @@ class profile(metaclass=_ProfileMeta):
                           root=self._root_used, running=running),
             memory=memory,
             gpu=raw.gpu if self.gpu and caps.gpu else None)
-
-
-# Config fields that `profile.config` takes from the session's attributes; any other option
-# (one a later part adds, such as spark) comes from options() by its own name.
-_CONFIG_FROM_ATTRIBUTES = frozenset({"backend", "memory", "gpu", "root", "include", "exclude",
-                                     "notebooks", "child_notebooks", "display", "output",
-                                     "sample_rate"})
 
 
 def _never_ran(functions: list[FunctionStats],

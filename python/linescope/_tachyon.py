@@ -44,14 +44,6 @@ _GATE = ("import runpy, sys; sys.stdin.buffer.read(1); "
          "runpy.run_module('profiling.sampling', run_name='__main__', alter_sys=True)")
 
 
-# gpu=True is refused when the backend is made, before anything starts, in words that say
-# what is missing: Tachyon reads Python stacks, so there is no GPU time or memory to attribute.
-GPU_REJECTION = ("backend 'tachyon' does not support gpu=True (--gpu): Tachyon samples Python "
-                 "stacks and measures no GPU time or GPU memory; for GPU profiling choose a "
-                 "GPU-capable backend (backend='sampler' or backend='scalene'; command line: "
-                 "--backend sampler or --backend scalene)")
-
-
 def version_error() -> str | None:
     """The error text when this interpreter cannot run the backend, else None."""
     if sys.version_info < REQUIRED:
@@ -69,8 +61,6 @@ class TachyonBackend:
                                        threads="all threads (sampled from another process)")
 
     def __init__(self, options: BackendOptions) -> None:
-        if options.gpu:
-            raise ValueError(GPU_REJECTION)
         from gpuprof import _native
 
         self._opts = options
