@@ -5,8 +5,7 @@
 
 namespace gpuprof::python {
 
-// Adds `_native.spark_build_execution`, `_native.spark_parse_metric` and the
-// `_native.SparkLineFilter` class.
+// Adds `_native.spark_build_execution`.
 void RegisterSpark(nanobind::module_& m);
 
 }  // namespace gpuprof::python

@@ -106,18 +106,6 @@ def spark_build_execution(raw_json: str) -> str:
     A Spark action's raw capture (JSON) -> the recorded execution (JSON): operator tree with parsed SQL metrics, jobs, stages, totals (see cpp/core/lines/spark.h).
     """
 
-def spark_parse_metric(metric_type: str, text: str) -> tuple[float | None, float | None, float | None, float | None, str]:
-    """
-    Spark's formatted SQL metric -> (total, min, med, max, unit); unit is 'ns', 'bytes', 'count' or ''; None where the text does not say.
-    """
-
-class SparkLineFilter:
-    """The session's path filter: whether a file's lines are recorded."""
-
-    def __init__(self, roots: Sequence[str], include: Sequence[str], exclude: Sequence[str], cwd: str) -> None: ...
-
-    def recorded(self, path: str) -> bool: ...
-
 HAS_SERVER: bool = True
 
 class Dashboard:

@@ -50,8 +50,7 @@ class Config:
     """The options of one session, validated when made (a bad value raises TypeError or
     ValueError naming the option). ``Session(config)`` uses them as given: pyproject's
     ``[tool.linescope]`` applies to keyword options only (``Session(**options)``,
-    ``profile(...)``). ``child_notebooks`` is accepted; child notebooks are not profiled yet.
-    ``spark`` needs the Spark part of linescope (``profile(spark=True)``)."""
+    ``profile(...)``). ``child_notebooks`` is accepted; child notebooks are not profiled yet."""
 
     backend: str = "trace"
     memory: bool = False
@@ -74,17 +73,10 @@ class Config:
         object.__setattr__(self, "display", str(o.display))
         object.__setattr__(self, "root", o.root)
         object.__setattr__(self, "output", o.output)
-        if not isinstance(self.spark, bool):
-            raise TypeError(f"spark must be True or False, not {self.spark!r}")
 
     def _explicit(self) -> dict[str, Any]:
-        """profile()'s keyword arguments for these options (spark only when asked for)."""
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        if isinstance(values["root"], os.PathLike):
-            values["root"] = os.fspath(values["root"])
-        if not values.pop("spark"):
-            return values
-        return {**values, "spark": True}
+        """profile()'s keyword arguments for these options."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 class Session(profile):

@@ -215,20 +215,17 @@ def run_cell_magic(shell: Any, line: str, cell: str) -> Any:
                 code.issue(text, RuntimeWarning)  # at the cell, as the other warnings
             result = session._result
         if display == "end" and result is not None:
-            _show(result)
+            display_report(result)
         raise
     result = session.stop()
     if display == "end":
-        _show(result)
+        display_report(result)
     return value
 
 
 def display_report(result: Any) -> None:
-    """Shows the report in the running notebook cell (session.show(inline=True))."""
-    _show(result)
-
-
-def _show(result: Any) -> None:
+    """Shows the report in the running notebook cell (this magic, session.show(inline=True),
+    stop() in a kernel)."""
     from . import _report
 
     try:

@@ -82,7 +82,7 @@ def is_own_backend(factory: Any) -> bool:
 
 
 
-def _sum_known(values: list[int | None]) -> int | None:
+def sum_known(values: list[int | None]) -> int | None:
     """The total when every part is known, else unknown: an unknown part is not 0."""
     known = [v for v in values if v is not None]
     return sum(known) if len(known) == len(values) else None
@@ -112,21 +112,21 @@ def merge_duplicate_lines(lines: list[LineStats],
         if key in from_sampler:
             memory, memory_peak = first.memory_bytes, first.memory_peak_bytes
         else:
-            memory = _sum_known([p.memory_bytes for p in parts])
+            memory = sum_known([p.memory_bytes for p in parts])
             memory_peak = _max_known([p.memory_peak_bytes for p in parts])
         gpu = None
         if any(p.gpu is not None for p in parts):
             gpu = GPUStats(
-                _sum_known([p.gpu.time_ns if p.gpu else None for p in parts]),
+                sum_known([p.gpu.time_ns if p.gpu else None for p in parts]),
                 _max_known([p.gpu.peak_memory_bytes if p.gpu else None for p in parts]))
         out.append(LineStats(
             filename=first.filename, line=first.line,
-            wall_time_ns=_sum_known([p.wall_time_ns for p in parts]),
-            hits=_sum_known([p.hits for p in parts]),
-            self_time_ns=_sum_known([p.self_time_ns for p in parts]),
+            wall_time_ns=sum_known([p.wall_time_ns for p in parts]),
+            hits=sum_known([p.hits for p in parts]),
+            self_time_ns=sum_known([p.self_time_ns for p in parts]),
             memory_bytes=memory, gpu=gpu, memory_peak_bytes=memory_peak,
-            cpu_time_ns=_sum_known([p.cpu_time_ns for p in parts]),
-            samples=_sum_known([p.samples for p in parts]),
-            calls=_sum_known([p.calls for p in parts])))
+            cpu_time_ns=sum_known([p.cpu_time_ns for p in parts]),
+            samples=sum_known([p.samples for p in parts]),
+            calls=sum_known([p.calls for p in parts])))
     return out
 

@@ -2,8 +2,8 @@
 
 Only what must touch Python and JVM objects lives here: while a session runs, the DataFrame
 actions and writers (and ``SparkSession.sql``, which runs commands eagerly) are wrapped; each
-outermost call records where it was made (the innermost frame the session's own path filter
-records — the native ``SparkLineFilter``), how long it blocked the driver (the native clock),
+outermost call records where it was made (the innermost frame the session's own native path
+filter records, as every backend's), how long it blocked the driver (the native clock),
 its outcome, and its query execution. When the session stops, Spark's listener bus is drained
 and its status stores are read over py4j (the SQL status store: executions, plan graph, SQL
 metrics; the app status store: jobs and stages — both also work with ``spark.ui.enabled=false``);
@@ -29,10 +29,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._backends import BackendOptions
+from ._backends import BackendOptions, native_cwd
+from ._results import sum_known
 from ._spark_model import SparkCollection, SparkExecution, execution_from_dict
-
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 # (module, class, methods, label prefix): what is wrapped while a session runs.
 _TARGETS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
@@ -87,8 +86,10 @@ class SparkRecorder:
         from gpuprof import _native
 
         self._native: Any = _native
-        self._filter = _native.SparkLineFilter(list(options.roots), list(options.include),
-                                               list(options.exclude), os.getcwd())
+        # The session's own path filter (its exclude holds linescope's package), as the
+        # source snapshots and the scalene/tachyon adapters use it.
+        self._filter = _native.LineTracer(list(options.roots), list(options.include),
+                                          list(options.exclude), native_cwd())
         self._recorded: dict[str, bool] = {}
         self._patches: list[tuple[type, str, Any]] = []
         self._pending: list[_Pending] = []
@@ -182,16 +183,14 @@ class SparkRecorder:
             for d in ex.diagnostics:
                 if d not in diagnostics:
                     diagnostics.append(d)
-        driver = [e.driver_time_ns for e in executions]
-        executor = [e.executor_time_ns for e in executions]
         reason = None if executions else "no Spark action ran during the session"
         return executions, SparkCollection(
             available=True, reason=reason, actions=len(executions),
             failed=sum(e.status == "failed" for e in executions),
-            driver_time_ns=(sum(x for x in driver if x is not None)
-                            if executions and None not in driver else None),
-            executor_time_ns=(sum(x for x in executor if x is not None)
-                              if executions and None not in executor else None),
+            driver_time_ns=(sum_known([e.driver_time_ns for e in executions])
+                            if executions else None),
+            executor_time_ns=(sum_known([e.executor_time_ns for e in executions])
+                              if executions else None),
             diagnostics=diagnostics)
 
     # ---- the wrappers ----------------------------------------------------------------------
@@ -253,9 +252,7 @@ class SparkRecorder:
             name = f.f_code.co_filename
             rec = self._recorded.get(name)
             if rec is None:
-                rec = self._recorded[name] = (
-                    os.path.dirname(os.path.abspath(name)) != _PACKAGE_DIR
-                    and bool(self._filter.recorded(name)))
+                rec = self._recorded[name] = bool(self._filter.recorded(name))
             if rec:
                 return {"filename": name if name.startswith("<") else os.path.abspath(name),
                         "line": f.f_lineno, "function": f.f_code.co_qualname}
@@ -424,6 +421,7 @@ def _read_execution(store: Any, e: Any) -> dict[str, Any]:
     values: dict[str, str] = {}
     try:
         graph = store.planGraph(eid)
+        cluster_of: dict[int, int] = {}  # node id -> the WholeStageCodegen cluster holding it
         for n in _seq(graph.allNodes()):
             is_cluster = n.getClass().getSimpleName() == "SparkPlanGraphCluster"
             nodes.append({
@@ -433,17 +431,9 @@ def _read_execution(store: Any, e: Any) -> dict[str, Any]:
                              "type": str(m.metricType())} for m in _seq(n.metrics())],
             })
             if is_cluster:
-                members = {int(c.id()) for c in _seq(n.nodes())}
-                cid = int(n.id())
-                for other in nodes:
-                    if other["id"] in members:
-                        other["cluster"] = cid
-                nodes[-1]["members"] = sorted(members)
-        cluster_of = {m: nd["id"] for nd in nodes if nd["is_cluster"]
-                      for m in nd.pop("members", [])}
+                cluster_of.update((int(c.id()), int(n.id())) for c in _seq(n.nodes()))
         for nd in nodes:
-            if nd["id"] in cluster_of:
-                nd["cluster"] = cluster_of[nd["id"]]
+            nd["cluster"] = cluster_of.get(nd["id"])
         edges = [[int(x.fromId()), int(x.toId())] for x in _seq(graph.edges())]
         metric_map = store.executionMetrics(eid)
         it = metric_map.iterator()

@@ -9,6 +9,7 @@ import { attachChartHover, lineChartSvg } from "../lib/chart.js";
 import { lineHref, parseHash, viewHref } from "./links.js";
 import { resolveCall, symbolIndex, tokenizePython, tokensToHtml } from "./highlight.js";
 import { startTheme, themeToggle } from "./theme.js";
+import { card, section } from "./parts.js";
 import { buildSparkView, sparkLineBadges, sparkViewKey } from "./spark.js";
 
 const data = JSON.parse(document.getElementById("linescope-data").textContent);
@@ -91,14 +92,6 @@ function timeBar(ns, share) {
     `<span class="bar-text">${text}</span></span>`;
 }
 
-function card(id, label, value, { sub = null, notice = null, title = null } = {}) {
-  return el("div", { class: "card", "data-card": id },
-    el("h2", { class: "card-label" }, label),
-    el("p", { class: "card-value", title }, value),
-    notice ? el("p", { class: "notice", role: "note" }, notice) : null,
-    sub ? el("p", { class: "card-sub" }, sub) : null);
-}
-
 // What produced the GPU numbers (payload gpu.headline, decided in C++): the method, linked
 // to the GPU view on the overview, when something was measured; else the sentence saying
 // that nothing was.
@@ -109,11 +102,6 @@ function gpuHeadline(g, link) {
   const name = link ? el("a", { href: viewHref("gpu"), "data-method": g.method }, g.method)
                     : el("strong", { "data-method": g.method }, g.method);
   return ["GPU numbers: ", name, ` \u2014 ${g.method_label}`];
-}
-
-function section(id, title, ...children) {
-  return el("section", { class: "view", "data-view": id, "aria-labelledby": `h-${id}` },
-    el("h1", { id: `h-${id}` }, title), ...children);
 }
 
 function lineRows(indices) {

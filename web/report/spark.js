@@ -6,7 +6,8 @@
 import { UNKNOWN, formatBytes, formatCount, formatNs, isUnknown } from "../lib/format.js";
 import { el, escapeHtml } from "../lib/dom.js";
 import { sortableTable } from "../lib/table.js";
-import { lineHref } from "./links.js";
+import { lineHref, viewHref } from "./links.js";
+import { card, section } from "./parts.js";
 
 export function sparkHref(index) {
   return `#spark=${index}`;
@@ -37,25 +38,14 @@ function statusCell(a) {
   return `<span class="spark-status spark-${escapeHtml(a.status)}" data-status="${escapeHtml(a.status)}">${escapeHtml(a.status)}</span>`;
 }
 
-function sparkCard(id, label, value, sub) {
-  return el("div", { class: "card", "data-card": id },
-    el("h2", { class: "card-label" }, label), el("p", { class: "card-value" }, value),
-    sub ? el("p", { class: "card-sub" }, sub) : null);
-}
-
-function section(id, title, ...children) {
-  return el("section", { class: "view", "data-view": id, "aria-labelledby": `h-${id}` },
-    el("h1", { id: `h-${id}` }, title), ...children);
-}
-
 function actionsView(data) {
   const s = data.spark;
   const parts = [];
   if (s.reason) parts.push(el("p", { class: "notice", role: "note", "data-spark-reason": "" }, s.reason));
   parts.push(el("div", { class: "cards" },
-    sparkCard("spark-actions", "Actions", formatCount(s.actions.length)),
-    sparkCard("spark-driver", "Driver time", formatNs(s.driver_time_ns), "how long the actions blocked the Python driver"),
-    sparkCard("spark-executor", "Executor time", formatNs(s.executor_time_ns), "sum of the tasks' run time on the executors")));
+    card("spark-actions", "Actions", formatCount(s.actions.length)),
+    card("spark-driver", "Driver time", formatNs(s.driver_time_ns), { sub: "how long the actions blocked the Python driver" }),
+    card("spark-executor", "Executor time", formatNs(s.executor_time_ns), { sub: "sum of the tasks' run time on the executors" })));
   parts.push(el("p", { class: "meta" }, s.executor_time_note));
   const columns = [
     { key: "action", label: "Action", value: (a) => a.name,
@@ -141,19 +131,19 @@ function actionView(data, index) {
   parts.push(loc);
   if (a.error) parts.push(el("pre", { class: "notice spark-error", role: "note" }, a.error));
   parts.push(el("div", { class: "cards" },
-    sparkCard("spark-driver", "Driver time", formatNs(a.driver_time_ns), "the Python call, blocked"),
-    sparkCard("spark-executor", "Executor time", formatNs(a.executor_time_ns),
-              isUnknown(a.executor_time_ns) && a.reasons && a.reasons.executor_time_ns ? a.reasons.executor_time_ns : "sum over tasks"),
-    sparkCard("spark-rows", "Rows", formatCount(a.rows)),
-    sparkCard("spark-shuffle", "Shuffle read / write", `${formatBytes(a.shuffle_read_bytes)} / ${formatBytes(a.shuffle_write_bytes)}`),
-    sparkCard("spark-peak", "Peak memory", formatBytes(a.peak_memory_bytes))));
+    card("spark-driver", "Driver time", formatNs(a.driver_time_ns), { sub: "the Python call, blocked" }),
+    card("spark-executor", "Executor time", formatNs(a.executor_time_ns),
+         { sub: isUnknown(a.executor_time_ns) && a.reasons && a.reasons.executor_time_ns ? a.reasons.executor_time_ns : "sum over tasks" }),
+    card("spark-rows", "Rows", formatCount(a.rows)),
+    card("spark-shuffle", "Shuffle read / write", `${formatBytes(a.shuffle_read_bytes)} / ${formatBytes(a.shuffle_write_bytes)}`),
+    card("spark-peak", "Peak memory", formatBytes(a.peak_memory_bytes))));
   parts.push(el("h2", {}, "Plans"), planTabs(a.plans || {}));
   parts.push(el("h2", {}, "Operators (executed plan)"));
   parts.push((a.operators || []).length
     ? el("ul", { class: "spark-tree spark-root" }, a.operators.map(operatorNode))
     : el("p", { class: "notice", role: "note" }, "No SQL execution was recorded for this action."));
   parts.push(el("h2", {}, "Stage costs"), stagesTable(a));
-  parts.push(el("p", {}, el("a", { href: "#view=spark" }, "\u2190 all Spark actions")));
+  parts.push(el("p", {}, el("a", { href: viewHref("spark") }, "\u2190 all Spark actions")));
   return section(`spark-${index}`, `Spark: ${a.name}`, ...parts);
 }
 
