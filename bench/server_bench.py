@@ -1,11 +1,13 @@
 """Team server benchmarks (not pass/fail): ingest rate, 256 simulated ranks pushing 1 Hz batches
 (request latency), and a 24 h x 8 GPU series window downsampled to 2,000 points.
-Run: .venv/bin/python bench/server_bench.py [--postgres]  (starts its own `gpuprof serve` on
-127.0.0.1 over a SQLite file, or with --postgres over a throwaway PostgreSQL cluster started by
-scripts/pg_cluster.sh)."""
+Run: .venv/bin/python bench/server_bench.py [--postgres] [--ingest-only] [--gpuprof PATH]
+(starts its own `gpuprof serve` on 127.0.0.1 over a SQLite file, or with --postgres over a
+throwaway PostgreSQL cluster started by scripts/pg_cluster.sh; --gpuprof: another build's
+executable than the venv's)."""
 
 from __future__ import annotations
 
+import argparse
 import http.client
 import json
 import os
@@ -23,8 +25,8 @@ EXE = str(Path(sys.executable).parent / "gpuprof")
 KEY = "bench-key"
 
 
-def start(storage_url: str):
-    proc = subprocess.Popen([EXE, "serve", "--port", "0", "--api-key", KEY, "--viewer-password",
+def start(storage_url: str, exe: str = EXE):
+    proc = subprocess.Popen([exe, "serve", "--port", "0", "--api-key", KEY, "--viewer-password",
                              "view", "--storage-url", storage_url,
                              "--max-body-mb", "256"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -49,6 +51,11 @@ RUN = {"run_name": "bench", "hostname": "h", "pid": 1, "start_unix_ns": 1, "star
        "status": "running", "gpuprof_version": "0.1.0"}
 
 
+GPU_COLUMNS = ["ts_ns", "gpu_index", "util_pct", "mem_util_pct", "mem_used_bytes",
+               "mem_total_bytes", "power_mw", "temp_c", "sm_clock_mhz", "clock_reasons",
+               "pcie_rx_bps", "pcie_tx_bps"]
+
+
 def gpu_rows(n: int, t0: int, gpus: int = 8) -> list:
     return [{"ts_ns": t0 + (i // gpus) * 10_000_000, "gpu_index": i % gpus, "util_pct": 87.5,
              "mem_util_pct": 40.0, "mem_used_bytes": 60 << 30, "mem_total_bytes": 80 << 30,
@@ -56,17 +63,36 @@ def gpu_rows(n: int, t0: int, gpus: int = 8) -> list:
              "pcie_rx_bps": 1.5e9, "pcie_tx_bps": 2e8} for i in range(n)]
 
 
-def ingest_rate(port: int, clients: int = 2, batches: int = 40, rows: int = 5000) -> None:
-    c = Client(port)
-    c.call("PUT", "/api/v1/runs/ingest", json.dumps({"run": RUN}).encode())
-    template = json.dumps({"batch_id": "@ID@", "rows": {"gpu_samples": gpu_rows(rows, 0)}})
-    bodies = [[template.replace("@ID@", f"c{k}-b{i}").encode() for i in range(batches)]
-              for k in range(clients)]
+def gpu_table(n: int, t0: int, layout: str) -> object:
+    """n GPU sample rows from t0 (100 Hz, 8 GPUs) in the batch's `objects` or `columns` layout
+    (docs/server.md); the client's push sends `columns`."""
+    rows = gpu_rows(n, t0)
+    if layout == "objects":
+        return rows
+    return {"columns": GPU_COLUMNS, "rows": [[r[c] for c in GPU_COLUMNS] for r in rows]}
+
+
+def ingest_rate(port: int, layout: str, clients: int = 2, batches: int = 60,
+                rows: int = 10_000) -> float:
+    """Rows/s stored from `clients` connections each sending `batches` pre-encoded batches of
+    `rows` GPU samples (a run each, timestamps going on as a run's would)."""
+    bodies = []
+    for k in range(clients):
+        run = f"ingest-{layout}-{k}"
+        Client(port).call("PUT", f"/api/v1/runs/{run}", json.dumps({"run": RUN}).encode())
+        # Encoded before the clock starts, so that the clients only send. Each batch goes on
+        # where the last ended (100 Hz of 8 GPUs), as a run's batches do.
+        span = rows // 8 * 10_000_000
+        bodies.append((run, [json.dumps({"batch_id": f"b{i}", "rows": {
+            "gpu_samples": gpu_table(rows, i * span, layout)}}).encode()
+            for i in range(batches)]))
+    size = sum(len(b) for _, bs in bodies for b in bs) / (clients * batches * rows)
 
     def send(k):
+        run, mine = bodies[k]
         cl = Client(port)
-        for b in bodies[k]:
-            cl.call("POST", "/api/v1/runs/ingest/batches", b)
+        for b in mine:
+            cl.call("POST", f"/api/v1/runs/{run}/batches", b)
 
     t0 = time.perf_counter()
     threads = [threading.Thread(target=send, args=(k,)) for k in range(clients)]
@@ -76,8 +102,10 @@ def ingest_rate(port: int, clients: int = 2, batches: int = 40, rows: int = 5000
         t.join()
     dt = time.perf_counter() - t0
     total = clients * batches * rows
-    print(f"ingest: {total} GPU sample rows in {dt:.2f} s = {total / dt:,.0f} rows/s "
-          f"({clients} clients, {rows} rows a batch, JSON over HTTP)")
+    print(f"ingest ({layout} layout, {size:.0f} bytes a row): {total:,} GPU sample rows in "
+          f"{dt:.2f} s = {total / dt:,.0f} rows/s ({clients} clients, {rows:,} rows a batch, "
+          f"JSON over HTTP)", flush=True)
+    return total / dt
 
 
 def ranks(port: int, n: int = 256, seconds: int = 10) -> None:
@@ -146,7 +174,16 @@ def series(port: int) -> None:
 
 
 def main() -> None:
-    postgres = "--postgres" in sys.argv[1:]
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--postgres", action="store_true")
+    ap.add_argument("--ingest-only", action="store_true")
+    ap.add_argument("--gpuprof", default=EXE, help="the gpuprof executable to serve with")
+    ap.add_argument("--clients", type=int, default=2, help="ingest: concurrent clients")
+    ap.add_argument("--batches", type=int, default=60, help="ingest: batches per client")
+    ap.add_argument("--layout", action="append", choices=["columns", "objects"],
+                    help="the batches' row layout (repeatable; default: both)")
+    args = ap.parse_args()
+    postgres = args.postgres
     script = Path(__file__).resolve().parent.parent / "scripts" / "pg_cluster.sh"
     with tempfile.TemporaryDirectory() as d:
         if postgres:
@@ -156,11 +193,13 @@ def main() -> None:
         else:
             url = f"sqlite://{Path(d) / 'server.db'}"
         print(f"storage: {'PostgreSQL (throwaway cluster, unix socket)' if postgres else 'SQLite'}")
-        proc, port = start(url)
+        proc, port = start(url, args.gpuprof)
         try:
-            ingest_rate(port)
-            ranks(port)
-            series(port)
+            for layout in args.layout or ["columns", "objects"]:
+                ingest_rate(port, layout, clients=args.clients, batches=args.batches)
+            if not args.ingest_only:
+                ranks(port)
+                series(port)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)

@@ -458,6 +458,57 @@ TEST_F(ServerApiTest, ARunIsCreatedOnceAndABatchSentTwiceIsStoredOnce) {
   EXPECT_THAT(Call("GET", "/metrics", nullptr, "").body, HasSubstr("gpuprof_runs_live 0\n"));
 }
 
+TEST_F(ServerApiTest, BothRowLayoutsStoreTheSameRows) {
+  // GIVEN two runs, and one batch of steps and GPU samples
+  ASSERT_EQ(Call("PUT", "/api/v1/runs/objects", Run()).status, 201);
+  ASSERT_EQ(Call("PUT", "/api/v1/runs/columns", Run()).status, 201);
+  std::vector<store::Row> rows;
+  for (int64_t s = 0; s < 6; ++s) {
+    rows.emplace_back(store::StepRow{s, s * 100, s * 100 + 90,
+                                     s % 2 ? std::optional<int64_t>(5) : std::nullopt, "gap", 1, 1,
+                                     1});
+    store::GpuSampleRow g;
+    g.ts_ns = s * 10;
+    g.gpu_index = s % 2;
+    g.util_pct = 12.5 * static_cast<double>(s);
+    g.mem_used_bytes = int64_t{1} << 40;
+    rows.emplace_back(g);
+  }
+  // WHEN it is sent as objects to one and in the columns layout (the client's) to the other
+  const json objects{{"batch_id", "o"}, {"rows", store::RowsToJson(rows)}};
+  const json columns{{"batch_id", "c"},
+                     {"rows", store::RowsToJson(rows, store::RowLayout::kColumns)}};
+  ASSERT_TRUE(columns["rows"]["gpu_samples"].contains("columns"));
+  HttpResponse a = Call("POST", "/api/v1/runs/objects/batches", objects);
+  HttpResponse b = Call("POST", "/api/v1/runs/columns/batches", columns);
+  ASSERT_EQ(a.status, 200) << a.body;
+  ASSERT_EQ(b.status, 200) << b.body;
+  EXPECT_EQ(json::parse(b.body)["stored"], 12);
+  EXPECT_LT(columns.dump().size(), objects.dump().size());
+  // THEN both runs hold the same rows
+  auto db =
+      store::SqliteStore::Open((dir_ / "server.db").string(), store::SqliteStore::Mode::kReadOnly);
+  const int64_t first = json::parse(a.body)["run_id"], second = json::parse(b.body)["run_id"];
+  auto raw_a = (*db)->LoadRawSamples(first), raw_b = (*db)->LoadRawSamples(second);
+  ASSERT_TRUE(raw_a.ok() && raw_b.ok());
+  ASSERT_EQ(raw_a->gpu_samples.size(), 6u);
+  std::vector<store::Row> back_a(raw_a->gpu_samples.begin(), raw_a->gpu_samples.end());
+  std::vector<store::Row> back_b(raw_b->gpu_samples.begin(), raw_b->gpu_samples.end());
+  EXPECT_EQ(store::RowsToJson(back_a), store::RowsToJson(back_b));
+  EXPECT_EQ(store::RowsToJson(back_b)["gpu_samples"][5]["util_pct"], 62.5);
+  EXPECT_EQ(StoredSteps(first), 6u);
+  EXPECT_EQ(StoredSteps(second), 6u);
+  // AND a field given twice in the body is refused (a document would keep one silently)
+  HttpRequest twice;
+  twice.method = "POST";
+  twice.target = "/api/v1/runs/columns/batches";
+  twice.headers = {{"x-api-key", "new-key"}, {"content-type", "application/json"}};
+  twice.body = R"({"batch_id": "t", "rows": {}, "batch_id": "u"})";
+  HttpResponse refused = api_->Handle(twice);
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_THAT(refused.body, HasSubstr("field 'batch_id' is given twice"));
+}
+
 TEST_F(ServerApiTest, WriteKeysAreChecked) {
   EXPECT_EQ(Call("PUT", "/api/v1/runs/r1", Run(), "").status, 401);
   HttpResponse wrong = Call("PUT", "/api/v1/runs/r1", Run(), "guess");

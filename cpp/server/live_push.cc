@@ -86,7 +86,7 @@ void LivePush::TakeQueued() {
   Batch b;
   b.id = "live-" + std::to_string(next_batch_++);
   b.rows = rows.size();
-  b.body = json{{"batch_id", b.id}, {"rows", store::RowsToJson(rows)}};
+  b.body = json{{"batch_id", b.id}, {"rows", store::RowsToJson(rows, store::RowLayout::kColumns)}};
   pending_rows_ += b.rows;
   pending_.push_back(std::move(b));
   // Past the memory bound, the oldest batches live in the spool only (gpuprof drain sends them).

@@ -93,8 +93,9 @@ Expected<PushResult> PushRun(const std::string& db_path, int64_t run_id,
         rows.begin() + static_cast<std::ptrdiff_t>(std::min(rows.size(), i + per)));
     // The id says which rows: the same on every push of the same run and batch size.
     const std::string id = "rows-" + std::to_string(per) + "-" + std::to_string(n);
-    auto res = CallServer(options.server_url, options.api_key, "POST", base + "/batches",
-                          json{{"batch_id", id}, {"rows", store::RowsToJson(chunk)}});
+    auto res = CallServer(
+        options.server_url, options.api_key, "POST", base + "/batches",
+        json{{"batch_id", id}, {"rows", store::RowsToJson(chunk, store::RowLayout::kColumns)}});
     if (!res) return res.status();
     ++out.batches;
     if ((*res)["duplicate"].get<bool>()) {

@@ -419,20 +419,19 @@ TEST_F(WebAppTest, ReadsDoNotWaitForIngestOnSqlite) {
   put.headers["content-type"] = "application/json";
   put.body = json{{"run", store::RunInfoToJson(MakeRun("big"))}}.dump();
   ASSERT_EQ(api_->Handle(put).status, 201);
-  json steps = json::array();
-  for (int64_t i = 0; i < 150'000; ++i) {
-    steps.push_back({{"step", i},
-                     {"start_ns", i * 10},
-                     {"end_ns", i * 10 + 9},
-                     {"forward_calls", 1},
-                     {"backward_calls", 1},
-                     {"optimizer_calls", 1}});
+  // Enough steps (an upsert a row) that the batch takes a good part of a second to store
+  std::string body =
+      R"({"batch_id": "b1", "rows": {"steps": {"columns": ["step", "start_ns", "end_ns",)"
+      R"( "forward_calls", "backward_calls", "optimizer_calls"], "rows": [)";
+  for (int64_t i = 0; i < 600'000; ++i) {
+    body += (i ? ",[" : "[") + std::to_string(i) + "," + std::to_string(i * 10) + "," +
+            std::to_string(i * 10 + 9) + ",1,1,1]";
   }
+  body += "]}}}";
   HttpRequest post = put;
   post.method = "POST";
   post.target = "/api/v1/runs/big-run/batches";
-  post.body = json{{"batch_id", "b1"}, {"rows", {{"steps", steps}}}}.dump();
-  steps = nullptr;
+  post.body = std::move(body);
   const std::string cookie = LoginCookie();
   std::atomic<bool> done{false};
   std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();

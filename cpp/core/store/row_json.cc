@@ -1,7 +1,9 @@
 #include "store/row_json.h"
 
 #include <array>
+#include <bitset>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -9,6 +11,7 @@
 #include <utility>
 
 #include "store/tables.h"
+#include "util/json_reader.h"
 
 namespace gpuprof::store {
 namespace {
@@ -35,183 +38,439 @@ struct IsOptional : std::false_type {};
 template <typename T>
 struct IsOptional<std::optional<T>> : std::true_type {};
 
-void Put(json& j, const char* name, int64_t v) { j[name] = v; }
-void Put(json& j, const char* name, double v) {
-  j[name] = std::isfinite(v) ? json(v) : json(nullptr);
-}
-void Put(json& j, const char* name, bool v) { j[name] = v; }
-void Put(json& j, const char* name, const std::string& v) { j[name] = v; }
-void Put(json& j, const char* name, const std::vector<double>& v) {
-  if (!v.empty()) j[name] = v;
-}
-template <typename T>
-void Put(json& j, const char* name, const std::optional<T>& v) {
-  if (v) {
-    Put(j, name, *v);
-  } else {
-    j[name] = nullptr;
-  }
+// ---- decoding (JsonReader) ------------------------------------------------------------------
+
+using Type = JsonReader::Type;
+
+std::string Got(const char* expected, Type type) {
+  return std::string(expected) + ", got " + JsonReader::TypeName(type);
 }
 
-// Reads one value; an error message (without the location) when it has the wrong type.
-std::optional<std::string> Get(const json& v, int64_t& out) {
-  if (v.is_number_integer()) {
-    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
-      return "integer out of range";
-    }
-    out = v.get<int64_t>();
-    return std::nullopt;
-  }
-  return "expected an integer, got " + std::string(v.type_name());
+// Reads one value into `out`. nullopt: read. Else the message (without the location) of a
+// value of the wrong type, which is left unread; an empty message when the reader failed (its
+// error() says why: the text is not JSON).
+
+std::optional<std::string> Read(JsonReader& r, int64_t& out) {
+  Type t{};
+  if (!r.Peek(&t)) return std::string();
+  if (t != Type::kNumber) return Got("expected an integer", t);
+  JsonReader::Number n;
+  if (!r.Num(&n)) return std::string();
+  if (!n.integral) return Got("expected an integer", t);
+  if (!n.in_range) return "integer out of range";
+  out = n.integer;
+  return std::nullopt;
 }
-std::optional<std::string> Get(const json& v, double& out) {
-  if (v.is_number()) {
-    out = v.get<double>();
-    return std::nullopt;
-  }
-  return "expected a number, got " + std::string(v.type_name());
+std::optional<std::string> Read(JsonReader& r, double& out) {
+  Type t{};
+  if (!r.Peek(&t)) return std::string();
+  if (t != Type::kNumber) return Got("expected a number", t);
+  JsonReader::Number n;
+  if (!r.Num(&n)) return std::string();
+  out = n.real;
+  return std::nullopt;
 }
-std::optional<std::string> Get(const json& v, bool& out) {
-  if (v.is_boolean()) {
-    out = v.get<bool>();
-    return std::nullopt;
-  }
-  return "expected true or false, got " + std::string(v.type_name());
+std::optional<std::string> Read(JsonReader& r, bool& out) {
+  Type t{};
+  if (!r.Peek(&t)) return std::string();
+  if (t != Type::kBool) return Got("expected true or false", t);
+  if (!r.Bool(&out)) return std::string();
+  return std::nullopt;
 }
-std::optional<std::string> Get(const json& v, std::string& out) {
-  if (v.is_string()) {
-    out = v.get<std::string>();
-    if (out.find('\0') != std::string::npos) return "a string holding a NUL character";
-    return std::nullopt;
-  }
-  return "expected a string, got " + std::string(v.type_name());
+std::optional<std::string> Read(JsonReader& r, std::string& out) {
+  Type t{};
+  if (!r.Peek(&t)) return std::string();
+  if (t != Type::kString) return Got("expected a string", t);
+  if (!r.String(&out)) return std::string();
+  if (out.find('\0') != std::string::npos) return "a string holding a NUL character";
+  return std::nullopt;
 }
-std::optional<std::string> Get(const json& v, std::vector<double>& out) {
-  if (!v.is_array()) return "expected an array of numbers, got " + std::string(v.type_name());
+std::optional<std::string> Read(JsonReader& r, std::vector<double>& out) {
+  Type t{};
+  if (!r.Peek(&t)) return std::string();
+  if (t != Type::kArray) return Got("expected an array of numbers", t);
   out.clear();
-  for (const json& x : v) {
-    if (!x.is_number()) return "expected an array of numbers";
-    out.push_back(x.get<double>());
+  if (!r.EnterArray()) return std::string();
+  while (r.NextItem()) {
+    if (!r.Peek(&t)) return std::string();
+    if (t != Type::kNumber) return "expected an array of numbers";
+    JsonReader::Number n;
+    if (!r.Num(&n)) return std::string();
+    out.push_back(n.real);
   }
+  if (!r.ok()) return std::string();
   return std::nullopt;
 }
 template <typename T>
-std::optional<std::string> Get(const json& v, std::optional<T>& out) {
-  if (v.is_null()) {
+std::optional<std::string> Read(JsonReader& r, std::optional<T>& out) {
+  Type t{};
+  if (!r.Peek(&t)) return std::string();
+  if (t == Type::kNull) {
+    if (!r.Null()) return std::string();
     out.reset();
     return std::nullopt;
   }
   T value{};
-  if (auto why = Get(v, value)) return why;
+  if (auto why = Read(r, value)) return why;
   out = std::move(value);
   return std::nullopt;
 }
 
+// The error of a value at `where` (e.g. "steps[3].step"): the reader's when the text is not
+// JSON, else the type message.
+Status ValueError(const JsonReader& r, const std::string& where, const std::string& why) {
+  if (!r.ok()) return Status::Error(r.error());
+  return Status::Error(where + ": " + why);
+}
+Status ReaderError(const JsonReader& r) { return Status::Error(r.error()); }
+
+// One JSON field of row type T: its name, whether a row must give it, and its reader.
 template <typename T>
-json Encode(const T& row) {
-  json j = json::object();
-  ForEachField(row, [&](const char* name, const auto& member) { Put(j, name, member); });
-  return j;
+struct FieldCodec {
+  const char* name;
+  bool required;
+  std::function<std::optional<std::string>(JsonReader&, T&)> read;
+};
+constexpr size_t kMaxFields = 64;
+
+// T's fields in column order (ForEachField's), made once.
+template <typename T>
+const std::vector<FieldCodec<T>>& Codecs() {
+  static const std::vector<FieldCodec<T>> codecs = [] {
+    std::vector<FieldCodec<T>> list;
+    ForEachColumn<T>([&](const auto& c) {
+      using C = std::decay_t<decltype(c)>;
+      if constexpr (!IsFixed<C>::value) {
+        if constexpr (!HasFlag<C>(kAssigned)) {
+          using M = typename C::Member;
+          const auto member = c.member;
+          // Optional columns and a host sample's per-core list may be left out.
+          list.push_back({c.name, !IsOptional<M>::value && !std::is_same_v<M, std::vector<double>>,
+                          [member](JsonReader& r, T& row) { return Read(r, row.*member); }});
+        }
+      }
+    });
+    return list;
+  }();
+  return codecs;
 }
 
-// Decodes one object into `row`; where() is "table[i]" for messages (built only for one).
-// The hot path of a team server's ingest: no allocation beyond the row's own strings.
+template <typename T>
+size_t FindField(const std::vector<FieldCodec<T>>& codecs, std::string_view name, size_t hint) {
+  if (hint < codecs.size() && name == codecs[hint].name) return hint;
+  for (size_t i = 0; i < codecs.size(); ++i) {
+    if (name == codecs[i].name) return i;
+  }
+  return codecs.size();
+}
+
+// One row given as an object ({"column": value, ...}); where() is "table[i]" for messages
+// (built only for one).
 template <typename T, typename Where>
-Status DecodeWith(const json& j, const Where& where, T& row) {
-  if (!j.is_object()) return Status::Error(where() + ": expected an object, got " + j.type_name());
-  Status st;
-  size_t found = 0;
-  ForEachField(row, [&](const char* name, auto& member) {
-    if (!st.ok()) return;
-    using M = std::decay_t<decltype(member)>;
-    auto it = j.find(name);
-    if (it == j.end()) {
-      // Optional columns and a host sample's per-core list may be left out.
-      if constexpr (!IsOptional<M>::value && !std::is_same_v<M, std::vector<double>>) {
-        st = Status::Error(where() + "." + name + ": missing (required)");
-      }
-      return;
-    }
-    ++found;
-    if (auto why = Get(*it, member)) st = Status::Error(where() + "." + name + ": " + *why);
-  });
-  if (!st.ok()) return st;
-  if (found < j.size()) {  // a key that is no column: name it
-    std::set<std::string> known;
-    T probe{};
-    ForEachField(probe, [&](const char* name, auto&) { known.insert(name); });
-    for (const auto& [key, value] : j.items()) {
-      if (!known.count(key)) return Status::Error(where() + ": unknown column '" + key + "'");
+Status ReadObjectRow(JsonReader& r, const Where& where, std::string& key, T& row) {
+  const auto& codecs = Codecs<T>();
+  Type t{};
+  if (!r.Peek(&t)) return ReaderError(r);
+  if (t != Type::kObject) return Status::Error(where() + ": " + Got("expected an object", t));
+  if (!r.EnterObject()) return ReaderError(r);
+  std::bitset<kMaxFields> seen;
+  size_t hint = 0;
+  while (r.NextKey(&key)) {
+    const size_t i = FindField(codecs, key, hint);
+    if (i == codecs.size()) return Status::Error(where() + ": unknown column '" + key + "'");
+    if (seen[i]) return Status::Error(where() + "." + key + ": given twice");
+    seen[i] = true;
+    hint = i + 1;
+    if (auto why = codecs[i].read(r, row)) return ValueError(r, where() + "." + key, *why);
+  }
+  if (!r.ok()) return ReaderError(r);
+  for (size_t i = 0; i < codecs.size(); ++i) {
+    if (codecs[i].required && !seen[i]) {
+      return Status::Error(where() + "." + codecs[i].name + ": missing (required)");
     }
   }
   return Status::Ok();
 }
+
+// Decodes one value (of the reader, or of a sub-reader over a part of its text) into `row`.
 template <typename T>
-Status Decode(const json& j, const std::string& where, T& row) {
-  return DecodeWith(
-      j, [&] { return where; }, row);
+Status ReadObject(JsonReader& r, const std::string& where, T& row) {
+  std::string key;
+  return ReadObjectRow(
+      r, [&] { return where; }, key, row);
 }
 
-// The variant alternative at `index`, decoded from `j`.
-template <size_t I = 0, typename Where>
-Status DecodeAt(size_t index, const json& j, const Where& where, Row* out) {
-  if constexpr (I < std::variant_size_v<Row>) {
-    if (index == I) {
-      std::variant_alternative_t<I, Row> row{};
-      Status st = DecodeWith(j, where, row);
-      if (st.ok()) *out = std::move(row);
-      return st;
-    }
-    return DecodeAt<I + 1>(index, j, where, out);
-  } else {
-    return Status::Error(where() + ": no such table");
+std::string TooMany(size_t max_rows) {
+  return "rows: more than " + std::to_string(max_rows) + " rows in one batch; send smaller batches";
+}
+
+// Where decoding a batch's rows adds to, and its bound.
+struct RowSink {
+  std::vector<Row>* rows;
+  size_t max_rows;
+  bool* too_many;
+  Status Full() {
+    *too_many = true;
+    return Status::Error(TooMany(max_rows));
   }
+};
+
+// A table given as rows of objects: [{"column": value, ...}, ...].
+template <typename T>
+Status ReadObjectTable(JsonReader& r, const std::string& table, RowSink& sink) {
+  if (!r.EnterArray()) return ReaderError(r);
+  std::string key;
+  for (size_t i = 0; r.NextItem(); ++i) {
+    if (sink.rows->size() >= sink.max_rows) return sink.Full();
+    T row{};
+    Status st = ReadObjectRow(
+        r, [&] { return table + "[" + std::to_string(i) + "]"; }, key, row);
+    if (!st.ok()) return st;
+    sink.rows->push_back(std::move(row));
+  }
+  if (!r.ok()) return ReaderError(r);
+  return Status::Ok();
+}
+
+// The "rows" of the columns form: arrays of values in `columns`' order (indexes into
+// Codecs<T>()).
+template <typename T>
+Status ReadValueRows(JsonReader& r, const std::string& table, const std::vector<size_t>& columns,
+                     RowSink& sink) {
+  const auto& codecs = Codecs<T>();
+  Type t{};
+  if (!r.Peek(&t)) return ReaderError(r);
+  if (t != Type::kArray) {
+    return Status::Error("rows." + table + ".rows: " + Got("expected an array of rows", t));
+  }
+  if (!r.EnterArray()) return ReaderError(r);
+  const auto count_error = [&](size_t i) {
+    return Status::Error(table + "[" + std::to_string(i) + "]: expected " +
+                         std::to_string(columns.size()) +
+                         " values (one per column), got a different number");
+  };
+  for (size_t i = 0; r.NextItem(); ++i) {
+    if (sink.rows->size() >= sink.max_rows) return sink.Full();
+    if (!r.Peek(&t)) return ReaderError(r);
+    if (t != Type::kArray) {
+      return Status::Error(table + "[" + std::to_string(i) +
+                           "]: " + Got("expected an array of values", t));
+    }
+    if (!r.EnterArray()) return ReaderError(r);
+    T row{};
+    size_t k = 0;
+    for (; r.NextItem(); ++k) {
+      if (k == columns.size()) return count_error(i);
+      const FieldCodec<T>& field = codecs[columns[k]];
+      if (auto why = field.read(r, row)) {
+        return ValueError(r, table + "[" + std::to_string(i) + "]." + field.name, *why);
+      }
+    }
+    if (!r.ok()) return ReaderError(r);
+    if (k != columns.size()) return count_error(i);
+    sink.rows->push_back(std::move(row));
+  }
+  if (!r.ok()) return ReaderError(r);
+  return Status::Ok();
+}
+
+// A table in the columns form: {"columns": ["column", ...], "rows": [[value, ...], ...]}.
+// "rows" may come before "columns" (read again once the columns are known).
+template <typename T>
+Status ReadColumnsTable(JsonReader& r, const std::string& table, RowSink& sink) {
+  const auto& codecs = Codecs<T>();
+  const std::string at = "rows." + table;
+  if (!r.EnterObject()) return ReaderError(r);
+  std::optional<std::vector<size_t>> columns;
+  std::optional<std::string_view> early_rows;  // "rows" given before "columns"
+  bool rows_read = false;
+  std::string key, name;
+  while (r.NextKey(&key)) {
+    if (key == "columns") {
+      if (columns) return Status::Error(at + ".columns: given twice");
+      Type t{};
+      if (!r.Peek(&t)) return ReaderError(r);
+      if (t != Type::kArray) {
+        return Status::Error(at + ".columns: " + Got("expected an array of column names", t));
+      }
+      columns.emplace();
+      std::bitset<kMaxFields> seen;
+      if (!r.EnterArray()) return ReaderError(r);
+      while (r.NextItem()) {
+        if (!r.Peek(&t)) return ReaderError(r);
+        if (t != Type::kString) {
+          return Status::Error(at + ".columns: " + Got("expected an array of column names", t));
+        }
+        if (!r.String(&name)) return ReaderError(r);
+        const size_t i = FindField(codecs, name, columns->size());
+        if (i == codecs.size())
+          return Status::Error(at + ".columns: unknown column '" + name + "'");
+        if (seen[i]) return Status::Error(at + ".columns: '" + name + "' is given twice");
+        seen[i] = true;
+        columns->push_back(i);
+      }
+      if (!r.ok()) return ReaderError(r);
+      for (size_t i = 0; i < codecs.size(); ++i) {
+        if (codecs[i].required && !seen[i]) {
+          return Status::Error(at + ".columns: '" + codecs[i].name + "' missing (required)");
+        }
+      }
+    } else if (key == "rows") {
+      if (rows_read || early_rows) return Status::Error(at + ".rows: given twice");
+      if (columns) {
+        if (Status st = ReadValueRows<T>(r, table, *columns, sink); !st.ok()) return st;
+        rows_read = true;
+      } else {
+        std::string_view raw;
+        if (!r.Skip(&raw)) return ReaderError(r);
+        early_rows = raw;
+      }
+    } else {
+      return Status::Error(at + ": unknown key '" + key + "' (expected: columns, rows)");
+    }
+  }
+  if (!r.ok()) return ReaderError(r);
+  if (!columns) return Status::Error(at + ": 'columns' missing (the names of the rows' values)");
+  if (early_rows) {
+    JsonReader sub(*early_rows);
+    if (Status st = ReadValueRows<T>(sub, table, *columns, sink); !st.ok()) return st;
+    rows_read = true;
+  }
+  if (!rows_read) return Status::Error(at + ": 'rows' missing");
+  return Status::Ok();
+}
+
+// The table of variant alternative `index`, in either form.
+template <size_t I = 0>
+Status ReadTableAt(size_t index, JsonReader& r, const std::string& table, RowSink& sink) {
+  if constexpr (I < std::variant_size_v<Row>) {
+    if (index != I) return ReadTableAt<I + 1>(index, r, table, sink);
+    using T = std::variant_alternative_t<I, Row>;
+    Type t{};
+    if (!r.Peek(&t)) return ReaderError(r);
+    if (t == Type::kArray) return ReadObjectTable<T>(r, table, sink);
+    if (t == Type::kObject) return ReadColumnsTable<T>(r, table, sink);
+    return Status::Error("rows." + table + ": " +
+                         Got("expected an array of rows or {\"columns\": ..., \"rows\": ...}", t));
+  } else {
+    return Status::Error("rows." + table + ": no such table");
+  }
+}
+
+// The text of a document (a DOM given to a decoder that reads text).
+Expected<std::string> Text(const json& doc) {
+  try {
+    return doc.dump();
+  } catch (const json::exception&) {
+    return Status::Error("a string that is not valid UTF-8");
+  }
+}
+
+template <typename T>
+json Value(const T& v) {
+  if constexpr (std::is_same_v<T, double>) {
+    return std::isfinite(v) ? json(v) : json(nullptr);
+  } else if constexpr (IsOptional<T>::value) {
+    return v ? Value(*v) : json(nullptr);
+  } else {
+    return json(v);
+  }
+}
+
+// {"column": value, ...}: every field, null where unknown.
+template <typename T>
+json Encode(const T& row) {
+  json j = json::object();
+  ForEachField(row, [&](const char* name, const auto& member) {
+    using M = std::decay_t<decltype(member)>;
+    if constexpr (std::is_same_v<M, std::vector<double>>) {
+      if (member.empty()) return;  // an empty list may be left out
+    }
+    j[name] = Value(member);
+  });
+  return j;
+}
+// [value, ...] in column order.
+template <typename T>
+json EncodeValues(const T& row) {
+  json j = json::array();
+  ForEachField(row, [&](const char*, const auto& member) { j.push_back(Value(member)); });
+  return j;
+}
+template <typename T>
+json ColumnNames() {
+  json names = json::array();
+  T probe{};
+  ForEachField(probe, [&](const char* name, const auto&) { names.push_back(name); });
+  return names;
 }
 
 }  // namespace
 
 const char* RowJsonTable(const Row& row) { return kTables[row.index()]; }
 
-json RowsToJson(const std::vector<Row>& rows) {
+json RowsToJson(const std::vector<Row>& rows, RowLayout layout) {
   json doc = json::object();
   for (const Row& row : rows) {
-    std::visit([&](const auto& r) { doc[RowJsonTable(row)].push_back(Encode(r)); }, row);
+    std::visit(
+        [&](const auto& r) {
+          json& table = doc[RowJsonTable(row)];
+          if (layout == RowLayout::kObjects) {
+            table.push_back(Encode(r));
+            return;
+          }
+          if (table.is_null()) {
+            table = json{{"columns", ColumnNames<std::decay_t<decltype(r)>>()},
+                         {"rows", json::array()}};
+          }
+          table["rows"].push_back(EncodeValues(r));
+        },
+        row);
   }
   return doc;
 }
 
-Expected<std::vector<Row>> RowsFromJson(const json& doc, size_t max_rows) {
-  if (!doc.is_object()) {
-    return Status::Error(std::string("rows: expected an object of tables, got ") + doc.type_name());
+Status ReadRows(JsonReader& reader, size_t max_rows, std::vector<Row>* rows, bool* too_many) {
+  *too_many = false;
+  static const std::map<std::string, size_t, std::less<>> index_of = [] {
+    std::map<std::string, size_t, std::less<>> m;
+    for (size_t i = 0; i < std::size(kTables); ++i) m[kTables[i]] = i;
+    return m;
+  }();
+  JsonReader::Type t{};
+  if (!reader.Peek(&t)) return ReaderError(reader);
+  if (t != Type::kObject) {
+    return Status::Error("rows: " + Got("expected an object of tables", t));
   }
-  std::map<std::string, size_t> index_of;
-  for (size_t i = 0; i < std::size(kTables); ++i) index_of[kTables[i]] = i;
-  std::vector<Row> rows;
-  for (const auto& [table, list] : doc.items()) {
+  if (!reader.EnterObject()) return ReaderError(reader);
+  RowSink sink{rows, max_rows, too_many};
+  std::string table;
+  while (reader.NextKey(&table)) {
     auto it = index_of.find(table);
     if (it == index_of.end()) {
       std::string names;
-      for (const char* t : kTables) names += std::string(names.empty() ? "" : ", ") + t;
+      for (const char* name : kTables) names += std::string(names.empty() ? "" : ", ") + name;
       return Status::Error("rows: unknown table '" + table + "' (tables: " + names + ")");
     }
-    if (!list.is_array()) {
-      return Status::Error("rows." + table + ": expected an array, got " + list.type_name());
-    }
-    if (rows.size() + list.size() > max_rows) {
-      return Status::Error("rows: more than " + std::to_string(max_rows) +
-                           " rows in one batch; send smaller batches");
-    }
-    rows.reserve(rows.size() + list.size());
-    for (size_t i = 0; i < list.size(); ++i) {
-      Row row;
-      const std::string& name = table;  // (clang 14 cannot capture a structured binding)
-      const auto where = [&] { return name + "[" + std::to_string(i) + "]"; };
-      Status st = DecodeAt(it->second, list[i], where, &row);
-      if (!st.ok()) return st;
-      rows.push_back(std::move(row));
-    }
+    if (Status st = ReadTableAt(it->second, reader, table, sink); !st.ok()) return st;
   }
+  if (!reader.ok()) return ReaderError(reader);
+  return Status::Ok();
+}
+
+Expected<std::vector<Row>> RowsFromJsonText(std::string_view text, size_t max_rows) {
+  JsonReader reader(text);
+  std::vector<Row> rows;
+  bool too_many = false;
+  if (Status st = ReadRows(reader, max_rows, &rows, &too_many); !st.ok()) return st;
+  if (!reader.End()) return ReaderError(reader);
   return rows;
+}
+
+Expected<std::vector<Row>> RowsFromJson(const json& doc, size_t max_rows) {
+  auto text = Text(doc);
+  if (!text) return Status::Error("rows: " + text.error());
+  return RowsFromJsonText(*text, max_rows);
 }
 
 json InsightsToJson(const std::vector<InsightRow>& insights) {
@@ -220,15 +479,17 @@ json InsightsToJson(const std::vector<InsightRow>& insights) {
   return list;
 }
 
-Expected<std::vector<InsightRow>> InsightsFromJson(const json& list) {
-  if (!list.is_array()) {
-    return Status::Error(std::string("insights: expected an array, got ") + list.type_name());
-  }
+Expected<std::vector<InsightRow>> InsightsFromJsonText(std::string_view text) {
+  JsonReader reader(text);
+  JsonReader::Type t{};
+  if (!reader.Peek(&t)) return ReaderError(reader);
+  if (t != Type::kArray) return Status::Error("insights: " + Got("expected an array", t));
+  if (!reader.EnterArray()) return ReaderError(reader);
   std::vector<InsightRow> out;
   std::set<int64_t> ordinals;  // the insights table's key: a repeat would fail in the store
-  for (size_t i = 0; i < list.size(); ++i) {
+  for (size_t i = 0; reader.NextItem(); ++i) {
     InsightRow r;
-    Status st = Decode(list[i], "insights[" + std::to_string(i) + "]", r);
+    Status st = ReadObject(reader, "insights[" + std::to_string(i) + "]", r);
     if (!st.ok()) return st;
     if (!ordinals.insert(r.ordinal).second) {
       return Status::Error("insights[" + std::to_string(i) + "].ordinal: " +
@@ -236,15 +497,26 @@ Expected<std::vector<InsightRow>> InsightsFromJson(const json& list) {
     }
     out.push_back(std::move(r));
   }
+  if (!reader.ok() || !reader.End()) return ReaderError(reader);
   return out;
+}
+
+Expected<std::vector<InsightRow>> InsightsFromJson(const json& list) {
+  auto text = Text(list);
+  if (!text) return Status::Error("insights: " + text.error());
+  return InsightsFromJsonText(*text);
 }
 
 json RunInfoToJson(const RunInfo& info) { return Encode(info); }
 
 Expected<RunInfo> RunInfoFromJson(const json& doc) {
+  auto text = Text(doc);
+  if (!text) return Status::Error("run: " + text.error());
+  JsonReader reader(*text);
   RunInfo info;
-  Status st = Decode(doc, "run", info);
+  Status st = ReadObject(reader, "run", info);
   if (!st.ok()) return st;
+  if (!reader.End()) return ReaderError(reader);
   if (info.status != "running" && info.status != "ok" && info.status != "failed") {
     return Status::Error("run.status: '" + info.status + "' is not running, ok or failed");
   }

@@ -68,7 +68,14 @@ TEST(RowJsonTest, ABadBatchIsRefusedNamingTheProblem) {
     return r.ok() ? std::string("(accepted)") : r.error();
   };
   EXPECT_THAT(error(R"({"stepz": []})"), HasSubstr("unknown table 'stepz' (tables: steps,"));
-  EXPECT_EQ(error(R"({"steps": {}})"), "rows.steps: expected an array, got object");
+  EXPECT_EQ(error(R"({"steps": "x"})"),
+            "rows.steps: expected an array of rows or {\"columns\": ..., \"rows\": ...}, got "
+            "string");
+  // (a document keeps one of two equal keys: the text shows both)
+  EXPECT_EQ(
+      RowsFromJsonText(R"({"host_stalls": [{"start_ns": 1, "duration_ns": 2, "start_ns": 3}]})", 9)
+          .error(),
+      "host_stalls[0].start_ns: given twice");
   EXPECT_EQ(error(R"({"steps": [{"step": 1, "start_ns": 0}]})"),
             "steps[0].end_ns: missing (required)");
   EXPECT_EQ(error(R"({"steps": [{"step": 1.5, "start_ns": 0, "end_ns": 1, "forward_calls": 0,
@@ -87,6 +94,79 @@ TEST(RowJsonTest, ABadBatchIsRefusedNamingTheProblem) {
   EXPECT_EQ(error(R"({"host_stalls": [{"start_ns": 18446744073709551615, "duration_ns": 2}]})"),
             "host_stalls[0].start_ns: integer out of range");
   EXPECT_EQ(error(R"([1])"), "rows: expected an object of tables, got array");
+}
+
+TEST(RowJsonTest, TheColumnsLayoutRoundTripsEveryTableAndDecodesAsTheObjectsLayout) {
+  // GIVEN one row of every table, encoded in the compact layout the client pushes
+  const std::vector<Row> rows = EveryKindOfRow();
+  const json compact = RowsToJson(rows, RowLayout::kColumns);
+  EXPECT_EQ(compact["gpu_samples"]["columns"][0], "ts_ns");
+  EXPECT_EQ(compact["steps"]["rows"][1][3], nullptr);  // wait_ns unknown
+  EXPECT_EQ(compact["host_samples"]["rows"][0].size(), compact["host_samples"]["columns"].size());
+  // WHEN it is decoded from its text
+  auto back = RowsFromJsonText(compact.dump(), 1000);
+  ASSERT_TRUE(back.ok()) << back.error();
+  // THEN the rows are the same as through the objects layout, and it is smaller
+  ASSERT_EQ(back->size(), rows.size());
+  EXPECT_EQ(RowsToJson(*back), RowsToJson(rows));
+  EXPECT_EQ(RowsToJson(*back, RowLayout::kColumns), compact);
+}
+
+TEST(RowJsonTest, TheColumnsLayoutTakesAnyOrderOfColumnsAndLeavesOutOptionalOnes) {
+  // "rows" before "columns", columns in another order, optional ones left out
+  auto rows = RowsFromJsonText(
+      R"({"gpu_samples": {"rows": [[5, 50.5, 0], [7, null, 1]],
+                          "columns": ["ts_ns", "util_pct", "gpu_index"]},
+          "host_stalls": {"columns": ["duration_ns", "start_ns"], "rows": []}})",
+      100);
+  ASSERT_TRUE(rows.ok()) << rows.error();
+  ASSERT_EQ(rows->size(), 2u);
+  const auto& first = std::get<GpuSampleRow>((*rows)[0]);
+  EXPECT_EQ(first.ts_ns, 5);
+  EXPECT_EQ(first.gpu_index, 0);
+  EXPECT_EQ(first.util_pct, 50.5);
+  EXPECT_EQ(first.power_mw, std::nullopt);
+  const auto& second = std::get<GpuSampleRow>((*rows)[1]);
+  EXPECT_EQ(second.gpu_index, 1);
+  EXPECT_EQ(second.util_pct, std::nullopt);
+}
+
+TEST(RowJsonTest, ABadColumnsTableIsRefusedNamingTheProblem) {
+  auto error = [](const std::string& text, size_t max_rows = 100) {
+    auto r = RowsFromJsonText(text, max_rows);
+    return r.ok() ? std::string("(accepted)") : r.error();
+  };
+  const std::string cols = R"("columns": ["start_ns", "duration_ns"])";
+  EXPECT_EQ(error(R"({"host_stalls": {"rows": []}})"),
+            "rows.host_stalls: 'columns' missing (the names of the rows' values)");
+  EXPECT_EQ(error(R"({"host_stalls": {)" + cols + "}}"), "rows.host_stalls: 'rows' missing");
+  EXPECT_EQ(error(R"({"host_stalls": {)" + cols + R"(, "rows": [], "x": 1}})"),
+            "rows.host_stalls: unknown key 'x' (expected: columns, rows)");
+  EXPECT_EQ(error(R"({"host_stalls": {"columns": ["start_ns"], "rows": []}})"),
+            "rows.host_stalls.columns: 'duration_ns' missing (required)");
+  EXPECT_EQ(error(R"({"host_stalls": {"columns": ["start_ns", "duration_ns", "x"], "rows": []}})"),
+            "rows.host_stalls.columns: unknown column 'x'");
+  EXPECT_EQ(
+      error(R"({"host_stalls": {"columns": ["start_ns", "start_ns", "duration_ns"], "rows": []}})"),
+      "rows.host_stalls.columns: 'start_ns' is given twice");
+  EXPECT_EQ(error(R"({"host_stalls": {"columns": "start_ns", "rows": []}})"),
+            "rows.host_stalls.columns: expected an array of column names, got string");
+  EXPECT_EQ(error(R"({"host_stalls": {)" + cols + R"(, "rows": {}}})"),
+            "rows.host_stalls.rows: expected an array of rows, got object");
+  EXPECT_EQ(error(R"({"host_stalls": {)" + cols + R"(, "rows": [[1, 2], 3]}})"),
+            "host_stalls[1]: expected an array of values, got number");
+  EXPECT_EQ(error(R"({"host_stalls": {)" + cols + R"(, "rows": [[1, 2], [1]]}})"),
+            "host_stalls[1]: expected 2 values (one per column), got a different number");
+  EXPECT_EQ(error(R"({"host_stalls": {)" + cols + R"(, "rows": [[1, 2, 3]]}})"),
+            "host_stalls[0]: expected 2 values (one per column), got a different number");
+  EXPECT_EQ(error(R"({"host_stalls": {)" + cols + R"(, "rows": [[1, 2], [1, "2"]]}})"),
+            "host_stalls[1].duration_ns: expected an integer, got string");
+  EXPECT_EQ(error(R"({"host_stalls": {)" + cols + R"(, "rows": [[1, 2], [1, 2]]}})", 1),
+            "rows: more than 1 rows in one batch; send smaller batches");
+  // Text that is not JSON is the reader's error, with the byte
+  EXPECT_THAT(error(R"({"host_stalls": {)" + cols + R"(, "rows": [[1, 2],]}})"),
+              HasSubstr("not valid JSON: "));
+  EXPECT_THAT(error(R"({"host_stalls": [)"), HasSubstr("not valid JSON: unexpected end at byte"));
 }
 
 TEST(RowJsonTest, RunInfoAndInsightsRoundTripAndAreChecked) {

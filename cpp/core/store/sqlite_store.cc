@@ -328,9 +328,11 @@ Status SqliteStore::Upgrade() {
 }
 
 SqliteStore::~SqliteStore() {
-  for (sqlite3_stmt*& stmt : row_stmts_) {
-    sqlite3_finalize(stmt);
-    stmt = nullptr;
+  for (auto* stmts : {&row_stmts_, &many_stmts_}) {
+    for (sqlite3_stmt*& stmt : *stmts) {
+      sqlite3_finalize(stmt);
+      stmt = nullptr;
+    }
   }
   sqlite3_finalize(core_stmt_);
   core_stmt_ = nullptr;

@@ -65,6 +65,12 @@ class SqliteStore final : public RunStore {
   SqliteStore(const SqliteStore&) = delete;
   SqliteStore& operator=(const SqliteStore&) = delete;
 
+  // For a long-lived writer of many runs (the team server): `cache_mib` of page cache (with
+  // SQLite's default 2 MiB the indexes' pages keep being evicted and read again) and the WAL
+  // checkpointed once it holds `checkpoint_pages` pages rather than 1000 (fewer fsyncs, and a
+  // page that consecutive batches rewrite is copied back once). Measured: docs/benchmarks.md.
+  Status TuneForServer(int64_t cache_mib, int64_t checkpoint_pages);
+
   // Run lifecycle.
   // Inserts a run; info.run_id is ignored and the new id returned. An empty
   // info.gpuprof_version is stored as this build's GPUPROF_VERSION.
@@ -168,6 +174,10 @@ class SqliteStore final : public RunStore {
   Status Upgrade();
   template <typename T>
   Status WriteOne(size_t index, int64_t run_id, const T& row);
+  // kRowsPerInsert rows of T from `first` in one multi-row INSERT (plain-insert tables only:
+  // kMultiRowInsert<T>). SQLite's per-statement work is then paid once for them all.
+  template <typename T, typename It>
+  Status WriteMany(size_t index, int64_t run_id, It first);
   Status WriteCores(int64_t run_id, const HostSampleRow& row);  // host_core_samples
   Status InsertInsights(int64_t run_id, const std::vector<InsightRow>& insights);  // no txn
   template <typename It>
@@ -189,6 +199,7 @@ class SqliteStore final : public RunStore {
   // WriteRows' prepared statements, one per Row alternative (indexed by Row::index()), plus
   // the host_core_samples insert that a HostSampleRow with per-core CPU adds.
   std::array<sqlite3_stmt*, std::variant_size_v<Row>> row_stmts_{};
+  std::array<sqlite3_stmt*, std::variant_size_v<Row>> many_stmts_{};  // WriteMany's
   sqlite3_stmt* core_stmt_ = nullptr;
 };
 

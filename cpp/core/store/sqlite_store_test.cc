@@ -1147,6 +1147,65 @@ TEST_F(StoreTest, WriteRowsIsAllOrNothing) {
   EXPECT_EQ(QueryInt(store->handle(), "SELECT count(*) FROM gpu_samples"), 1);
 }
 
+TEST_F(StoreTest, TuneForServerSetsTheCacheAndTheCheckpointOfThisConnection) {
+  auto store = OpenRw(Path("gpuprof.db"));
+  ASSERT_TRUE(store->TuneForServer(64, 10'000).ok());
+  EXPECT_EQ(QueryInt(store->handle(), "PRAGMA cache_size"), -64 * 1024);  // KiB when negative
+  EXPECT_EQ(QueryInt(store->handle(), "PRAGMA wal_autocheckpoint"), 10'000);
+  EXPECT_EQ(QueryText(store->handle(), "PRAGMA journal_mode"), "wal");
+}
+
+TEST_F(StoreTest, LongRunsOfOneTableAreWrittenExactlyWhateverTheirLength) {
+  // GIVEN runs of GPU samples of every length around the multi-row statement's 32 rows (and
+  // 100), each sample distinct and some with unknown fields, between steps and host samples
+  auto store = OpenRw(Path("gpuprof.db"));
+  const int64_t id = *store->BeginRun(MinimalRun("exp"));
+  std::vector<Row> rows;
+  std::vector<GpuSampleRow> samples;
+  int64_t ts = 0;
+  for (const int run : {1, 31, 32, 33, 64, 65, 100}) {
+    for (int i = 0; i < run; ++i, ++ts) {
+      GpuSampleRow g = FullGpuSample(ts, ts % 3);
+      g.util_pct = static_cast<double>(ts) / 4;
+      if (ts % 7 == 0) g.power_mw = std::nullopt;
+      samples.push_back(g);
+      rows.emplace_back(g);
+    }
+    rows.emplace_back(SimpleStep(ts, ts, ts + 1));
+    HostSampleRow h;
+    h.ts_ns = ts;
+    h.cpu_per_core = {1.0, 2.0};
+    rows.emplace_back(h);
+  }
+  // WHEN they are written in one call
+  ASSERT_TRUE(store->WriteRows(id, rows).ok());
+  // THEN every sample is stored once, with its own values, in order
+  auto raw = store->LoadRawSamples(id);
+  ASSERT_TRUE(raw.ok()) << raw.error();
+  ASSERT_EQ(raw->gpu_samples.size(), samples.size());
+  for (size_t i = 0; i < samples.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(raw->gpu_samples[i].ts_ns, samples[i].ts_ns);
+    EXPECT_EQ(raw->gpu_samples[i].gpu_index, samples[i].gpu_index);
+    EXPECT_EQ(raw->gpu_samples[i].util_pct, samples[i].util_pct);
+    EXPECT_EQ(raw->gpu_samples[i].power_mw, samples[i].power_mw);
+    EXPECT_EQ(raw->gpu_samples[i].pcie_tx_bps, samples[i].pcie_tx_bps);
+  }
+  EXPECT_EQ(QueryInt(store->handle(), "SELECT count(*) FROM steps"), 7);
+  EXPECT_EQ(QueryInt(store->handle(), "SELECT count(*) FROM host_core_samples"), 7);
+  // AND a failing multi-row statement leaves nothing of the call behind
+  ExecSql(store->handle(),
+          "CREATE TRIGGER refuse BEFORE INSERT ON gpu_samples WHEN NEW.ts_ns = "
+          "1000040 BEGIN SELECT RAISE(ABORT, 'refused'); END");
+  std::vector<Row> more;
+  for (int64_t i = 0; i < 64; ++i) more.emplace_back(FullGpuSample(1'000'000 + i, 0));
+  Status st = store->WriteRows(id, more);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("insert into gpu_samples"), std::string::npos) << st.message();
+  EXPECT_EQ(QueryInt(store->handle(), "SELECT count(*) FROM gpu_samples"),
+            static_cast<int64_t>(samples.size()));
+}
+
 // ---- writer ----------------------------------------------------------------------------------
 
 TEST_F(StoreTest, WriterStartRefusesMissingRunAndBadOptions) {
