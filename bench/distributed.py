@@ -2,11 +2,16 @@
 
     .venv/bin/python bench/distributed.py [--nproc 2] [--rounds 12] [--steps 20]
 
-Launches a gloo DDP job on CPU with torchrun. Each rank holds two identical DDP models inside
-one gpuprof.profile(): A with DDP's built-in allreduce (no hook), B with gpuprof's timed hook
-around the same allreduce (the hook auto mode installs). Rounds of `steps` steps alternate
-A, B, B, A, ... so the machine's drift hits both alike; the ratio B / A of the median step time
-is the hook's per-step cost. Rank 0 prints the result; not a pass/fail test.
+Launches a gloo DDP job on CPU with torchrun. Each rank holds identical DDP models inside one
+gpuprof.profile(): "plain" with DDP's built-in allreduce (no hook); "builtin", torch's own C++
+ALLREDUCE comm hook (what any hook costs: with a hook DDP no longer divides while it copies
+gradients into the bucket, the hook divides the bucket apart); "python", torch's own Python
+allreduce hook (not timed: what any Python comm hook costs); "timed", gpuprof's Python hook (the
+same allreduce, timed); "native", gpuprof's native hook (gpuprof.ddp_hook, built first if it is
+not: what auto mode puts on a CPU model when it is built). Rounds of `steps` steps run the models
+in turn, the order reversed every other round, so the machine's drift hits all alike; each
+ratio of median step times to plain's is that hook's per-step cost. Rank 0 prints the result;
+not a pass/fail test.
 """
 
 from __future__ import annotations
@@ -41,20 +46,30 @@ def worker(a: argparse.Namespace) -> None:
             layers += [nn.Linear(a.width, a.width), nn.ReLU()]
         return nn.Sequential(*layers)
 
-    plain = DDP(model(), bucket_cap_mb=a.bucket_mb)
-    plain._gpuprof_hooked = True  # the bench's baseline: keep DDP's built-in allreduce
-    timed = DDP(model(), bucket_cap_mb=a.bucket_mb)  # gets the timed hook at its first forward
-    # torch's own Python allreduce hook, not wrapped (registered past gpuprof's shim): what a
-    # Python comm hook costs by itself, apart from gpuprof's timing.
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-    python = DDP(model(), bucket_cap_mb=a.bucket_mb)
-    python._gpuprof_hooked = True
-    dist._register_comm_hook(python.reducer, python.process_group, default_hooks.allreduce_hook)
-    models = (("plain", plain), ("python", python), ("timed", timed))
-    opts = {id(m): torch.optim.SGD(m.parameters(), lr=1e-3) for _, m in models}
-    x = torch.randn(a.batch, a.width)
-    per_step: dict[str, list[float]] = {name: [] for name, _ in models}
+
+    from gpuprof import _distributed, ddp_hook
+
+    def ddp(hook) -> nn.Module:  # type: ignore[no-untyped-def]
+        m = DDP(model(), bucket_cap_mb=a.bucket_mb)
+        m._gpuprof_hooked = True  # auto mode leaves it as the bench sets it up
+        if hook is not None:  # registered past gpuprof's shim: not wrapped again
+            dist._register_comm_hook(m.reducer, m.process_group, hook)
+        return m
+
     with gpuprof.profile("bench-ddp", db=a.db, gpu="none", summary=False, host_hz=1.0) as prof:
+        native = ddp(None)
+        native_module = ddp_hook.load()
+        assert native_module is not None, "gpuprof.ddp_hook is not built"
+        native_module.register(native.reducer, native.process_group)
+        builtin = ddp(None)  # torch's own C++ ALLREDUCE hook: what any comm hook costs here
+        dist._register_builtin_comm_hook(builtin.reducer, dist.BuiltinCommHookType.ALLREDUCE)
+        models = (("plain", ddp(None)), ("builtin", builtin),
+                  ("python", ddp(default_hooks.allreduce_hook)),
+                  ("timed", ddp(_distributed.timed_allreduce_hook())), ("native", native))
+        opts = {id(m): torch.optim.SGD(m.parameters(), lr=1e-3) for _, m in models}
+        x = torch.randn(a.batch, a.width)
+        per_step: dict[str, list[float]] = {name: [] for name, _ in models}
         for r in range(a.rounds):
             for name, m in models if r % 2 == 0 else reversed(models):
                 opt = opts[id(m)]
@@ -74,15 +89,22 @@ def worker(a: argparse.Namespace) -> None:
         buckets = con.execute("SELECT COUNT(*) FROM comm_buckets WHERE run_id = ?",
                               (prof.run_id,)).fetchone()[0]
         con.close()
-        p, t = statistics.median(per_step["plain"]), statistics.median(per_step["timed"])
-        py = statistics.median(per_step["python"])
+        med = {name: statistics.median(v) for name, v in per_step.items()}
         d = cfg.get("distributed", {})
         print("BENCH " + json.dumps({
             "ranks": dist.get_world_size(), "rounds": a.rounds - 1, "steps_per_round": a.steps,
-            "plain_ms": round(p * 1e3, 3), "timed_ms": round(t * 1e3, 3),
-            "ratio": round(t / p, 4), "python_hook_ms": round(py * 1e3, 3),
-            "ratio_to_python_hook": round(t / py, 4), "buckets_timed": buckets,
-            "alignment_ms": d.get("clock_alignment_ms"),
+            **{f"{name}_ms": round(v * 1e3, 3) for name, v in med.items()},
+            **{f"{name}_ratio": round(v / med["plain"], 4) for name, v in med.items()
+               if name != "plain"},
+            # per round: each hook's mean step over plain's in that round
+            **{f"{name}_round_ratios": [
+                round(x / y, 3) for x, y in zip(per_step[name], per_step["plain"], strict=True)]
+               for name in ("builtin", "timed", "native")},
+            # the median of those: each round's pair shares that round's machine state
+            **{f"{name}_paired_ratio": round(statistics.median(
+                x / y for x, y in zip(per_step[name], per_step["plain"], strict=True)), 4)
+               for name in ("builtin", "python", "timed", "native")},
+            "buckets_timed": buckets, "alignment_ms": d.get("clock_alignment_ms"),
             "clock_uncertainty_ns": d.get("clock_uncertainty_ns")}), flush=True)
     dist.destroy_process_group()
 
@@ -102,6 +124,10 @@ def main() -> None:
     if a.worker:
         worker(a)
         return
+    from gpuprof import ddp_hook
+    if ddp_hook.load() is None:
+        print(f"building gpuprof.ddp_hook into {ddp_hook.built_path().parent} ...", flush=True)
+        ddp_hook.build()
     with tempfile.TemporaryDirectory() as tmp:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -119,12 +145,17 @@ def main() -> None:
             if line.startswith("BENCH "):
                 r = json.loads(line[6:])
                 print(f"DDP gloo, {r['ranks']} ranks, {r['rounds']} interleaved rounds of "
-                      f"{r['steps_per_round']} steps: built-in allreduce {r['plain_ms']} ms/step, "
-                      f"gpuprof's timed hook {r['timed_ms']} ms/step, ratio {r['ratio']}; "
-                      f"torch's Python allreduce hook alone {r['python_hook_ms']} ms/step, "
-                      f"timed / that {r['ratio_to_python_hook']} "
-                      f"({r['buckets_timed']} bucket timings stored); clock alignment at start "
-                      f"{r['alignment_ms']} ms (uncertainty {r['clock_uncertainty_ns']} ns)")
+                      f"{r['steps_per_round']} steps, median ms/step: built-in allreduce "
+                      f"{r['plain_ms']}; gpuprof's native hook {r['native_ms']} "
+                      f"(x{r['native_ratio']}); gpuprof's Python hook {r['timed_ms']} "
+                      f"(x{r['timed_ratio']}); torch's Python allreduce hook {r['python_ms']} "
+                      f"(x{r['python_ratio']}); torch's C++ ALLREDUCE hook {r['builtin_ms']} "
+                      f"(x{r['builtin_ratio']}); median of the per-round ratios: native "
+                      f"{r['native_paired_ratio']}, Python {r['timed_paired_ratio']}, C++ "
+                      f"ALLREDUCE {r['builtin_paired_ratio']}; {r['buckets_timed']} bucket "
+                      f"timings stored; "
+                      f"clock alignment at start {r['alignment_ms']} ms (uncertainty "
+                      f"{r['clock_uncertainty_ns']} ns)")
                 print(json.dumps(r))
 
 

@@ -31,6 +31,7 @@ need = ["LICENSE", "third_party/sqlite/LICENSE.md", "third_party/nlohmann_json/L
 missing = [n for n in need if not any(x.endswith(".dist-info/licenses/" + n) for x in names)]
 assert not missing, f"licences missing from the wheel: {missing}"
 assert not any("/tests/" in x or "_native_testing" in x for x in names), "test code in the wheel"
+assert "gpuprof/_ddp_hook.cpp" in names, "the native DDP hook's source is not in the wheel"
 print(f"wheel: {len(names)} files, licences present")
 PYEOF
 
@@ -75,4 +76,9 @@ grep -q "gpuprof" demo.out || { cat demo.out; echo "wheel: the demo printed no s
 grep -q -i "dataloader\|loader" insights.out || { cat insights.out; echo "wheel: no insight"; exit 1; }
 echo "wheel: the CPU demo ran from the wheel; gpuprof insights:"
 head -5 insights.out
+# The native DDP comm hook builds from the installed package against the installed torch, as
+# a user builds it (ninja from pip; the environment not activated).
+"$V/python" -m pip install -q ninja
+GPUPROF_CACHE_DIR="$WORK/cache" "$V/python" -m gpuprof.ddp_hook build
+GPUPROF_CACHE_DIR="$WORK/cache" "$V/python" -m gpuprof.ddp_hook status
 echo "wheel: OK"

@@ -123,9 +123,13 @@ def main() -> None:
     prof = getattr(prof, "enter_result", prof)
     data = model._get_ddp_logging_data() if hasattr(model, "_get_ddp_logging_data") else {}
     hook_name = data.get("comm_hook") or None  # the registered hook's name; "" = none
+    # The trained weights, to compare a run under one comm hook with a run under another
+    param_sum = None if a.fsdp else sum(float(t.detach().double().sum())
+                                         for t in model.parameters())
     print("RESULT " + json.dumps({"rank": rank, "run_id": prof.run_id,
                                   "seconds": round(time.monotonic() - started, 2),
                                   "hook_calls": hook_calls[0], "comm_hook": hook_name,
+                                  "param_sum": param_sum,
                                   "params_unchanged": unchanged if a.user_hook else None}),
           flush=True)
     dist.destroy_process_group()

@@ -31,12 +31,14 @@ def free_port() -> int:
 
 
 def torchrun(db: Path, *args: str, nproc: int = 2, launcher: str = "static",
-             timeout: float = 240) -> list[dict]:
+             timeout: float = 240, hook_cache: Path | None = None) -> list[dict]:
     """Runs the script on `nproc` local ranks; returns each rank's RESULT line. launcher:
     "static" (an explicit master port, no --rdzv-id: torchrun's run id is "none", which names
     no job, so the ranks must agree a group id), "c10d" (c10d rendezvous, no --rdzv-id: run id
     "none", and the workers are told to use torchrun's own store) or "standalone" (a fresh
-    rendezvous id)."""
+    rendezvous id). hook_cache: where gpuprof.ddp_hook's native hook is built
+    ($GPUPROF_CACHE_DIR); by default an empty directory, so that auto mode's hook is the
+    Python one whatever a developer's ~/.cache holds."""
     cmd = [str(TORCHRUN), f"--nproc-per-node={nproc}"]
     if launcher == "standalone":
         cmd += ["--standalone"]
@@ -45,7 +47,8 @@ def torchrun(db: Path, *args: str, nproc: int = 2, launcher: str = "static",
     else:
         cmd += [f"--master-port={free_port()}"]
     cmd += [str(SCRIPT), "--db", str(db), *args]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+               GPUPROF_CACHE_DIR=str(hook_cache or db.parent / "no-hook-cache"))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     # The ranks share one stdout: their lines may run together.
@@ -115,6 +118,74 @@ def test_every_rank_is_recorded_grouped_and_aligned(tmp_path, nproc):
     # AND the group report reads every rank, by group id
     report = group_report(db, groups.pop())
     assert len(report["ranks"]) == nproc
+
+
+# Where the native hook is built for these tests: kept between runs (one build per torch
+# version and hook source), outside anyone's ~/.cache.
+HOOK_CACHE = Path(__file__).resolve().parent.parent / "build" / "test-ddp-hook"
+
+
+@pytest.fixture(scope="module")
+def native_hook() -> Path:
+    """gpuprof.ddp_hook built against this torch, as a user builds it."""
+    env = dict(os.environ, GPUPROF_CACHE_DIR=str(HOOK_CACHE))
+    proc = subprocess.run([sys.executable, "-m", "gpuprof.ddp_hook", "build"], env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-6000:]
+    status = subprocess.run([sys.executable, "-m", "gpuprof.ddp_hook", "status"], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert status.returncode == 0 and "built" in status.stdout, status.stdout + status.stderr
+    return HOOK_CACHE
+
+
+def test_the_native_hook_times_every_bucket_and_reduces_as_ddp_does(tmp_path, native_hook):
+    # GIVEN the native hook built for this torch (python -m gpuprof.ddp_hook build)
+    db = tmp_path / "native.db"
+    # WHEN a 2-rank gloo DDP job runs in auto mode
+    results = torchrun(db, "--steps", "12", hook_cache=native_hook)
+    # THEN auto mode put the native hook on the model, and every rank's buckets are timed
+    assert all(r["comm_hook"] == "gpuprof_native_allreduce_hook" for r in results), results
+    for r in results:
+        buckets = query(db, "SELECT COUNT(DISTINCT step), COUNT(DISTINCT bucket), MIN(bytes), "
+                            "MIN(end_ns - start_ns), COUNT(*) FROM comm_buckets WHERE run_id = ?",
+                        r["run_id"])[0]
+        assert buckets[0] >= 11 and buckets[1] >= 2, buckets
+        assert buckets[2] > 0 and buckets[3] >= 0
+        # AND the run says which hook timed them
+        detail = query(db, "SELECT backend FROM telemetry_status WHERE run_id = ? AND "
+                           "source = 'comm'", r["run_id"])
+        assert detail and "native" in detail[0][0], detail
+    # AND the group report has the comm share from them
+    group = runs(db)[0]["group_id"]
+    assert "comm" in json.dumps(group_report(db, group))
+    # AND the weights it trains are DDP's own: those of the same job under DDP's built-in
+    # allreduce (no hook at all)
+    plain = torchrun(tmp_path / "plain.db", "--steps", "12", "--no-comm-hook")
+    for native, builtin in zip(results, plain, strict=True):
+        assert native["param_sum"] == pytest.approx(builtin["param_sum"], rel=1e-9), (
+            native, builtin)
+
+
+def test_the_builtin_allreduce_hook_gets_the_native_hook_when_it_is_built(tmp_path,
+                                                                         native_hook):
+    # GIVEN DDP's built-in ALLREDUCE hook registered inside the profile, the native hook built
+    db = tmp_path / "builtin-native.db"
+    results = torchrun(db, "--steps", "5", "--builtin-hook", hook_cache=native_hook)
+    # THEN the native hook (the same reduction) runs in its place, timed
+    assert all(r["comm_hook"] == "gpuprof_native_allreduce_hook" for r in results), results
+    for r in results:
+        assert query(db, "SELECT COUNT(DISTINCT step) FROM comm_buckets WHERE run_id = ?",
+                     r["run_id"])[0][0] >= 4
+
+
+def test_without_the_native_hook_the_python_hook_times_and_says_how_to_build_it(tmp_path):
+    # GIVEN no native hook built (an empty cache)
+    db = tmp_path / "py.db"
+    results = torchrun(db, "--steps", "4")
+    # THEN the Python hook times the buckets, and a note names the command that builds it
+    assert all(r["comm_hook"] == "gpuprof_allreduce_hook" for r in results), results
+    notes = [m for (m,) in query(db, "SELECT message FROM diagnostics WHERE source = 'comm'")]
+    assert any("python -m gpuprof.ddp_hook build" in m for m in notes), notes
 
 
 def test_rendezvous_id_names_the_group(tmp_path):

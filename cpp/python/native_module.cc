@@ -382,6 +382,26 @@ nb::dict TransformerFlops(const nb::dict& arch, int64_t tokens_per_step) {
   return d;
 }
 
+// What PySession::comm_bucket_sink hands to C++ built apart from this module: a plain C
+// layout (the other side declares the same struct; `version` says which).
+constexpr const char* kCommBucketSinkName = "gpuprof.comm_bucket_sink";
+constexpr int kCommBucketSinkVersion = 1;
+struct CommBucketSink {
+  int version;
+  // One DDP bucket's collective: index, start and end (monotonic ns, as monotonic_ns()), bytes
+  // (-1: unknown). From any thread, without the GIL.
+  void (*add)(void* ctx, int64_t bucket, int64_t start_ns, int64_t end_ns, int64_t bytes);
+  void* ctx;  // the PySession
+};
+
+void AddCommBucketFromC(void* ctx, int64_t bucket, int64_t start_ns, int64_t end_ns,
+                        int64_t bytes) {
+  auto* s = static_cast<PySession*>(ctx);
+  if (s->Forked()) return;
+  s->session().AddCommBucket(bucket, start_ns, end_ns,
+                             bytes >= 0 ? std::optional<int64_t>(bytes) : std::nullopt);
+}
+
 }  // namespace
 }  // namespace gpuprof::python
 
@@ -489,6 +509,16 @@ NB_MODULE(_native, m) {
           },
           nb::arg("bucket"), nb::arg("start_ns"), nb::arg("end_ns"),
           nb::arg("bytes").none() = nb::none())
+      // The same for code built apart from this module (gpuprof/_ddp_hook.cpp, the native DDP
+      // hook): a capsule named kCommBucketSinkName holding a CommBucketSink, whose add() any
+      // thread may call without the GIL for as long as this session lives (its holder calls it
+      // no more once the profile that gave it out has stopped).
+      .def("comm_bucket_sink",
+           [](PySession& s) {
+             auto* sink = new CommBucketSink{kCommBucketSinkVersion, &AddCommBucketFromC, &s};
+             return nb::capsule(sink, kCommBucketSinkName,
+                                [](void* p) noexcept { delete static_cast<CommBucketSink*>(p); });
+           })
       // Kernel traces: whether a step is traced, the plan as text, and the CPU operators of a
       // traced step ((name, calls, self_cpu_ns, cpu_ns or None) tuples; monotonic ns span).
       .def("step_traced", [](PySession& s, int64_t step) { return s.session().StepTraced(step); })

@@ -429,22 +429,23 @@ def install_registration_shim() -> None:
 
 
 def _builtin_equivalent(comm_hook_type: Any) -> Callable[..., Any] | None:
-    """The Python hook that does what a built-in DDP hook does, for the two built-ins."""
+    """The Python hook that does what a built-in DDP hook does (FP16_COMPRESS; ALLREDUCE is
+    DdpTiming's default)."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     name = getattr(comm_hook_type, "name", str(comm_hook_type))
     if name.endswith("FP16_COMPRESS"):
         return default_hooks.fp16_compress_hook
-    if name.endswith("ALLREDUCE"):
-        return timed_allreduce_hook()
     return None
 
 
 class DdpTiming:
     """Auto mode: times every DDP model's buckets inside the profile. A DDP model with no hook
-    of its own gets DDP's default (allreduce, as a Python hook) wrapped by timed_hook at its
-    first forward; a user's hook registered through register_comm_hook is wrapped (see
-    install_registration_shim); a built-in hook registered inside the block is replaced by its
-    Python equivalent, wrapped."""
+    of its own gets DDP's default reduction (allreduce) timed at its first forward: by the
+    native hook (gpuprof.ddp_hook, C++, no GIL) when it is built and the model is in host
+    memory, else by timed_allreduce_hook (Python); a user's hook registered through
+    register_comm_hook is wrapped (see install_registration_shim); the built-in ALLREDUCE hook
+    registered inside the block gets the default's timing, FP16_COMPRESS its Python
+    equivalent, wrapped."""
 
     def __init__(self, session: Any, torch: Any) -> None:
         self._session = session
@@ -452,6 +453,7 @@ class DdpTiming:
         self._restore: list[tuple[Any, str, Any, Any]] = []
         self._noted: set[str] = set()
         self._models: set[int] = set()  # id() of the DDP models that ran inside the profile
+        self._native: Any = None  # gpuprof.ddp_hook's module, when built and connected
 
     def _note(self, key: str, level: str, message: str) -> None:
         if key not in self._noted:
@@ -474,6 +476,10 @@ class DdpTiming:
             return original_forward(self, *args, **kwargs)
 
         def _register_builtin_comm_hook(self: Any, comm_hook_type: Any) -> Any:
+            if getattr(comm_hook_type, "name", str(comm_hook_type)).endswith("ALLREDUCE"):
+                # DDP's default reduction: what auto mode puts on a model without a hook
+                timing._hook_default(self)
+                return None
             hook = _builtin_equivalent(comm_hook_type)
             if hook is None or original_builtin is None:
                 timing._note(f"builtin:{comm_hook_type}", "info",
@@ -491,7 +497,22 @@ class DdpTiming:
                 setattr(DDP, attr, new)
                 self._restore.append((DDP, attr, old, new))
         _sink.session = self._session
+        self._connect_native()
         self._session.set_telemetry_status("comm", True, "DDP comm hook")
+
+    def _connect_native(self) -> None:
+        """The native hook (gpuprof.ddp_hook), when built, records into this session: the
+        models that already have it (an earlier profile) and those that get it here."""
+        try:
+            from . import ddp_hook
+            native = ddp_hook.load()
+            if native is not None:
+                native.connect(self._session.comm_bucket_sink())
+                self._native = native
+        except Exception as e:
+            self._note("native", "warning",
+                       f"the native DDP comm hook could not be loaded ({e!r}); buckets are "
+                       "timed by gpuprof's Python hook")
 
     def _first_forward(self, ddp: Any) -> None:
         """A DDP model's first forward inside the profile: the CUDA timer when its parameters
@@ -511,6 +532,28 @@ class DdpTiming:
     def _hook_default(self, ddp: Any) -> None:
         ddp._gpuprof_hooked = True
         try:
+            on_host = not any(p.is_cuda for p in ddp.module.parameters())
+        except Exception:
+            on_host = False
+        if on_host and self._native is not None:
+            try:
+                self._native.register(ddp.reducer, ddp.process_group)
+                try:
+                    ddp.logger._set_comm_hook_name("gpuprof_native_allreduce_hook")
+                except Exception:
+                    pass
+                self._session.set_telemetry_status("comm", True, "DDP comm hook (native)")
+                return
+            except Exception as e:
+                self._note("native-register", "warning",
+                           f"the native DDP comm hook was refused ({e}); buckets are timed by "
+                           "gpuprof's Python hook")
+        elif on_host:
+            self._note("python-hook", "info",
+                       "DDP buckets are timed by gpuprof's Python comm hook, which costs a CPU "
+                       "(gloo) step a few percent; `python -m gpuprof.ddp_hook build` builds "
+                       "the native one (no GIL per bucket) against this torch")
+        try:
             ddp.register_comm_hook(ddp.process_group, timed_allreduce_hook())
         except Exception as e:
             self._note("registered", "info",
@@ -529,6 +572,12 @@ class DdpTiming:
                                "DeepSpeed and hand-written collectives are not timed")
             except Exception:
                 pass
+        if self._native is not None:
+            try:
+                self._native.disconnect()  # before the session can go away
+            except Exception:
+                pass
+            self._native = None
         cuda = _sink.cuda
         _sink.session = None
         _sink.cuda = None

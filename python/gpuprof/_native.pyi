@@ -3,6 +3,8 @@
 from collections.abc import Sequence
 from typing import Final
 
+from typing_extensions import CapsuleType
+
 
 import types
 import typing
@@ -149,6 +151,8 @@ class Session:
     def hook(self, kind: int, original: object, callback: object | None = None) -> object: ...
 
     def add_comm_bucket(self, bucket: int, start_ns: int, end_ns: int, bytes: int | None = None) -> None: ...
+
+    def comm_bucket_sink(self) -> CapsuleType: ...
 
     def step_traced(self, arg: int, /) -> bool: ...
 
