@@ -606,11 +606,32 @@ template <typename Conn, typename Queued>
 Status QueueRows(Conn& conn, int64_t run_id, const std::vector<Row>& rows,
                  const std::vector<InsightRow>* insights, std::vector<Queued>* out) {
   out->reserve(rows.size() + (insights ? insights->size() + 1 : 0));
-  for (const Row& row : rows) {
+  for (size_t at = 0; at < rows.size();) {
+    const Row& row = rows[at];
     Status st = std::visit(
         [&](const auto& r) -> Status {
           using T = std::decay_t<decltype(r)>;
           const char* purpose = sql::WritePurpose<T>();
+          if constexpr (sql::kMultiRowInsert<T>) {
+            // A run of kRowsPerInsert rows of T: one statement
+            size_t same = 0;
+            while (same < sql::kRowsPerInsert && at + same < rows.size() &&
+                   rows[at + same].index() == row.index()) {
+              ++same;
+            }
+            if (same == sql::kRowsPerInsert) {
+              auto name = conn.Prepared(sql::WriteManySql<T>(), purpose);
+              if (!name) return name.status();
+              Queued q{*name, purpose, {}};
+              for (size_t i = 0; i < same; ++i) {
+                sql::BindRow(q.binder, run_id, std::get<T>(rows[at + i]));
+              }
+              out->push_back(std::move(q));
+              at += same;
+              return Status::Ok();
+            }
+          }
+          ++at;
           auto name = conn.Prepared(sql::WriteSql<T>(), purpose);
           if (!name) return name.status();
           Queued q{*name, purpose, {}};

@@ -342,6 +342,43 @@ TEST_F(PgStoreTest, EveryRowReadsBackAsSqliteGivesItBack) {
   std::filesystem::remove(path);
 }
 
+TEST_F(PgStoreTest, LongRunsOfOneTableReadBackAsSqliteGivesThemBack) {
+  // GIVEN runs of comm buckets and diagnostics of every length around the 32 rows a multi-row
+  // INSERT takes, between steps, written to PostgreSQL and to SQLite
+  auto pg = OpenPg();
+  ASSERT_TRUE(pg);
+  const std::string path =
+      (std::filesystem::path(::testing::TempDir()) / ("pg_long_" + name_ + ".db")).string();
+  std::filesystem::remove(path);
+  auto lite = SqliteStore::Open(path);
+  ASSERT_TRUE(lite.ok()) << lite.error();
+  std::vector<Row> rows;
+  int64_t n = 0;
+  for (const int run : {1, 31, 32, 33, 64, 100}) {
+    for (int i = 0; i < run; ++i, ++n) {
+      rows.emplace_back(CommBucketRow{n, n % 7, n * 10, n * 10 + 5,
+                                      n % 5 ? std::optional<int64_t>(n << 20) : std::nullopt});
+    }
+    for (int i = 0; i < run; ++i, ++n) {
+      rows.emplace_back(DiagnosticRow{n, "info", "test", "diagnostic " + std::to_string(n)});
+    }
+    rows.emplace_back(StepRow{n, n, n + 1, std::nullopt, std::nullopt, 1, 1, 1});
+  }
+  for (RunStore* s : std::initializer_list<RunStore*>{pg.get(), lite->get()}) {
+    auto id = s->BeginRun(Info("long"));
+    ASSERT_TRUE(id.ok()) << id.error();
+    ASSERT_TRUE(s->WriteRows(*id, rows).ok());
+  }
+  // THEN both give back every row, with its own values
+  auto from_pg = pg->LoadRun(1);
+  auto from_lite = (*lite)->LoadRun(1);
+  ASSERT_TRUE(from_pg.ok()) << from_pg.error();
+  ASSERT_TRUE(from_lite.ok()) << from_lite.error();
+  EXPECT_EQ(from_pg->comm_buckets.size(), 261u);
+  EXPECT_EQ(from_pg->diagnostics.size(), 261u);
+  EXPECT_EQ(AsJson(*from_pg).dump(1), AsJson(*from_lite).dump(1));
+}
+
 TEST_F(PgStoreTest, RunsListPreviousRunsAndSeriesMatchSqlite) {
   auto pg = OpenPg();
   ASSERT_TRUE(pg);

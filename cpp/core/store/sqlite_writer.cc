@@ -102,28 +102,18 @@ Status SqliteStore::WriteRows(int64_t run_id, const std::vector<Row>& rows) {
   return WriteRange(run_id, rows.begin(), rows.end());
 }
 
-// Rows of a plain-insert table (not an upsert, no side table) are written kRowsPerInsert to a
-// statement: 0.78 -> 0.51 µs a GPU sample row on the reference VM (docs/benchmarks.md).
-constexpr size_t kRowsPerInsert = 32;
-template <typename T>
-constexpr bool kMultiRowInsert = !Table<T>::kUpsert && !std::is_same_v<T, HostSampleRow>;
+using sql::kMultiRowInsert;
+using sql::kRowsPerInsert;
 
 template <typename T, typename It>
 Status SqliteStore::WriteMany(size_t index, int64_t run_id, It first) {
   sqlite3_stmt*& stmt = many_stmts_[index];
-  if (stmt == nullptr) {
-    // WriteSql's "INSERT INTO t(cols) VALUES(?, ...)" with its tuple repeated
-    const std::string& one = sql::WriteSql<T>();
-    const size_t values = one.rfind(" VALUES(");
-    const std::string tuple = one.substr(values + 7);
-    std::string sql = one.substr(0, values) + " VALUES";
-    for (size_t i = 0; i < kRowsPerInsert; ++i) sql += (i == 0 ? "" : ",") + tuple;
-    if (sqlite3_prepare_v3(db_, sql.c_str(), -1, SQLITE_PREPARE_PERSISTENT, &stmt, nullptr) !=
-        SQLITE_OK) {
-      sqlite3_finalize(stmt);
-      stmt = nullptr;
-      return Error(std::string("prepare ") + sql::WritePurpose<T>());
-    }
+  if (stmt == nullptr &&
+      sqlite3_prepare_v3(db_, sql::WriteManySql<T>().c_str(), -1, SQLITE_PREPARE_PERSISTENT, &stmt,
+                         nullptr) != SQLITE_OK) {
+    sqlite3_finalize(stmt);
+    stmt = nullptr;
+    return Error(std::string("prepare ") + sql::WritePurpose<T>());
   }
   Binder b(stmt);
   for (size_t i = 0; i < kRowsPerInsert; ++i, ++first) sql::BindRow(b, run_id, std::get<T>(*first));

@@ -179,6 +179,29 @@ const std::string& WriteSql() {
   return sql;
 }
 
+// Rows of a plain-insert table (not an upsert; no side table, as host samples' per-core list
+// has) may be written kRowsPerInsert to one statement, WriteManySql<T>(): the per-statement work
+// of either backend is then paid once for them all (docs/benchmarks.md, "Team server").
+constexpr size_t kRowsPerInsert = 32;
+template <class T>
+constexpr bool kMultiRowInsert = !Table<T>::kUpsert && !std::is_same_v<T, HostSampleRow>;
+
+// WriteSql<T>() with its VALUES tuple repeated kRowsPerInsert times; parameters: each row's
+// BindRow in turn. Made once per process.
+template <class T>
+requires kMultiRowInsert<T>
+const std::string& WriteManySql() {
+  static const std::string sql = [] {
+    const std::string& one = WriteSql<T>();
+    const size_t values = one.rfind(" VALUES(");
+    const std::string tuple = one.substr(values + 7);
+    std::string many = one.substr(0, values) + " VALUES";
+    for (size_t i = 0; i < kRowsPerInsert; ++i) many += (i == 0 ? "" : ",") + tuple;
+    return many;
+  }();
+  return sql;
+}
+
 // What a write of T is called in an error message: "upsert into steps", "insert into kernels".
 template <class T>
 const char* WritePurpose() {
