@@ -71,6 +71,7 @@ CHECK_TITLES = {
     "traces": "Kernel traces: CUPTI capture, top kernels, sdpa_suboptimal, kernel_drift",
     "linescope": "linescope sampler: GPU time and memory per line",
     "scalene": "linescope scalene backend on the real driver",
+    "ddp": "DDP bucket timing with CUDA events (one-rank NCCL)",
 }
 CHECK_LIMIT_S = 120  # per check (SIGALRM); the whole script is also time-boxed by run.sh
 NO_ALARM_CHECKS = {"scalene"}  # Scalene owns SIGALRM while it samples
@@ -1107,12 +1108,14 @@ def check_overhead(ctx: Ctx, c: Check) -> None:
 
 sys.path.insert(0, str(HERE))
 from linescope_checks import check_linescope, check_scalene  # noqa: E402
+from ddp_checks import check_ddp  # noqa: E402
 from trace_checks import check_traces  # noqa: E402
 
 CHECKS: dict[str, Callable[[Ctx, Check], None]] = {
     "nvml": check_nvml, "phases": check_phases, "mfu": check_mfu, "overhead": check_overhead,
     "traces": lambda ctx, c: check_traces(ctx, c, sys.modules[__name__]),
     "linescope": check_linescope, "scalene": check_scalene,
+    "ddp": lambda ctx, c: check_ddp(ctx, c, sys.modules[__name__]),
 }
 
 
