@@ -107,7 +107,7 @@ def check_ddp(ctx: Ctx, c: Check, lib: Any) -> None:
         c.figures["comm_backend"] = source[0]["backend"] if source else None
 
         # 2. The hook's cost: DDP without a hook against auto mode's, interleaved rounds.
-        with lib.record_warnings(c), ctx.profile("gpu-check-ddp-cost") as p2:
+        with lib.record_warnings(c), ctx.profile("gpu-check-ddp-cost"):
             plain = DDP(model(), bucket_cap_mb=25)
             plain._gpuprof_hooked = True  # keeps DDP's built-in allreduce
             timed = DDP(model(), bucket_cap_mb=25)
@@ -124,7 +124,6 @@ def check_ddp(ctx: Ctx, c: Check, lib: Any) -> None:
                         torch.cuda.synchronize()
                     if r > 0:
                         times[name].append((time.perf_counter() - t0) / ROUND_STEPS)
-        del p2
         ratios = [t / q for t, q in zip(times["timed"], times["plain"], strict=True)]
         c.figures["step_ms"] = {n: lib.rnd(statistics.median(v) * 1e3) for n, v in times.items()}
         c.figures["hook_cost_ratio_median_of_rounds"] = lib.rnd(statistics.median(ratios))

@@ -556,8 +556,7 @@ HttpResponse ServerApi::PostBatch(const std::string& uuid, const HttpRequest& re
     return Error(400, "the body must be a JSON object");
   }
   reader.EnterObject();
-  std::optional<std::string> batch_id;
-  bool batch_id_given = false;
+  std::optional<std::string> batch_id;  // when given as a string
   std::vector<store::Row> rows;
   std::optional<std::string_view> insights_text;
   std::set<std::string> fields;
@@ -567,7 +566,6 @@ HttpResponse ServerApi::PostBatch(const std::string& uuid, const HttpRequest& re
     }
     if (!fields.insert(key).second) return Error(400, "field '" + key + "' is given twice");
     if (key == "batch_id") {
-      batch_id_given = true;
       if (!reader.Peek(&type)) return not_json();
       if (type == JsonReader::Type::kString) {
         batch_id.emplace();
@@ -587,7 +585,7 @@ HttpResponse ServerApi::PostBatch(const std::string& uuid, const HttpRequest& re
     }
   }
   if (!reader.ok() || !reader.End()) return not_json();
-  if (!batch_id_given || !batch_id || !ValidId(*batch_id, 128)) {
+  if (!batch_id || !ValidId(*batch_id, 128)) {
     return Error(400,
                  "batch_id must be a string of 1-128 characters of [A-Za-z0-9._:-]: the "
                  "client's id for this batch, the same on every retry");

@@ -614,20 +614,15 @@ Status QueueRows(Conn& conn, int64_t run_id, const std::vector<Row>& rows,
           const char* purpose = sql::WritePurpose<T>();
           if constexpr (sql::kMultiRowInsert<T>) {
             // A run of kRowsPerInsert rows of T: one statement
-            size_t same = 0;
-            while (same < sql::kRowsPerInsert && at + same < rows.size() &&
-                   rows[at + same].index() == row.index()) {
-              ++same;
-            }
-            if (same == sql::kRowsPerInsert) {
+            if (sql::SameTableRun(rows.begin() + at, rows.end()) == sql::kRowsPerInsert) {
               auto name = conn.Prepared(sql::WriteManySql<T>(), purpose);
               if (!name) return name.status();
               Queued q{*name, purpose, {}};
-              for (size_t i = 0; i < same; ++i) {
+              for (size_t i = 0; i < sql::kRowsPerInsert; ++i) {
                 sql::BindRow(q.binder, run_id, std::get<T>(rows[at + i]));
               }
               out->push_back(std::move(q));
-              at += same;
+              at += sql::kRowsPerInsert;
               return Status::Ok();
             }
           }

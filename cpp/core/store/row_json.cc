@@ -136,6 +136,8 @@ constexpr size_t kMaxFields = 64;
 // T's fields in column order (ForEachField's), made once.
 template <typename T>
 const std::vector<FieldCodec<T>>& Codecs() {
+  static_assert(std::tuple_size_v<std::decay_t<decltype(Table<T>::kColumns)>> <= kMaxFields,
+                "the decoders' bitsets of seen fields hold kMaxFields");
   static const std::vector<FieldCodec<T>> codecs = [] {
     std::vector<FieldCodec<T>> list;
     ForEachColumn<T>([&](const auto& c) {
@@ -200,10 +202,6 @@ Status ReadObject(JsonReader& r, const std::string& where, T& row) {
       r, [&] { return where; }, key, row);
 }
 
-std::string TooMany(size_t max_rows) {
-  return "rows: more than " + std::to_string(max_rows) + " rows in one batch; send smaller batches";
-}
-
 // Where decoding a batch's rows adds to, and its bound.
 struct RowSink {
   std::vector<Row>* rows;
@@ -211,7 +209,8 @@ struct RowSink {
   bool* too_many;
   Status Full() {
     *too_many = true;
-    return Status::Error(TooMany(max_rows));
+    return Status::Error("rows: more than " + std::to_string(max_rows) +
+                         " rows in one batch; send smaller batches");
   }
 };
 
@@ -357,7 +356,8 @@ Status ReadTableAt(size_t index, JsonReader& r, const std::string& table, RowSin
   }
 }
 
-// The text of a document (a DOM given to a decoder that reads text).
+// The text of a document (a run's fields, given as a document, for the decoder that reads
+// text).
 Expected<std::string> Text(const json& doc) {
   try {
     return doc.dump();
@@ -467,12 +467,6 @@ Expected<std::vector<Row>> RowsFromJsonText(std::string_view text, size_t max_ro
   return rows;
 }
 
-Expected<std::vector<Row>> RowsFromJson(const json& doc, size_t max_rows) {
-  auto text = Text(doc);
-  if (!text) return Status::Error("rows: " + text.error());
-  return RowsFromJsonText(*text, max_rows);
-}
-
 json InsightsToJson(const std::vector<InsightRow>& insights) {
   json list = json::array();
   for (const InsightRow& r : insights) list.push_back(Encode(r));
@@ -499,12 +493,6 @@ Expected<std::vector<InsightRow>> InsightsFromJsonText(std::string_view text) {
   }
   if (!reader.ok() || !reader.End()) return ReaderError(reader);
   return out;
-}
-
-Expected<std::vector<InsightRow>> InsightsFromJson(const json& list) {
-  auto text = Text(list);
-  if (!text) return Status::Error("insights: " + text.error());
-  return InsightsFromJsonText(*text);
 }
 
 json RunInfoToJson(const RunInfo& info) { return Encode(info); }

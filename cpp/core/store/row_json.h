@@ -36,10 +36,9 @@ enum class RowLayout {
 
 // {"<table>": rows, ...} in the order the rows came (grouped by table).
 nlohmann::json RowsToJson(const std::vector<Row>& rows, RowLayout layout = RowLayout::kObjects);
-// The rows of such an object (tables in either layout); an error names the first problem.
-// `max_rows` bounds the count.
+// The rows of such an object's text (tables in either layout); an error names the first
+// problem. `max_rows` bounds the count.
 Expected<std::vector<Row>> RowsFromJsonText(std::string_view text, size_t max_rows);
-Expected<std::vector<Row>> RowsFromJson(const nlohmann::json& doc, size_t max_rows);
 // The same from `reader` positioned at the object (the rest of the text is the caller's):
 // rows are appended to *rows; *too_many is set when there were more than `max_rows` (the error
 // says so). When the text is not JSON, the error is the reader's and reader.ok() is false.
@@ -48,7 +47,6 @@ Status ReadRows(JsonReader& reader, size_t max_rows, std::vector<Row>* rows, boo
 // Insights are not writer rows (ReplaceInsights stores the whole list): "insights": [...].
 nlohmann::json InsightsToJson(const std::vector<InsightRow>& insights);
 Expected<std::vector<InsightRow>> InsightsFromJsonText(std::string_view text);
-Expected<std::vector<InsightRow>> InsightsFromJson(const nlohmann::json& list);
 
 // The run's fields (run_id is the receiver's: not encoded, ignored when decoding).
 nlohmann::json RunInfoToJson(const RunInfo& info);

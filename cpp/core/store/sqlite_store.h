@@ -172,6 +172,10 @@ class SqliteStore final : public RunStore {
   // when all is there. Upgrade adds what is missing in one transaction (a writer's Open).
   Expected<std::vector<std::string>> MissingSchema();
   Status Upgrade();
+  // Prepares `stmt` from `sql` on first use (persistent), binds with bind(Binder&), steps and
+  // resets it; an error names `purpose`.
+  template <typename BindFn>
+  Status WriteWith(sqlite3_stmt*& stmt, const char* sql, const char* purpose, BindFn bind);
   template <typename T>
   Status WriteOne(size_t index, int64_t run_id, const T& row);
   // kRowsPerInsert rows of T from `first` in one multi-row INSERT (plain-insert tables only:

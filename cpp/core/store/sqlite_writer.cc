@@ -58,22 +58,28 @@ Status SqliteStore::TuneForServer(int64_t cache_mib, int64_t checkpoint_pages) {
 
 // ---- rows ------------------------------------------------------------------------------------
 
-template <typename T>
-Status SqliteStore::WriteOne(size_t index, int64_t run_id, const T& row) {
-  sqlite3_stmt*& stmt = row_stmts_[index];
+template <typename BindFn>
+Status SqliteStore::WriteWith(sqlite3_stmt*& stmt, const char* sql, const char* purpose,
+                              BindFn bind) {
   if (stmt == nullptr &&
-      sqlite3_prepare_v3(db_, sql::WriteSql<T>().c_str(), -1, SQLITE_PREPARE_PERSISTENT, &stmt,
-                         nullptr) != SQLITE_OK) {
+      sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt, nullptr) != SQLITE_OK) {
     sqlite3_finalize(stmt);
     stmt = nullptr;
-    return Error(std::string("prepare ") + sql::WritePurpose<T>());
+    return Error(std::string("prepare ") + purpose);
   }
   Binder b(stmt);
-  sql::BindRow(b, run_id, row);
+  bind(b);
   const int rc = b.rc() == SQLITE_OK ? sqlite3_step(stmt) : b.rc();
-  Status st = rc == SQLITE_DONE ? Status::Ok() : Error(sql::WritePurpose<T>());
+  Status st = rc == SQLITE_DONE ? Status::Ok() : Error(purpose);
   sqlite3_reset(stmt);
   sqlite3_clear_bindings(stmt);
+  return st;
+}
+
+template <typename T>
+Status SqliteStore::WriteOne(size_t index, int64_t run_id, const T& row) {
+  Status st = WriteWith(row_stmts_[index], sql::WriteSql<T>().c_str(), sql::WritePurpose<T>(),
+                        [&](Binder& b) { sql::BindRow(b, run_id, row); });
   if constexpr (std::is_same_v<T, HostSampleRow>) {
     if (st.ok() && !row.cpu_per_core.empty()) st = WriteCores(run_id, row);
   }
@@ -81,21 +87,9 @@ Status SqliteStore::WriteOne(size_t index, int64_t run_id, const T& row) {
 }
 
 Status SqliteStore::WriteCores(int64_t run_id, const HostSampleRow& row) {
-  if (core_stmt_ == nullptr &&
-      sqlite3_prepare_v3(db_, sql::kHostCoresSql, -1, SQLITE_PREPARE_PERSISTENT, &core_stmt_,
-                         nullptr) != SQLITE_OK) {
-    sqlite3_finalize(core_stmt_);
-    core_stmt_ = nullptr;
-    return Error(std::string("prepare ") + sql::kHostCoresPurpose);
-  }
   const std::optional<std::string> cores = sql::CoresToJson(row.cpu_per_core);  // alive until reset
-  Binder b(core_stmt_);
-  b.Int(run_id).Int(row.ts_ns).Text(cores);
-  const int rc = b.rc() == SQLITE_OK ? sqlite3_step(core_stmt_) : b.rc();
-  Status st = rc == SQLITE_DONE ? Status::Ok() : Error(sql::kHostCoresPurpose);
-  sqlite3_reset(core_stmt_);
-  sqlite3_clear_bindings(core_stmt_);
-  return st;
+  return WriteWith(core_stmt_, sql::kHostCoresSql, sql::kHostCoresPurpose,
+                   [&](Binder& b) { b.Int(run_id).Int(row.ts_ns).Text(cores); });
 }
 
 Status SqliteStore::WriteRows(int64_t run_id, const std::vector<Row>& rows) {
@@ -107,20 +101,12 @@ using sql::kRowsPerInsert;
 
 template <typename T, typename It>
 Status SqliteStore::WriteMany(size_t index, int64_t run_id, It first) {
-  sqlite3_stmt*& stmt = many_stmts_[index];
-  if (stmt == nullptr &&
-      sqlite3_prepare_v3(db_, sql::WriteManySql<T>().c_str(), -1, SQLITE_PREPARE_PERSISTENT, &stmt,
-                         nullptr) != SQLITE_OK) {
-    sqlite3_finalize(stmt);
-    stmt = nullptr;
-    return Error(std::string("prepare ") + sql::WritePurpose<T>());
-  }
-  Binder b(stmt);
-  for (size_t i = 0; i < kRowsPerInsert; ++i, ++first) sql::BindRow(b, run_id, std::get<T>(*first));
-  const int rc = b.rc() == SQLITE_OK ? sqlite3_step(stmt) : b.rc();
-  Status st = rc == SQLITE_DONE ? Status::Ok() : Error(sql::WritePurpose<T>());
-  sqlite3_reset(stmt);
-  return st;
+  return WriteWith(many_stmts_[index], sql::WriteManySql<T>().c_str(), sql::WritePurpose<T>(),
+                   [&](Binder& b) {
+                     for (size_t i = 0; i < kRowsPerInsert; ++i, ++first) {
+                       sql::BindRow(b, run_id, std::get<T>(*first));
+                     }
+                   });
 }
 
 template <typename It>
@@ -131,9 +117,7 @@ Status SqliteStore::WriteEach(int64_t run_id, It begin, It end) {
         [&](const auto& r) {
           using T = std::decay_t<decltype(r)>;
           if constexpr (kMultiRowInsert<T>) {
-            size_t same = 0;
-            for (It j = it; j != end && j->index() == index && same < kRowsPerInsert; ++j) ++same;
-            if (same == kRowsPerInsert) {
+            if (sql::SameTableRun(it, end) == kRowsPerInsert) {
               Status many = WriteMany<T>(index, run_id, it);
               it += kRowsPerInsert;
               return many;

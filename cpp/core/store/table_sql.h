@@ -202,6 +202,17 @@ const std::string& WriteManySql() {
   return sql;
 }
 
+// How many rows from `first` (at most kRowsPerInsert) hold the same Row alternative as *first:
+// kRowsPerInsert means a WriteManySql statement's worth.
+template <class It>
+size_t SameTableRun(It first, It last) {
+  size_t same = 0;
+  for (It it = first; it != last && it->index() == first->index() && same < kRowsPerInsert; ++it) {
+    ++same;
+  }
+  return same;
+}
+
 // What a write of T is called in an error message: "upsert into steps", "insert into kernels".
 template <class T>
 const char* WritePurpose() {

@@ -122,65 +122,52 @@ bool JsonReader::Peek(Type* type) {
   }
 }
 
-bool JsonReader::EnterObject() {
+bool JsonReader::Enter(char open) {
   if (!ok()) return false;
   SkipSpace();
-  if (pos_ >= text_.size() || text_[pos_] != '{') return Fail("expected an object");
+  const bool object = open == '{';
+  if (pos_ >= text_.size() || text_[pos_] != open) {
+    return Fail(object ? "expected an object" : "expected an array");
+  }
   if (stack_.size() >= max_depth_) return Fail("nested too deeply");
   ++pos_;
-  stack_.push_back({true, false});
+  stack_.push_back({object, false});
   return true;
 }
 
-bool JsonReader::EnterArray() {
-  if (!ok()) return false;
-  SkipSpace();
-  if (pos_ >= text_.size() || text_[pos_] != '[') return Fail("expected an array");
-  if (stack_.size() >= max_depth_) return Fail("nested too deeply");
-  ++pos_;
-  stack_.push_back({false, false});
-  return true;
-}
+bool JsonReader::EnterObject() { return Enter('{'); }
+bool JsonReader::EnterArray() { return Enter('['); }
 
-bool JsonReader::NextKey(std::string* key) {
+bool JsonReader::Advance(bool object) {
   if (!ok()) return false;
-  if (stack_.empty() || !stack_.back().object) return Fail("no object entered");
+  if (stack_.empty() || stack_.back().object != object) {
+    return Fail(object ? "no object entered" : "no array entered");
+  }
   SkipSpace();
   if (pos_ >= text_.size()) return Fail("unexpected end");
-  if (text_[pos_] == '}') {
+  if (text_[pos_] == (object ? '}' : ']')) {
     ++pos_;
     stack_.pop_back();
     return false;
   }
   if (stack_.back().started) {
-    if (text_[pos_] != ',') return Fail("expected ',' or '}'");
+    if (text_[pos_] != ',') return Fail(object ? "expected ',' or '}'" : "expected ',' or ']'");
     ++pos_;
-    SkipSpace();
   }
+  stack_.back().started = true;
+  return true;
+}
+
+bool JsonReader::NextKey(std::string* key) { return Advance(true) && ScanKey(key); }
+bool JsonReader::NextItem() { return Advance(false); }
+
+bool JsonReader::ScanKey(std::string* out) {
+  SkipSpace();
   if (pos_ >= text_.size() || text_[pos_] != '"') return Fail("expected a key");
-  if (!ScanString(key)) return false;
+  if (!ScanString(out)) return false;
   SkipSpace();
   if (pos_ >= text_.size() || text_[pos_] != ':') return Fail("expected ':'");
   ++pos_;
-  stack_.back().started = true;
-  return true;
-}
-
-bool JsonReader::NextItem() {
-  if (!ok()) return false;
-  if (stack_.empty() || stack_.back().object) return Fail("no array entered");
-  SkipSpace();
-  if (pos_ >= text_.size()) return Fail("unexpected end");
-  if (text_[pos_] == ']') {
-    ++pos_;
-    stack_.pop_back();
-    return false;
-  }
-  if (stack_.back().started) {
-    if (text_[pos_] != ',') return Fail("expected ',' or ']'");
-    ++pos_;
-  }
-  stack_.back().started = true;
   return true;
 }
 
@@ -379,15 +366,6 @@ bool JsonReader::Skip(std::string_view* raw) {
   const size_t start = pos_;
   std::vector<bool> open;  // per container being skipped: whether it is an object
   const size_t n = text_.size();
-  auto key = [&] {  // a member's key and its ':'
-    SkipSpace();
-    if (pos_ >= n || text_[pos_] != '"') return Fail("expected a key");
-    if (!ScanString(nullptr)) return false;
-    SkipSpace();
-    if (pos_ >= n || text_[pos_] != ':') return Fail("expected ':'");
-    ++pos_;
-    return true;
-  };
   while (true) {
     // A value starts here.
     SkipSpace();
@@ -401,7 +379,7 @@ bool JsonReader::Skip(std::string_view* raw) {
         ++pos_;
       } else {
         open.push_back(c == '{');
-        if (c == '{' && !key()) return false;
+        if (c == '{' && !ScanKey(nullptr)) return false;
         done_value = false;
       }
     } else if (c == '"') {
@@ -426,7 +404,7 @@ bool JsonReader::Skip(std::string_view* raw) {
       const char d = text_[pos_];
       if (d == ',') {
         ++pos_;
-        if (open.back() && !key()) return false;
+        if (open.back() && !ScanKey(nullptr)) return false;
         next = true;
       } else if (d == (open.back() ? '}' : ']')) {
         ++pos_;

@@ -1,7 +1,8 @@
 // A strict JSON pull reader over one text, for the team server's hot path: an ingest batch is
 // decoded straight into rows (store/row_json.h) without building a document first. Building a
-// DOM with nlohmann-json cost ~1 µs a GPU sample row, its SAX interface ~0.65 µs; this reader
-// takes ~0.1 µs (docs/benchmarks.md, "Team server").
+// document with nlohmann-json cost 0.71 µs a GPU sample row (columns layout), its SAX
+// interface 0.59 µs; this reader, rows built, 0.23 µs (row_json_benchmark, docs/benchmarks.md,
+// "Team server").
 //
 // Strict as RFC 8259: the number grammar, escapes, UTF-8 (no overlong forms, surrogates or
 // code points past U+10FFFF; a \u escape pair must be a valid surrogate pair), no control
@@ -79,6 +80,9 @@ class JsonReader {
 
  private:
   void SkipSpace();
+  bool Enter(char open);           // '{' or '[': EnterObject / EnterArray
+  bool Advance(bool object);       // NextKey / NextItem up to the member or element
+  bool ScanKey(std::string* out);  // a member's key and its ':'; out may be null
   bool Literal(std::string_view word);
   bool ScanString(std::string* out);  // at '"'; out may be null (validate only)
   bool ScanNumber(Number* out);       // out may be null (validate only)
