@@ -62,7 +62,7 @@ THRESHOLDS: dict[str, Any] = {
     "overhead_launch_bound_warn": 1.15,  # same, launch-bound small MLP (informational)
 }
 
-CHECK_ORDER = ["nvml", "phases", "mfu", "overhead", "traces", "linescope", "scalene"]
+CHECK_ORDER = ["nvml", "phases", "mfu", "overhead", "traces", "ddp", "linescope", "scalene"]
 CHECK_TITLES = {
     "nvml": "Real NVML telemetry",
     "phases": "CUDA-event phase timing",
@@ -1117,6 +1117,8 @@ CHECKS: dict[str, Callable[[Ctx, Check], None]] = {
     "linescope": check_linescope, "scalene": check_scalene,
     "ddp": lambda ctx, c: check_ddp(ctx, c, sys.modules[__name__]),
 }
+# A check missing from CHECK_ORDER would silently never run on the device.
+assert set(CHECK_ORDER) == set(CHECKS) == set(CHECK_TITLES), "check lists differ"
 
 
 # ---------------------------------------------------------------------------------------------
