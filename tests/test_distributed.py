@@ -255,6 +255,21 @@ def test_a_uniformly_slower_rank_is_rank_skew(tmp_path):
     assert "rank_skew" in f, f
     assert f["rank_skew"]["evidence"]["rank"] == 1
     assert f["rank_skew"]["evidence"]["basis"] == "work_time"
+    # AND rank 0's own report says it waits for rank 1, and does not tell it to shrink its
+    # communication: the collectives it waits in are rank 1's delay (comm_dominant, when it
+    # fires, is folded under peer_wait)
+    own = json.loads(run_cli("insights", str(db), str(rs[0]["run_id"]), "--json",
+                             check=True).stdout)
+    mine = fired(own)
+    assert "peer_wait" in mine, own["insights"]
+    assert mine["peer_wait"]["evidence"]["slowest"] == "rank 1"
+    assert mine["peer_wait"]["evidence"]["peer_wait_fraction"] > 0.2
+    assert "comm_dominant" not in mine, mine["comm_dominant"]["message"]
+    # AND rank 1 waits for nobody
+    slow = json.loads(run_cli("insights", str(db), str(rs[1]["run_id"]), "--json",
+                              check=True).stdout)
+    assert "peer_wait" not in fired(slow)
+    assert "peer_wait" not in {n["rule_id"] for n in slow["not_evaluated"]}
 
 
 def test_a_large_model_with_tiny_compute_is_comm_dominant(tmp_path):

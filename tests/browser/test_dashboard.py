@@ -253,6 +253,17 @@ def test_group_view_lists_both_ranks_and_overlays_their_steps(page):
     assert [c[0] for c in clock] == ["—", "—"], clock
     assert all(c[1] == "not aligned: no clock alignment recorded" for c in clock), clock
     assert "clocks not aligned" in page.page.inner_text("[data-clock-basis]")
+    # AND the time each rank waited for the others is unknown without bucket timings, never 0
+    waiting = page.page.evaluate("""() => {
+        const heads = [...document.querySelectorAll("#ranks thead th")].map(t => t.innerText.trim());
+        const i = heads.findIndex(h => h.startsWith("Waiting for others"));
+        return [i, [...document.querySelectorAll("#ranks tbody tr")].map(tr => {
+            const td = tr.children[i];
+            return [td.innerText, td.querySelector('.unknown')?.title];
+        })];
+    }""")
+    assert waiting[0] > 0, waiting
+    assert waiting[1] == [["—", "no bucket timed by this rank and another one"]] * 2, waiting
     assert page.page.evaluate("() => window.__gpuprof.charts.rank_steps.getLabels()") == [
         "x", "rank 0", "rank 1"]
     page.page.wait_for_selector("#insights .insights, #insights [data-empty]")

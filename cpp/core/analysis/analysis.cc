@@ -25,6 +25,7 @@ Expected<Report> AnalyzeRun(store::RunStore& store, int64_t run_id,
   Expected<std::vector<PriorRun>> prior = LoadPriorRuns(store, data->run);
   if (!prior) return prior.status();
   context.previous_runs = std::move(prior).value();
+  context.peer_waits = LoadPeerWaits(store, *data);
   return Analyze(std::move(data).value(), context);
 }
 

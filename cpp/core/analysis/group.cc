@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "analysis/format.h"
@@ -166,10 +167,132 @@ GroupView BuildGroupView(std::string group_id, std::vector<store::RunData> runs)
   return g;
 }
 
-RankStats ComputeRankStats(const RunView& rank) {
+namespace {
+
+// [start, end] of a run on the wall clock; an unfinished run (no end_ns) reaches to the end of
+// time.
+std::pair<int64_t, int64_t> WallSpan(const store::RunInfo& run) {
+  constexpr int64_t kOpen = std::numeric_limits<int64_t>::max();
+  const int64_t end = run.end_ns && *run.end_ns >= 0 && *run.end_ns < kOpen - run.start_unix_ns
+                          ? run.start_unix_ns + *run.end_ns
+                          : kOpen;
+  return {run.start_unix_ns, end};
+}
+
+}  // namespace
+
+PeerWaits MeasurePeerWaits(const store::RunData& self, std::vector<store::RunData> runs) {
+  PeerWaits out;
+  out.group_id = self.run.group_id.value_or("");
+  if (!self.run.rank) {
+    out.reason = "the run has no rank, so its peers cannot be told apart from it";
+    return out;
+  }
+  // Per other rank, the newest run that ran at the same time as this one (a restarted job
+  // leaves older attempts of every rank in the store).
+  const auto [self_begin, self_end] = WallSpan(self.run);
+  std::map<int64_t, size_t> newest;  // rank -> index into runs
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const store::RunInfo& r = runs[i].run;
+    if (r.run_id == self.run.run_id || !r.rank || *r.rank == *self.run.rank) continue;
+    if (r.group_id != self.run.group_id) continue;
+    const auto [begin, end] = WallSpan(r);
+    if (begin > self_end || self_begin > end) continue;
+    auto [it, added] = newest.try_emplace(*r.rank, i);
+    if (!added && runs[it->second].run.run_id < r.run_id) it->second = i;
+  }
+  if (newest.empty()) {
+    out.reason = StrFormat(
+        "no other rank of job '%s' that ran at the same time is in this store (a rank that "
+        "writes its own file is compared by gpuprof insights --group on a file holding them "
+        "all)",
+        out.group_id.c_str());
+    return out;
+  }
+  std::vector<store::RunData> members;
+  store::RunData me;
+  me.run = self.run;
+  me.comm_buckets = self.comm_buckets;
+  members.push_back(std::move(me));
+  for (const auto& [rank, i] : newest) {
+    store::RunData d;
+    d.run = std::move(runs[i].run);
+    d.comm_buckets = std::move(runs[i].comm_buckets);
+    members.push_back(std::move(d));
+  }
+  const GroupView g = BuildGroupView(out.group_id, std::move(members));
+  for (size_t r = 0; r < g.ranks.size(); ++r) {
+    if (g.ranks[r].run().run_id == self.run.run_id) return std::move(PeerWaitsOfEveryRank(g)[r]);
+  }
+  return out;  // unreachable: self is the only run of its rank in the view
+}
+
+std::vector<PeerWaits> PeerWaitsOfEveryRank(const GroupView& g) {
+  const size_t n = g.ranks.size();
+  std::vector<PeerWaits> out(n);
+  for (size_t r = 0; r < n; ++r) {
+    out[r].group_id = g.group_id;
+    for (size_t o = 0; o < n; ++o) {
+      if (o != r) out[r].peers.push_back(rules::RankLabel(g.ranks[o].run()));
+    }
+    if (n < 2) out[r].reason = "the group has no other rank";
+  }
+  // Each rank's earliest start of each (step, bucket), on the common clock.
+  using Key = std::pair<int64_t, int64_t>;  // (step, bucket)
+  std::vector<std::map<Key, int64_t>> starts(n);
+  for (size_t r = 0; r < n; ++r) {
+    for (const auto& b : g.ranks[r].data.comm_buckets) {
+      const int64_t at = g.AlignedNs(r, b.start_ns);
+      auto [it, added] = starts[r].try_emplace({b.step, b.bucket}, at);
+      if (!added) it->second = std::min(it->second, at);
+    }
+  }
+  // Per key, the two latest starts and whose they are: every rank's latest other rank is one of
+  // them, so one pass serves all ranks.
+  struct Latest {
+    int64_t at[2] = {0, 0};
+    size_t rank[2] = {0, 0};
+    size_t count = 0;
+  };
+  std::map<Key, Latest> latest;
+  for (size_t r = 0; r < n; ++r) {
+    for (const auto& [key, at] : starts[r]) {
+      Latest& l = latest[key];
+      if (l.count == 0 || at > l.at[0]) {
+        l.at[1] = l.at[0];
+        l.rank[1] = l.rank[0];
+        l.at[0] = at;
+        l.rank[0] = r;
+      } else if (l.count == 1 || at > l.at[1]) {
+        l.at[1] = at;
+        l.rank[1] = r;
+      }
+      ++l.count;
+    }
+  }
+  for (size_t r = 0; r < n; ++r) {
+    for (const auto& [key, at] : starts[r]) {
+      const Latest& l = latest[key];
+      if (l.count < 2) continue;  // only this rank timed it
+      const int i = l.rank[0] == r ? 1 : 0;
+      const size_t other = l.rank[i];
+      PeerWaits::Step& step = out[r].steps[key.first];
+      const int64_t wait = l.at[i] - at;
+      if (wait > step.wait_ns) {
+        step = PeerWaits::Step{wait, static_cast<int>(other < r ? other : other - 1)};
+      }
+    }
+  }
+  return out;
+}
+
+RankStats ComputeRankStats(const RunView& rank, const PeerWaits* peers) {
   RankStats s;
   s.wait_fraction = rank.breakdown.wait_fraction;
   if (auto comm = rules::MeasureCommShare(rank)) s.comm_fraction = comm->fraction();
+  if (peers) {
+    if (auto wait = rules::MeasurePeerWait(rank, *peers)) s.peer_wait_fraction = wait->fraction();
+  }
   return s;
 }
 
@@ -194,12 +317,13 @@ std::string FormatGroupReport(const GroupReport& report, const std::string& db_p
                               Plural(g.ranks.size(), "rank", "ranks").c_str(),
                               g.ranks.size() == 1 ? "" : "s", ids.c_str());
   std::vector<std::vector<std::string>> rows = {{"rank", "run", "host", "status", "steps", "median",
-                                                 "mean", "p99", "loader wait", "comm",
+                                                 "mean", "p99", "loader wait", "comm", "waiting",
                                                  "clock offset"}};
+  const std::vector<PeerWaits> waits = PeerWaitsOfEveryRank(g);
   for (size_t i = 0; i < g.ranks.size(); ++i) {
     const RunView& v = g.ranks[i];
     const store::RunInfo& r = v.run();
-    const RankStats st = ComputeRankStats(v);
+    const RankStats st = ComputeRankStats(v, &waits[i]);
     auto dur = [&](double DurationStats::*field) {
       return v.steady ? FormatDuration((*v.steady).*field) : std::string("—");
     };
@@ -207,13 +331,16 @@ std::string FormatGroupReport(const GroupReport& report, const std::string& db_p
                     std::to_string(r.run_id), r.hostname.empty() ? "—" : r.hostname, r.status,
                     std::to_string(v.steps.size()), dur(&DurationStats::p50_ns),
                     dur(&DurationStats::mean_ns), dur(&DurationStats::p99_ns),
-                    Pct1(st.wait_fraction), Pct1(st.comm_fraction), ClockCell(v, ClockOf(g, i))});
+                    Pct1(st.wait_fraction), Pct1(st.comm_fraction), Pct1(st.peer_wait_fraction),
+                    ClockCell(v, ClockOf(g, i))});
   }
   std::vector<size_t> width(rows[0].size(), 0);
   for (const auto& row : rows) {
     for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], DisplayColumns(row[c]));
   }
-  out += "\nRanks (steady-state step times; loader wait and comm as shares of step time)\n";
+  out +=
+      "\nRanks (steady-state step times; loader wait, comm and waiting for the other ranks in "
+      "the collectives as shares of step time)\n";
   for (const auto& row : rows) {
     std::string line = " ";
     for (size_t c = 0; c < row.size(); ++c) {
@@ -285,11 +412,12 @@ json GroupReportJson(const GroupReport& report) {
                 {"p99_ns", s->p99_ns}, {"min_ns", s->min_ns},   {"max_ns", s->max_ns}};
   };
   json ranks = json::array();
+  const std::vector<PeerWaits> waits = PeerWaitsOfEveryRank(g);
   for (size_t i = 0; i < g.ranks.size(); ++i) {
     const RunView& v = g.ranks[i];
     const RankClock clock = ClockOf(g, i);
     const store::RunInfo& r = v.run();
-    const RankStats st = ComputeRankStats(v);
+    const RankStats st = ComputeRankStats(v, &waits[i]);
     ranks.push_back({{"rank", J(r.rank)},
                      {"world_size", J(r.world_size)},
                      {"run_id", r.run_id},
@@ -301,6 +429,7 @@ json GroupReportJson(const GroupReport& report) {
                      {"steady", duration(v.steady)},
                      {"wait_fraction", J(st.wait_fraction)},
                      {"comm_fraction", J(st.comm_fraction)},
+                     {"peer_wait_fraction", J(st.peer_wait_fraction)},
                      {"clock_offset_ns", J(clock.offset_ns)},
                      {"clock_uncertainty_ns", J(clock.uncertainty_ns)},
                      {"clock_unaligned_reason",

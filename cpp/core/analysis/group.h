@@ -64,12 +64,24 @@ struct GroupView {
 // Builds the group from its runs (any order).
 GroupView BuildGroupView(std::string group_id, std::vector<store::RunData> runs);
 
+// How long `self` (a rank of a multi-rank job) waited for the job's other ranks in its
+// collectives, per step (PeerWaits). `runs` are runs of the job with their comm_buckets (any
+// order; `self` and runs of its own rank among them are ignored): per other rank, the newest
+// run whose time span overlaps self's is compared, on the common clock (GroupView::AlignedNs).
+PeerWaits MeasurePeerWaits(const store::RunData& self, std::vector<store::RunData> runs);
+// The same for every rank of a group view against all its other ranks (element i: ranks[i]);
+// one pass over the bucket rows.
+std::vector<PeerWaits> PeerWaitsOfEveryRank(const GroupView& group);
+
 // Per-rank figures for the report.
 struct RankStats {
   std::optional<double> wait_fraction;  // steady-state loader wait share
   std::optional<double> comm_fraction;  // steady-state share with a collective in flight
+  // Steady-state share spent waiting for the other ranks in the collectives (peer_wait's
+  // measure); nullopt without `peers` or a step another rank timed too.
+  std::optional<double> peer_wait_fraction;
 };
-RankStats ComputeRankStats(const RunView& rank);
+RankStats ComputeRankStats(const RunView& rank, const PeerWaits* peers = nullptr);
 
 struct GroupReport {
   GroupView view;

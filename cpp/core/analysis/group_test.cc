@@ -10,6 +10,7 @@
 #include "analysis/analysis.h"
 #include "analysis/format.h"
 #include "analysis/rule_test_util.h"
+#include "analysis/run_loader.h"
 #include "analysis/store_test_util.h"
 
 namespace gpuprof::analysis {
@@ -237,8 +238,8 @@ TEST(RankSkew, NotEvaluatedWithoutTwoSteadyRanks) {
 
 // Rank `rank` of 2 of a synchronous (DDP) job: 20 steps of 100 ms, started together on every
 // rank (each waits for the slowest in the collectives); its buckets 0..3 are ready at
-// ready_ms(bucket) into the step and every collective has finished at 75 ms.
-RunBuilder Ddp(int64_t rank, const std::function<double(int64_t)>& ready_ms) {
+// ready_ms(bucket) into the step and every collective has finished at end_ms.
+RunBuilder Ddp(int64_t rank, const std::function<double(int64_t)>& ready_ms, int64_t end_ms = 75) {
   RunBuilder b;
   b.Rank("job", rank, 2);
   b.run().run_id = 30 + rank;
@@ -246,7 +247,7 @@ RunBuilder Ddp(int64_t rank, const std::function<double(int64_t)>& ready_ms) {
   for (const auto& s : b.steps()) {
     for (int64_t bk = 0; bk < 4; ++bk) {
       b.CommBucket(s.step, bk, s.start_ns + static_cast<int64_t>(ready_ms(bk) * kMs),
-                   s.start_ns + 75 * kMs);
+                   s.start_ns + end_ms * kMs);
     }
   }
   return b;
@@ -362,6 +363,164 @@ TEST(DistributedPrecedence, FindingsAboutDifferentRanksAreNotFolded) {
   EXPECT_EQ(explained[0].by, "rank_skew");
 }
 
+// ---------------------------------------------------------------- peer_wait
+
+// The context AnalyzeRun gives `self`: its waits for the other runs.
+RuleContext PeersOf(const RunBuilder& self, const std::vector<RunBuilder>& others) {
+  std::vector<store::RunData> runs;
+  for (const RunBuilder& b : others) runs.push_back(b.Build());
+  RuleContext ctx;
+  ctx.peer_waits = MeasurePeerWaits(self.Build(), std::move(runs));
+  return ctx;
+}
+
+TEST(PeerWaits, MeasuresHowLongThisRankWaitsForTheLastRankPerStep) {
+  // GIVEN rank 1 50% slower through its backward (its last bucket ready 20 ms after rank 0's)
+  const PeerWaits fast = MeasurePeerWaits(Ddp(0, kFast).Build(), {Ddp(1, kSlow).Build()});
+  // THEN every step of rank 0 waited 20 ms, for rank 1
+  EXPECT_EQ(fast.group_id, "job");
+  EXPECT_EQ(fast.peers, std::vector<std::string>{"rank 1"});
+  EXPECT_TRUE(fast.reason.empty());
+  ASSERT_EQ(fast.steps.size(), 20u);
+  for (const auto& [step, w] : fast.steps) {
+    EXPECT_EQ(w.wait_ns, 20 * kMs) << step;
+    EXPECT_EQ(w.last_peer, 0) << step;
+  }
+  // AND rank 1, the last on every bucket, waited for nobody
+  const PeerWaits slow = MeasurePeerWaits(Ddp(1, kSlow).Build(), {Ddp(0, kFast).Build()});
+  ASSERT_EQ(slow.steps.size(), 20u);
+  for (const auto& [step, w] : slow.steps) {
+    EXPECT_EQ(w.wait_ns, 0) << step;
+    EXPECT_EQ(w.last_peer, -1) << step;
+  }
+}
+
+TEST(PeerWaits, UsesTheMeasuredClockOffsetsAndOnlyRunsAtTheSameTime) {
+  // GIVEN equal ranks, rank 1's wall clock 30 ms ahead of rank 0's
+  RunBuilder ahead = Ddp(1, kFast);
+  ahead.run().start_unix_ns += 30 * kMs;
+  // WHEN no offset was measured THEN rank 0 seems to wait 30 ms for it
+  EXPECT_EQ(MeasurePeerWaits(Ddp(0, kFast).Build(), {ahead.Build()}).steps.at(5).wait_ns, 30 * kMs);
+  // WHEN the offset was measured THEN nobody waits
+  ahead.Config(Distributed({{"clock_offset_ns", 30 * kMs}, {"clock_reference_rank", 0}}));
+  EXPECT_EQ(MeasurePeerWaits(Ddp(0, kFast).Build(), {ahead.Build()}).steps.at(5).wait_ns, 0);
+  // AND an earlier attempt of rank 1 (a restarted job), over before rank 0 began, is ignored
+  RunBuilder earlier = Ddp(1, [](int64_t) { return 90.0; });
+  earlier.run().run_id = 7;
+  earlier.run().start_unix_ns -= 3600 * 1000 * kMs;
+  EXPECT_EQ(
+      MeasurePeerWaits(Ddp(0, kFast).Build(), {earlier.Build(), ahead.Build()}).steps.at(5).wait_ns,
+      0);
+  const PeerWaits alone = MeasurePeerWaits(Ddp(0, kFast).Build(), {earlier.Build()});
+  EXPECT_TRUE(alone.peers.empty());
+  EXPECT_THAT(alone.reason, HasSubstr("no other rank of job 'job' that ran at the same time"));
+  // AND runs of its own rank are never its peers
+  RunBuilder twin = Ddp(0, kSlow);
+  twin.run().run_id = 99;
+  EXPECT_TRUE(MeasurePeerWaits(Ddp(0, kFast).Build(), {twin.Build()}).peers.empty());
+}
+
+// Rank 1 starts every bucket at 85 ms: rank 0, ready at 20-50 ms and done at 95 ms, waits
+// 65 ms of its 75 ms in flight.
+const auto kLateAll = [](int64_t bk) { return 85.0 + static_cast<double>(bk); };
+
+TEST(PeerWait, NamesTheRankThisOneWaitsFor) {
+  // GIVEN rank 0 waiting 65 ms of every 100 ms step for rank 1
+  const RunBuilder r0 = Ddp(0, kFast, 95);
+  const RuleResult r = Eval("peer_wait", r0, PeersOf(r0, {Ddp(1, kLateAll, 95)}));
+  ASSERT_TRUE(r.fired());
+  EXPECT_EQ(r.insight->severity, Severity::kMed);
+  EXPECT_EQ(r.insight->message,
+            "This rank waited 65% of step time (" + FormatDuration(65.0 * kMs) + " of " +
+                FormatDuration(100.0 * kMs) +
+                " per step) in its collectives for rank 1, the last to start them on 100% of the "
+                "steps it waited: the job runs at that rank's pace");
+  EXPECT_THAT(r.insight->fix, HasSubstr("Make rank 1 faster, not the communication: gpuprof "
+                                        "insights --group job compares the ranks"));
+  EXPECT_EQ(r.insight->evidence["slowest"], "rank 1");
+  EXPECT_EQ(r.insight->evidence["steps"], 20u - kWarmupSteps);
+  EXPECT_EQ(r.insight->evidence["ranks_compared"], 1u);
+  // AND the rank waited for is not told to wait
+  const RunBuilder r1 = Ddp(1, kLateAll, 95);
+  const RuleResult other = Eval("peer_wait", r1, PeersOf(r1, {Ddp(0, kFast, 95)}));
+  EXPECT_FALSE(other.fired());
+  EXPECT_FALSE(other.skipped());
+}
+
+TEST(PeerWait, AWaitIsNeverLongerThanTheCollectivesWereInFlight) {
+  // GIVEN rank 1 starting its buckets 40 ms after rank 0's collectives all ended (impossible in
+  // a synchronous job; clocks off by more than their measured uncertainty)
+  const RunBuilder r0 = Ddp(
+      0, [](int64_t) { return 20.0; }, 30);
+  const RuleResult r = Eval("peer_wait", r0, PeersOf(r0, {Ddp(1, [](int64_t) { return 70.0; })}));
+  // THEN the wait counted is the 10 ms in flight, not 50 ms: it does not fire
+  EXPECT_FALSE(r.fired());
+  EXPECT_FALSE(r.skipped());
+}
+
+TEST(PeerWait, NotEvaluatedWithoutThePeersAndPassesOnOneProcess) {
+  const RunBuilder r0 = Ddp(0, kFast);
+  EXPECT_EQ(*Eval("peer_wait", r0).not_evaluated,
+            "needs the other ranks' bucket timings from the store the job wrote (this analysis "
+            "read the run alone)");
+  EXPECT_THAT(*Eval("peer_wait", r0, PeersOf(r0, {})).not_evaluated,
+              HasSubstr("no other rank of job 'job' that ran at the same time is in this store"));
+  RunBuilder untimed = Ddp(1, kFast);
+  untimed.data().comm_buckets.clear();
+  EXPECT_EQ(*Eval("peer_wait", r0, PeersOf(r0, {untimed})).not_evaluated,
+            "no steady-state step whose buckets another rank timed too (rank 1 compared: their "
+            "bucket timings are not in the store yet, or they timed other steps)");
+  // A peer that timed only the first steady steps: too few to speak for the run.
+  RunBuilder partial = Ddp(1, kLateAll, 95);
+  std::erase_if(partial.data().comm_buckets,
+                [](const store::CommBucketRow& b) { return b.step > 8; });
+  EXPECT_THAT(
+      *Eval("peer_wait", Ddp(0, kFast, 95), PeersOf(Ddp(0, kFast, 95), {partial})).not_evaluated,
+      HasSubstr("only 6 of the 17 steady-state steps with collectives were timed"));
+  RunBuilder single;
+  single.Steps(20, Split(100, 5, 90));
+  const RuleResult one = Eval("peer_wait", single);
+  EXPECT_FALSE(one.fired());
+  EXPECT_FALSE(one.skipped());
+}
+
+TEST(PeerWait, ExplainsCollectivesThatAreMostlyWaiting) {
+  // GIVEN rank 0 with collectives in flight 75% of step time, 65 points of it waiting for rank 1
+  const RunBuilder r0 = Ddp(0, kFast, 95);
+  const RuleContext ctx = PeersOf(r0, {Ddp(1, kLateAll, 95)});
+  const RuleResult comm = Eval("comm_dominant", r0, ctx);
+  ASSERT_TRUE(comm.fired());
+  EXPECT_THAT(comm.insight->message,
+              HasSubstr("; 65% of step time waiting for the other ranks to start them)"));
+  EXPECT_EQ(comm.insight->evidence["mostly_peer_wait"], true);
+  // THEN the report leads with the wait and folds comm_dominant's advice under it
+  const Report report = Analyze(r0.Build(), ctx);
+  ASSERT_FALSE(report.insights.empty());
+  std::vector<std::string> ids;
+  for (const Insight& i : report.insights) ids.push_back(i.rule_id);
+  EXPECT_THAT(ids, ::testing::Contains("peer_wait"));
+  EXPECT_THAT(ids, Not(::testing::Contains("comm_dominant")));
+  ASSERT_EQ(report.explained.size(), 1u);
+  EXPECT_EQ(report.explained[0].by, "peer_wait");
+  EXPECT_EQ(report.explained[0].insight.rule_id, "comm_dominant");
+  // AND collectives that are long without the wait keep their own finding beside it
+  const RunBuilder own = Ddp(
+      0, [](int64_t bk) { return 5.0 + static_cast<double>(bk); }, 95);
+  const RuleContext some = PeersOf(own, {Ddp(
+                                            1, [](int64_t bk) { return 30.0 + 0 * bk; }, 95)});
+  const RuleResult both = Eval("comm_dominant", own, some);
+  ASSERT_TRUE(both.fired());
+  EXPECT_EQ(both.insight->evidence["mostly_peer_wait"], false);
+  EXPECT_TRUE(Eval("peer_wait", own, some).fired());  // 25 ms of 90 ms in flight
+  const Report report2 = Analyze(own.Build(), some);
+  EXPECT_TRUE(report2.explained.empty());
+  // AND without the peers comm_dominant reads as before, its wait unknown
+  const RuleResult alone = Eval("comm_dominant", r0);
+  ASSERT_TRUE(alone.fired());
+  EXPECT_TRUE(alone.insight->evidence["peer_wait_fraction"].is_null());
+  EXPECT_THAT(alone.insight->message, Not(HasSubstr("waiting")));
+}
+
 // ---------------------------------------------------------------- rank clocks
 
 TEST(RankClock, ReadsTheDistributedObjectOfConfigJson) {
@@ -440,11 +599,12 @@ TEST(GroupReport, TextListsRanksInsightsAndSkippedRules) {
   const std::string text = FormatGroupReport(report, "my runs.db");
   EXPECT_THAT(text, HasSubstr("gpuprof · group job · 2 ranks (runs 20, 21)\n"));
   EXPECT_THAT(text, ::testing::ContainsRegex("\n +rank +run +host +status +steps +median +mean "
-                                             "+p99 +loader wait +comm +clock offset\n"));
+                                             "+p99 +loader wait +comm +waiting +clock offset\n"));
   EXPECT_THAT(text, ::testing::ContainsRegex(
                         "\n +0 +20 +node-0 +ok +30 +" + FormatDuration(62.0 * kMs) + " +" +
                         FormatDuration(62.0 * kMs) + " +" + FormatDuration(62.0 * kMs) + " +" +
-                        FormatPercent(5.0 / 62, 1) + " +" + FormatPercent(10.0 / 62, 1) + " +—\n"));
+                        FormatPercent(5.0 / 62, 1) + " +" + FormatPercent(10.0 / 62, 1) + " +" +
+                        FormatPercent(0.0, 1) + " +—\n"));
   // No clock offsets recorded: the wall clocks are compared as they are, and the report says so.
   EXPECT_THAT(text, HasSubstr("\n  clocks not aligned: wall clocks compared as they are (each "
                               "run's start time; as close as the hosts' clock sync)\n  rank 0, "
@@ -452,6 +612,48 @@ TEST(GroupReport, TextListsRanksInsightsAndSkippedRules) {
   EXPECT_THAT(text, HasSubstr("[MED]   " + report.insights[0].message));
   EXPECT_THAT(text, HasSubstr("fix: " + report.insights[0].fix));
   EXPECT_THAT(text, HasSubstr("Per-rank reports: gpuprof insights 'my runs.db' RUN (e.g. 20)"));
+}
+
+TEST(GroupReport, ShowsHowLongEachRankWaitedForTheOthers) {
+  // GIVEN rank 0 waiting 65 ms of every 100 ms step for rank 1
+  std::vector<store::RunData> runs = {Ddp(0, kFast, 95).Build(), Ddp(1, kLateAll, 95).Build()};
+  const GroupReport report = AnalyzeGroup("job", runs, RuleContext{});
+  // THEN the table's "waiting" column says so, rank 1 waiting for nobody
+  const std::string text = FormatGroupReport(report, "db");
+  EXPECT_THAT(text, ::testing::ContainsRegex("\n +0 +30 .* " + FormatPercent(0.75, 1) + " +" +
+                                             FormatPercent(0.65, 1) + " +—\n"));
+  EXPECT_THAT(text, ::testing::ContainsRegex("\n +1 +31 .* " + FormatPercent(0.10, 1) + " +" +
+                                             FormatPercent(0.0, 1) + " +—\n"));
+  // AND --json has it per rank; a rank without bucket timings has it unknown, not 0
+  const nlohmann::json j = GroupReportJson(report);
+  EXPECT_DOUBLE_EQ(j["ranks"][0]["peer_wait_fraction"].get<double>(), 0.65);
+  EXPECT_DOUBLE_EQ(j["ranks"][1]["peer_wait_fraction"].get<double>(), 0.0);
+  runs[1].comm_buckets.clear();
+  const nlohmann::json untimed = GroupReportJson(AnalyzeGroup("job", runs, RuleContext{}));
+  EXPECT_TRUE(untimed["ranks"][0]["peer_wait_fraction"].is_null());
+  EXPECT_TRUE(untimed["ranks"][1]["peer_wait_fraction"].is_null());
+  // AND one pass over the group gives each rank what MeasurePeerWaits gives it alone
+  const std::vector<PeerWaits> all = PeerWaitsOfEveryRank(BuildGroupView(
+      "job", {Ddp(0, kFast).Build(), Ddp(1, kSlow).Build(), Ddp(2, kSlowBefore2).Build()}));
+  ASSERT_EQ(all.size(), 3u);
+  for (int64_t r = 0; r < 3; ++r) {
+    std::vector<store::RunData> others;
+    for (int64_t o = 0; o < 3; ++o) {
+      const auto shape = o == 0 ? kFast : o == 1 ? kSlow : kSlowBefore2;
+      if (o != r) others.push_back(Ddp(o, shape).Build());
+    }
+    const auto shape = r == 0 ? kFast : r == 1 ? kSlow : kSlowBefore2;
+    const PeerWaits alone = MeasurePeerWaits(Ddp(r, shape).Build(), others);
+    EXPECT_EQ(all[r].peers, alone.peers) << r;
+    ASSERT_EQ(all[r].steps.size(), alone.steps.size()) << r;
+    for (const auto& [step, w] : alone.steps) {
+      EXPECT_EQ(all[r].steps.at(step).wait_ns, w.wait_ns) << r << " " << step;
+      EXPECT_EQ(all[r].steps.at(step).last_peer, w.last_peer) << r << " " << step;
+    }
+  }
+  // rank 0 waits for rank 1's last bucket (20 ms) and rank 2's bucket 2 (25 ms): rank 2 it is
+  EXPECT_EQ(all[0].steps.at(5).wait_ns, 25 * kMs);
+  EXPECT_EQ(all[0].peers[static_cast<size_t>(all[0].steps.at(5).last_peer)], "rank 2");
 }
 
 TEST(GroupReport, JsonHasRanksInsightsAndNotEvaluated) {
@@ -558,6 +760,63 @@ TEST(AnalyzeStoredGroup, LoadsEveryRankAndMatchesThePureAnalysis) {
   }
   EXPECT_EQ(stored->insights[0].rule_id, "bucket_skew");
   EXPECT_EQ(FormatGroupReport(*stored, file.path()), FormatGroupReport(pure, file.path()));
+}
+
+TEST(AnalyzeRun, ComparesARankWithTheOtherRanksInItsStore) {
+  // GIVEN rank 0 and rank 1 of a job in one file, rank 0 waiting for rank 1, and another job's
+  // rank 1 that never waited
+  testing::TempDb file;
+  auto db = testing::OpenDb(file.path());
+  ASSERT_TRUE(db);
+  const int64_t r0 = testing::WriteRun(*db, Ddp(0, kFast, 95).Build());
+  RunBuilder stranger = Ddp(1, kFast, 95);
+  stranger.run().group_id = "other";
+  testing::WriteRun(*db, stranger.Build());
+  // WHEN rank 0 is analysed before rank 1 is in the file THEN peer_wait says why it cannot tell
+  auto before = AnalyzeRun(*db, r0, AnalysisOptions{});
+  ASSERT_TRUE(before.ok()) << before.error();
+  bool skipped = false;
+  for (const NotEvaluated& n : before->not_evaluated) {
+    if (n.rule_id != "peer_wait") continue;
+    skipped = true;
+    EXPECT_THAT(n.reason, HasSubstr("no other rank of job 'job' that ran at the same time"));
+  }
+  EXPECT_TRUE(skipped);
+  // WHEN rank 1 has written its timings THEN rank 0's report names it
+  testing::WriteRun(*db, Ddp(1, kLateAll, 95).Build());
+  auto after = AnalyzeRun(*db, r0, AnalysisOptions{});
+  ASSERT_TRUE(after.ok()) << after.error();
+  const auto it = std::find_if(after->insights.begin(), after->insights.end(),
+                               [](const Insight& i) { return i.rule_id == "peer_wait"; });
+  ASSERT_NE(it, after->insights.end());
+  EXPECT_EQ(it->evidence["slowest"], "rank 1");
+  EXPECT_DOUBLE_EQ(it->evidence["peer_wait_fraction"].get<double>(), 0.65);
+}
+
+TEST(LoadPeerWaits, BoundsTheRowsARunsOwnReportCompares) {
+  testing::TempDb file;
+  auto db = testing::OpenDb(file.path());
+  ASSERT_TRUE(db);
+  testing::WriteRun(*db, Ddp(1, kFast).Build());
+  store::RunData self = Ddp(0, kFast).Build();
+  self.run.run_id = 1000;
+  // Not distributed: nobody looks.
+  store::RunData alone = self;
+  alone.run.world_size = 1;
+  EXPECT_FALSE(LoadPeerWaits(*db, alone).has_value());
+  // No group id: the reason says why the peers cannot be found.
+  store::RunData anonymous = self;
+  anonymous.run.group_id.reset();
+  EXPECT_EQ(LoadPeerWaits(*db, anonymous)->reason,
+            "the run has no group id, so its job's other ranks cannot be found");
+  // One bucket row more than the bound: no peer is loaded, and the reason points at --group.
+  self.comm_buckets.assign(thresholds::kPeerWaitMaxRows + 1, store::CommBucketRow{});
+  const std::optional<PeerWaits> big = LoadPeerWaits(*db, self);
+  ASSERT_TRUE(big.has_value());
+  EXPECT_TRUE(big->peers.empty());
+  EXPECT_EQ(big->reason,
+            "its 1000001 bucket rows times the job's 1 other run is more than a run's own "
+            "report compares (1000000); gpuprof insights --group job compares the ranks");
 }
 
 TEST(AnalyzeStoredGroup, UnknownGroupNamesTheGroupsThatExist) {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "store/rows.h"
@@ -84,6 +85,24 @@ struct PriorRun {
   std::optional<double> spread;          // Throughput::spread
 };
 
+// How long one rank of a multi-rank job waited for the other ranks in its collectives, from the
+// bucket timings (comm_buckets) that the job's other ranks stored in the same store. Measured by
+// MeasurePeerWaits (group.h); AnalyzeRun loads it for a run with a group_id and world_size > 1.
+struct PeerWaits {
+  std::string group_id;
+  // The other ranks compared ("rank 1", ...), in rank order; empty when none could be.
+  std::vector<std::string> peers;
+  // Set exactly when `peers` is empty: why no other rank was compared.
+  std::string reason;
+  struct Step {
+    // The longest, over the step's buckets that a peer timed too, of how much later than this
+    // rank the last rank started the bucket on the common clock (0 when this rank was last).
+    int64_t wait_ns = 0;
+    int last_peer = -1;  // index into peers of the rank that started that bucket last; -1: none
+  };
+  std::unordered_map<int64_t, Step> steps;  // by step number; steps no peer timed are absent
+};
+
 // Inputs to rules that do not come from the run itself. Built once per analysis by
 // MakeRuleContext (report.h); rules treat it as read-only.
 struct RuleContext {
@@ -98,6 +117,10 @@ struct RuleContext {
   // thresholds::kRegressionLookback). nullopt when nobody looked (an analysis without a store):
   // the regression rule is then "not evaluated"; an empty list means there are none.
   std::optional<std::vector<PriorRun>> previous_runs;
+  // This rank's waits for the other ranks of its job. nullopt when nobody looked (an analysis
+  // without a store, or a run that is not a rank of a multi-rank job): peer_wait is then not
+  // evaluated on a distributed rank.
+  std::optional<PeerWaits> peer_waits;
 };
 
 }  // namespace gpuprof::analysis

@@ -66,6 +66,7 @@ TEST(Registry, EveryRuleIsCompleteAndUnique) {
                          "first_step_outlier",
                          "high_step_variance",
                          "comm_dominant",
+                         "peer_wait",
                          "bucket_skew",
                          "rank_skew",
                          "regression",
@@ -73,10 +74,11 @@ TEST(Registry, EveryRuleIsCompleteAndUnique) {
                          "host_stalls"}) {
     EXPECT_TRUE(ids.count(id)) << id;
   }
-  EXPECT_EQ(ids.size(), 27u);
+  EXPECT_EQ(ids.size(), 28u);
   EXPECT_TRUE(FindRule("bucket_skew")->group());
   EXPECT_TRUE(FindRule("rank_skew")->group());
   EXPECT_FALSE(FindRule("comm_dominant")->group());
+  EXPECT_FALSE(FindRule("peer_wait")->group());
   EXPECT_EQ(FindRule("no_such_rule"), nullptr);
 }
 

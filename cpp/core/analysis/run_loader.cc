@@ -3,6 +3,7 @@
 #include <set>
 
 #include "analysis/format.h"
+#include "analysis/group.h"
 #include "analysis/rules/registry.h"
 #include "analysis/run_view.h"
 
@@ -55,6 +56,51 @@ Expected<std::vector<store::RunData>> LoadGroupRuns(store::RunStore& store,
     out.push_back(std::move(d));
   }
   return out;
+}
+
+std::optional<PeerWaits> LoadPeerWaits(store::RunStore& store, const store::RunData& self) {
+  const store::RunInfo& run = self.run;
+  if (!run.world_size || *run.world_size <= 1) return std::nullopt;
+  PeerWaits none;
+  none.group_id = run.group_id.value_or("");
+  if (!run.group_id) {
+    none.reason = "the run has no group id, so its job's other ranks cannot be found";
+    return none;
+  }
+  auto runs = store.ListRuns();
+  if (!runs) {
+    none.reason = "the other ranks could not be read: " + runs.status().message();
+    return none;
+  }
+  std::vector<store::RunData> others;
+  for (store::RunInfo& info : *runs) {
+    if (info.run_id == run.run_id || info.group_id != run.group_id) continue;
+    store::RunData d;
+    d.run = std::move(info);
+    others.push_back(std::move(d));
+  }
+  const size_t rows = self.comm_buckets.size() * others.size();
+  if (rows > thresholds::kPeerWaitMaxRows) {
+    none.reason = StrFormat(
+        "its %zu bucket rows times the job's %zu other run%s is more than a run's own report "
+        "compares (%zu); gpuprof insights --group %s compares the ranks",
+        self.comm_buckets.size(), others.size(), others.size() == 1 ? "" : "s",
+        thresholds::kPeerWaitMaxRows, run.group_id->c_str());
+    return none;
+  }
+  if (!self.comm_buckets.empty()) {
+    for (store::RunData& d : others) {
+      auto comm = store.LoadCommBuckets(d.run.run_id);
+      if (!comm) {
+        none.reason =
+            StrFormat("the bucket timings of run %lld could not be read: %s",
+                      static_cast<long long>(d.run.run_id), comm.status().message().c_str());
+        return none;
+      }
+      d.comm_buckets = std::move(comm).value();
+    }
+  }
+  return MeasurePeerWaits(self, std::move(others));
 }
 
 Expected<std::vector<std::string>> ListGroupIds(store::RunStore& store) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,13 @@ Expected<std::vector<PriorRun>> LoadPriorRuns(store::RunStore& store, const stor
 // other RunData members stay empty. An empty vector when there is none.
 Expected<std::vector<store::RunData>> LoadGroupRuns(store::RunStore& store,
                                                     const std::string& group_id);
+// For a rank of a multi-rank job (world_size > 1): its waits for the job's other ranks in the
+// collectives (MeasurePeerWaits), from their comm_buckets in the same store; nullopt for a run
+// that is not distributed. Never an error: what kept the ranks from being compared (no group
+// id, no other rank in the store, more than thresholds::kPeerWaitMaxRows bucket rows, a read
+// that failed) is the reason of a PeerWaits without peers.
+std::optional<PeerWaits> LoadPeerWaits(store::RunStore& store, const store::RunData& self);
+
 // The distinct group ids in the store, sorted.
 Expected<std::vector<std::string>> ListGroupIds(store::RunStore& store);
 

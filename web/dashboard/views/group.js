@@ -86,6 +86,8 @@ export function mountGroup(ctx) {
         html: fracCell("wait_fraction", "loader wait not measured") },
       { key: "comm", label: "Comm", numeric: true, value: (r) => r.comm_fraction,
         html: fracCell("comm_fraction", "no communication phase measured") },
+      { key: "peer_wait", label: "Waiting for others", numeric: true, value: (r) => r.peer_wait_fraction,
+        html: fracCell("peer_wait_fraction", "no bucket timed by this rank and another one") },
       { key: "clock", label: "Clock offset", numeric: true, value: (r) => r.clock_offset_ns,
         html: (r) => {
           if (isUnknown(r.clock_offset_ns)) {

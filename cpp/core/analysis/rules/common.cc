@@ -133,8 +133,20 @@ Stall MeasureStall(const RunView& view) {
   return s;
 }
 
-std::optional<CommShare> MeasureCommShare(const RunView& view) {
-  if (view.data.comm_buckets.empty() || view.steady_count() == 0) return std::nullopt;
+namespace {
+
+// One steady-state step's collectives: the length of the union of its bucket intervals (time
+// with any collective in flight) and its bucket rows.
+struct StepComm {
+  const StepView* step = nullptr;
+  int64_t union_ns = 0;
+  size_t rows = 0;
+};
+
+// The steady-state steps that have comm_buckets rows, in step order.
+std::vector<StepComm> SteadyStepComm(const RunView& view) {
+  std::vector<StepComm> out;
+  if (view.data.comm_buckets.empty() || view.steady_count() == 0) return out;
   struct StepSpans {
     std::vector<std::pair<int64_t, int64_t>> spans;
     size_t rows = 0;
@@ -145,19 +157,17 @@ std::optional<CommShare> MeasureCommShare(const RunView& view) {
     ++ss.rows;
     if (b.end_ns > b.start_ns) ss.spans.emplace_back(b.start_ns, b.end_ns);
   }
-  CommShare share;
   for (size_t i = view.steady_begin; i < view.steps.size(); ++i) {
     const StepView& s = view.steps[i];
     auto it = by_step.find(s.step);
     if (it == by_step.end()) continue;
     auto& spans = it->second.spans;
     std::sort(spans.begin(), spans.end());
-    double union_ns = 0;
-    int64_t cur_start = 0, cur_end = 0;
+    int64_t union_ns = 0, cur_start = 0, cur_end = 0;
     bool open = false;
     for (const auto& [a, b] : spans) {
       if (!open || a > cur_end) {
-        if (open) union_ns += static_cast<double>(cur_end - cur_start);
+        if (open) union_ns += cur_end - cur_start;
         cur_start = a;
         cur_end = b;
         open = true;
@@ -165,13 +175,50 @@ std::optional<CommShare> MeasureCommShare(const RunView& view) {
         cur_end = std::max(cur_end, b);
       }
     }
-    if (open) union_ns += static_cast<double>(cur_end - cur_start);
+    if (open) union_ns += cur_end - cur_start;
+    out.push_back(StepComm{&s, union_ns, it->second.rows});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<CommShare> MeasureCommShare(const RunView& view) {
+  CommShare share;
+  for (const StepComm& c : SteadyStepComm(view)) {
     ++share.steps;
-    share.comm_ns += union_ns;
-    share.step_ns += static_cast<double>(s.duration_ns);
-    share.buckets += static_cast<double>(it->second.rows);
+    share.comm_ns += static_cast<double>(c.union_ns);
+    share.step_ns += static_cast<double>(c.step->duration_ns);
+    share.buckets += static_cast<double>(c.rows);
   }
   if (share.steps == 0) return std::nullopt;
+  return share;
+}
+
+std::optional<PeerWaitShare> MeasurePeerWait(const RunView& view, const PeerWaits& peers) {
+  PeerWaitShare share;
+  std::vector<size_t> last_counts(peers.peers.size(), 0);
+  for (const StepComm& c : SteadyStepComm(view)) {
+    ++share.comm_steps;
+    auto it = peers.steps.find(c.step->step);
+    if (it == peers.steps.end()) continue;
+    ++share.steps;
+    // Waiting happens inside the collectives: never more than the step had one in flight.
+    const int64_t wait = std::clamp<int64_t>(it->second.wait_ns, 0, c.union_ns);
+    share.wait_ns += static_cast<double>(wait);
+    share.step_ns += static_cast<double>(c.step->duration_ns);
+    const int last = it->second.last_peer;
+    if (wait > 0 && last >= 0 && static_cast<size_t>(last) < last_counts.size()) {
+      ++share.waited_steps;
+      ++last_counts[static_cast<size_t>(last)];
+    }
+  }
+  if (share.steps == 0) return std::nullopt;
+  const auto top = std::max_element(last_counts.begin(), last_counts.end());
+  if (top != last_counts.end() && *top > 0) {
+    share.slowest = peers.peers[static_cast<size_t>(top - last_counts.begin())];
+    share.slowest_steps = *top;
+  }
   return share;
 }
 

@@ -150,11 +150,23 @@ std::vector<std::vector<double>> WorkTimes(const GroupView& group, const BucketS
 
 }  // namespace
 
+// This rank's wait for the other ranks, when enough of its collectives' steps were compared.
+std::optional<PeerWaitShare> RepresentativePeerWait(const RunView& view,
+                                                    const RuleContext& context) {
+  if (!context.peer_waits || context.peer_waits->peers.empty()) return std::nullopt;
+  auto share = MeasurePeerWait(view, *context.peer_waits);
+  if (!share || !share->representative()) return std::nullopt;
+  return share;
+}
+
 // Fires when, over the steady-state steps with comm_buckets rows, a collective is in flight for
 // more than kCommFraction of step time (per step, the union of its bucket intervals, so
 // concurrent buckets count once). A run that is not distributed (world_size NULL or 1) and has
-// no collective rows passes: it has no communication.
-RuleResult CommDominant(const RunView& view, const RuleContext&) {
+// no collective rows passes: it has no communication. When the other ranks' timings were
+// compared (RuleContext::peer_waits), the message says how much of that time this rank waited
+// for them, and "mostly_peer_wait" marks a finding whose collectives are mostly that wait
+// (peer_wait explains it then).
+RuleResult CommDominant(const RunView& view, const RuleContext& context) {
   if (auto why = NeedSteadyState(view)) return RuleResult::Skip(*why);
   const std::optional<CommShare> share = MeasureCommShare(view);
   if (!share) {
@@ -175,15 +187,93 @@ RuleResult CommDominant(const RunView& view, const RuleContext&) {
       {"steps", share->steps},
       {"buckets_per_step", share->buckets / steps},
       {"threshold", kCommFraction},
+      {"peer_wait_fraction", nullptr},
+      {"mostly_peer_wait", false},
   };
+  std::string waiting;
+  if (const auto wait = RepresentativePeerWait(view, context)) {
+    const double w = std::min(wait->fraction(), f);
+    evidence["peer_wait_fraction"] = w;
+    evidence["mostly_peer_wait"] = w > kPeerWaitFraction && f - w <= kCommFraction;
+    waiting = StrFormat("; %s of step time waiting for the other ranks to start them",
+                        FormatPercent(w).c_str());
+  }
   return RuleResult::Fire(
       Severity::kMed,
       StrFormat("Collectives were in flight for %s of step time (%s of %s per step, %s buckets "
-                "per step)",
+                "per step%s)",
                 FormatPercent(f).c_str(), FormatDuration(share->comm_ns / steps).c_str(),
                 FormatDuration(share->step_ns / steps).c_str(),
-                FormatCompact(share->buckets / steps).c_str()),
+                FormatCompact(share->buckets / steps).c_str(), waiting.c_str()),
       std::move(evidence));
+}
+
+// Fires when, over the steady-state steps whose buckets another rank of the job timed too, this
+// rank waited for the others in its collectives for more than kPeerWaitFraction of step time
+// (RuleContext::peer_waits: per step, how much later than this rank the last rank started a
+// bucket, capped at the step's time with a collective in flight). Names the rank it waited for
+// on the most steps. A run that is not distributed passes.
+RuleResult PeerWait(const RunView& view, const RuleContext& context) {
+  if (auto why = NeedSteadyState(view)) return RuleResult::Skip(*why);
+  const auto& ws = view.run().world_size;
+  if (!ws || *ws <= 1) return RuleResult::Pass();
+  if (!context.peer_waits) {
+    return RuleResult::Skip(
+        "needs the other ranks' bucket timings from the store the job wrote (this analysis "
+        "read the run alone)");
+  }
+  const PeerWaits& peers = *context.peer_waits;
+  if (peers.peers.empty()) return RuleResult::Skip(peers.reason);
+  if (view.data.comm_buckets.empty()) return RuleResult::Skip(kNoCommHook);
+  const auto share = MeasurePeerWait(view, peers);
+  if (!share) {
+    return RuleResult::Skip(StrFormat(
+        "no steady-state step whose buckets another rank timed too (%s compared: their bucket "
+        "timings are not in the store yet, or they timed other steps)",
+        peers.peers.size() == 1 ? peers.peers[0].c_str()
+                                : StrFormat("%zu ranks", peers.peers.size()).c_str()));
+  }
+  if (!share->representative()) {
+    return RuleResult::Skip(StrFormat(
+        "only %zu of the %zu steady-state steps with collectives were timed by another rank "
+        "too (the others' timings are not all in the store yet)",
+        share->steps, share->comm_steps));
+  }
+  const double f = share->fraction();
+  if (f <= kPeerWaitFraction) return RuleResult::Pass();
+  const double steps = static_cast<double>(share->steps);
+  const std::string who = share->slowest.value_or("the other ranks");
+  const double who_share = share->waited_steps ? static_cast<double>(share->slowest_steps) /
+                                                     static_cast<double>(share->waited_steps)
+                                               : 0.0;
+  nlohmann::json evidence = {
+      {"peer_wait_fraction", f},
+      {"wait_total_ns", share->wait_ns},
+      {"step_total_ns", share->step_ns},
+      {"steps", share->steps},
+      {"comm_steps", share->comm_steps},
+      {"waited_steps", share->waited_steps},
+      {"slowest", share->slowest ? nlohmann::json(*share->slowest) : nlohmann::json(nullptr)},
+      {"slowest_share", who_share},
+      {"group_id", peers.group_id},
+      {"ranks_compared", peers.peers.size()},
+      {"threshold", kPeerWaitFraction},
+  };
+  RuleResult r = RuleResult::Fire(
+      Severity::kMed,
+      StrFormat("This rank waited %s of step time (%s of %s per step) in its collectives for "
+                "%s, the last to start them on %s of the steps it waited: the job runs at that "
+                "rank's pace",
+                FormatPercent(f).c_str(), FormatDuration(share->wait_ns / steps).c_str(),
+                FormatDuration(share->step_ns / steps).c_str(), who.c_str(),
+                FormatPercent(who_share).c_str()),
+      std::move(evidence));
+  r.insight->fix = StrFormat(
+      "Make %s faster, not the communication: gpuprof insights --group %s compares the ranks, "
+      "and that rank's own report names its bottleneck (its host's CPU load or dataloader, its "
+      "GPU's clocks or thermals, uneven data sharding).",
+      who.c_str(), peers.group_id.c_str());
+  return r;
 }
 
 // For every (step, bucket) timed on two or more ranks, the rank that started the collective

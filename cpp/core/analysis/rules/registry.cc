@@ -509,6 +509,28 @@ void AddDistributed(std::vector<RuleSpec>& r) {
       .evaluate = rules::CommDominant,
   });
   r.push_back(RuleSpec{
+      .id = "peer_wait",
+      .family = "distributed",
+      .max_severity = Severity::kMed,
+      .severity = "med",
+      .fires_when = "this rank waits for the other ranks in its collectives > " +
+                    Pct(kPeerWaitFraction) + " of steady-state step time",
+      .fix = "Make the rank it waits for faster, not the communication: gpuprof insights "
+             "--group compares the ranks, and that rank's own report names its bottleneck (its "
+             "host's CPU load or dataloader, its GPU's clocks or thermals, uneven data "
+             "sharding).",
+      .inputs = "comm_buckets of this rank and of the job's other ranks (same group_id) in the "
+                "same store, on at least half of its steady-state steps with collectives; up to " +
+                std::to_string(kPeerWaitMaxRows / 1'000'000) +
+                " M bucket rows compared (a run that is not distributed passes)",
+      .thresholds = {{"kPeerWaitFraction", kPeerWaitFraction,
+                      "fires above this share of step time; explains comm_dominant when the "
+                      "collectives' share without the wait is at most kCommFraction"}},
+      .explains = {{"comm_dominant", "mostly_peer_wait",
+                    "its collectives are mostly this rank waiting for the others", ""}},
+      .evaluate = rules::PeerWait,
+  });
+  r.push_back(RuleSpec{
       .id = "bucket_skew",
       .family = "distributed",
       .max_severity = Severity::kHigh,

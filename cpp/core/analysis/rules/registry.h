@@ -200,6 +200,14 @@ inline constexpr double kVarianceLoaderShare = 0.5;
 // ---- distributed
 // comm_dominant: collectives in flight for more than this share of step time fires.
 inline constexpr double kCommFraction = 0.20;
+// peer_wait: this rank waited for the other ranks in its collectives for more than this share
+// of step time fires (and explains comm_dominant when the collectives' time without that wait
+// is at most kCommFraction).
+inline constexpr double kPeerWaitFraction = 0.20;
+// The most bucket rows a run's own analysis compares with its peers' (its rows times the other
+// ranks' runs): a longer job's ranks are compared by gpuprof insights --group instead, so that
+// the summary at the end of every rank stays quick.
+inline constexpr size_t kPeerWaitMaxRows = 1'000'000;
 // bucket_skew: a rank is late on a step's bucket when it starts that collective more than this
 // many ms after the median start of the other ranks (and after every other rank)...
 inline constexpr double kBucketLateMs = 1.0;

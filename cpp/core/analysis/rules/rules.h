@@ -44,6 +44,7 @@ RuleResult FirstStepOutlier(const RunView& view, const RuleContext& context);
 RuleResult HighStepVariance(const RunView& view, const RuleContext& context);
 // distributed.cc
 RuleResult CommDominant(const RunView& view, const RuleContext& context);
+RuleResult PeerWait(const RunView& view, const RuleContext& context);
 RuleResult BucketSkew(const GroupView& group, const RuleContext& context);
 RuleResult RankSkew(const GroupView& group, const RuleContext& context);
 // regression.cc
@@ -155,6 +156,24 @@ struct CommShare {
   double fraction() const { return step_ns > 0 ? comm_ns / step_ns : 0; }
 };
 std::optional<CommShare> MeasureCommShare(const RunView& view);
+
+// This rank's time waiting for the other ranks of its job in the collectives (PeerWaits), over
+// the steady-state steps that have comm_buckets rows and a bucket another rank timed too. A
+// step's wait is capped at its time with a collective in flight (CommShare's union). nullopt
+// when no such step exists.
+struct PeerWaitShare {
+  size_t steps = 0;         // steps compared
+  size_t comm_steps = 0;    // steady-state steps with comm_buckets rows (CommShare::steps)
+  double wait_ns = 0;       // summed wait over the compared steps
+  double step_ns = 0;       // summed duration of the compared steps
+  size_t waited_steps = 0;  // compared steps with a wait
+  std::optional<std::string> slowest;  // the rank waited for on the most steps ("rank 1")
+  size_t slowest_steps = 0;            // the steps it was the one waited for
+  double fraction() const { return step_ns > 0 ? wait_ns / step_ns : 0; }
+  // Enough of the collectives' steps were compared to speak for the run.
+  bool representative() const { return 2 * steps >= comm_steps; }
+};
+std::optional<PeerWaitShare> MeasurePeerWait(const RunView& view, const PeerWaits& peers);
 
 // "rank 3", or "run 17" when the run has no rank.
 std::string RankLabel(const store::RunInfo& run);
