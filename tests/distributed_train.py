@@ -22,7 +22,7 @@ import gpuprof
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--db", required=True)
+    p.add_argument("--db", required=True, help="'{rank}' in it: a file per rank")
     p.add_argument("--name", default="dist-test")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--width", type=int, default=256)
@@ -79,7 +79,7 @@ def main() -> None:
         return ddp
 
     early = wrap() if a.setup_before else None
-    prof = gpuprof.profile(a.name, db=a.db, gpu="none", auto=not a.manual,
+    prof = gpuprof.profile(a.name, db=a.db.replace("{rank}", str(rank)), gpu="none", auto=not a.manual,
                            summary=rank == 0, host_hz=2.0, comm_hook=not a.no_comm_hook)
     if a.only_rank not in (-1, rank):
         prof = contextlib.nullcontext(prof)  # never entered: this rank is not profiled

@@ -31,14 +31,15 @@ def free_port() -> int:
 
 
 def torchrun(db: Path, *args: str, nproc: int = 2, launcher: str = "static",
-             timeout: float = 240, hook_cache: Path | None = None) -> list[dict]:
+             timeout: float = 240, hook_cache: Path | None = None,
+             output: list[str] | None = None) -> list[dict]:
     """Runs the script on `nproc` local ranks; returns each rank's RESULT line. launcher:
     "static" (an explicit master port, no --rdzv-id: torchrun's run id is "none", which names
     no job, so the ranks must agree a group id), "c10d" (c10d rendezvous, no --rdzv-id: run id
     "none", and the workers are told to use torchrun's own store) or "standalone" (a fresh
     rendezvous id). hook_cache: where gpuprof.ddp_hook's native hook is built
     ($GPUPROF_CACHE_DIR); by default an empty directory, so that auto mode's hook is the
-    Python one whatever a developer's ~/.cache holds."""
+    Python one whatever a developer's ~/.cache holds. `output` receives the job's stdout."""
     cmd = [str(TORCHRUN), f"--nproc-per-node={nproc}"]
     if launcher == "standalone":
         cmd += ["--standalone"]
@@ -51,6 +52,8 @@ def torchrun(db: Path, *args: str, nproc: int = 2, launcher: str = "static",
                GPUPROF_CACHE_DIR=str(hook_cache or db.parent / "no-hook-cache"))
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    if output is not None:
+        output.append(proc.stdout)
     # The ranks share one stdout: their lines may run together.
     results = [json.loads(m) for m in re.findall(r"RESULT (\{[^{}]*\})", proc.stdout)]
     assert len(results) == nproc, proc.stdout + proc.stderr[-3000:]
@@ -270,6 +273,64 @@ def test_a_uniformly_slower_rank_is_rank_skew(tmp_path):
                               check=True).stdout)
     assert "peer_wait" not in fired(slow)
     assert "peer_wait" not in {n["rule_id"] for n in slow["not_evaluated"]}
+
+
+def test_files_of_one_rank_each_merge_into_one_group(tmp_path):
+    # GIVEN a job whose ranks each wrote a file of their own (as nodes with local disks do),
+    # rank 1 slower in every forward
+    out: list[str] = []
+    torchrun(tmp_path / "r{rank}.db", "--steps", "20", "--slow-rank", "1", "--late-ms", "30",
+             output=out)
+    r0, r1, merged = tmp_path / "r0.db", tmp_path / "r1.db", tmp_path / "all.db"
+    # THEN rank 0's summary says its file holds 1 of the 2 ranks, and how to bring them together
+    assert (f"1 of 2 ranks are in this file; to compare them all: gpuprof merge all.db {r0} "
+            "<the other ranks' files>, then gpuprof insights all.db --group") in out[0], out[0]
+    # AND without the other rank its own report cannot say whom it waits for
+    alone = json.loads(run_cli("insights", str(r0), "1", "--json", check=True).stdout)
+    assert "peer_wait" in {n["rule_id"] for n in alone["not_evaluated"]}
+    # WHEN the files are merged
+    proc = run_cli("merge", str(merged), str(r0), str(r1), check=True)
+    assert proc.stdout.count(f"of {merged} (") == 2, proc.stdout
+    assert "merged 2 runs into" in proc.stdout
+    rs = runs(merged)
+    assert [r["rank"] for r in rs] == [0, 1] and rs[0]["group_id"] == rs[1]["group_id"]
+    # THEN every row came along (each table, per rank), insights included
+    for table in ("steps", "phases", "comm_buckets", "host_samples", "telemetry_status",
+                  "diagnostics", "insights"):
+        for src, r in ((r0, rs[0]), (r1, rs[1])):
+            want = query(src, f"SELECT COUNT(*) FROM {table}")[0][0]
+            got = query(merged, f"SELECT COUNT(*) FROM {table} WHERE run_id = ?", r["run_id"])
+            assert got[0][0] == want, (table, src, want, got)
+    assert query(merged, "SELECT SUM(end_ns - start_ns) FROM comm_buckets WHERE run_id = ?",
+                 rs[1]["run_id"]) == query(r1, "SELECT SUM(end_ns - start_ns) FROM comm_buckets")
+    # AND the group report compares the ranks, and rank 0's own report names rank 1
+    assert fired(group_report(merged, rs[0]["group_id"]))["rank_skew"]["evidence"]["rank"] == 1
+    own = json.loads(run_cli("insights", str(merged), str(rs[0]["run_id"]), "--json",
+                             check=True).stdout)
+    assert fired(own)["peer_wait"]["evidence"]["slowest"] == "rank 1", own["insights"]
+    # AND merging again adds nothing
+    again = run_cli("merge", str(merged), str(r1), str(r0), check=True)
+    assert "merged 0 runs into" in again.stdout and "(2 already there)" in again.stdout
+    assert len(runs(merged)) == 2
+
+
+def test_merge_refuses_bad_input_and_writes_nothing(tmp_path):
+    good = tmp_path / "good.db"
+    torchrun(good, "--steps", "6", "--no-ddp")
+    out = tmp_path / "out.db"
+    # A file merged into itself is a usage error
+    same = run_cli("merge", str(good), str(good))
+    assert same.returncode == 2 and "cannot be merged into itself" in same.stderr, same.stderr
+    # A missing or foreign input is a data error, checked before OUT is created
+    missing = run_cli("merge", str(out), str(good), str(tmp_path / "nope.db"))
+    assert missing.returncode == 1 and "nope.db" in missing.stderr, missing.stderr
+    foreign = tmp_path / "foreign.db"
+    sqlite3.connect(foreign).execute("CREATE TABLE t (x)").connection.close()
+    bad = run_cli("merge", str(out), str(good), str(foreign))
+    assert bad.returncode == 1 and "not a gpuprof database" in bad.stderr, bad.stderr
+    assert not out.exists()
+    # Nothing given to merge is a usage error
+    assert run_cli("merge", str(out)).returncode == 2
 
 
 def test_a_large_model_with_tiny_compute_is_comm_dominant(tmp_path):

@@ -37,6 +37,7 @@
 #include "analysis/pricing.h"
 #include "analysis/rules/registry.h"
 #include "export_cmd.h"
+#include "merge_cmd.h"
 #include "nsys_import_cmd.h"
 #ifdef GPUPROF_HAVE_SERVER
 #include "server/http_server.h"
@@ -613,6 +614,8 @@ int Main(int argc, char** argv) {
     return picked;
   });
 
+  const MergeCommand merge = AddMergeCommand(app);
+
   CLI::App* version = app.add_subcommand("version", "Print the gpuprof version.");
 
   app.footer("Exit status: 0 ok, 1 data error (no such DB, run or group), 2 usage error.");
@@ -634,6 +637,7 @@ int Main(int argc, char** argv) {
   if (drain->parsed()) return RunDrain(drain_args);
   if (nsys_import.command->parsed()) return nsys_import.run();
   if (export_cmd.command->parsed()) return export_cmd.run();
+  if (merge.command->parsed()) return merge.run();
   if (rules->parsed()) {
     if (reference) {
       std::cout << "Peak TFLOPs (dense, per GPU)\n\n"

@@ -1,6 +1,5 @@
 #include "server/push.h"
 
-#include <map>
 #include <nlohmann/json.hpp>
 
 #include "server/http_server.h"
@@ -50,33 +49,10 @@ Expected<PushResult> PushRun(const std::string& db_path, int64_t run_id,
                              const PushOptions& options) {
   auto db = store::SqliteStore::Open(db_path, store::SqliteStore::Mode::kReadOnly);
   if (!db) return db.status();
-  auto data = (*db)->LoadRun(run_id);
-  if (!data) return data.status();
-  auto raw = (*db)->LoadRawSamples(run_id);
-  if (!raw) return raw.status();
-
-  // Every row the local file holds for the run, table by table.
-  std::vector<store::Row> rows;
-  for (const auto& r : data->telemetry) rows.emplace_back(r);
-  for (const auto& r : data->gpus) rows.emplace_back(r);
-  for (const auto& r : data->steps) rows.emplace_back(r);
-  for (const auto& r : data->phases) rows.emplace_back(r);
-  std::map<int64_t, const std::vector<double>*> cores;
-  for (const auto& c : raw->host_cores) cores[c.ts_ns] = &c.cpu_per_core;
-  for (auto h : data->host_samples) {
-    if (auto it = cores.find(h.ts_ns); it != cores.end()) h.cpu_per_core = *it->second;
-    rows.emplace_back(std::move(h));
-  }
-  for (const auto& r : raw->gpu_samples) rows.emplace_back(r);
-  for (const auto& r : data->gpu_samples_1s) rows.emplace_back(r);
-  for (const auto& r : raw->worker_samples) rows.emplace_back(r);
-  for (const auto& r : data->worker_samples_10s) rows.emplace_back(r);
-  for (const auto& r : data->kernels) rows.emplace_back(r);
-  for (const auto& r : data->cpu_ops) rows.emplace_back(r);
-  for (const auto& r : data->comm_buckets) rows.emplace_back(r);
-  for (const auto& r : data->stalls) rows.emplace_back(r);
-  for (const auto& r : data->cpu_waits) rows.emplace_back(r);
-  for (const auto& r : data->diagnostics) rows.emplace_back(r);
+  auto all = (*db)->LoadRunRows(run_id);
+  if (!all) return all.status();
+  const store::RunData* data = &all->data;
+  const std::vector<store::Row>& rows = all->rows;
 
   PushResult out;
   out.run_uuid = ServerRunId(data->run);

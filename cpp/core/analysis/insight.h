@@ -101,6 +101,9 @@ struct PeerWaits {
     int last_peer = -1;  // index into peers of the rank that started that bucket last; -1: none
   };
   std::unordered_map<int64_t, Step> steps;  // by step number; steps no peer timed are absent
+  // How many other ranks of the job (any attempt) the store holds; nullopt when it could not
+  // be told (no group id, a failed read). The summary says when the file lacks some.
+  std::optional<size_t> other_ranks;
 };
 
 // Inputs to rules that do not come from the run itself. Built once per analysis by

@@ -249,6 +249,7 @@ Report Analyze(store::RunData data, const RuleContext& context) {
     report.cost_rate_usd_per_hour = rate->usd_per_hour;
     report.cost_rate_source = rate->source;
   }
+  if (context.peer_waits) report.other_ranks_in_store = context.peer_waits->other_ranks;
   return report;
 }
 
@@ -453,10 +454,21 @@ std::string FormatSummary(const Report& report, const std::string& db_path) {
   out += StrFormat("  Full report: gpuprof insights %s %lld\n", ShellQuoteIfNeeded(db_path).c_str(),
                    static_cast<long long>(run.run_id));
   if (run.group_id && run.world_size && *run.world_size > 1) {
-    // A rank of a distributed job: its peers are compared in the group report.
-    out += StrFormat("  All %lld ranks: gpuprof insights %s --group %s\n",
-                     static_cast<long long>(*run.world_size), ShellQuoteIfNeeded(db_path).c_str(),
-                     ShellQuoteIfNeeded(*run.group_id).c_str());
+    // A rank of a distributed job: its peers are compared in the group report, which needs
+    // them in one file.
+    const long long world = *run.world_size;
+    const std::string group = ShellQuoteIfNeeded(*run.group_id);
+    const auto& others = report.other_ranks_in_store;
+    if (others && static_cast<long long>(*others) + 1 < world) {
+      out += StrFormat(
+          "  %lld of %lld ranks are in this file; to compare them all: gpuprof merge all.db %s "
+          "<the other ranks' files>, then gpuprof insights all.db --group %s\n",
+          static_cast<long long>(*others) + 1, world, ShellQuoteIfNeeded(db_path).c_str(),
+          group.c_str());
+    } else {
+      out += StrFormat("  All %lld ranks: gpuprof insights %s --group %s\n", world,
+                       ShellQuoteIfNeeded(db_path).c_str(), group.c_str());
+    }
   }
   out += Rule();
   return ValidUtf8(out);

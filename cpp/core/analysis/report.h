@@ -62,6 +62,9 @@ struct Report {
   // keys kStoredRateKey / kStoredRateSourceKey) so that later reports price it the same way.
   std::optional<double> cost_rate_usd_per_hour;
   std::string cost_rate_source;
+  // A rank of a multi-rank job: how many of the job's other ranks its store holds
+  // (PeerWaits::other_ranks); nullopt when not known. The summary says when some are missing.
+  std::optional<size_t> other_ranks_in_store;
 };
 
 inline constexpr const char* kStoredRateKey = "gpu_rate_usd_per_hour";

@@ -120,6 +120,18 @@ TEST(Summary, ARankOfAGroupPointsToTheGroupReport) {
   b.Rank("my job", 1, 4);
   const std::string text = FormatSummary(Analyze(b.Build(), RuleContext{}), "runs/x.db");
   EXPECT_THAT(text, HasSubstr("  All 4 ranks: gpuprof insights runs/x.db --group 'my job'\n"));
+  // AND when its store holds only some of the ranks (each node wrote its own file) it says how
+  // to bring them together
+  RuleContext two_of_four;
+  two_of_four.peer_waits = PeerWaits{};
+  two_of_four.peer_waits->other_ranks = 1;
+  EXPECT_THAT(FormatSummary(Analyze(b.Build(), two_of_four), "runs/x.db"),
+              HasSubstr("  2 of 4 ranks are in this file; to compare them all: gpuprof merge "
+                        "all.db runs/x.db <the other ranks' files>, then gpuprof insights all.db "
+                        "--group 'my job'\n"));
+  two_of_four.peer_waits->other_ranks = 3;
+  EXPECT_THAT(FormatSummary(Analyze(b.Build(), two_of_four), "runs/x.db"),
+              HasSubstr("  All 4 ranks: gpuprof insights runs/x.db --group 'my job'\n"));
   // AND a run of no group has no such line
   EXPECT_THAT(FormatSummary(Analyze(HealthyRun().Build(), RuleContext{}), "x.db"),
               ::testing::Not(HasSubstr("--group")));

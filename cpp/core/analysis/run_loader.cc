@@ -73,12 +73,15 @@ std::optional<PeerWaits> LoadPeerWaits(store::RunStore& store, const store::RunD
     return none;
   }
   std::vector<store::RunData> others;
+  std::set<int64_t> other_ranks;
   for (store::RunInfo& info : *runs) {
     if (info.run_id == run.run_id || info.group_id != run.group_id) continue;
+    if (info.rank && info.rank != run.rank) other_ranks.insert(*info.rank);
     store::RunData d;
     d.run = std::move(info);
     others.push_back(std::move(d));
   }
+  none.other_ranks = other_ranks.size();
   const size_t rows = self.comm_buckets.size() * others.size();
   if (rows > thresholds::kPeerWaitMaxRows) {
     none.reason = StrFormat(
@@ -92,6 +95,7 @@ std::optional<PeerWaits> LoadPeerWaits(store::RunStore& store, const store::RunD
     for (store::RunData& d : others) {
       auto comm = store.LoadCommBuckets(d.run.run_id);
       if (!comm) {
+        none.other_ranks.reset();
         none.reason =
             StrFormat("the bucket timings of run %lld could not be read: %s",
                       static_cast<long long>(d.run.run_id), comm.status().message().c_str());
@@ -100,7 +104,9 @@ std::optional<PeerWaits> LoadPeerWaits(store::RunStore& store, const store::RunD
       d.comm_buckets = std::move(comm).value();
     }
   }
-  return MeasurePeerWaits(self, std::move(others));
+  PeerWaits waits = MeasurePeerWaits(self, std::move(others));
+  waits.other_ranks = other_ranks.size();
+  return waits;
 }
 
 Expected<std::vector<std::string>> ListGroupIds(store::RunStore& store) {

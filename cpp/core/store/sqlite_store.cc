@@ -424,6 +424,19 @@ Expected<std::optional<int64_t>> SqliteStore::IngestRunId(const std::string& run
   return id;
 }
 
+Status SqliteStore::InsertIngestRun(const std::string& run_uuid, int64_t run_id) {
+  Stmt stmt;
+  if (sqlite3_prepare_v2(db_, sql::kInsertIngestRunSql, -1, stmt.out(), nullptr) != SQLITE_OK) {
+    return Error("prepare insert into ingest_runs");
+  }
+  Binder b(stmt.get());
+  b.Text(run_uuid).Int(run_id);
+  if (b.rc() != SQLITE_OK || sqlite3_step(stmt.get()) != SQLITE_DONE) {
+    return Error("insert into ingest_runs");
+  }
+  return Status::Ok();
+}
+
 Expected<int64_t> SqliteStore::BeginIngestRun(const std::string& run_uuid, const RunInfo& info) {
   if (Status st = Begin(); !st.ok()) return st;
   auto id = BeginRun(info);
@@ -431,16 +444,7 @@ Expected<int64_t> SqliteStore::BeginIngestRun(const std::string& run_uuid, const
     Rollback();
     return id.status();
   }
-  Stmt stmt;
-  if (sqlite3_prepare_v2(db_, sql::kInsertIngestRunSql, -1, stmt.out(), nullptr) != SQLITE_OK) {
-    Status st = Error("prepare insert into ingest_runs");
-    Rollback();
-    return st;
-  }
-  Binder b(stmt.get());
-  b.Text(run_uuid).Int(*id);
-  if (b.rc() != SQLITE_OK || sqlite3_step(stmt.get()) != SQLITE_DONE) {
-    Status st = Error("insert into ingest_runs");
+  if (Status st = InsertIngestRun(run_uuid, *id); !st.ok()) {
     Rollback();
     return st;
   }
@@ -659,6 +663,38 @@ Expected<RunData> SqliteStore::LoadRun(int64_t run_id) {
       run_id, dialect, d);
   if (!st.ok()) return st;
   return d;
+}
+
+Expected<SqliteStore::RunRows> SqliteStore::LoadRunRows(int64_t run_id) {
+  auto data = LoadRun(run_id);
+  if (!data) return data.status();
+  auto raw = LoadRawSamples(run_id);
+  if (!raw) return raw.status();
+  RunRows out;
+  out.data = std::move(data).value();
+  const RunData& d = out.data;
+  std::vector<Row>& rows = out.rows;
+  for (const auto& r : d.telemetry) rows.emplace_back(r);
+  for (const auto& r : d.gpus) rows.emplace_back(r);
+  for (const auto& r : d.steps) rows.emplace_back(r);
+  for (const auto& r : d.phases) rows.emplace_back(r);
+  std::map<int64_t, const std::vector<double>*> cores;
+  for (const auto& c : raw->host_cores) cores[c.ts_ns] = &c.cpu_per_core;
+  for (auto h : d.host_samples) {
+    if (auto it = cores.find(h.ts_ns); it != cores.end()) h.cpu_per_core = *it->second;
+    rows.emplace_back(std::move(h));
+  }
+  for (const auto& r : raw->gpu_samples) rows.emplace_back(r);
+  for (const auto& r : d.gpu_samples_1s) rows.emplace_back(r);
+  for (const auto& r : raw->worker_samples) rows.emplace_back(r);
+  for (const auto& r : d.worker_samples_10s) rows.emplace_back(r);
+  for (const auto& r : d.kernels) rows.emplace_back(r);
+  for (const auto& r : d.cpu_ops) rows.emplace_back(r);
+  for (const auto& r : d.comm_buckets) rows.emplace_back(r);
+  for (const auto& r : d.stalls) rows.emplace_back(r);
+  for (const auto& r : d.cpu_waits) rows.emplace_back(r);
+  for (const auto& r : d.diagnostics) rows.emplace_back(r);
+  return out;
 }
 
 Expected<RawSamples> SqliteStore::LoadRawSamples(int64_t run_id) {

@@ -111,6 +111,12 @@ class SqliteStore final : public RunStore {
   Expected<std::optional<int64_t>> IngestRunId(const std::string& run_uuid) override;
   // Creates the run for `run_uuid` (BeginRun + ingest_runs) in one transaction.
   Expected<int64_t> BeginIngestRun(const std::string& run_uuid, const RunInfo& info) override;
+  // A whole run copied from another file (gpuprof merge): the runs row from `info`, `rows` and
+  // `insights`, registered under `run_uuid` (ingest_runs), in one transaction. When `run_uuid`
+  // is already registered nothing is written: *existed is set and its run id returned.
+  Expected<int64_t> ImportRun(const std::string& run_uuid, const RunInfo& info,
+                              const std::vector<Row>& rows, const std::vector<InsightRow>& insights,
+                              bool* existed);
 
   // Reads.
   Expected<std::optional<int64_t>> LatestRunId() override;  // nullopt when there are no runs
@@ -146,6 +152,14 @@ class SqliteStore final : public RunStore {
   Expected<std::vector<CpuOpRow>> LoadCpuOps(int64_t run_id) override;
   // The raw tier of one run (a missing run is an error).
   Expected<RawSamples> LoadRawSamples(int64_t run_id);
+  // Every row the file holds for one run, table by table (the raw tier included, host samples
+  // with their per-core CPU), for writing into another store (gpuprof push, gpuprof merge):
+  // `data` is LoadRun's (its run and insights are not repeated in `rows`).
+  struct RunRows {
+    RunData data;
+    std::vector<Row> rows;
+  };
+  Expected<RunRows> LoadRunRows(int64_t run_id);
   // Deletes the run's raw-tier rows with from_ns <= ts_ns < to_ns, in one transaction.
   Status PruneRawSamples(int64_t run_id, int64_t from_ns, int64_t to_ns);
 
@@ -184,6 +198,7 @@ class SqliteStore final : public RunStore {
   Status WriteMany(size_t index, int64_t run_id, It first);
   Status WriteCores(int64_t run_id, const HostSampleRow& row);  // host_core_samples
   Status InsertInsights(int64_t run_id, const std::vector<InsightRow>& insights);  // no txn
+  Status InsertIngestRun(const std::string& run_uuid, int64_t run_id);             // no txn
   template <typename It>
   Status WriteRange(int64_t run_id, It begin, It end);  // what WriteRows does, for any range
   template <typename It>

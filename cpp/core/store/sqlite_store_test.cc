@@ -1147,6 +1147,76 @@ TEST_F(StoreTest, WriteRowsIsAllOrNothing) {
   EXPECT_EQ(QueryInt(store->handle(), "SELECT count(*) FROM gpu_samples"), 1);
 }
 
+TEST_F(StoreTest, ImportRunCopiesARunWholeOnceAndAllOrNothing) {
+  // GIVEN a run in one file: rows of several tables, raw host cores, insights
+  auto src = OpenRw(Path("node0.db"));
+  RunInfo info = MinimalRun("exp");
+  info.rank = 1;
+  info.world_size = 2;
+  info.group_id = "job";
+  const int64_t id = *src->BeginRun(info);
+  HostSampleRow host;
+  host.ts_ns = 1000;
+  host.cpu_pct = 50;
+  host.cpu_per_core = {25.0, 75.0};
+  host.ncores = 2;
+  ASSERT_TRUE(src->WriteRows(id, {SimpleStep(0, 0, 100), SimpleStep(1, 100, 250),
+                                  CommBucketRow{1, 0, 120, 200, 1 << 20}, host,
+                                  DiagnosticRow{5, "info", "x", "y"}})
+                  .ok());
+  ASSERT_TRUE(
+      src->ReplaceInsights(id, {InsightRow{0, "peer_wait", "distributed", "med", "m", "f", "{}"}})
+          .ok());
+  ASSERT_TRUE(src->FinishRun(id, "ok", 300, std::nullopt).ok());
+  auto all = src->LoadRunRows(id);
+  ASSERT_TRUE(all.ok()) << all.error();
+  EXPECT_EQ(all->rows.size(), 5u);
+  // WHEN it is imported into another file that already holds a run
+  auto dst = OpenRw(Path("all.db"));
+  ASSERT_TRUE(dst->BeginRun(MinimalRun("other")).ok());
+  bool existed = true;
+  auto copied =
+      dst->ImportRun("merge:h:1:2", all->data.run, all->rows, all->data.insights, &existed);
+  ASSERT_TRUE(copied.ok()) << copied.error();
+  EXPECT_FALSE(existed);
+  EXPECT_NE(*copied, id);
+  // THEN the copy loads as the original, but for its id
+  auto back = dst->LoadRunRows(*copied);
+  ASSERT_TRUE(back.ok()) << back.error();
+  EXPECT_EQ(back->data.run.status, "ok");
+  EXPECT_EQ(back->data.run.end_ns, 300);
+  EXPECT_EQ(back->data.run.group_id, "job");
+  EXPECT_EQ(back->data.run.rank, 1);
+  EXPECT_EQ(back->data.steps.size(), 2u);
+  EXPECT_EQ(back->data.comm_buckets.size(), 1u);
+  ASSERT_EQ(back->data.host_samples.size(), 1u);
+  ASSERT_EQ(back->rows.size(), all->rows.size());
+  const auto host_row = std::find_if(back->rows.begin(), back->rows.end(), [](const Row& r) {
+    return std::holds_alternative<HostSampleRow>(r);
+  });
+  ASSERT_NE(host_row, back->rows.end());
+  EXPECT_EQ(std::get<HostSampleRow>(*host_row).cpu_per_core, (std::vector<double>{25.0, 75.0}));
+  ASSERT_EQ(back->data.insights.size(), 1u);
+  EXPECT_EQ(back->data.insights[0].rule_id, "peer_wait");
+  // AND importing it again writes nothing and names the copy
+  auto again =
+      dst->ImportRun("merge:h:1:2", all->data.run, all->rows, all->data.insights, &existed);
+  ASSERT_TRUE(again.ok()) << again.error();
+  EXPECT_TRUE(existed);
+  EXPECT_EQ(*again, *copied);
+  EXPECT_EQ(QueryInt(dst->handle(), "SELECT count(*) FROM runs"), 2);
+  EXPECT_EQ(QueryInt(dst->handle(), "SELECT count(*) FROM steps"), 2);
+  // AND a run whose rows fail leaves no trace: no run, no id, no rows
+  ExecSql(dst->handle(), "DROP TABLE diagnostics");
+  auto failed =
+      dst->ImportRun("merge:h:1:3", all->data.run, all->rows, all->data.insights, &existed);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.error().find("no such table: diagnostics"), std::string::npos);
+  EXPECT_EQ(QueryInt(dst->handle(), "SELECT count(*) FROM runs"), 2);
+  EXPECT_EQ(QueryInt(dst->handle(), "SELECT count(*) FROM ingest_runs"), 1);
+  EXPECT_EQ(QueryInt(dst->handle(), "SELECT count(*) FROM steps"), 2);
+}
+
 TEST_F(StoreTest, TuneForServerSetsTheCacheAndTheCheckpointOfThisConnection) {
   auto store = OpenRw(Path("gpuprof.db"));
   ASSERT_TRUE(store->TuneForServer(64, 10'000).ok());

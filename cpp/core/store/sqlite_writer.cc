@@ -245,6 +245,37 @@ Status SqliteStore::WriteBatchOnce(int64_t run_id, const std::string& batch_id,
   return Commit();
 }
 
+Expected<int64_t> SqliteStore::ImportRun(const std::string& run_uuid, const RunInfo& info,
+                                         const std::vector<Row>& rows,
+                                         const std::vector<InsightRow>& insights, bool* existed) {
+  *existed = false;
+  if (Status st = Begin(); !st.ok()) return st;
+  auto fail = [&](Status st) {
+    Rollback();
+    return st;
+  };
+  std::optional<int64_t> have;
+  Status st = Query(
+      sql::kIngestRunIdSql, "look up ingest run", [&](Binder& b) { b.Text(run_uuid); },
+      [&](sqlite3_stmt* s) {
+        have = sqlite3_column_int64(s, 0);
+        return Status::Ok();
+      });
+  if (!st.ok()) return fail(st);
+  if (have) {
+    Rollback();
+    *existed = true;
+    return *have;
+  }
+  auto id = BeginRun(info);
+  if (!id) return fail(id.status());
+  if (st = InsertIngestRun(run_uuid, *id); !st.ok()) return fail(st);
+  if (st = WriteEach(*id, rows.begin(), rows.end()); !st.ok()) return fail(st);
+  if (st = InsertInsights(*id, insights); !st.ok()) return fail(st);
+  if (st = Commit(); !st.ok()) return st;
+  return *id;
+}
+
 Status SqliteStore::PruneRawSamples(int64_t run_id, int64_t from_ns, int64_t to_ns) {
   if (to_ns <= from_ns) return Status::Ok();
   if (Status st = Begin(); !st.ok()) return st;
