@@ -114,9 +114,9 @@ int RunExport(const ExportArgs& args, const RunPicker& pick) {
 
 }  // namespace
 
-ExportCommand AddExportCommand(CLI::App& app, RunPicker pick) {
+Subcommand AddExportCommand(CLI::App& app, RunPicker pick) {
   auto args = std::make_shared<ExportArgs>();
-  ExportCommand cmd;
+  Subcommand cmd;
   cmd.command = app.add_subcommand(
       "export",
       "Write a stored run as a trace file: --format perfetto is Chrome trace-event JSON (steps, "

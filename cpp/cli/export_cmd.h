@@ -11,6 +11,7 @@
 #include <string>
 
 #include "store/run_store.h"
+#include "subcommand.h"
 
 namespace gpuprof::cli {
 
@@ -23,12 +24,7 @@ struct PickedRun {
 };
 using RunPicker = std::function<PickedRun(std::string db, std::string run)>;
 
-struct ExportCommand {
-  CLI::App* command = nullptr;  // parsed() after app.parse() when it was given
-  std::function<int()> run;     // runs it: the exit status (0, 1 data error, 2 usage error)
-};
-
 // Adds the `export` subcommand to `app`; `pick` resolves its DB and RUN arguments.
-ExportCommand AddExportCommand(CLI::App& app, RunPicker pick);
+Subcommand AddExportCommand(CLI::App& app, RunPicker pick);
 
 }  // namespace gpuprof::cli

@@ -596,10 +596,10 @@ int Main(int argc, char** argv) {
   drain->add_option("--dir", drain_args.dir,
                     "Spool directory (default: $GPUPROF_BUFFER_DIR, else ~/.gpuprof/buffer)");
 
-  const NsysImportCommand nsys_import = AddNsysImportCommand(app);
+  const Subcommand nsys_import = AddNsysImportCommand(app);
 
   // `export` picks its DB and RUN as `insights` does.
-  const ExportCommand export_cmd = AddExportCommand(app, [](std::string db, std::string run) {
+  const Subcommand export_cmd = AddExportCommand(app, [](std::string db, std::string run) {
     ApplyRunShorthand(&db, &run);
     PickedRun picked;
     OpenedRuns opened = OpenRuns(db);
@@ -614,7 +614,7 @@ int Main(int argc, char** argv) {
     return picked;
   });
 
-  const MergeCommand merge = AddMergeCommand(app);
+  const Subcommand merge = AddMergeCommand(app);
 
   CLI::App* version = app.add_subcommand("version", "Print the gpuprof version.");
 

@@ -124,7 +124,7 @@ int RunMerge(const MergeArgs& args) {
 
 }  // namespace
 
-MergeCommand AddMergeCommand(CLI::App& app) {
+Subcommand AddMergeCommand(CLI::App& app) {
   auto args = std::make_shared<MergeArgs>();
   CLI::App* cmd = app.add_subcommand(
       "merge",
@@ -133,7 +133,7 @@ MergeCommand AddMergeCommand(CLI::App& app) {
       "A run already in OUT is skipped; each run is copied whole, in one transaction.");
   cmd->add_option("out", args->out, "The gpuprof SQLite file to merge into")->required();
   cmd->add_option("inputs", args->inputs, "gpuprof SQLite files to read (not changed)")->required();
-  return MergeCommand{cmd, [args] { return RunMerge(*args); }};
+  return Subcommand{cmd, [args] { return RunMerge(*args); }};
 }
 
 }  // namespace gpuprof::cli

@@ -8,14 +8,11 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 
+#include "subcommand.h"
+
 namespace gpuprof::cli {
 
-struct MergeCommand {
-  CLI::App* command = nullptr;  // parsed() after app.parse() when it was given
-  std::function<int()> run;     // runs it: the exit status (0, 1 data error, 2 usage error)
-};
-
 // Adds the `merge` subcommand to `app`.
-MergeCommand AddMergeCommand(CLI::App& app);
+Subcommand AddMergeCommand(CLI::App& app);
 
 }  // namespace gpuprof::cli

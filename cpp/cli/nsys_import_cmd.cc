@@ -165,9 +165,9 @@ int RunNsysImport(const NsysImportArgs& args) {
 
 }  // namespace
 
-NsysImportCommand AddNsysImportCommand(CLI::App& app) {
+Subcommand AddNsysImportCommand(CLI::App& app) {
   auto args = std::make_shared<NsysImportArgs>();
-  NsysImportCommand cmd;
+  Subcommand cmd;
   cmd.command = app.add_subcommand(
       "nsys-import",
       "Attach the kernel timings of an Nsight Systems capture to the steps of a stored run "

@@ -6,14 +6,11 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 
+#include "subcommand.h"
+
 namespace gpuprof::cli {
 
-struct NsysImportCommand {
-  CLI::App* command = nullptr;  // parsed() after app.parse() when it was given
-  std::function<int()> run;     // runs it: the exit status (0, 1 data error, 2 usage error)
-};
-
 // Adds the `nsys-import` subcommand to `app`; its arguments live in the returned `run`.
-NsysImportCommand AddNsysImportCommand(CLI::App& app);
+Subcommand AddNsysImportCommand(CLI::App& app);
 
 }  // namespace gpuprof::cli
