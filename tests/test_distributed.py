@@ -314,6 +314,45 @@ def test_files_of_one_rank_each_merge_into_one_group(tmp_path):
     assert len(runs(merged)) == 2
 
 
+def test_export_group_puts_every_rank_in_one_trace_on_one_clock(tmp_path):
+    from test_export import validate
+    # GIVEN a 2-rank DDP job in one file, rank 1 slower
+    db = tmp_path / "job.db"
+    torchrun(db, "--steps", "12", "--slow-rank", "1", "--late-ms", "20")
+    rs = runs(db)
+    # WHEN the group is exported by its run name
+    proc = run_cli("export", str(db), "--group", "dist-test", cwd=tmp_path, check=True)
+    path = tmp_path / f"{rs[0]['group_id']}.group.trace.json"
+    assert proc.stdout.startswith(f"{path.name}\n"), proc.stdout
+    assert "2 ranks, 24 steps (clocks aligned to rank 0" in proc.stdout, proc.stdout
+    doc = json.loads(path.read_text())
+    # THEN it is a valid trace with one process per rank, each with its steps and buckets
+    tracks = validate(doc, processes=2)
+    names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "process_name"}
+    assert sorted(names.values()) == ["gpuprof dist-test (rank 0)", "gpuprof dist-test (rank 1)"]
+    by_pid = {pid: [e for e in tracks["steps"] if e["pid"] == pid] for pid in names}
+    assert all(len(v) == 12 for v in by_pid.values()), {k: len(v) for k, v in by_pid.items()}
+    assert {e["pid"] for e in tracks["comm"]} == set(names)
+    # AND the ranks line up: a synchronous job's steps end together (the allreduce), to well
+    # under a step
+    ends = {pid: [e["ts"] + e["dur"] for e in sorted(v, key=lambda e: e["args"]["step"])]
+            for pid, v in by_pid.items()}
+    a, b = ends.values()
+    gaps = sorted(abs(x - y) for x, y in zip(a[3:], b[3:]))
+    step_us = sorted(e["dur"] for e in by_pid[next(iter(by_pid))])[6]
+    assert gaps[len(gaps) // 2] < step_us / 4, (gaps, step_us)
+    other = doc["otherData"]
+    assert other["group_id"] == rs[0]["group_id"] and len(other["ranks"]) == 2
+    assert min(r["shift_ns"] for r in other["ranks"]) == 0
+    # AND a RUN with --group is a usage error, an unknown group a data error
+    both = run_cli("export", str(db), "1", "--group", "dist-test")
+    assert both.returncode == 2 and "not both" in both.stderr, both.stderr
+    unknown = run_cli("export", str(db), "--group", "nope", "-o", str(tmp_path / "x.json"))
+    assert unknown.returncode == 1 and "no runs with group_id 'nope'" in unknown.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
 def test_merge_refuses_bad_input_and_writes_nothing(tmp_path):
     good = tmp_path / "good.db"
     torchrun(good, "--steps", "6", "--no-ddp")

@@ -69,9 +69,9 @@ def is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def validate(doc) -> dict[str, list[dict]]:
-    """Checks `doc` against the trace-event format; returns the events by thread name
-    ('C' events by counter name under 'counter:<name>')."""
+def validate(doc, processes: int = 1) -> dict[str, list[dict]]:
+    """Checks `doc` against the trace-event format (with `processes` named processes); returns
+    the events by thread name ('C' events by counter name under 'counter:<name>')."""
     assert isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list)
     assert doc["displayTimeUnit"] in ("ms", "ns")
     thread_names: dict[tuple[int, int], str] = {}
@@ -101,7 +101,7 @@ def validate(doc) -> dict[str, list[dict]]:
             assert isinstance(e.get("args"), dict) and e["args"], e
             assert all(is_number(v) for v in e["args"].values()), e
             by_track["counter:" + e["name"]].append(e)
-    assert len(process_names) == 1, process_names
+    assert len(process_names) == processes, process_names
     for e in doc["traceEvents"]:
         if e["ph"] in ("X", "i"):
             key = (e["pid"], e["tid"])

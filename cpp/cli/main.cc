@@ -599,20 +599,29 @@ int Main(int argc, char** argv) {
   const Subcommand nsys_import = AddNsysImportCommand(app);
 
   // `export` picks its DB and RUN as `insights` does.
-  const Subcommand export_cmd = AddExportCommand(app, [](std::string db, std::string run) {
-    ApplyRunShorthand(&db, &run);
-    PickedRun picked;
-    OpenedRuns opened = OpenRuns(db);
-    if (opened.exit) {
-      picked.exit = opened.exit;
-      return picked;
-    }
-    const std::optional<int64_t> id = PickRun(db, run, opened.ids, &picked.exit);
-    if (!id) return picked;
-    picked.store = std::move(opened.store);
-    picked.run_id = *id;
-    return picked;
-  });
+  const Subcommand export_cmd = AddExportCommand(
+      app,
+      [](std::string db, std::string run) {
+        ApplyRunShorthand(&db, &run);
+        PickedRun picked;
+        OpenedRuns opened = OpenRuns(db);
+        if (opened.exit) {
+          picked.exit = opened.exit;
+          return picked;
+        }
+        const std::optional<int64_t> id = PickRun(db, run, opened.ids, &picked.exit);
+        if (!id) return picked;
+        picked.store = std::move(opened.store);
+        picked.run_id = *id;
+        return picked;
+      },
+      [](std::string db) {
+        PickedRun picked;
+        OpenedRuns opened = OpenRuns(db);
+        picked.exit = opened.exit;
+        picked.store = std::move(opened.store);
+        return picked;
+      });
 
   const Subcommand merge = AddMergeCommand(app);
 

@@ -60,10 +60,24 @@ std::string UtcIso(int64_t unix_ns) {
   return std::string(head) + tail;
 }
 
-// Writes the events of one trace to a stream, one per line, and names its thread tracks.
+// The traceEvents array being written: events one per line, comma-separated.
+struct EventSink {
+  std::ostream& out;
+  size_t events = 0;
+  void Emit(const Json& event) {
+    out << (events == 0 ? "\n" : ",\n")
+        << event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    ++events;
+  }
+};
+
+// Writes the events of one process (a run) into a sink and names its thread tracks. Its times
+// are run-relative ns plus `shift_ns` (0 for a run alone; the rank's place on the group's time
+// line in a group trace).
 class TraceWriter {
  public:
-  TraceWriter(std::ostream& out, int64_t pid) : out_(out), pid_(pid) {}
+  TraceWriter(EventSink& sink, int64_t pid, int64_t shift_ns = 0)
+      : sink_(sink), pid_(pid), shift_ns_(shift_ns) {}
   TraceWriter(const TraceWriter&) = delete;
   TraceWriter& operator=(const TraceWriter&) = delete;
 
@@ -72,8 +86,7 @@ class TraceWriter {
   size_t tracks() const { return threads_.size() + counters_.size(); }
 
   void Emit(const Json& event) {
-    out_ << (events_ == 0 ? "\n" : ",\n")
-         << event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    sink_.Emit(event);
     ++events_;
   }
 
@@ -103,7 +116,7 @@ class TraceWriter {
     Json e{{"name", name},
            {"cat", cat},
            {"ph", "X"},
-           {"ts", Us(start_ns)},
+           {"ts", Us(start_ns + shift_ns_)},
            {"dur", Us(std::max<int64_t>(0, end_ns - start_ns))},
            {"pid", pid_},
            {"tid", tid}};
@@ -113,8 +126,8 @@ class TraceWriter {
 
   // An instant event on thread `tid`.
   void Instant(int64_t tid, const std::string& name, const char* cat, int64_t ts_ns, Json args) {
-    Json e{{"name", name},    {"cat", cat},  {"ph", "i"}, {"s", "t"},
-           {"ts", Us(ts_ns)}, {"pid", pid_}, {"tid", tid}};
+    Json e{{"name", name}, {"cat", cat}, {"ph", "i"}, {"s", "t"}, {"ts", Us(ts_ns + shift_ns_)},
+           {"pid", pid_},  {"tid", tid}};
     if (!args.empty()) e["args"] = std::move(args);
     Emit(e);
   }
@@ -124,13 +137,17 @@ class TraceWriter {
   void Counter(const std::string& name, const char* unit, int64_t ts_ns, double value) {
     if (!std::isfinite(value)) return;
     counters_.insert(name);
-    Emit(Json{
-        {"name", name}, {"ph", "C"}, {"ts", Us(ts_ns)}, {"pid", pid_}, {"args", {{unit, value}}}});
+    Emit(Json{{"name", name},
+              {"ph", "C"},
+              {"ts", Us(ts_ns + shift_ns_)},
+              {"pid", pid_},
+              {"args", {{unit, value}}}});
   }
 
  private:
-  std::ostream& out_;
+  EventSink& sink_;
   const int64_t pid_;
+  const int64_t shift_ns_;
   int64_t next_tid_ = 1;
   size_t events_ = 0;
   std::map<std::string, int64_t> threads_;
@@ -488,13 +505,20 @@ void WriteNotes(const store::RunData& d, TraceWriter& w, int64_t end_ns) {
 
 }  // namespace
 
-PerfettoSummary WritePerfettoTrace(const store::RunData& data, std::ostream& out,
-                                   const PerfettoOptions& options) {
+namespace {
+
+// A pid for the trace: the run's own when it is a valid one not taken yet, else a free one.
+int64_t TracePid(const store::RunInfo& r, std::set<int64_t>* taken) {
+  int64_t pid = r.pid > 0 && r.pid <= std::numeric_limits<int32_t>::max() ? r.pid : 1;
+  while (!taken->insert(pid).second) pid = pid % std::numeric_limits<int32_t>::max() + 1;
+  return pid;
+}
+
+// Every event of one run: its process's names, then its tracks.
+void WriteRunEvents(const store::RunData& data, TraceWriter& w, const PerfettoOptions& options,
+                    int64_t end_ns) {
   const store::RunInfo& r = data.run;
-  const int64_t pid = r.pid > 0 && r.pid <= std::numeric_limits<int32_t>::max() ? r.pid : 1;
-  const int64_t end_ns = RunEnd(data);
-  out << "{\"traceEvents\": [";
-  TraceWriter w(out, pid);
+  const int64_t pid = w.pid();
   const std::string process = "gpuprof " + r.run_name +
                               (r.rank ? " (rank " + std::to_string(*r.rank) + ")"
                                       : " (run " + std::to_string(r.run_id) + ")");
@@ -521,10 +545,59 @@ PerfettoSummary WritePerfettoTrace(const store::RunData& data, std::ostream& out
   WriteGpuCounters(data, w);
   WriteHostCounters(data, w);
   WriteNotes(data, w, end_ns);
-  out << "\n],\n\"displayTimeUnit\": \"ms\",\n\"otherData\": "
-      << OtherData(data, end_ns).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+}
+
+std::string Dump(const Json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
+
+PerfettoSummary WritePerfettoTrace(const store::RunData& data, std::ostream& out,
+                                   const PerfettoOptions& options) {
+  std::set<int64_t> pids;
+  const int64_t end_ns = RunEnd(data);
+  out << "{\"traceEvents\": [";
+  EventSink sink{out};
+  TraceWriter w(sink, TracePid(data.run, &pids));
+  WriteRunEvents(data, w, options, end_ns);
+  out << "\n],\n\"displayTimeUnit\": \"ms\",\n\"otherData\": " << Dump(OtherData(data, end_ns))
       << "}\n";
-  return PerfettoSummary{w.events(), w.tracks()};
+  return PerfettoSummary{sink.events, w.tracks()};
+}
+
+PerfettoSummary WritePerfettoGroupTrace(const std::vector<GroupTraceRank>& ranks,
+                                        const GroupTraceInfo& info, std::ostream& out,
+                                        const PerfettoOptions& options) {
+  std::set<int64_t> pids;
+  out << "{\"traceEvents\": [";
+  EventSink sink{out};
+  PerfettoSummary summary;
+  Json per_rank = Json::array();
+  for (const GroupTraceRank& rank : ranks) {
+    if (!rank.data) continue;
+    const int64_t end_ns = RunEnd(*rank.data);
+    TraceWriter w(sink, TracePid(rank.data->run, &pids), rank.shift_ns);
+    WriteRunEvents(*rank.data, w, options, end_ns);
+    summary.tracks += w.tracks();
+    Json o = OtherData(*rank.data, end_ns);
+    o["trace_pid"] = w.pid();
+    o["shift_ns"] = rank.shift_ns;
+    per_rank.push_back(std::move(o));
+  }
+  summary.events = sink.events;
+  Json other{{"exported_by", "gpuprof export --group --format perfetto"},
+             {"group_id", info.group_id},
+             {"time_base",
+              "ts and dur are microseconds since base_unix_ns, the earliest rank's start on the "
+              "common clock; a rank's run time t is at (start_unix_ns - clock_offset_ns - "
+              "base_unix_ns + t) / 1000 (shift_ns per rank), so the ranks line up"},
+             {"base_unix_ns", info.base_unix_ns},
+             {"base_utc", UtcIso(info.base_unix_ns)},
+             {"clock_alignment", info.alignment},
+             {"ranks", std::move(per_rank)}};
+  out << "\n],\n\"displayTimeUnit\": \"ms\",\n\"otherData\": " << Dump(other) << "}\n";
+  return summary;
 }
 
 std::string PerfettoTraceJson(const store::RunData& run, const PerfettoOptions& options) {

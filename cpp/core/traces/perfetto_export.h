@@ -62,6 +62,25 @@ struct PerfettoSummary {
 PerfettoSummary WritePerfettoTrace(const store::RunData& run, std::ostream& out,
                                    const PerfettoOptions& options = {});
 
+// Several runs in one trace, one process each (the ranks of a distributed job): a rank's events
+// are its run-relative times plus its `shift_ns`, where its run clock's 0 falls after the
+// group's base (its start_unix_ns minus its measured clock offset, minus the base; the CLI
+// computes them with analysis::GroupView). Processes keep their run's pid unless another rank
+// took it (then the next free one; otherData.ranks[].trace_pid says which). otherData holds the
+// group facts and one run's otherData per rank, with its shift.
+struct GroupTraceRank {
+  const store::RunData* data = nullptr;
+  int64_t shift_ns = 0;
+};
+struct GroupTraceInfo {
+  std::string group_id;
+  int64_t base_unix_ns = 0;  // the time line's 0 (wall clock of the reference rank)
+  std::string alignment;     // how the ranks' clocks were aligned, for a reader
+};
+PerfettoSummary WritePerfettoGroupTrace(const std::vector<GroupTraceRank>& ranks,
+                                        const GroupTraceInfo& info, std::ostream& out,
+                                        const PerfettoOptions& options = {});
+
 // The same as one string.
 std::string PerfettoTraceJson(const store::RunData& run, const PerfettoOptions& options = {});
 

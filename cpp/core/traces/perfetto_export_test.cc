@@ -7,6 +7,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -277,6 +278,65 @@ TEST(PerfettoExport, OverlappingCommBucketsGoToLanes) {
   EXPECT_FALSE(lane2[0]["args"].contains("bytes"));
   EXPECT_EQ(lane1[1]["name"], "bucket 2");
   EXPECT_EQ(t.doc["otherData"]["rank"], 2);
+}
+
+TEST(PerfettoExport, AGroupTraceHasOneProcessPerRankOnTheCommonTimeLine) {
+  // GIVEN two ranks whose processes had the same pid (two hosts), rank 1 starting 250 ms after
+  // the group's base, each with one bucket 40 ms into its step 1
+  std::vector<store::RunData> runs;
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    RunBuilder b;
+    b.Rank("job", rank, 2).Steps(2, StepShape{});
+    b.run().pid = 4242;
+    b.run().hostname = "node-" + std::to_string(rank);
+    const int64_t s = b.steps()[1].start_ns;
+    b.CommBucket(1, 0, s + 40 * kMs, s + 70 * kMs, 1 << 20);
+    runs.push_back(b.Build());
+  }
+  const std::vector<GroupTraceRank> ranks = {{&runs[0], 0}, {&runs[1], 250 * kMs}};
+  const GroupTraceInfo info{"job", runs[0].run.start_unix_ns, "clocks aligned to rank 0"};
+  std::ostringstream out;
+  const PerfettoSummary summary = WritePerfettoGroupTrace(ranks, info, out);
+  const json doc = json::parse(out.str());
+  // THEN each rank is a process of its own, named by its rank, with a distinct pid
+  std::map<int64_t, std::string> processes;
+  std::map<int64_t, std::vector<json>> comm;  // pid -> comm slices
+  std::map<std::pair<int64_t, int64_t>, std::string> threads;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "process_name") processes[e["pid"]] = e["args"]["name"];
+    if (e["ph"] == "M" && e["name"] == "thread_name") {
+      threads[{e["pid"], e["tid"]}] = e["args"]["name"];
+    }
+  }
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] == "X" && threads[{e["pid"], e["tid"]}] == "comm") comm[e["pid"]].push_back(e);
+  }
+  ASSERT_EQ(processes.size(), 2u);
+  EXPECT_EQ(processes.at(4242), "gpuprof exp (rank 0)");
+  EXPECT_EQ(processes.at(4243), "gpuprof exp (rank 1)");
+  EXPECT_EQ(summary.events, doc["traceEvents"].size());
+  // AND rank 1's events are its run times plus its shift, rank 0's as they are
+  const int64_t s1 = runs[0].steps[1].start_ns;
+  ASSERT_EQ(comm[4242].size(), 1u);
+  ASSERT_EQ(comm[4243].size(), 1u);
+  EXPECT_EQ(Ns(comm[4242][0]["ts"]), s1 + 40 * kMs);
+  EXPECT_EQ(Ns(comm[4243][0]["ts"]), s1 + 40 * kMs + 250 * kMs);
+  EXPECT_EQ(Ns(comm[4243][0]["dur"]), 30 * kMs);
+  // AND otherData has the group's time base and each rank's facts with its shift and pid
+  const json& other = doc["otherData"];
+  EXPECT_EQ(other["group_id"], "job");
+  EXPECT_EQ(other["base_unix_ns"], runs[0].run.start_unix_ns);
+  EXPECT_EQ(other["clock_alignment"], "clocks aligned to rank 0");
+  ASSERT_EQ(other["ranks"].size(), 2u);
+  EXPECT_EQ(other["ranks"][1]["rank"], 1);
+  EXPECT_EQ(other["ranks"][1]["hostname"], "node-1");
+  EXPECT_EQ(other["ranks"][1]["shift_ns"], 250 * kMs);
+  EXPECT_EQ(other["ranks"][1]["trace_pid"], 4243);
+  // AND one rank alone makes the same events as its own export, shifted by nothing
+  std::ostringstream alone;
+  WritePerfettoGroupTrace({{&runs[0], 0}}, info, alone);
+  EXPECT_EQ(json::parse(alone.str())["traceEvents"],
+            json::parse(PerfettoTraceJson(runs[0]))["traceEvents"]);
 }
 
 TEST(PerfettoExport, TelemetryCountersLeaveUnknownOut) {
