@@ -839,8 +839,21 @@ Expected<json> ServerApi::Report(store::RunStore& db, int64_t run_id) {
   auto progress = db.LoadRunProgress(run_id);
   if (!progress) return Status::Error("store: " + progress.error());
   json key = json::array();
+  std::optional<std::string> group;
   for (const store::RunInfo& r : *runs) {
-    if (r.run_id == run_id) key.push_back(store::RunInfoToJson(r));
+    if (r.run_id != run_id) continue;
+    key.push_back(store::RunInfoToJson(r));
+    if (r.world_size && *r.world_size > 1) group = r.group_id;
+  }
+  // A rank's report also reads the other ranks' bucket timings (peer_wait): their fields and
+  // the batches stored for them are part of what it is computed from.
+  std::vector<int64_t> peers;
+  if (group) {
+    for (const store::RunInfo& r : *runs) {
+      if (r.run_id == run_id || r.group_id != group) continue;
+      key.push_back(store::RunInfoToJson(r));
+      peers.push_back(r.run_id);
+    }
   }
   key.push_back({progress->steps, progress->last_step ? *progress->last_step : -1,
                  progress->last_step_end_ns ? *progress->last_step_end_ns : -1,
@@ -850,6 +863,7 @@ Expected<json> ServerApi::Report(store::RunStore& db, int64_t run_id) {
   {
     std::lock_guard lock(reports_mu_);
     key.push_back(run_writes_[run_id]);  // batches stored since start (rows of any table)
+    for (int64_t peer : peers) key.push_back(run_writes_[peer]);
   }
   const std::string fingerprint = key.dump();
   {

@@ -302,6 +302,55 @@ TEST_F(ServerApiTest, ViewersGetRunsTheEnginesReportAndDownsampledSeries) {
               HasSubstr("no metric 'fan'"));
 }
 
+TEST_F(ServerApiTest, ARanksReportIsRecomputedWhenTheOtherRanksStoreMore) {
+  // GIVEN two ranks of job "g": 20 steps of 100 ms each, buckets ready at 20 ms on rank 0 and at
+  // 85 ms on rank 1, every collective done at 95 ms
+  auto rank = [](int64_t r) {
+    json run = Run();
+    run["run"]["pid"] = 42 + r;
+    run["run"]["rank"] = r;
+    run["run"]["world_size"] = 2;
+    run["run"]["group_id"] = "g";
+    return run;
+  };
+  auto rows = [](int64_t ready_ms, bool steps, bool buckets) {
+    std::vector<store::Row> out;
+    for (int64_t s = 0; s < 20; ++s) {
+      const int64_t t = s * 100'000'000;
+      if (steps) out.emplace_back(store::StepRow{s, t, t + 100'000'000, 5, "gap", 1, 1, 1});
+      if (buckets) {
+        out.emplace_back(store::CommBucketRow{s, 0, t + ready_ms * 1'000'000, t + 95'000'000, 1});
+      }
+    }
+    return out;
+  };
+  auto post = [&](const char* run, const std::string& id, const std::vector<store::Row>& r) {
+    return Call("POST", std::string("/api/v1/runs/") + run + "/batches",
+                json{{"batch_id", id}, {"rows", store::RowsToJson(r)}})
+        .status;
+  };
+  ASSERT_EQ(Call("PUT", "/api/v1/runs/r0", rank(0)).status, 201);
+  ASSERT_EQ(Call("PUT", "/api/v1/runs/r1", rank(1)).status, 201);
+  ASSERT_EQ(post("r0", "a", rows(20, true, true)), 200);
+  ASSERT_EQ(post("r1", "a", rows(85, true, false)), 200);
+  const auto [cookie, csrf] = Login();
+  auto peer_wait = [&, &cookie = cookie] {
+    const json report = json::parse(Viewer("GET", "/api/v1/runs/1", cookie).body);
+    for (const auto& i : report["insights"]) {
+      if (i["rule_id"] == "peer_wait") return i["message"].get<std::string>();
+    }
+    for (const auto& n : report["not_evaluated"]) {
+      if (n["rule_id"] == "peer_wait") return "not evaluated: " + n["reason"].get<std::string>();
+    }
+    return std::string("passed");
+  };
+  // WHEN rank 1 has stored only its steps, rank 0's report cannot compare
+  EXPECT_THAT(peer_wait(), HasSubstr("not evaluated: no steady-state step whose buckets"));
+  // AND once rank 1's buckets arrive (rank 0 unchanged) the report is computed again
+  ASSERT_EQ(post("r1", "b", rows(85, false, true)), 200);
+  EXPECT_THAT(peer_wait(), HasSubstr("This rank waited 65% of step time"));
+}
+
 TEST_F(ServerApiTest, MetricsShowALiveRunsNewestGpuSecondWithItsNameEscaped) {
   json run = Run();
   run["run"]["run_name"] = "a\"b\\c\nd";
