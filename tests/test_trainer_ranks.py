@@ -6,6 +6,7 @@ each holds that rank's optimizer steps (320 samples / 16 per batch / 2 ranks).""
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -24,8 +25,8 @@ def launch(cmd: list[str], cwd: Path) -> str:
 
 
 def check_ranks(db: Path, out: str) -> None:
-    assert sorted(ln.split()[1] for ln in out.splitlines() if ln.startswith("RANK ")) == [
-        "0", "1"]
+    # The ranks share one stdout: their lines may run together ("RANK 0 RUN 2RANK 1 RUN 1").
+    assert sorted(re.findall(r"RANK (\d+) RUN \d+", out)) == ["0", "1"], out
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         runs = con.execute("SELECT run_id, rank, world_size, group_id, status FROM runs "
