@@ -175,7 +175,7 @@ def test_named_phases_around_auto_timed_calls_are_counted_once(db):
             self.lin = torch.nn.Linear(8, 1)
 
         def forward(self, x):
-            time.sleep(0.01)
+            time.sleep(0.05)
             return self.lin(x)
 
     model = Slow()
@@ -190,14 +190,15 @@ def test_named_phases_around_auto_timed_calls_are_counted_once(db):
                 with s.phase("optimizer"):
                     opt.step()
                     opt.zero_grad()
-    # THEN each step's forward is the 10 ms call once (not the phase plus the auto-timed
-    # call), one call, and the phases fit inside their step
+    # THEN each step's forward is the 50 ms call once (not the phase plus the auto-timed
+    # call: that would be 100 ms or more; the slack covers a slow first call under ASan), one
+    # call, and the phases fit inside their step
     for step, fwd_ns, calls, span in db.rows(
             "SELECT p.step, p.wall_ns, p.calls, s.end_ns - s.start_ns FROM phases p "
             "JOIN steps s ON s.run_id = p.run_id AND s.step = p.step "
             "WHERE p.name = 'forward' ORDER BY p.step"):
         assert calls == 1, step
-        assert 10e6 <= fwd_ns < 30e6 and fwd_ns <= span, (step, fwd_ns, span)
+        assert 50e6 <= fwd_ns < 100e6 and fwd_ns <= span, (step, fwd_ns, span)
 
 
 def test_phase_outside_its_step_warns_and_is_recorded_as_a_diagnostic(db):
