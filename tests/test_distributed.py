@@ -220,6 +220,41 @@ def test_group_agreed_when_the_process_group_starts_inside_the_profile(tmp_path,
     assert all(r["status"] == "ok" for r in rs)
 
 
+def test_each_rank_reads_the_other_ranks_cpu_apart_from_other_processes(tmp_path):
+    # GIVEN 2 ranks on this host under torchrun, long enough for a few host samples (2 Hz)
+    db = tmp_path / "cpu.db"
+    results = torchrun(db, "--steps", "400", nproc=2)
+    per_rank = {}
+    for r in results:
+        per_rank[r["rank"]] = query(
+            db, "SELECT AVG(proc_cpu_pct), AVG(job_cpu_pct), COUNT(job_cpu_pct), "
+                "COUNT(proc_cpu_pct) FROM host_samples WHERE run_id = ?", r["run_id"])[0]
+    # THEN each rank's host samples carry the job's other rank's CPU (job_cpu_pct) on every
+    # sample that has its own
+    for rank, (proc, job, n_job, n_proc) in per_rank.items():
+        assert n_proc >= 2 and n_job == n_proc, per_rank
+        assert job > 5, per_rank  # the other rank trains: it is busy
+    # AND what rank 0 read for the others is what rank 1 measured of itself, and back
+    for me, other in ((0, 1), (1, 0)):
+        job_seen, proc_of_other = per_rank[me][1], per_rank[other][0]
+        assert abs(job_seen - proc_of_other) <= max(25.0, 0.35 * proc_of_other), per_rank
+
+    # GIVEN a process no launcher started beside others
+    code = ("import time, gpuprof\n"
+            f"with gpuprof.profile('alone', db={str(tmp_path / 'alone.db')!r}, gpu='none', "
+            "host_hz=20, summary=False, auto=False) as p:\n"
+            "    for i in range(6):\n"
+            "        with p.step(i):\n"
+            "            time.sleep(0.05)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # THEN it has its own CPU and no job figure (NULL, not 0)
+    own, job = query(tmp_path / "alone.db",
+                     "SELECT COUNT(proc_cpu_pct), COUNT(job_cpu_pct) FROM host_samples")[0]
+    assert own >= 2 and job == 0
+
+
 def test_a_fresh_shared_file_never_loses_a_rank(tmp_path):
     # GIVEN 4 ranks creating the same new file at once, ten times
     for attempt in range(10):

@@ -127,6 +127,7 @@ class PySession {
     c.gpu.mock_scenario = Opt<std::string>(options, "mock_scenario").value_or("");
     c.host_telemetry = Opt<bool>(options, "host").value_or(true);
     c.proc_root = Opt<std::string>(options, "proc_root").value_or("/proc");
+    c.job_parent_pid = Opt<int64_t>(options, "job_parent_pid");
     c.analysis.gpu_rate_usd_per_hour = Opt<double>(options, "gpu_rate");
     // Kernel traces: the plan is checked here too (profile() checks it first).
     if (auto plan = traces::TracePlan::Make(TraceOptionsFrom(options)); plan.ok()) {

@@ -550,6 +550,10 @@ class Profile:
             if group is not None:
                 opts["group_id"] = group
                 env["group_source"] = "agreed through torchrun's store"
+        if env.get("local_world_size", 1) > 1 and os.getppid() > 1:
+            # The launcher (torchrun's agent) started this host's ranks: its other children
+            # are the job's other ranks, whose CPU the host sampler reads apart (job_cpu_pct).
+            opts["job_parent_pid"] = os.getppid()
         config = json.loads(opts["config_json"])
         config["distributed"] = env
         opts["config_json"] = json.dumps(config, sort_keys=True, allow_nan=False)

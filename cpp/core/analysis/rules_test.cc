@@ -693,8 +693,9 @@ TEST(HostStalls, WithoutTheWatchItIsNotEvaluatedAndSaysWhy) {
 // 100 steady steps of 100 ms with the CPU wait read; `waits` (step index in the steady state,
 // ms of CPU wait in it); host samples every 100 ms of a 2-core host `host_pct` busy with the
 // training's tree on `tree_pct` (percent of one core).
+// job_pct: the job's other ranks on the host (a rank a launcher started beside others).
 RunBuilder Contended(const std::vector<std::pair<size_t, int64_t>>& waits, double host_pct,
-                     double tree_pct) {
+                     double tree_pct, std::optional<double> job_pct = std::nullopt) {
   RunBuilder b;
   b.CpuWaitWatch().Steps(kWarmupSteps + 100, Split(100, 5, 90));
   for (const auto& [i, ms] : waits) b.CpuWaitInStep(kWarmupSteps + i, ms * kMs);
@@ -702,6 +703,7 @@ RunBuilder Contended(const std::vector<std::pair<size_t, int64_t>>& waits, doubl
     h.cpu_pct = host_pct;
     h.ncores = 2;
     h.proc_cpu_pct = tree_pct;
+    h.job_cpu_pct = job_pct;
   });
   return b;
 }
@@ -748,6 +750,40 @@ TEST(CpuContention, TheTrainingsOwnThreadsGetTheThreadCountFixAndSeverityGrowsWi
   ASSERT_TRUE(plain.fired());
   EXPECT_EQ(plain.insight->fix, thresholds::kCpuContentionFix);
   EXPECT_TRUE(plain.insight->evidence["other_load_min_cores"].is_null());
+}
+
+TEST(CpuContention, TheJobsOtherRanksOnTheHostAreNotOtherProcesses) {
+  // GIVEN a rank queueing 60 ms of every 100 ms step on a 2-core host 95% busy: this rank on
+  // 0.9 of a core, the job's other rank on this host on 0.8 (0.2 of a core left to others)
+  std::vector<std::pair<size_t, int64_t>> waits;
+  for (size_t i = 0; i < 100; ++i) waits.emplace_back(i, 60);
+  const RuleResult r = Eval("cpu_contention", Contended(waits, 95, 90, 80));
+  // THEN the load is the job's: its ranks on this host get the per-rank share fix, not "move
+  // the other processes"
+  ASSERT_TRUE(r.fired());
+  EXPECT_THAT(r.insight->message,
+              HasSubstr(": the job's other ranks on this host kept about 0.8 of its 2 cores "
+                        "busy, this rank about 0.9 (processes outside the job under 0.5 of a "
+                        "core)"));
+  EXPECT_EQ(r.insight->fix, thresholds::kCpuContentionJobFix);
+  EXPECT_TRUE(r.insight->evidence["job_load"].get<bool>());
+  EXPECT_NEAR(r.insight->evidence["job_load_mean_cores"].get<double>(), 0.8, 1e-9);
+  EXPECT_NEAR(r.insight->evidence["other_load_min_cores"].get<double>(), 0.2, 1e-9);
+
+  // GIVEN the same with a process outside the job on a full core (host 100%: 0.9 + 0.1 + 1)
+  const RuleResult outside = Eval("cpu_contention", Contended(waits, 100, 90, 10));
+  // THEN that process is the one to move, and the ranks' own share is named beside it
+  ASSERT_TRUE(outside.fired());
+  EXPECT_THAT(outside.insight->message,
+              HasSubstr(": other processes kept about 1 of the host's 2 cores busy (besides the "
+                        "job's other ranks on this host, about 0.1)"));
+  EXPECT_EQ(outside.insight->fix, thresholds::kCpuContentionOthersFix);
+
+  // GIVEN the other ranks idle and this rank's own threads on the whole host
+  const RuleResult own = Eval("cpu_contention", Contended(waits, 95, 185, 2));
+  // THEN it is this rank's threads
+  ASSERT_TRUE(own.fired());
+  EXPECT_EQ(own.insight->fix, thresholds::kCpuContentionOwnFix);
 }
 
 TEST(CpuContention, ALittleQueueingPassesAndWithoutTheReadingItSaysWhy) {

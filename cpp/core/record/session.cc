@@ -81,6 +81,7 @@ Expected<std::unique_ptr<Session>> Session::Start(SessionConfig config) {
   std::unique_ptr<telemetry::CpuWaitReader> cpu_wait;
   if (s->config_.host_telemetry && s->config_.recorder.host_hz > 0) {
     host = std::make_unique<telemetry::HostSampler>(info.pid, s->config_.proc_root);
+    if (s->config_.job_parent_pid) host->set_job_parent(*s->config_.job_parent_pid);
     s->SetTelemetryStatus("host", true, "procfs", std::nullopt);
     // The stall watch runs with host telemetry (Recorder), and reads the CPU wait of this
     // process's threads where the kernel keeps it.

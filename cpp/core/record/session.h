@@ -31,6 +31,9 @@ struct SessionConfig {
   telemetry::GpuCollectorOptions gpu;
   bool host_telemetry = true;  // profile(host=); host sampling also needs recorder.host_hz > 0
   std::string proc_root = "/proc";
+  // When this process is one of several ranks a launcher started on this host: the launcher's
+  // pid. Host sampling then also reads the job's other ranks (HostSampleRow::job_cpu_pct).
+  std::optional<int64_t> job_parent_pid;
   analysis::AnalysisOptions analysis;
   // Kernel traces (profile(trace_every_n_steps=, trace_range=, continuous_traces_hz=)).
   traces::TracePlan trace_plan;

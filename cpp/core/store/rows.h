@@ -147,6 +147,9 @@ struct HostSampleRow {
   std::optional<double> disk_read_iops;
   std::optional<double> proc_cpu_pct;
   std::optional<int64_t> proc_rss_bytes;
+  // The job's other ranks on this host with their children, percent of one core; nullopt when
+  // this process is not one of several ranks a launcher started here (HostSampler).
+  std::optional<double> job_cpu_pct;
 };
 
 struct WorkerSampleRow {

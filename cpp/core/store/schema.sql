@@ -158,7 +158,8 @@ CREATE TABLE IF NOT EXISTS host_samples (
   disk_read_bps   DOUBLE PRECISION,
   disk_read_iops  DOUBLE PRECISION,
   proc_cpu_pct    DOUBLE PRECISION,   -- training process tree, percent of one core
-  proc_rss_bytes  BIGINT
+  proc_rss_bytes  BIGINT,
+  job_cpu_pct     DOUBLE PRECISION    -- the job's other ranks on this host, percent of one core
 );
 CREATE INDEX IF NOT EXISTS host_samples_by_run ON host_samples(run_id, ts_ns);
 

@@ -237,7 +237,8 @@ struct Table<HostSampleRow> : TableDefaults {
                  Col("disk_read_bps", &HostSampleRow::disk_read_bps),
                  Col("disk_read_iops", &HostSampleRow::disk_read_iops),
                  Col("proc_cpu_pct", &HostSampleRow::proc_cpu_pct),
-                 Col("proc_rss_bytes", &HostSampleRow::proc_rss_bytes)};
+                 Col("proc_rss_bytes", &HostSampleRow::proc_rss_bytes),
+                 Col<kAdded>("job_cpu_pct", &HostSampleRow::job_cpu_pct)};
 };
 
 template <>

@@ -370,22 +370,21 @@ bool HostSampler::ScanTree() noexcept {
     std::sort(entries_.begin(), entries_.end(), [](const ProcEntry& a, const ProcEntry& b) {
       return a.ppid != b.ppid ? a.ppid < b.ppid : a.pid < b.pid;
     });
+    job_pids_.clear();
     const ProcEntry* root = nullptr;
     for (const ProcEntry& e : entries_) {
       if (e.pid == root_pid_) root = &e;
     }
     if (root == nullptr) return true;
     tree_pids_.push_back(root_pid_);
-    cur_proc_.push_back({root->pid, root->starttime, root->ticks});
-    for (size_t i = 0; i < tree_pids_.size(); ++i) {
-      const int64_t parent = tree_pids_[i];
-      auto lo = std::lower_bound(entries_.begin(), entries_.end(), parent,
-                                 [](const ProcEntry& e, int64_t v) { return e.ppid < v; });
-      for (auto it = lo; it != entries_.end() && it->ppid == parent; ++it) {
-        if (it->pid == root_pid_) continue;  // a cycle cannot exist, but never loop
-        tree_pids_.push_back(it->pid);
-        cur_proc_.push_back({it->pid, it->starttime, it->ticks});
-      }
+    cur_proc_.push_back({root->pid, root->starttime, root->ticks, false});
+    CollectDescendants(&tree_pids_, root_pid_, false);
+    // 3. The job's other ranks: the launcher's other children, and theirs.
+    if (job_parent_ && *job_parent_ > 1 && *job_parent_ != root_pid_) {
+      std::vector<int64_t> launcher{*job_parent_};
+      CollectDescendants(&launcher, root_pid_, true);
+      job_pids_.assign(launcher.begin() + 1, launcher.end());
+      // CollectDescendants added cur_proc_ entries for them already.
     }
     return true;
   } catch (...) {
@@ -394,24 +393,41 @@ bool HostSampler::ScanTree() noexcept {
   }
 }
 
+void HostSampler::CollectDescendants(std::vector<int64_t>* pids, int64_t skip, bool job) {
+  for (size_t i = 0; i < pids->size(); ++i) {
+    const int64_t parent = (*pids)[i];
+    auto lo = std::lower_bound(entries_.begin(), entries_.end(), parent,
+                               [](const ProcEntry& e, int64_t v) { return e.ppid < v; });
+    for (auto it = lo; it != entries_.end() && it->ppid == parent; ++it) {
+      if (it->pid == skip) continue;  // the root (a cycle cannot exist, but never loop)
+      pids->push_back(it->pid);
+      cur_proc_.push_back({it->pid, it->starttime, it->ticks, job});
+    }
+  }
+}
+
 bool HostSampler::RereadTree() noexcept {
-  // The tree of the last scan, minus pids that exited or were reused (a reused pid forces a
+  // The pids of the last scan, minus those that exited or were reused (a reused pid forces a
   // full scan next tick, as its place in the tree is unknown).
   try {
-    scratch_pids_.assign(tree_pids_.begin(), tree_pids_.end());
-    tree_pids_.clear();
-    for (int64_t pid : scratch_pids_) {
-      ProcEntry e;
-      if (!ReadProcStat(pid, &e)) continue;
-      auto it = std::lower_bound(prev_proc_.begin(), prev_proc_.end(), pid,
-                                 [](const ProcPrev& p, int64_t v) { return p.pid < v; });
-      if (it != prev_proc_.end() && it->pid == pid && it->starttime != e.starttime) {
-        force_scan_ = true;
-        continue;
+    const auto reread = [this](std::vector<int64_t>* pids, bool job) {
+      scratch_pids_.assign(pids->begin(), pids->end());
+      pids->clear();
+      for (int64_t pid : scratch_pids_) {
+        ProcEntry e;
+        if (!ReadProcStat(pid, &e)) continue;
+        auto it = std::lower_bound(prev_proc_.begin(), prev_proc_.end(), pid,
+                                   [](const ProcPrev& p, int64_t v) { return p.pid < v; });
+        if (it != prev_proc_.end() && it->pid == pid && it->starttime != e.starttime) {
+          force_scan_ = true;
+          continue;
+        }
+        pids->push_back(pid);
+        cur_proc_.push_back({pid, e.starttime, e.ticks, job});
       }
-      tree_pids_.push_back(pid);
-      cur_proc_.push_back({pid, e.starttime, e.ticks});
-    }
+    };
+    reread(&tree_pids_, false);
+    reread(&job_pids_, true);
     return true;
   } catch (...) {
     return false;
@@ -435,6 +451,7 @@ void HostSampler::SampleTree(double dt_s, int64_t now_rel_ns, store::HostSampleR
   }
   if (!ok) {
     tree_pids_.clear();
+    job_pids_.clear();
     prev_proc_.clear();
     return;
   }
@@ -444,21 +461,28 @@ void HostSampler::SampleTree(double dt_s, int64_t now_rel_ns, store::HostSampleR
     char path[512];
     char text[256];
     double cpu_sum = 0;
+    double job_sum = 0;
     bool root_has_rate = false;
     int64_t rss_sum = 0;
     bool any_rss = false;
     for (size_t i = 0; i < cur_proc_.size(); ++i) {
       const ProcPrev& cur = cur_proc_[i];
+      const auto prev = std::lower_bound(prev_proc_.begin(), prev_proc_.end(), cur.pid,
+                                         [](const ProcPrev& p, int64_t v) { return p.pid < v; });
+      const bool has_rate = dt_s > 0 && prev != prev_proc_.end() && prev->pid == cur.pid &&
+                            prev->starttime == cur.starttime && cur.ticks >= prev->ticks;
+      const double pct = has_rate ? 100.0 * static_cast<double>(cur.ticks - prev->ticks) /
+                                        static_cast<double>(clk_tck_) / dt_s
+                                  : 0.0;
+      if (cur.job) {  // the job's other ranks: their CPU only
+        job_sum += pct;
+        continue;
+      }
       store::WorkerSampleRow w;
       w.ts_ns = now_rel_ns;
       w.pid = cur.pid;
       w.role = cur.pid == root_pid_ ? "main" : "child";
-      auto it = std::lower_bound(prev_proc_.begin(), prev_proc_.end(), cur.pid,
-                                 [](const ProcPrev& p, int64_t v) { return p.pid < v; });
-      if (dt_s > 0 && it != prev_proc_.end() && it->pid == cur.pid &&
-          it->starttime == cur.starttime && cur.ticks >= it->ticks) {
-        double pct = 100.0 * static_cast<double>(cur.ticks - it->ticks) /
-                     static_cast<double>(clk_tck_) / dt_s;
+      if (has_rate) {
         w.cpu_pct = pct;
         cpu_sum += pct;
         if (cur.pid == root_pid_) root_has_rate = true;
@@ -479,6 +503,7 @@ void HostSampler::SampleTree(double dt_s, int64_t now_rel_ns, store::HostSampleR
       workers->push_back(std::move(w));
     }
     if (root_has_rate) host->proc_cpu_pct = cpu_sum;
+    if (root_has_rate && job_parent_) host->job_cpu_pct = job_sum;
     if (any_rss) host->proc_rss_bytes = rss_sum;
     std::sort(cur_proc_.begin(), cur_proc_.end(),
               [](const ProcPrev& a, const ProcPrev& b) { return a.pid < b.pid; });

@@ -27,6 +27,11 @@
 //                          root has none. CPU of children that exited between ticks is not seen.
 //   proc_rss_bytes         sum of the tree's RSS (pages shared between forked workers count once
 //                          per process, as in `ps`).
+//   job_cpu_pct            only with set_job_parent(): the launcher's other children and their
+//                          descendants (the job's other ranks on this host, with their loader
+//                          workers), found by the same scan and re-read the same way; the sum of
+//                          their cpu% of one core, set on the ticks proc_cpu_pct is. A sibling
+//                          seen for the first time counts from its next tick.
 #pragma once
 
 #include <cstdint>
@@ -67,6 +72,11 @@ class HostSampler {
   // every tick. Call before sampling starts (same thread as Sample()).
   void set_tree_rescan_interval_ns(int64_t ns) { tree_rescan_interval_ns_ = ns; }
 
+  // This process is one of several ranks a launcher (torchrun's agent) started on this host,
+  // and launcher_pid is that launcher: its other children's trees are the job's other ranks,
+  // sampled into job_cpu_pct (not into the worker rows). Call before sampling starts.
+  void set_job_parent(int64_t launcher_pid) { job_parent_ = launcher_pid; }
+
   int64_t root_pid() const { return root_pid_; }
   const std::string& proc_root() const { return proc_root_; }
   long clk_tck() const { return clk_tck_; }
@@ -85,6 +95,7 @@ class HostSampler {
   struct ProcPrev {
     int64_t pid = 0;
     uint64_t starttime = 0, ticks = 0;
+    bool job = false;  // a pid of the job's other ranks (job_pids_), not of the tree
   };
   struct DiskLine {
     std::string name;
@@ -99,14 +110,19 @@ class HostSampler {
   void SampleSwap(double dt_s, store::HostSampleRow* host) noexcept;
   void SampleDisk(double dt_s, store::HostSampleRow* host) noexcept;
   bool ReadProcStat(int64_t pid, ProcEntry* e) noexcept;
-  bool ScanTree() noexcept;    // full scan: rebuilds tree_pids_ and cur_proc_
+  bool ScanTree() noexcept;    // full scan: rebuilds tree_pids_, job_pids_ and cur_proc_
   bool RereadTree() noexcept;  // known pids only
+  // Breadth-first over entries_ (sorted by ppid) from the pids already in *pids (their
+  // children, theirs, ...), skipping `skip`'s subtree; appends to *pids and cur_proc_.
+  void CollectDescendants(std::vector<int64_t>* pids, int64_t skip, bool job);
   void SampleTree(double dt_s, int64_t now_rel_ns, store::HostSampleRow* host,
                   std::vector<store::WorkerSampleRow>* workers) noexcept;
 
   int64_t root_pid_;
   std::string proc_root_;
   std::vector<int64_t> tree_pids_;
+  std::optional<int64_t> job_parent_;
+  std::vector<int64_t> job_pids_;   // the job's other ranks on this host and their children
   std::vector<CpuTimes> prev_cpu_;  // [0] = aggregate, [1 + N] = core N
   std::vector<CpuTimes> cur_cpu_;
   std::vector<ProcPrev> prev_proc_;  // sorted by pid

@@ -212,6 +212,63 @@ TEST(HostSamplerTest, GivenReusedPid_WhenSampled_ThenItsRateRestarts) {
   EXPECT_THAT(sampler.TakeNotes(), IsEmpty());
 }
 
+TEST(HostSamplerTest, GivenALaunchersOtherRanks_WhenSampled_ThenTheirCpuIsJobCpuNotTheTrees) {
+  // GIVEN a launcher 50 (torchrun's agent) with three ranks: 100 (this process, with a loader
+  // worker 101), 110 (with a worker 111) and 120; an unrelated process 200; the agent's own
+  // CPU is not a rank's
+  testing::TempDir dir;
+  FakeProc proc(dir);
+  const long tck = sysconf(_SC_CLK_TCK);
+  proc.Process(1, "init", 0, 0, 0, 10);
+  proc.Process(50, "torchrun", 1, 10, 0, 10);
+  proc.Process(100, "python", 50, 100, 0, 10);
+  proc.Process(101, "pt_data_worker", 100, 10, 0, 10);
+  proc.Process(110, "python", 50, 100, 0, 10);
+  proc.Process(111, "pt_data_worker", 110, 10, 0, 10);
+  proc.Process(120, "python", 50, 100, 0, 10);
+  proc.Process(200, "unrelated", 1, 0, 0, 10);
+  HostSampler sampler(100, dir.path());
+  sampler.set_job_parent(50);
+  sampler.set_tree_rescan_interval_ns(10 * kSec);  // the second tick re-reads known pids
+  store::HostSampleRow host;
+  std::vector<store::WorkerSampleRow> workers;
+  sampler.Sample(0, &host, &workers);
+  EXPECT_FALSE(host.job_cpu_pct.has_value());  // priming: no rates yet
+
+  // WHEN one second later every process has run (the agent and the unrelated one too)
+  proc.Process(50, "torchrun", 1, 60, 0, 10);
+  proc.Process(100, "python", 50, 150, 0, 10);
+  proc.Process(101, "pt_data_worker", 100, 20, 0, 10);
+  proc.Process(110, "python", 50, 180, 0, 10);
+  proc.Process(111, "pt_data_worker", 110, 30, 0, 10);
+  proc.Process(120, "python", 50, 140, 0, 10);
+  proc.Process(200, "unrelated", 1, 90, 0, 10);
+  ASSERT_TRUE(sampler.Sample(1 * kSec, &host, &workers));
+
+  // THEN the tree and its worker rows are this rank's alone
+  auto pct = [&](int ticks) { return 100.0 * ticks / tck; };
+  EXPECT_THAT(sampler.tree_pids(), ElementsAre(100, 101));
+  ASSERT_THAT(workers, SizeIs(2));
+  EXPECT_THAT(host.proc_cpu_pct, Optional(DoubleEq(pct(50 + 10))));
+  // AND the other ranks' trees (110, 111, 120) are the job's CPU, without the agent or 200
+  EXPECT_THAT(host.job_cpu_pct, Optional(DoubleEq(pct(80 + 20 + 40))));
+
+  // WHEN rank 120 exits before the next tick
+  std::filesystem::remove_all(std::filesystem::path(dir.path()) / "120");
+  proc.Process(100, "python", 50, 160, 0, 10);
+  proc.Process(110, "python", 50, 190, 0, 10);
+  ASSERT_TRUE(sampler.Sample(2 * kSec, &host, &workers));
+  // THEN the ranks left count, and nothing fails
+  EXPECT_THAT(host.job_cpu_pct, Optional(DoubleEq(pct(10))));
+
+  // AND a sampler without a launcher has no job figure
+  HostSampler alone(100, dir.path());
+  alone.Sample(0, &host, &workers);
+  alone.Sample(1 * kSec, &host, &workers);
+  EXPECT_TRUE(host.proc_cpu_pct.has_value());
+  EXPECT_FALSE(host.job_cpu_pct.has_value());
+}
+
 TEST(HostSamplerTest, GivenMissingProcRoot_WhenSampled_ThenReturnsFalseWithEmptyRow) {
   HostSampler sampler(1, "/nonexistent/gpuprof/proc");
   store::HostSampleRow host;

@@ -472,6 +472,9 @@ void WriteHostCounters(const store::RunData& d, TraceWriter& w) {
     if (h.proc_rss_bytes) {
       w.Counter("training process RSS", "MiB", h.ts_ns, MiB(*h.proc_rss_bytes));
     }
+    if (h.job_cpu_pct) {
+      w.Counter("job's other ranks on this host CPU", "% of one core", h.ts_ns, *h.job_cpu_pct);
+    }
   }
 }
 

@@ -362,11 +362,17 @@ TEST(PerfettoExport, TelemetryCountersLeaveUnknownOut) {
   EXPECT_TRUE(names.count("host CPU"));
   EXPECT_FALSE(names.count("host memory used"));
   EXPECT_FALSE(names.count("training process RSS"));
+  EXPECT_FALSE(names.count("job's other ranks on this host CPU"));  // not a rank beside others
   const auto util = t.Counter("GPU 0 utilization");
   ASSERT_EQ(util.size(), d.gpu_samples_1s.size() / 2);
   EXPECT_DOUBLE_EQ(util[0]["args"]["%"].get<double>(), 85.0);
   EXPECT_DOUBLE_EQ(t.Counter("GPU 0 power")[0]["args"]["W"].get<double>(), 600.0);
   EXPECT_DOUBLE_EQ(t.Counter("host CPU")[0]["args"]["%"].get<double>(), 42.0);
+  // AND a rank beside other ranks has their CPU as its own track
+  d.host_samples[0].job_cpu_pct = 130;
+  const auto job = Export(d).Counter("job's other ranks on this host CPU");
+  ASSERT_EQ(job.size(), 1u);
+  EXPECT_DOUBLE_EQ(job[0]["args"]["% of one core"].get<double>(), 130.0);
 }
 
 TEST(PerfettoExport, InsightsAndDiagnosticsAreInstants) {

@@ -71,17 +71,28 @@ HostWindow SteadyHostSamples(const RunView& view) {
 std::optional<OtherLoad> MeasureOtherLoad(const HostWindow& w) {
   OtherLoad o;
   double sum = 0;
+  double job_sum = 0;
+  double own_sum = 0;
+  size_t job_samples = 0;
   for (const store::HostSampleRow* r : w.samples) {
     if (!r->cpu_pct || !r->ncores || !r->proc_cpu_pct || *r->ncores <= 0) continue;
     const double n = static_cast<double>(*r->ncores);
-    const double others = std::max(0.0, *r->cpu_pct / 100 * n - *r->proc_cpu_pct / 100);
+    const double job = r->job_cpu_pct.value_or(0) / 100;
+    const double others = std::max(0.0, *r->cpu_pct / 100 * n - *r->proc_cpu_pct / 100 - job);
     o.min_cores = o.samples == 0 ? others : std::min(o.min_cores, others);
     o.ncores = std::max(o.ncores, n);
     sum += others;
+    own_sum += *r->proc_cpu_pct / 100;
     ++o.samples;
+    if (r->job_cpu_pct) {
+      job_sum += job;
+      ++job_samples;
+    }
   }
   if (o.samples == 0) return std::nullopt;
   o.mean_cores = sum / static_cast<double>(o.samples);
+  o.own_mean_cores = own_sum / static_cast<double>(o.samples);
+  if (job_samples == o.samples) o.job_mean_cores = job_sum / static_cast<double>(job_samples);
   return o;
 }
 

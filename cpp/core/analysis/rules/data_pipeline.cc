@@ -201,11 +201,11 @@ RuleResult PrefetchQueueStarved(const RunView& view, const RuleContext&) {
 // from enough host readings (NeedHostCoverage). When the training's process tree was sampled,
 // it must itself be busy (TreeCpu::busy_fraction() at least kCpuBoundTreeBusy): a machine
 // pegged by other processes while the training's processes idle says nothing about its loader,
-// so the rule passes and dataloader_stall reports the stall alone. Likewise when other
-// processes keep at least kOtherLoadCores busy throughout (MeasureOtherLoad's least) and the
-// training's threads queue for a CPU (at least kCpuWaitShare of step time): the host is
-// contended, and the training's own CPU may be torch's threads spinning while they wait, not
-// loading; cpu_contention reports that.
+// so the rule passes and dataloader_stall reports the stall alone. Likewise when processes
+// outside the job keep at least kOtherLoadCores busy throughout (MeasureOtherLoad's least; the
+// job's other ranks on the host are the job's own load) and the training's threads queue for a
+// CPU (at least kCpuWaitShare of step time): the host is contended, and the training's own CPU
+// may be torch's threads spinning while they wait, not loading; cpu_contention reports that.
 RuleResult CpuBoundDataloader(const RunView& view, const RuleContext&) {
   const Stall stall = MeasureStall(view);
   if (!stall.fraction) return RuleResult::Skip(stall.reason);

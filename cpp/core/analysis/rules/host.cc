@@ -163,8 +163,9 @@ RuleResult HostStalls(const RunView& view, const RuleContext&) {
 // Fires when, over the steady-state steps, the training's threads queued for a CPU (CPU wait:
 // run-queue time of its threads, gpuprof's own left out) for at least kCpuWaitShare of step
 // time. Says whose load it is from the host samples: other processes' (MeasureOtherLoad, the
-// least over the window at least kOtherLoadCores) or the training's own threads, and gives the
-// fix for that case.
+// least over the window at least kOtherLoadCores), else the job's other ranks' on this host
+// (their mean at least kOtherLoadCores), else the training's own threads, and gives the fix for
+// that case.
 RuleResult CpuContention(const RunView& view, const RuleContext&) {
   if (!view.cpu_wait_watched) {
     const store::TelemetryStatusRow* t = view.Telemetry("cpu_wait");
@@ -186,13 +187,28 @@ RuleResult CpuContention(const RunView& view, const RuleContext&) {
     if (st.cpu_wait_ns.value_or(0) > worst->cpu_wait_ns.value_or(0)) worst = &st;
   }
   const auto others = MeasureOtherLoad(SteadyHostSamples(view));
+  // Whose load: processes outside the job, else the job's other ranks on this host, else the
+  // training's own threads.
   const bool others_load = others && others->min_cores >= kOtherLoadCores;
-  const bool own_threads = others && !others_load;
+  const bool job_load = others && !others_load && others->job_mean_cores &&
+                        *others->job_mean_cores >= kOtherLoadCores;
+  const bool own_threads = others && !others_load && !job_load;
   std::string whose;
+  std::string job_too;
+  if (others && others->job_mean_cores) {
+    job_too = StrFormat(" (besides the job's other ranks on this host, about %s)",
+                        FormatCompact(*others->job_mean_cores).c_str());
+  }
   if (others_load) {
-    whose =
-        StrFormat(": other processes kept about %s of the host's %s cores busy",
-                  FormatCompact(others->mean_cores).c_str(), FormatCompact(others->ncores).c_str());
+    whose = StrFormat(": other processes kept about %s of the host's %s cores busy%s",
+                      FormatCompact(others->mean_cores).c_str(),
+                      FormatCompact(others->ncores).c_str(), job_too.c_str());
+  } else if (job_load) {
+    whose = StrFormat(
+        ": the job's other ranks on this host kept about %s of its %s cores busy, this rank "
+        "about %s (processes outside the job under %s of a core)",
+        FormatCompact(*others->job_mean_cores).c_str(), FormatCompact(others->ncores).c_str(),
+        FormatCompact(others->own_mean_cores).c_str(), FormatCompact(kOtherLoadCores).c_str());
   } else if (own_threads) {
     whose = StrFormat(
         ": the training's own threads and processes outnumber the host's %s "
@@ -209,7 +225,11 @@ RuleResult CpuContention(const RunView& view, const RuleContext&) {
       {"other_load_mean_cores", others ? nlohmann::json(others->mean_cores) : nlohmann::json()},
       {"other_load_min_cores", others ? nlohmann::json(others->min_cores) : nlohmann::json()},
       {"ncores", others ? nlohmann::json(others->ncores) : nlohmann::json()},
+      {"job_load_mean_cores", others && others->job_mean_cores
+                                  ? nlohmann::json(*others->job_mean_cores)
+                                  : nlohmann::json()},
       {"other_load", others_load},
+      {"job_load", job_load},
       {"own_threads", own_threads},
       {"threshold_share", kCpuWaitShare},
       {"threshold_other_load_cores", kOtherLoadCores},
@@ -227,6 +247,7 @@ RuleResult CpuContention(const RunView& view, const RuleContext&) {
                 FormatDuration(static_cast<double>(worst->duration_ns)).c_str(), whose.c_str()),
       std::move(evidence));
   if (others_load) r.insight->fix = kCpuContentionOthersFix;
+  if (job_load) r.insight->fix = kCpuContentionJobFix;
   if (own_threads) r.insight->fix = kCpuContentionOwnFix;
   return r;
 }

@@ -73,7 +73,7 @@ void AddDataPipeline(std::vector<RuleSpec>& r) {
                     "(peak ≥ " +
                     Pct(kCpuBoundTreeBusy) +
                     " of their usable cores) when sampled; "
-                    "not while other processes hold ≥ " +
+                    "not while processes outside the job hold ≥ " +
                     Num(kOtherLoadCores) +
                     " core and the "
                     "training's threads queue for a CPU (cpu_contention)",
@@ -253,16 +253,17 @@ void AddHost(std::vector<RuleSpec>& r) {
                     Pct(kCpuWaitShare) + " of steady-state step time",
       .fix = kCpuContentionFix,
       .inputs = "cpu_waits (read by the stall watch from /proc schedstat, with host telemetry) "
-                "over the steady-state steps; host_samples.cpu_pct, ncores and proc_cpu_pct "
-                "say whose load it is",
+                "over the steady-state steps; host_samples.cpu_pct, ncores, proc_cpu_pct and "
+                "(a rank with other ranks on its host) job_cpu_pct say whose load it is",
       .thresholds = {{"kCpuWaitShare", kCpuWaitShare,
                       "fires at or above this share of steady-state step time"},
                      {"kCpuWaitMedShare", kCpuWaitMedShare, "med at or above this share"},
                      {"kCpuWaitHighShare", kCpuWaitHighShare, "high at or above this share"},
                      {"kOtherLoadCores", kOtherLoadCores,
-                      "other processes' load (the least over the steady-state host samples) at "
-                      "or above this many cores: the fix says to move them; below, the "
-                      "training's own threads outnumber the cores",
+                      "load from outside the job (the least over the steady-state host "
+                      "samples) at or above this many cores: the fix says to move it; below, "
+                      "the job's other ranks on the host (their mean at or above this) or else "
+                      "the training's own threads outnumber the cores",
                       true}},
       .explains = {{"high_step_variance", "cpu_wait_caused",
                     "its slow steps are mostly its threads queueing for a CPU", ""}},

@@ -115,12 +115,17 @@ inline constexpr const char* kCpuContentionFix =
     "(top), reserve cores for the training (taskset -c, a cgroup cpuset, Kubernetes guaranteed "
     "CPUs), and keep torch's threads plus DataLoader workers within the cores it has "
     "(torch.set_num_threads or OMP_NUM_THREADS, num_workers).";
-// ...when other processes take the cores, and when the training's own threads outnumber them.
+// ...when other processes take the cores, when the job's other ranks on the host do, and when
+// the training's own threads outnumber them.
 inline constexpr const char* kCpuContentionOthersFix =
     "Other processes take the cores the training's threads wait for: run it where they are not "
     "(or stop them), or reserve its cores (taskset -c, a cgroup cpuset, Kubernetes guaranteed "
     "CPUs); until then, torch.set_num_threads(n) with n = the cores left keeps torch's threads "
     "from queueing behind them.";
+inline constexpr const char* kCpuContentionJobFix =
+    "The job's ranks on this host, with their threads and loader workers, want more cores than "
+    "it has: give each rank its share (torch.set_num_threads or OMP_NUM_THREADS = cores / ranks "
+    "on the host, fewer DataLoader num_workers per rank), or run fewer ranks per host.";
 inline constexpr const char* kCpuContentionOwnFix =
     "The training runs more busy threads than it has cores: lower torch.set_num_threads (or "
     "OMP_NUM_THREADS) and DataLoader num_workers until torch's threads plus the workers fit "

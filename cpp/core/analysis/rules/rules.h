@@ -79,12 +79,16 @@ struct HostWindow {
 HostWindow SteadyHostSamples(const RunView& view);
 // The load of processes other than the training's over a host window, in cores: per sample
 // with the host's CPU, its core count and the training tree's CPU, host busy cores minus the
-// tree's; the mean and the least over them. nullopt when no sample has all three.
+// tree's and, on a rank of a job with other ranks on this host, minus theirs (job_cpu_pct):
+// the load from outside the job. The mean and the least over them; nullopt when no sample has
+// the first three. job_mean_cores: the job's other ranks' mean, when every such sample had it.
 struct OtherLoad {
   double mean_cores = 0;
   double min_cores = 0;
   double ncores = 0;  // the machine's cores (the most seen)
   size_t samples = 0;
+  double own_mean_cores = 0;  // the training tree's
+  std::optional<double> job_mean_cores;
 };
 std::optional<OtherLoad> MeasureOtherLoad(const HostWindow& w);
 // The training's threads' run-queue wait (StepView::cpu_wait_ns) over the steady-state steps as
