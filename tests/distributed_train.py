@@ -1,7 +1,7 @@
 """A small DDP (gloo, CPU) training script for tests/test_distributed.py, run under torchrun.
 
 Options shape the job: a rank made late before one bucket, a uniformly slower rank, a large
-model with tiny compute, a user comm hook, the process group initialised inside the profile,
+model with tiny compute, gradient accumulation with or without no_sync(), a user comm hook, the process group initialised inside the profile,
 FSDP instead of DDP. Prints one JSON line per rank: "RESULT {...}".
 """
 
@@ -44,6 +44,10 @@ def main() -> None:
     p.add_argument("--setup-before", action="store_true",
                    help="wrap the model (and register --user-hook) before the profile starts")
     p.add_argument("--manual", action="store_true", help="auto=False with prof.step()")
+    p.add_argument("--accumulate", type=int, default=1,
+                   help="backward passes per optimizer step (gradient accumulation)")
+    p.add_argument("--no-sync", action="store_true",
+                   help="with --accumulate: all but a step's last backward inside no_sync()")
     p.add_argument("--fsdp", action="store_true")
     p.add_argument("--no-ddp", action="store_true", help="no model wrapper, no collectives")
     p.add_argument("--no-comm-hook", action="store_true", help="profile(comm_hook=False)")
@@ -116,7 +120,11 @@ def main() -> None:
                 continue
             if a.slow_rank == rank:
                 time.sleep(a.late_ms / 1e3)
-            model(x).square().mean().backward()
+            for micro in range(a.accumulate):
+                last = micro == a.accumulate - 1
+                quiet = model.no_sync() if a.no_sync and not last else contextlib.nullcontext()
+                with quiet:
+                    model(x).square().mean().backward()
             opt.step()
             opt.zero_grad()
         unchanged = all(torch.equal(b, t.detach()) for b, t in zip(before, model.parameters()))

@@ -421,6 +421,34 @@ def test_a_large_model_with_tiny_compute_is_comm_dominant(tmp_path):
     assert "comm" in out
 
 
+@pytest.mark.parametrize("no_sync", [False, True], ids=["reduce-every-pass", "no_sync"])
+def test_comm_dominant_tells_gradient_accumulation_how_to_reduce(tmp_path, no_sync):
+    # GIVEN the large model with tiny compute, 4 backward passes per optimizer step, with or
+    # without no_sync() on the first three
+    db = tmp_path / "acc.db"
+    torchrun(db, "--steps", "10", "--width", "1024", "--depth", "4", "--batch", "1",
+             "--bucket-mb", "4", "--accumulate", "4", *(["--no-sync"] if no_sync else []))
+    for r in runs(db):
+        report = json.loads(run_cli("insights", str(db), str(r["run_id"]), "--json",
+                                    check=True).stdout)
+        comm = {i["rule_id"]: i for i in report["insights"]}.get("comm_dominant")
+        assert comm is not None, (r["rank"], [i["rule_id"] for i in report["insights"]])
+        ev = comm["evidence"]
+        assert ev["backward_passes_per_step"] == 4
+        if no_sync:
+            # THEN with no_sync() it counts one reduction per step and suggests more
+            # micro-batches, not no_sync() again
+            assert ev["syncs_per_step"] == 1
+            assert "one all-reduce per 4 backward passes" in comm["message"]
+            assert "no_sync" not in comm["fix"] and "micro-batches" in comm["fix"]
+        else:
+            # THEN without it each bucket was reduced after every pass, and no_sync() is the fix
+            assert ev["syncs_per_step"] == 4
+            assert "all-reduced 4 times a step, after each of its 4 backward passes" in \
+                comm["message"]
+            assert comm["fix"].startswith("Reduce once a step: run every backward pass")
+
+
 @pytest.mark.parametrize("before", [False, True], ids=["inside", "before-profile"])
 def test_a_user_comm_hook_still_runs_and_its_result_is_used(tmp_path, before):
     # GIVEN a user hook that replaces the averaged gradient with zeros (registered inside the

@@ -52,6 +52,47 @@ TEST(CommDominant, FiresWhenCollectivesFillTheStep) {
   EXPECT_EQ(r.insight->evidence["steps"], 20u - kWarmupSteps);
 }
 
+TEST(CommDominant, GradientAccumulationGetsTheFixForHowItReduces) {
+  // GIVEN steps of 4 backward passes whose 2 buckets are all-reduced after each pass (8 rows a
+  // step: 4 × [10, 20] and [30, 40] ... apart by 25 ms), no no_sync()
+  RunBuilder b;
+  b.Rank("job", 0, 2).Steps(20, Split(100, 5, 90)).BackwardPasses(4);
+  for (const auto& s : b.steps()) {
+    for (int64_t pass = 0; pass < 4; ++pass) {
+      const int64_t at = s.start_ns + pass * 25 * kMs;
+      b.CommBucket(s.step, 0, at + 5 * kMs, at + 12 * kMs, 1 << 20);
+      b.CommBucket(s.step, 1, at + 12 * kMs, at + 20 * kMs, 1 << 20);
+    }
+  }
+  const RuleResult every = Eval("comm_dominant", b);
+  // THEN it says each bucket went 4 times a step and the fix is no_sync()
+  ASSERT_TRUE(every.fired());
+  EXPECT_THAT(every.insight->message,
+              HasSubstr("8 buckets per step): each bucket was all-reduced 4 times a step, after "
+                        "each of its 4 backward passes"));
+  EXPECT_EQ(every.insight->fix, thresholds::kCommDominantNoSyncFix);
+  EXPECT_EQ(every.insight->evidence["syncs_per_step"], 4.0);
+
+  // GIVEN the same steps reducing once, after the last pass (no_sync() on the others)
+  RunBuilder once;
+  once.Rank("job", 0, 2).Steps(20, Split(100, 5, 90)).BackwardPasses(4);
+  for (const auto& s : once.steps()) {
+    once.CommBucket(s.step, 0, s.start_ns + 60 * kMs, s.start_ns + 80 * kMs, 1 << 20);
+    once.CommBucket(s.step, 1, s.start_ns + 75 * kMs, s.start_ns + 95 * kMs, 1 << 20);
+  }
+  const RuleResult accumulating = Eval("comm_dominant", once);
+  // THEN no_sync() is not suggested again: more micro-batches per step is
+  ASSERT_TRUE(accumulating.fired());
+  EXPECT_THAT(accumulating.insight->message,
+              HasSubstr("2 buckets per step): one all-reduce per 4 backward passes"));
+  EXPECT_EQ(accumulating.insight->fix, thresholds::kCommDominantAccumulatingFix);
+  EXPECT_THAT(accumulating.insight->fix, Not(HasSubstr("no_sync")));
+
+  // AND one backward pass a step keeps the general fix and message
+  const RuleResult plain = Eval("comm_dominant", Comm({{50, 70}, {60, 80}, {85, 95}}));
+  EXPECT_EQ(plain.insight->fix, thresholds::kCommDominantFix);
+}
+
 TEST(CommDominant, NearMissAndSingleProcess) {
   EXPECT_FALSE(Eval("comm_dominant", Comm({{50, 60}, {70, 78}})).fired());  // 18%
   EXPECT_FALSE(Eval("comm_dominant", Comm({{50, 60}, {70, 78}})).skipped());

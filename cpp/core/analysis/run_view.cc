@@ -376,6 +376,7 @@ RunView BuildRunView(store::RunData data) {
     s.duration_ns = std::max<int64_t>(0, r.end_ns - r.start_ns);
     s.wait_ns = r.wait_ns;
     s.wait_source = r.wait_source;
+    s.backward_calls = r.backward_calls;
     v.steps.push_back(std::move(s));
   }
   for (const auto& p : d.phases) {

@@ -65,6 +65,7 @@ struct StepView {
   int64_t duration_ns = 0;
   std::optional<int64_t> wait_ns;
   std::optional<std::string> wait_source;
+  int64_t backward_calls = 0;  // backward passes in the step (several: gradient accumulation)
   // This step's phase rows, in stored order. A step with comm_buckets rows and no recorded
   // phase named "comm" gets a derived one last: wall = its exposed communication, the time from
   // its last gradient bucket being ready (the latest bucket start) to all its collectives having

@@ -211,6 +211,11 @@ class RunBuilder {
     return *this;
   }
   const std::vector<store::StepRow>& steps() const { return data_.steps; }
+  // Every step ran n backward passes (gradient accumulation).
+  RunBuilder& BackwardPasses(int64_t n) {
+    for (auto& s : data_.steps) s.forward_calls = s.backward_calls = n;
+    return *this;
+  }
   int64_t end_ns() const { return end_; }
   // The raw samples given so far (what the run's raw tier would hold).
   const std::vector<store::GpuSampleRow>& gpu_samples() const { return gpu_samples_; }

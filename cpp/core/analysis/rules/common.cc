@@ -152,6 +152,7 @@ struct StepComm {
   const StepView* step = nullptr;
   int64_t union_ns = 0;
   size_t rows = 0;
+  size_t syncs = 0;  // the most rows one bucket has in the step (1: reduced once)
 };
 
 // The steady-state steps that have comm_buckets rows, in step order.
@@ -161,11 +162,13 @@ std::vector<StepComm> SteadyStepComm(const RunView& view) {
   struct StepSpans {
     std::vector<std::pair<int64_t, int64_t>> spans;
     size_t rows = 0;
+    std::map<int64_t, size_t> per_bucket;
   };
   std::map<int64_t, StepSpans> by_step;
   for (const auto& b : view.data.comm_buckets) {
     StepSpans& ss = by_step[b.step];
     ++ss.rows;
+    ++ss.per_bucket[b.bucket];
     if (b.end_ns > b.start_ns) ss.spans.emplace_back(b.start_ns, b.end_ns);
   }
   for (size_t i = view.steady_begin; i < view.steps.size(); ++i) {
@@ -187,7 +190,9 @@ std::vector<StepComm> SteadyStepComm(const RunView& view) {
       }
     }
     if (open) union_ns += cur_end - cur_start;
-    out.push_back(StepComm{&s, union_ns, it->second.rows});
+    size_t syncs = 0;
+    for (const auto& [bucket, n] : it->second.per_bucket) syncs = std::max(syncs, n);
+    out.push_back(StepComm{&s, union_ns, it->second.rows, syncs});
   }
   return out;
 }
@@ -201,6 +206,9 @@ std::optional<CommShare> MeasureCommShare(const RunView& view) {
     share.comm_ns += static_cast<double>(c.union_ns);
     share.step_ns += static_cast<double>(c.step->duration_ns);
     share.buckets += static_cast<double>(c.rows);
+    share.syncs += static_cast<double>(c.syncs);
+    share.backward_passes += static_cast<double>(c.step->backward_calls);
+    if (c.syncs > 1) ++share.multi_sync_steps;
   }
   if (share.steps == 0) return std::nullopt;
   return share;

@@ -165,7 +165,9 @@ std::optional<PeerWaitShare> RepresentativePeerWait(const RunView& view,
 // no collective rows passes: it has no communication. When the other ranks' timings were
 // compared (RuleContext::peer_waits), the message says how much of that time this rank waited
 // for them, and "mostly_peer_wait" marks a finding whose collectives are mostly that wait
-// (peer_wait explains it then).
+// (peer_wait explains it then). Steps that accumulate gradients get their own fix: no_sync()
+// when most of them reduced a bucket more than once (after every backward pass), more
+// micro-batches per step when they already reduce once per several passes.
 RuleResult CommDominant(const RunView& view, const RuleContext& context) {
   if (auto why = NeedSteadyState(view)) return RuleResult::Skip(*why);
   const std::optional<CommShare> share = MeasureCommShare(view);
@@ -189,6 +191,9 @@ RuleResult CommDominant(const RunView& view, const RuleContext& context) {
       {"threshold", kCommFraction},
       {"peer_wait_fraction", nullptr},
       {"mostly_peer_wait", false},
+      {"syncs_per_step", share->syncs / steps},
+      {"multi_sync_steps", share->multi_sync_steps},
+      {"backward_passes_per_step", share->backward_passes / steps},
   };
   std::string waiting;
   if (const auto wait = RepresentativePeerWait(view, context)) {
@@ -198,14 +203,32 @@ RuleResult CommDominant(const RunView& view, const RuleContext& context) {
     waiting = StrFormat("; %s of step time waiting for the other ranks to start them",
                         FormatPercent(w).c_str());
   }
-  return RuleResult::Fire(
+  // Gradient accumulation: most steps reduced a bucket more than once (an all-reduce after
+  // each backward pass), or the steps run several passes and reduce once (no_sync() in use).
+  const bool every_pass = 2 * share->multi_sync_steps > share->steps;
+  const bool accumulating = !every_pass && share->backward_passes / steps >= 1.5;
+  std::string syncs;
+  if (every_pass) {
+    syncs = StrFormat(
+        ": each bucket was all-reduced %s times a step, after each of its %s "
+        "backward passes",
+        FormatCompact(share->syncs / steps).c_str(),
+        FormatCompact(share->backward_passes / steps).c_str());
+  } else if (accumulating) {
+    syncs = StrFormat(": one all-reduce per %s backward passes",
+                      FormatCompact(share->backward_passes / steps).c_str());
+  }
+  RuleResult r = RuleResult::Fire(
       Severity::kMed,
       StrFormat("Collectives were in flight for %s of step time (%s of %s per step, %s buckets "
-                "per step%s)",
+                "per step%s)%s",
                 FormatPercent(f).c_str(), FormatDuration(share->comm_ns / steps).c_str(),
                 FormatDuration(share->step_ns / steps).c_str(),
-                FormatCompact(share->buckets / steps).c_str(), waiting.c_str()),
+                FormatCompact(share->buckets / steps).c_str(), waiting.c_str(), syncs.c_str()),
       std::move(evidence));
+  if (every_pass) r.insight->fix = kCommDominantNoSyncFix;
+  if (accumulating) r.insight->fix = kCommDominantAccumulatingFix;
+  return r;
 }
 
 // Fires when, over the steady-state steps whose buckets another rank of the job timed too, this

@@ -501,11 +501,10 @@ void AddDistributed(std::vector<RuleSpec>& r) {
       .max_severity = Severity::kMed,
       .severity = "med",
       .fires_when = "collectives in flight > " + Pct(kCommFraction) + " of steady-state step time",
-      .fix = "Shrink or overlap communication: tune DDP bucket_cap_mb, set "
-             "gradient_as_bucket_view=True, use no_sync() on gradient-accumulation steps, "
-             "FSDP or a compression comm hook for large models; check the interconnect "
-             "(NVLink vs PCIe / Ethernet).",
-      .inputs = "comm_buckets on steady-state steps (a run that is not distributed passes)",
+      .fix = kCommDominantFix,
+      .inputs = "comm_buckets on steady-state steps (a run that is not distributed passes); "
+                "steps.backward_calls and a bucket reduced more than once a step pick the fix "
+                "for gradient accumulation",
       .thresholds = {{"kCommFraction", kCommFraction, "fires above this share of step time"}},
       .evaluate = rules::CommDominant,
   });

@@ -205,6 +205,22 @@ inline constexpr double kVarianceLoaderShare = 0.5;
 // ---- distributed
 // comm_dominant: collectives in flight for more than this share of step time fires.
 inline constexpr double kCommFraction = 0.20;
+// comm_dominant's fix: in general, and when the steps accumulate gradients (several backward
+// passes a step): with an all-reduce after each pass (most steps reduce a bucket more than once),
+// or already with one a step (no_sync() in use).
+inline constexpr const char* kCommDominantFix =
+    "Shrink or overlap communication: tune DDP bucket_cap_mb, set gradient_as_bucket_view=True, "
+    "use no_sync() on gradient-accumulation steps, FSDP or a compression comm hook for large "
+    "models; check the interconnect (NVLink vs PCIe / Ethernet).";
+inline constexpr const char* kCommDominantNoSyncFix =
+    "Reduce once a step: run every backward pass of a step but its last inside model.no_sync() "
+    "(DDP then all-reduces the accumulated gradients once, not after each pass); then, if the "
+    "collectives still dominate, tune bucket_cap_mb or use a compression comm hook.";
+inline constexpr const char* kCommDominantAccumulatingFix =
+    "The steps already reduce once per several backward passes: accumulate more micro-batches "
+    "per step (the collectives are paid once a step), tune DDP bucket_cap_mb, set "
+    "gradient_as_bucket_view=True, use a compression comm hook (fp16/bf16, PowerSGD) or FSDP "
+    "for large models; check the interconnect (NVLink vs PCIe / Ethernet).";
 // peer_wait: this rank waited for the other ranks in its collectives for more than this share
 // of step time fires (and explains comm_dominant when the collectives' time without that wait
 // is at most kCommFraction).

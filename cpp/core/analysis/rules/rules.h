@@ -157,6 +157,11 @@ struct CommShare {
   double comm_ns = 0;  // summed union length
   double step_ns = 0;  // summed duration of those steps
   double buckets = 0;  // bucket rows on those steps
+  // Steps that reduced some bucket more than once (an all-reduce after each of several backward
+  // passes), and the sum over the steps of the most times one bucket was reduced in them.
+  size_t multi_sync_steps = 0;
+  double syncs = 0;
+  double backward_passes = 0;  // summed StepView::backward_calls of those steps
   double fraction() const { return step_ns > 0 ? comm_ns / step_ns : 0; }
 };
 std::optional<CommShare> MeasureCommShare(const RunView& view);
