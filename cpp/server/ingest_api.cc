@@ -1035,8 +1035,9 @@ HttpResponse ServerApi::Series(const std::string& id, const HttpRequest& request
   // (no row is held beyond its values), then LTTB per (metric, GPU).
   using Points = std::vector<std::pair<int64_t, double>>;
   static const char* kGpuColumns[] = {"gpu_util", "gpu_mem", "gpu_power", "gpu_temp"};
-  static const char* kHostColumns[] = {"host_cpu", "host_mem", "host_disk_read", "proc_cpu",
-                                       "proc_rss"};
+  static const char* kHostColumns[] = {"host_cpu", "host_mem", "host_disk_read",
+                                       "proc_cpu", "proc_rss", "job_cpu"};
+  static_assert(std::size(kHostColumns) == store::kHostSeriesColumns);
   auto column_of = [](const std::string& m, const char* const* names, int n) {
     for (int i = 0; i < n; ++i) {
       if (m == names[i]) return i;
@@ -1048,11 +1049,13 @@ HttpResponse ServerApi::Series(const std::string& id, const HttpRequest& request
     if (!store::SeriesMetric(m)) {
       return Error(400, "no metric '" + m + "' (metrics: " + store::MetricNames() + ")");
     }
-    if (int c = column_of(m, kGpuColumns, 4); c >= 0) gpu_mask |= 1u << c;
-    if (int c = column_of(m, kHostColumns, 5); c >= 0) host_mask |= 1u << c;
+    if (int c = column_of(m, kGpuColumns, store::kGpuSeriesColumns); c >= 0) gpu_mask |= 1u << c;
+    if (int c = column_of(m, kHostColumns, store::kHostSeriesColumns); c >= 0) {
+      host_mask |= 1u << c;
+    }
   }
-  std::map<int64_t, std::array<Points, 4>> by_gpu;
-  std::array<Points, 5> host;
+  std::map<int64_t, std::array<Points, store::kGpuSeriesColumns>> by_gpu;
+  std::array<Points, store::kHostSeriesColumns> host;
   // A window much wider than the points asked for is drawn from the minute buckets' extremes
   // (series_cache.h); the run's newest sample bounds an open-ended window.
   int64_t span_end = *to;
@@ -1068,13 +1071,13 @@ HttpResponse ServerApi::Series(const std::string& id, const HttpRequest& request
                                         *from, *to, &cached);
     if (!st.ok()) return Error(500, "store: " + st.message());
     for (auto& [index, columns] : cached) {
-      for (int c = 0; c < 4; ++c) by_gpu[index][c] = std::move(columns[c]);
+      for (int c = 0; c < store::kGpuSeriesColumns; ++c) by_gpu[index][c] = std::move(columns[c]);
     }
   } else if (gpu_mask) {
     Status st = db->ScanGpuSeries(*run_id, all_gpus ? std::nullopt : gpu, *from, *to,
                                   [&](const store::SeriesRow& r) {
                                     auto& series = by_gpu[r.gpu_index];
-                                    for (int c = 0; c < 4; ++c) {
+                                    for (int c = 0; c < store::kGpuSeriesColumns; ++c) {
                                       if ((gpu_mask & r.known) & (1u << c))
                                         series[c].emplace_back(r.ts_ns, r.v[c]);
                                     }
@@ -1085,10 +1088,10 @@ HttpResponse ServerApi::Series(const std::string& id, const HttpRequest& request
     std::vector<SeriesCache::Points> cached;
     Status st = series_cache_.HostSeries(*db, *run_id, host_mask, *from, *to, &cached);
     if (!st.ok()) return Error(500, "store: " + st.message());
-    for (int c = 0; c < 5; ++c) host[c] = std::move(cached[c]);
+    for (int c = 0; c < store::kHostSeriesColumns; ++c) host[c] = std::move(cached[c]);
   } else if (host_mask) {
     Status st = db->ScanHostSeries(*run_id, *from, *to, [&](const store::SeriesRow& r) {
-      for (int c = 0; c < 5; ++c) {
+      for (int c = 0; c < store::kHostSeriesColumns; ++c) {
         if ((host_mask & r.known) & (1u << c)) host[c].emplace_back(r.ts_ns, r.v[c]);
       }
     });
@@ -1107,10 +1110,10 @@ HttpResponse ServerApi::Series(const std::string& id, const HttpRequest& request
                        {"points", std::move(pts)}});
   };
   for (const auto& m : metrics) {
-    if (int c = column_of(m, kGpuColumns, 4); c >= 0) {
+    if (int c = column_of(m, kGpuColumns, store::kGpuSeriesColumns); c >= 0) {
       for (const auto& [index, series] : by_gpu) emit(m, json(index), series[c]);
     } else {
-      emit(m, json(), host[column_of(m, kHostColumns, 5)]);
+      emit(m, json(), host[column_of(m, kHostColumns, store::kHostSeriesColumns)]);
     }
   }
   return Json(200, json{{"from_ns", *from},

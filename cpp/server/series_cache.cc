@@ -43,7 +43,7 @@ void SeriesCache::Add(Tier& t, int columns, const store::SeriesRow& r) {
 
 Status SeriesCache::Extend(store::RunStore& db, int64_t run_id, bool gpu,
                            std::optional<Tier>* tier) {
-  const int columns = gpu ? 4 : 5;
+  const int columns = gpu ? store::kGpuSeriesColumns : store::kHostSeriesColumns;
   int64_t newest = -1;
   auto add = [&](const store::SeriesRow& r) {
     Add(**tier, columns, r);
@@ -120,8 +120,8 @@ Status SeriesCache::GpuSeries(store::RunStore& db, int64_t run_id, std::optional
   for (const auto& [index, series] : run->gpu->by_gpu) {
     if (gpu && index != *gpu) continue;
     auto& dest = (*out)[index];
-    dest.resize(4);
-    for (int c = 0; c < 4; ++c) {
+    dest.resize(store::kGpuSeriesColumns);
+    for (int c = 0; c < store::kGpuSeriesColumns; ++c) {
       if (columns & (1u << c)) Emit(series[static_cast<size_t>(c)], from_ns, to_ns, &dest[c]);
     }
   }
@@ -133,10 +133,10 @@ Status SeriesCache::HostSeries(store::RunStore& db, int64_t run_id, uint32_t col
   auto run = RunOf(run_id);
   std::lock_guard lock(run->mu);
   if (Status st = Extend(db, run_id, false, &run->host); !st.ok()) return st;
-  out->assign(5, {});
+  out->assign(store::kHostSeriesColumns, {});
   auto it = run->host->by_gpu.find(0);
   if (it == run->host->by_gpu.end()) return Status::Ok();
-  for (int c = 0; c < 5; ++c) {
+  for (int c = 0; c < store::kHostSeriesColumns; ++c) {
     if (columns & (1u << c)) Emit(it->second[static_cast<size_t>(c)], from_ns, to_ns, &(*out)[c]);
   }
   return Status::Ok();

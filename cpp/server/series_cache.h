@@ -52,7 +52,7 @@ class SeriesCache {
   Status GpuSeries(store::RunStore& db, int64_t run_id, std::optional<int64_t> gpu,
                    uint32_t columns, int64_t from_ns, int64_t to_ns,
                    std::map<int64_t, std::vector<Points>>* out);
-  // Likewise the host columns (0-4: ScanHostSeries' order), out[column].
+  // Likewise the host columns (0 .. kHostSeriesColumns-1: ScanHostSeries' order), out[column].
   Status HostSeries(store::RunStore& db, int64_t run_id, uint32_t columns, int64_t from_ns,
                     int64_t to_ns, std::vector<Points>* out);
   static constexpr size_t kMaxRuns = 64;  // summaries kept (the least recently read go)

@@ -78,6 +78,7 @@ int64_t WriteRun(store::SqliteStore& db, const std::string& name, bool finish) {
     h.cpu_pct = 25.0;
     h.mem_used_bytes = 4096;
     h.proc_rss_bytes = 2048;
+    if (t > 0) h.job_cpu_pct = 100.0 + static_cast<double>(t);  // the job's other ranks
     rows.emplace_back(h);
   }
   EXPECT_TRUE(db.WriteRows(*id, rows).ok());
@@ -398,6 +399,20 @@ TEST_F(WebAppTest, SeveralMetricsOfEveryGpuInOneRequest) {
       Get("/api/v1/runs/" + std::to_string(run_) + "/series?metric=gpu_util,nope&gpu=all", cookie);
   EXPECT_EQ(bad.status, 400);
   EXPECT_THAT(bad.body, HasSubstr("no metric 'nope'"));
+  // The job's other ranks' CPU is a host metric beside the others, with only the samples that
+  // have it (never zeros for the rest); proc_cpu was never measured here: no series. The list
+  // of metrics names it.
+  json job = json::parse(
+      Get("/api/v1/runs/" + std::to_string(run_) + "/series?metric=host_cpu,proc_cpu,job_cpu",
+          cookie)
+          .body);
+  ASSERT_EQ(job["series"].size(), 2u) << job.dump();
+  EXPECT_EQ(job["series"][0]["metric"], "host_cpu");
+  EXPECT_EQ(job["series"][1]["metric"], "job_cpu");
+  ASSERT_EQ(job["series"][1]["points"].size(), 2u);
+  EXPECT_EQ(job["series"][1]["points"][0][1], 101.0);
+  EXPECT_EQ(job["series"][1]["points"][1][1], 102.0);
+  EXPECT_THAT(bad.body, HasSubstr("job_cpu"));
   EXPECT_EQ(
       Get("/api/v1/runs/" + std::to_string(run_) + "/series?metric=gpu_util&gpu=every", cookie)
           .status,
@@ -544,16 +559,20 @@ TEST(SeriesCacheTest, WideWindowsComeFromMinuteExtremesThatKeepPeaksAndFollowALi
     store::HostSampleRow h;
     h.ts_ns = t * 1'000'000'000;
     h.cpu_pct = t == 100 ? 97.0 : 10.0;
+    h.job_cpu_pct = t == 200 ? 350.0 : 100.0;  // the job's other ranks on the host
     host.emplace_back(h);
   }
   ASSERT_TRUE((*db)->WriteRows(*id, host).ok());
   std::vector<SeriesCache::Points> hs;
-  ASSERT_TRUE(cache.HostSeries(**db, *id, 0b1, 0, INT64_MAX, &hs).ok());
-  ASSERT_EQ(hs.size(), 5u);
+  ASSERT_TRUE(cache.HostSeries(**db, *id, 0b100001, 0, INT64_MAX, &hs).ok());
+  ASSERT_EQ(hs.size(), static_cast<size_t>(store::kHostSeriesColumns));
   double top = 0;
   for (const auto& [t, v] : hs[0]) top = std::max(top, v);
   EXPECT_EQ(top, 97.0);
   EXPECT_TRUE(hs[1].empty());
+  double job_top = 0;
+  for (const auto& [t, v] : hs[5]) job_top = std::max(job_top, v);
+  EXPECT_EQ(job_top, 350.0);
   db->reset();
   fs::remove_all(dir);
 }

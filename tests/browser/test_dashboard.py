@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
@@ -40,6 +41,10 @@ def server(tmp_path_factory):
         ]
         for p in procs:
             finish(p)
+        # Rank 0 as if torchrun had started it beside rank 1 on one host: the host sampler's
+        # job_cpu_pct (measured for real in tests/test_distributed.py), here to be drawn.
+        with sqlite3.connect(tmp / "r0.db") as c:
+            c.execute("UPDATE host_samples SET job_cpu_pct = 80.0 WHERE proc_cpu_pct IS NOT NULL")
         for name in ("alpha", "beta", "r0", "r1"):
             push(tmp / f"{name}.db", srv.url)
         yield srv, tmp
@@ -145,6 +150,28 @@ def test_run_view_draws_a_line_per_gpu_on_each_gpu_chart(page):
     page.page.wait_for_selector("#insights .insights, #insights [data-empty]")
     page.page.wait_for_selector("#kernels table, #kernels [data-recorded='false']")
     assert page.page.evaluate("() => performance.getEntriesByName('gpuprof:render').length") >= 1
+
+
+def test_the_process_cpu_chart_adds_the_jobs_other_ranks_only_where_they_were_read(page):
+    ids = run_ids(page)
+    # GIVEN a run no launcher started beside other ranks: the process tree alone
+    page.goto(f"#/runs/{ids['alpha']}", "run")
+    page.page.wait_for_function("() => window.__gpuprof.charts.proc_cpu.numRows() > 0")
+    assert page.page.evaluate("() => window.__gpuprof.charts.proc_cpu.getLabels()") == [
+        "x", "process tree"]
+    # GIVEN rank 0 with the job's other rank read on its host: a second line, at its value
+    page.goto(f"#/runs/{ids['g1-rank0']}", "run")
+    page.page.wait_for_function(
+        "() => window.__gpuprof.charts.proc_cpu.getLabels().length === 3")
+    assert page.page.evaluate("() => window.__gpuprof.charts.proc_cpu.getLabels()") == [
+        "x", "process tree", "job's other ranks on this host"]
+    values = page.page.evaluate("""() => {
+        const c = window.__gpuprof.charts.proc_cpu;
+        const out = [];
+        for (let i = 0; i < c.numRows(); ++i) out.push(c.getValue(i, 2));
+        return out.filter(v => v !== null && !Number.isNaN(v));
+    }""")
+    assert values and all(v == 80.0 for v in values), values
 
 
 def test_crosshair_on_one_chart_selects_the_same_time_on_the_others(page):

@@ -918,7 +918,7 @@ Status PgStore::ScanGpuSeries(int64_t run_id, std::optional<int64_t> gpu, int64_
         if (gpu) b.Int(*gpu);
       },
       [&](PgReader& r) {
-        each(sql::ReadSeriesRow(r, true, 4));
+        each(sql::ReadSeriesRow(r, true, kGpuSeriesColumns));
         return Status::Ok();
       });
 }
@@ -931,7 +931,7 @@ Status PgStore::ScanHostSeries(int64_t run_id, int64_t from_ns, int64_t to_ns,
       sql::kHostSeriesSql, "scan host series",
       [&](PgBinder& b) { b.Int(run_id).Int(from_ns).Int(to_ns); },
       [&](PgReader& r) {
-        each(sql::ReadSeriesRow(r, false, 5));
+        each(sql::ReadSeriesRow(r, false, kHostSeriesColumns));
         return Status::Ok();
       });
 }

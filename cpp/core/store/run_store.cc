@@ -14,12 +14,13 @@ std::optional<SeriesColumn> SeriesMetric(const std::string& metric) {
   if (metric == "host_disk_read") return SeriesColumn{"host_samples", "disk_read_bps", false};
   if (metric == "proc_cpu") return SeriesColumn{"host_samples", "proc_cpu_pct", false};
   if (metric == "proc_rss") return SeriesColumn{"host_samples", "proc_rss_bytes", false};
+  if (metric == "job_cpu") return SeriesColumn{"host_samples", "job_cpu_pct", false};
   return std::nullopt;
 }
 
 const char* MetricNames() {
   return "gpu_util, gpu_mem, gpu_power, gpu_temp, host_cpu, host_mem, host_disk_read, proc_cpu, "
-         "proc_rss";
+         "proc_rss, job_cpu";
 }
 
 std::vector<std::pair<size_t, size_t>> UrlPasswordSpans(const std::string& url) {

@@ -48,10 +48,12 @@ struct RunProgress {
 
 // One row of a series scan (ScanGpuSeries, ScanHostSeries): bit i of `known` is set when v[i]
 // was measured (a NULL column leaves it clear and v[i] 0).
+inline constexpr int kGpuSeriesColumns = 4;   // ScanGpuSeries: util, mem, power, temp
+inline constexpr int kHostSeriesColumns = 6;  // ScanHostSeries: kHostSeriesSql's value columns
 struct SeriesRow {
   int64_t ts_ns = 0;
   int64_t gpu_index = 0;
-  double v[5] = {0, 0, 0, 0, 0};
+  double v[kHostSeriesColumns] = {};
   uint32_t known = 0;
 };
 using SeriesRowFn = std::function<void(const SeriesRow&)>;

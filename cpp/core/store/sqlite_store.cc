@@ -567,7 +567,7 @@ Status SqliteStore::ScanGpuSeries(int64_t run_id, std::optional<int64_t> gpu, in
       },
       [&](sqlite3_stmt* s) {
         Reader c(s);
-        each(sql::ReadSeriesRow(c, true, 4));
+        each(sql::ReadSeriesRow(c, true, kGpuSeriesColumns));
         return Status::Ok();
       });
 }
@@ -579,7 +579,7 @@ Status SqliteStore::ScanHostSeries(int64_t run_id, int64_t from_ns, int64_t to_n
       [&](Binder& b) { b.Int(run_id).Int(from_ns).Int(to_ns); },
       [&](sqlite3_stmt* s) {
         Reader c(s);
-        each(sql::ReadSeriesRow(c, false, 5));
+        each(sql::ReadSeriesRow(c, false, kHostSeriesColumns));
         return Status::Ok();
       });
 }

@@ -414,10 +414,11 @@ inline std::string GpuSeriesSql(bool one_gpu) {
          (one_gpu ? " AND gpu_index = ?" : "") + " ORDER BY gpu_index, ts_ns";
 }
 
-// ScanHostSeries' query (parameters: run_id, from_ns, to_ns); rows: ReadSeriesRow(c, false, 5).
+// ScanHostSeries' query (parameters: run_id, from_ns, to_ns); rows: ReadSeriesRow(c, false,
+// kHostSeriesColumns).
 inline constexpr const char* kHostSeriesSql =
-    "SELECT ts_ns, cpu_pct, mem_used_bytes, disk_read_bps, proc_cpu_pct, proc_rss_bytes"
-    " FROM host_samples WHERE run_id = ? AND ts_ns BETWEEN ? AND ? ORDER BY ts_ns";
+    "SELECT ts_ns, cpu_pct, mem_used_bytes, disk_read_bps, proc_cpu_pct, proc_rss_bytes,"
+    " job_cpu_pct FROM host_samples WHERE run_id = ? AND ts_ns BETWEEN ? AND ? ORDER BY ts_ns";
 template <class R>
 SeriesRow ReadSeriesRow(R& c, bool gpu, int values) {
   SeriesRow r;
