@@ -255,6 +255,57 @@ def test_each_rank_reads_the_other_ranks_cpu_apart_from_other_processes(tmp_path
     assert own >= 2 and job == 0
 
 
+SPAWN_SCRIPT = """
+import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+from torch import nn
+import gpuprof
+
+def worker(rank, world, db, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    model = nn.Sequential(*[nn.Linear(256, 256) for _ in range(4)])
+    with gpuprof.profile("spawned", db=db, gpu="none", summary=False, host_hz=4.0):
+        ddp = nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+        for _ in range(600):
+            ddp(torch.randn(16, 256)).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    mp.spawn(worker, args=(2, sys.argv[1], int(sys.argv[2])), nprocs=2)
+"""
+
+
+def test_ranks_started_by_mp_spawn_find_each_other_on_the_host(tmp_path):
+    # GIVEN 2 ranks started by torch.multiprocessing.spawn: no launcher environment at all
+    script = tmp_path / "spawned.py"
+    script.write_text(SPAWN_SCRIPT)
+    db = tmp_path / "spawned.db"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+    proc = subprocess.run([sys.executable, str(script), str(db), str(free_port())],
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(env, OMP_NUM_THREADS="1"))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    rs = runs(db)
+    assert [r["rank"] for r in rs] == [0, 1]
+    # THEN once the ranks told each other their pids (at start: the process group is up), each
+    # reads the other's CPU as the job's, close to what the other measured of itself
+    per_rank = {r["rank"]: query(db, "SELECT AVG(proc_cpu_pct), AVG(job_cpu_pct), "
+                                     "COUNT(job_cpu_pct), COUNT(proc_cpu_pct) FROM host_samples "
+                                     "WHERE run_id = ?", r["run_id"])[0] for r in rs}
+    for rank, (proc_cpu, job, n_job, n_proc) in per_rank.items():
+        assert n_job >= 2 and n_job >= n_proc - 2, per_rank  # all but the first tick or two
+        assert job > 5, per_rank
+    for me, other in ((0, 1), (1, 0)):
+        assert abs(per_rank[me][1] - per_rank[other][0]) <= max(25.0, 0.35 * per_rank[other][0]), \
+            per_rank
+    assert not query(db, "SELECT message FROM diagnostics WHERE source = 'host' AND "
+                         "level = 'warning'")
+
+
 def test_a_fresh_shared_file_never_loses_a_rank(tmp_path):
     # GIVEN 4 ranks creating the same new file at once, ten times
     for attempt in range(10):

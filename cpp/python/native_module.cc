@@ -510,6 +510,13 @@ NB_MODULE(_native, m) {
           },
           nb::arg("bucket"), nb::arg("start_ns"), nb::arg("end_ns"),
           nb::arg("bytes").none() = nb::none())
+      // The pids of the job's other ranks on this host (the ranks exchange them at start).
+      .def(
+          "set_job_pids",
+          [](PySession& s, std::vector<int64_t> pids) {
+            if (!s.Forked()) s.session().SetJobPids(std::move(pids));
+          },
+          nb::arg("pids"))
       // The same for code built apart from this module (gpuprof/_ddp_hook.cpp, the native DDP
       // hook): a capsule named kCommBucketSinkName holding a CommBucketSink, whose add() any
       // thread may call without the GIL for as long as this session lives (its holder calls it

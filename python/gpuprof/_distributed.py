@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import os
 import secrets
+import socket
 import threading
 import time
 from collections import deque
@@ -101,6 +102,40 @@ def _default_store(dist: Any) -> Any:
 
 def agree_group_through_process_group(dist: Any, run_name: str) -> str:
     return _agree(_default_store(dist), "gpuprof/group_id", group_proposal(run_name))
+
+
+def host_key() -> str:
+    """This host as every rank on it sees it, and no rank elsewhere: hostname, kernel boot id
+    and pid namespace (containers sharing a host's name and kernel see different pids)."""
+    parts = [socket.gethostname()]
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            parts.append(f.read().strip())
+    except OSError:
+        pass
+    try:
+        parts.append(os.readlink("/proc/self/ns/pid"))
+    except OSError:
+        pass
+    return ":".join(parts)
+
+
+_HOST_PIDS_KEY = "gpuprof/host_pids/"
+
+
+def publish_host_pid(store: Any) -> None:
+    """Adds this process to its host's list in the store (before the ranks' arrival check, so
+    that once every rank arrived every list is whole)."""
+    store.append(_HOST_PIDS_KEY + host_key(), f"{os.getpid()},")
+
+
+def other_ranks_on_this_host(store: Any) -> list[int]:
+    """The pids of the job's other ranks on this host (publish_host_pid's lists)."""
+    raw = store.get(_HOST_PIDS_KEY + host_key())
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    pids = {int(p) for p in text.split(",") if p.strip().isdigit()}
+    pids.discard(os.getpid())
+    return sorted(pids)
 
 
 def _everyone_in(store: Any, rank: int, world: int, key: str) -> bool:
@@ -193,6 +228,17 @@ class Coordinator:
         self._session.update_run(config_json=json.dumps(self._config, sort_keys=True,
                                                         allow_nan=False), **run_fields)
 
+    def _tell_job_pids(self, store: Any) -> None:
+        """The job's other ranks on this host, for the host sampler (job_cpu_pct): exact under
+        any launcher (torchrun, mp.spawn, srun, mpirun)."""
+        try:
+            pids = other_ranks_on_this_host(store)
+            if pids:
+                self._session.set_job_pids(pids)
+        except Exception as e:
+            self._session.add_diagnostic("warning", "host",
+                                         f"the job's other ranks on this host unknown: {e!r}")
+
     def try_now(self) -> bool:
         """Runs the agreement and alignment when the process group is up; True once done
         (also when it failed: the reason is stored, and it is not tried again)."""
@@ -220,7 +266,15 @@ class Coordinator:
                 group = agree_group_through_process_group(dist, self._run_name)
                 fields["group_id"] = group
                 dist_cfg["group_source"] = "agreed through the process group's store"
-            if _everyone_in(_default_store(dist), rank, world, "gpuprof/align"):
+            store = _default_store(dist)
+            try:
+                publish_host_pid(store)
+                published = True
+            except Exception:  # a store without append (torch < 2.2): the launcher's guess
+                published = False
+            if _everyone_in(store, rank, world, "gpuprof/align"):
+                if published:
+                    self._tell_job_pids(store)
                 dist_cfg.update(align_clocks(dist, self._torch, self._clock))
             else:
                 dist_cfg["clock_unaligned_reason"] = (

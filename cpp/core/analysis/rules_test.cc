@@ -770,6 +770,22 @@ TEST(CpuContention, TheJobsOtherRanksOnTheHostAreNotOtherProcesses) {
   EXPECT_NEAR(r.insight->evidence["job_load_mean_cores"].get<double>(), 0.8, 1e-9);
   EXPECT_NEAR(r.insight->evidence["other_load_min_cores"].get<double>(), 0.2, 1e-9);
 
+  // GIVEN the ranks told each other their pids only after the first samples (mp.spawn: at the
+  // first step): the samples before have no job figure
+  RunBuilder late;
+  late.CpuWaitWatch().Steps(kWarmupSteps + 100, Split(100, 5, 90));
+  for (const auto& [i, ms] : waits) late.CpuWaitInStep(kWarmupSteps + i, ms * kMs);
+  late.HostEvery(100 * kMs, [&](int64_t ts, store::HostSampleRow& h) {
+    h.cpu_pct = 95;
+    h.ncores = 2;
+    h.proc_cpu_pct = 90;
+    if (ts >= 3000 * kMs) h.job_cpu_pct = 80;
+  });
+  const RuleResult later = Eval("cpu_contention", late);
+  // THEN it is still the job's load, from the samples that have it
+  ASSERT_TRUE(later.fired());
+  EXPECT_EQ(later.insight->fix, thresholds::kCpuContentionJobFix);
+
   // GIVEN the same with a process outside the job on a full core (host 100%: 0.9 + 0.1 + 1)
   const RuleResult outside = Eval("cpu_contention", Contended(waits, 100, 90, 10));
   // THEN that process is the one to move, and the ranks' own share is named beside it

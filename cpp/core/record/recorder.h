@@ -87,6 +87,12 @@ class Recorder {
   // OnCommBucket). Ignored once Stop() has drained.
   void AddCommBucket(const store::CommBucketRow& mono);
 
+  // From any thread: the job's other ranks on this host (HostSampler::SetJobRoots); nothing
+  // without host telemetry.
+  void SetJobPids(std::vector<int64_t> pids) {
+    if (host_) host_->SetJobRoots(std::move(pids));
+  }
+
   uint64_t dropped_events() const { return dropped_events_.load(std::memory_order_relaxed); }
   // Bucket timings not stored: reported after Stop(), over kMaxPendingComm, or placed in no
   // step (before the first step, in a discarded accumulation, older than the recent steps).

@@ -95,6 +95,10 @@ class Session {
     recorder_->AddCommBucket(store::CommBucketRow{0, bucket, start_mono_ns, end_mono_ns, bytes});
   }
 
+  // From any thread: the pids of the job's other ranks on this host, as the ranks told each
+  // other; host sampling reads their CPU (job_cpu_pct) from its next tick.
+  void SetJobPids(std::vector<int64_t> pids) { recorder_->SetJobPids(std::move(pids)); }
+
   void AddDiagnostic(const std::string& level, const std::string& source,
                      const std::string& message);
   void SetTelemetryStatus(const std::string& source, bool available,

@@ -379,8 +379,21 @@ bool HostSampler::ScanTree() noexcept {
     tree_pids_.push_back(root_pid_);
     cur_proc_.push_back({root->pid, root->starttime, root->ticks, false});
     CollectDescendants(&tree_pids_, root_pid_, false);
-    // 3. The job's other ranks: the launcher's other children, and theirs.
-    if (job_parent_ && *job_parent_ > 1 && *job_parent_ != root_pid_) {
+    // 3. The job's other ranks: the pids the ranks told each other, or else the launcher's
+    // other children; and their descendants.
+    if (has_job_roots_) {
+      std::vector<int64_t> roots;
+      for (int64_t pid : job_roots_) {
+        if (pid == root_pid_) continue;
+        auto it = std::find_if(entries_.begin(), entries_.end(),
+                               [pid](const ProcEntry& e) { return e.pid == pid; });
+        if (it == entries_.end()) continue;  // exited (or not in this pid namespace)
+        roots.push_back(pid);
+        cur_proc_.push_back({it->pid, it->starttime, it->ticks, true});
+      }
+      CollectDescendants(&roots, root_pid_, true);
+      job_pids_.assign(roots.begin(), roots.end());
+    } else if (job_parent_ && *job_parent_ > 1 && *job_parent_ != root_pid_) {
       std::vector<int64_t> launcher{*job_parent_};
       CollectDescendants(&launcher, root_pid_, true);
       job_pids_.assign(launcher.begin() + 1, launcher.end());
@@ -462,6 +475,7 @@ void HostSampler::SampleTree(double dt_s, int64_t now_rel_ns, store::HostSampleR
     char text[256];
     double cpu_sum = 0;
     double job_sum = 0;
+    size_t job_count = 0, job_rates = 0;
     bool root_has_rate = false;
     int64_t rss_sum = 0;
     bool any_rss = false;
@@ -476,6 +490,8 @@ void HostSampler::SampleTree(double dt_s, int64_t now_rel_ns, store::HostSampleR
                                   : 0.0;
       if (cur.job) {  // the job's other ranks: their CPU only
         job_sum += pct;
+        ++job_count;
+        if (has_rate) ++job_rates;
         continue;
       }
       store::WorkerSampleRow w;
@@ -503,7 +519,11 @@ void HostSampler::SampleTree(double dt_s, int64_t now_rel_ns, store::HostSampleR
       workers->push_back(std::move(w));
     }
     if (root_has_rate) host->proc_cpu_pct = cpu_sum;
-    if (root_has_rate && job_parent_) host->job_cpu_pct = job_sum;
+    // Known when the ranks were found before this tick (a tick that just found them all has no
+    // rate for any yet), or when none is left.
+    if (root_has_rate && (job_parent_ || has_job_roots_) && (job_count == 0 || job_rates > 0)) {
+      host->job_cpu_pct = job_sum;
+    }
     if (any_rss) host->proc_rss_bytes = rss_sum;
     std::sort(cur_proc_.begin(), cur_proc_.end(),
               [](const ProcPrev& a, const ProcPrev& b) { return a.pid < b.pid; });
@@ -512,8 +532,23 @@ void HostSampler::SampleTree(double dt_s, int64_t now_rel_ns, store::HostSampleR
   }
 }
 
+void HostSampler::SetJobRoots(std::vector<int64_t> pids) {
+  std::lock_guard<std::mutex> lock(job_roots_mu_);
+  pending_job_roots_ = std::move(pids);
+}
+
 bool HostSampler::Sample(int64_t now_rel_ns, store::HostSampleRow* host,
                          std::vector<store::WorkerSampleRow>* workers) noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(job_roots_mu_);
+    if (pending_job_roots_) {
+      job_roots_ = std::move(*pending_job_roots_);
+      pending_job_roots_.reset();
+      has_job_roots_ = true;
+      force_scan_ = true;  // find their trees now
+    }
+  } catch (...) {
+  }
   *host = store::HostSampleRow();
   host->ts_ns = now_rel_ns;
   workers->clear();

@@ -27,11 +27,13 @@
 //                          root has none. CPU of children that exited between ticks is not seen.
 //   proc_rss_bytes         sum of the tree's RSS (pages shared between forked workers count once
 //                          per process, as in `ps`).
-//   job_cpu_pct            only with set_job_parent(): the launcher's other children and their
-//                          descendants (the job's other ranks on this host, with their loader
-//                          workers), found by the same scan and re-read the same way; the sum of
-//                          their cpu% of one core, set on the ticks proc_cpu_pct is. A sibling
-//                          seen for the first time counts from its next tick.
+//   job_cpu_pct            only with set_job_parent() or SetJobRoots(): the launcher's other
+//                          children (or the given pids) and their descendants (the job's other
+//                          ranks on this host, with their loader workers), found by the same
+//                          scan and re-read the same way; the sum of their cpu% of one core, set
+//                          on the ticks proc_cpu_pct is, except a tick that has just found them
+//                          all (none has a rate yet). A sibling seen for the first time counts
+//                          from its next tick.
 #pragma once
 
 #include <cstdint>
@@ -76,6 +78,10 @@ class HostSampler {
   // and launcher_pid is that launcher: its other children's trees are the job's other ranks,
   // sampled into job_cpu_pct (not into the worker rows). Call before sampling starts.
   void set_job_parent(int64_t launcher_pid) { job_parent_ = launcher_pid; }
+  // The job's other ranks on this host by pid, as the ranks told each other (any launcher:
+  // torchrun, mp.spawn, srun, mpirun); replaces set_job_parent's discovery from the next tick.
+  // Their trees are read as job_cpu_pct. Thread-safe (another thread learns them).
+  void SetJobRoots(std::vector<int64_t> pids);
 
   int64_t root_pid() const { return root_pid_; }
   const std::string& proc_root() const { return proc_root_; }
@@ -122,6 +128,10 @@ class HostSampler {
   std::string proc_root_;
   std::vector<int64_t> tree_pids_;
   std::optional<int64_t> job_parent_;
+  std::vector<int64_t> job_roots_;  // SetJobRoots' pids once taken by the sampling thread
+  bool has_job_roots_ = false;
+  std::mutex job_roots_mu_;
+  std::optional<std::vector<int64_t>> pending_job_roots_;  // guarded by job_roots_mu_
   std::vector<int64_t> job_pids_;   // the job's other ranks on this host and their children
   std::vector<CpuTimes> prev_cpu_;  // [0] = aggregate, [1 + N] = core N
   std::vector<CpuTimes> cur_cpu_;

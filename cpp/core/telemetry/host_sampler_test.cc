@@ -269,6 +269,40 @@ TEST(HostSamplerTest, GivenALaunchersOtherRanks_WhenSampled_ThenTheirCpuIsJobCpu
   EXPECT_FALSE(host.job_cpu_pct.has_value());
 }
 
+TEST(HostSamplerTest, GivenTheRanksPids_WhenSampled_ThenTheirTreesAreJobCpuWhateverTheLauncher) {
+  // GIVEN ranks that are no launcher's children (mp.spawn under a shell 1 with an unrelated
+  // sibling 200): this process 100, rank 110 with a worker 111
+  testing::TempDir dir;
+  FakeProc proc(dir);
+  const long tck = sysconf(_SC_CLK_TCK);
+  proc.Process(1, "bash", 0, 0, 0, 10);
+  proc.Process(100, "python", 1, 100, 0, 10);
+  proc.Process(110, "python", 1, 100, 0, 10);
+  proc.Process(111, "pt_data_worker", 110, 10, 0, 10);
+  proc.Process(200, "unrelated", 1, 0, 0, 10);
+  HostSampler sampler(100, dir.path());
+  sampler.set_tree_rescan_interval_ns(10 * kSec);
+  store::HostSampleRow host;
+  std::vector<store::WorkerSampleRow> workers;
+  sampler.Sample(0, &host, &workers);
+  proc.Process(100, "python", 1, 150, 0, 10);
+  sampler.Sample(1 * kSec, &host, &workers);
+  EXPECT_FALSE(host.job_cpu_pct.has_value());  // no rank known yet
+
+  // WHEN the ranks tell it their pids (its own and one that exited among them)
+  sampler.SetJobRoots({110, 100, 999});
+  sampler.Sample(2 * kSec, &host, &workers);   // finds their trees (a full scan)
+  EXPECT_FALSE(host.job_cpu_pct.has_value());  // none has a rate yet: unknown, not 0
+  proc.Process(110, "python", 1, 180, 0, 10);
+  proc.Process(111, "pt_data_worker", 110, 30, 0, 10);
+  proc.Process(200, "unrelated", 1, 500, 0, 10);
+  ASSERT_TRUE(sampler.Sample(3 * kSec, &host, &workers));
+
+  // THEN the other rank's tree is the job's CPU, without the unrelated sibling or itself
+  EXPECT_THAT(host.job_cpu_pct, Optional(DoubleEq(100.0 * (80 + 20) / tck)));
+  EXPECT_THAT(sampler.tree_pids(), ElementsAre(100));
+}
+
 TEST(HostSamplerTest, GivenMissingProcRoot_WhenSampled_ThenReturnsFalseWithEmptyRow) {
   HostSampler sampler(1, "/nonexistent/gpuprof/proc");
   store::HostSampleRow host;

@@ -92,7 +92,7 @@ std::optional<OtherLoad> MeasureOtherLoad(const HostWindow& w) {
   if (o.samples == 0) return std::nullopt;
   o.mean_cores = sum / static_cast<double>(o.samples);
   o.own_mean_cores = own_sum / static_cast<double>(o.samples);
-  if (job_samples == o.samples) o.job_mean_cores = job_sum / static_cast<double>(job_samples);
+  if (job_samples > 0) o.job_mean_cores = job_sum / static_cast<double>(job_samples);
   return o;
 }
 

@@ -81,7 +81,8 @@ HostWindow SteadyHostSamples(const RunView& view);
 // with the host's CPU, its core count and the training tree's CPU, host busy cores minus the
 // tree's and, on a rank of a job with other ranks on this host, minus theirs (job_cpu_pct):
 // the load from outside the job. The mean and the least over them; nullopt when no sample has
-// the first three. job_mean_cores: the job's other ranks' mean, when every such sample had it.
+// the first three. job_mean_cores: the job's other ranks' mean over the samples that have it (the
+// ranks may tell each other their pids only at the first step).
 struct OtherLoad {
   double mean_cores = 0;
   double min_cores = 0;
