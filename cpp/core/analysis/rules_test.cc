@@ -548,6 +548,34 @@ TEST(HighStepVariance, FiresWithFiveSpikesInAHundred) {
                                     "); 5 of 100 steady-state steps took over 2× the median");
 }
 
+TEST(HighStepVariance, TheStepsGpuprofsOwnCpuTraceSlowedAreLeftOut) {
+  // GIVEN the five spikes of SpikyRun(5) and their next steps, slowed by gpuprof's CPU-operator
+  // trace: the spikes are traced steps (cpu_ops rows name them)
+  RunBuilder b = SpikyRun(5);
+  for (const auto& s : b.steps()) {
+    if (s.end_ns - s.start_ns == 300 * kMs) {
+      b.CpuOp(s.start_ns, s.end_ns, s.step, "aten::mm", 10, 50 * kMs);
+    }
+  }
+  // THEN their time is the profiler's, not the training's: no variance
+  const RuleResult r = Eval("high_step_variance", b);
+  EXPECT_FALSE(r.fired());
+  EXPECT_FALSE(r.skipped());
+  // AND untraced spikes among traced steps still count, with how many steps were left out
+  RunBuilder both = SpikyRun(5);
+  both.CpuOp(0, 1, kWarmupSteps + 3, "aten::mm", 1, 1);
+  const RuleResult still = Eval("high_step_variance", both);
+  ASSERT_TRUE(still.fired());
+  EXPECT_EQ(still.insight->evidence["traced_steps_left_out"], 2u);
+  EXPECT_THAT(still.insight->message, HasSubstr("5 of 98 steady-state steps"));
+  // AND a short run whose steps are mostly traced says so
+  RunBuilder short_run;
+  short_run.Steps(kWarmupSteps + 40, Split(100, 5, 90));
+  for (int64_t i = 0; i < 40; i += 2) short_run.CpuOp(0, 1, kWarmupSteps + i, "aten::mm", 1, 1);
+  EXPECT_THAT(*Eval("high_step_variance", short_run).not_evaluated,
+              HasSubstr("outside the traced steps and the steps after them (40)"));
+}
+
 TEST(HighStepVariance, OneSpikeIsANearMiss) {
   // One 300 ms step in 100: p99 = 100 + 0.01 × 200 = 102 ms.
   const RuleResult r = Eval("high_step_variance", SpikyRun(1));

@@ -199,6 +199,16 @@ std::vector<StepComm> SteadyStepComm(const RunView& view) {
 
 }  // namespace
 
+std::set<int64_t> ProfiledSteps(const RunView& view) {
+  std::set<int64_t> out;
+  for (const auto& op : view.data.cpu_ops) {
+    if (!op.step) continue;
+    out.insert(*op.step);
+    out.insert(*op.step + 1);
+  }
+  return out;
+}
+
 std::optional<CommShare> MeasureCommShare(const RunView& view) {
   CommShare share;
   for (const StepComm& c : SteadyStepComm(view)) {

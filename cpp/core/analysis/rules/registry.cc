@@ -473,7 +473,9 @@ void AddWarmup(std::vector<RuleSpec>& r) {
       .fix = "Find what runs on the slow steps: periodic logging or checkpoint saves, .item() / "
              "print syncs, evaluation, Python GC pauses (gc.freeze() after setup), or "
              "dataloader workers being descheduled.",
-      .inputs = "at least " + std::to_string(kVarianceMinSteps) + " steady-state steps",
+      .inputs = "at least " + std::to_string(kVarianceMinSteps) +
+                " steady-state steps, leaving out the steps gpuprof's CPU-operator trace slowed "
+                "(cpu_ops: each traced step and the one after it)",
       .thresholds = {{"kVarianceRatio", kVarianceRatio, "fires above this p99/p50"},
                      {"kVarianceMinSteps", static_cast<double>(kVarianceMinSteps),
                       "evaluated with at least this many steady-state steps"},

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -153,6 +154,11 @@ Stall MeasureStall(const RunView& view);
 
 // Collective time over the steady-state steps that have comm_buckets rows: per step, the
 // length of the union of its bucket intervals (time with any collective in flight).
+// The steps gpuprof's own CPU-operator trace slowed: the traced steps (cpu_ops rows: torch's
+// profiler on) and the step after each (stopping it and reading its operators). CUPTI's kernel
+// capture records every step alike, so its traced steps are not among them.
+std::set<int64_t> ProfiledSteps(const RunView& view);
+
 struct CommShare {
   size_t steps = 0;    // steady steps with at least one bucket
   double comm_ns = 0;  // summed union length

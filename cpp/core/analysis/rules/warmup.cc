@@ -143,25 +143,39 @@ RuleResult FirstStepOutlier(const RunView& view, const RuleContext&) {
       std::move(evidence));
 }
 
-// Fires when the steady-state p99 step time is more than kVarianceRatio × the p50.
+// Fires when the steady-state p99 step time is more than kVarianceRatio × the p50. The steps
+// gpuprof's own CPU-operator trace slowed (ProfiledSteps) are left out: their time is the
+// profiler's, not the training's.
 RuleResult HighStepVariance(const RunView& view, const RuleContext&) {
   using namespace thresholds;
   if (auto why = NeedSteadyState(view)) return RuleResult::Skip(*why);
-  if (view.steady_count() < kVarianceMinSteps) {
-    return RuleResult::Skip(
-        StrFormat("only %s; p99 needs at least %zu",
-                  Plural(view.steady_count(), "steady-state step", "steady-state steps").c_str(),
-                  kVarianceMinSteps));
+  const std::set<int64_t> profiled = ProfiledSteps(view);
+  std::vector<const StepView*> steps;  // the steady-state steps judged
+  std::vector<double> durations;
+  for (size_t i = view.steady_begin; i < view.steps.size(); ++i) {
+    if (profiled.count(view.steps[i].step)) continue;
+    steps.push_back(&view.steps[i]);
+    durations.push_back(static_cast<double>(view.steps[i].duration_ns));
   }
-  const DurationStats& s = *view.steady;
+  const size_t left_out = view.steady_count() - steps.size();
+  if (steps.size() < kVarianceMinSteps) {
+    return RuleResult::Skip(StrFormat(
+        "only %s%s; p99 needs at least %zu",
+        Plural(steps.size(), "steady-state step", "steady-state steps").c_str(),
+        left_out ? StrFormat(" outside the traced steps and the steps after them (%zu)", left_out)
+                       .c_str()
+                 : "",
+        kVarianceMinSteps));
+  }
+  const DurationStats s = *ComputeDurationStats(durations);
   if (s.p50_ns <= 0) return RuleResult::Skip("steady-state median step time is 0");
   const double ratio = s.p99_ns / s.p50_ns;
   if (ratio <= kVarianceRatio) return RuleResult::Pass();
   size_t spikes = 0;
   double lost = 0;
   double steady_total = 0;
-  for (size_t i = view.steady_begin; i < view.steps.size(); ++i) {
-    const double d = static_cast<double>(view.steps[i].duration_ns);
+  for (const StepView* st : steps) {
+    const double d = static_cast<double>(st->duration_ns);
     steady_total += d;
     if (d > kVarianceRatio * s.p50_ns) {
       ++spikes;
@@ -174,8 +188,8 @@ RuleResult HighStepVariance(const RunView& view, const RuleContext&) {
   // loader (DataLoader next(), wrap_dataloader) above the steady-state median of such waits.
   // Inter-step gaps do not count: they also hold logging and checkpoints.
   std::vector<double> loader_waits;
-  for (size_t i = view.steady_begin; i < view.steps.size(); ++i) {
-    const StepView& st = view.steps[i];
+  for (const StepView* step : steps) {
+    const StepView& st = *step;
     if (st.wait_ns && st.wait_source && *st.wait_source != "gap") {
       loader_waits.push_back(static_cast<double>(*st.wait_ns));
     }
@@ -183,8 +197,8 @@ RuleResult HighStepVariance(const RunView& view, const RuleContext&) {
   std::optional<double> loader_share;
   if (const auto median_wait = Median(loader_waits); median_wait && lost > 0) {
     double loader_excess = 0;
-    for (size_t i = view.steady_begin; i < view.steps.size(); ++i) {
-      const StepView& st = view.steps[i];
+    for (const StepView* step : steps) {
+      const StepView& st = *step;
       const double d = static_cast<double>(st.duration_ns);
       if (d <= kVarianceRatio * s.p50_ns || !st.wait_ns || !st.wait_source ||
           *st.wait_source == "gap") {
@@ -201,15 +215,15 @@ RuleResult HighStepVariance(const RunView& view, const RuleContext&) {
   std::optional<double> stall_share, cpu_wait_share, machine_share;
   if ((view.stalls_watched || view.cpu_wait_watched) && lost > 0) {
     std::vector<double> stalled, waited;
-    for (size_t i = view.steady_begin; i < view.steps.size(); ++i) {
-      stalled.push_back(static_cast<double>(view.steps[i].stalled_ns.value_or(0)));
-      waited.push_back(static_cast<double>(view.steps[i].cpu_wait_ns.value_or(0)));
+    for (const StepView* st : steps) {
+      stalled.push_back(static_cast<double>(st->stalled_ns.value_or(0)));
+      waited.push_back(static_cast<double>(st->cpu_wait_ns.value_or(0)));
     }
     const double median_stalled = Median(stalled).value_or(0.0);
     const double median_waited = Median(waited).value_or(0.0);
     double stall_excess = 0, wait_excess = 0, machine_excess = 0;
-    for (size_t i = view.steady_begin; i < view.steps.size(); ++i) {
-      const StepView& st = view.steps[i];
+    for (const StepView* step : steps) {
+      const StepView& st = *step;
       const double d = static_cast<double>(st.duration_ns);
       if (d <= kVarianceRatio * s.p50_ns) continue;
       const double extra = d - s.p50_ns;
@@ -238,6 +252,7 @@ RuleResult HighStepVariance(const RunView& view, const RuleContext&) {
       {"ratio", ratio},
       {"spikes", spikes},
       {"steady_steps", s.count},
+      {"traced_steps_left_out", left_out},
       {"spike_excess_ns", lost},
       {"threshold", kVarianceRatio},
       {"lost_share", lost_share},
