@@ -378,7 +378,10 @@ bool HostSampler::ScanTree() noexcept {
     if (root == nullptr) return true;
     tree_pids_.push_back(root_pid_);
     cur_proc_.push_back({root->pid, root->starttime, root->ticks, false});
-    CollectDescendants(&tree_pids_, root_pid_, false);
+    // The job's other ranks are not this process's tree even when it started them (Lightning's
+    // ddp strategy: rank 0 starts the others as its children).
+    const std::vector<int64_t>* not_mine = has_job_roots_ ? &job_roots_ : nullptr;
+    CollectDescendants(&tree_pids_, root_pid_, false, not_mine);
     // 3. The job's other ranks: the pids the ranks told each other, or else the launcher's
     // other children; and their descendants.
     if (has_job_roots_) {
@@ -406,13 +409,17 @@ bool HostSampler::ScanTree() noexcept {
   }
 }
 
-void HostSampler::CollectDescendants(std::vector<int64_t>* pids, int64_t skip, bool job) {
+void HostSampler::CollectDescendants(std::vector<int64_t>* pids, int64_t skip, bool job,
+                                     const std::vector<int64_t>* skip_too) {
   for (size_t i = 0; i < pids->size(); ++i) {
     const int64_t parent = (*pids)[i];
     auto lo = std::lower_bound(entries_.begin(), entries_.end(), parent,
                                [](const ProcEntry& e, int64_t v) { return e.ppid < v; });
     for (auto it = lo; it != entries_.end() && it->ppid == parent; ++it) {
       if (it->pid == skip) continue;  // the root (a cycle cannot exist, but never loop)
+      if (skip_too && std::find(skip_too->begin(), skip_too->end(), it->pid) != skip_too->end()) {
+        continue;
+      }
       pids->push_back(it->pid);
       cur_proc_.push_back({it->pid, it->starttime, it->ticks, job});
     }

@@ -17,7 +17,8 @@
 //                          nvme0n1p2, mmcblk0p1) and loop*, ram*, zram*, dm-*, md*, sr*, fd*
 //                          (virtual devices whose I/O the physical disks already count, or no
 //                          disk at all) are skipped.
-//   process tree           root_pid and every descendant, found by scanning <proc_root>/*/stat
+//   process tree           root_pid and every descendant but the job's other ranks given to
+//                          SetJobRoots (and theirs), found by scanning <proc_root>/*/stat
 //                          for parent pids (at most once per tree_rescan_interval, default 1 s;
 //                          the known pids are re-read on the ticks between). Per pid: cpu% of one
 //                          core from utime+stime, RSS from statm resident pages * page size. A pid
@@ -119,8 +120,10 @@ class HostSampler {
   bool ScanTree() noexcept;    // full scan: rebuilds tree_pids_, job_pids_ and cur_proc_
   bool RereadTree() noexcept;  // known pids only
   // Breadth-first over entries_ (sorted by ppid) from the pids already in *pids (their
-  // children, theirs, ...), skipping `skip`'s subtree; appends to *pids and cur_proc_.
-  void CollectDescendants(std::vector<int64_t>* pids, int64_t skip, bool job);
+  // children, theirs, ...), skipping `skip`'s subtree and those of `skip_too`'s pids; appends
+  // to *pids and cur_proc_.
+  void CollectDescendants(std::vector<int64_t>* pids, int64_t skip, bool job,
+                          const std::vector<int64_t>* skip_too = nullptr);
   void SampleTree(double dt_s, int64_t now_rel_ns, store::HostSampleRow* host,
                   std::vector<store::WorkerSampleRow>* workers) noexcept;
 

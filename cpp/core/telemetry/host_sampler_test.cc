@@ -303,6 +303,39 @@ TEST(HostSamplerTest, GivenTheRanksPids_WhenSampled_ThenTheirTreesAreJobCpuWhate
   EXPECT_THAT(sampler.tree_pids(), ElementsAre(100));
 }
 
+TEST(HostSamplerTest, GivenRanksThisProcessStarted_WhenTheyAreKnown_ThenTheyLeaveItsTree) {
+  // GIVEN rank 0 (100) that started rank 1 (101, with a worker 102) itself, as Lightning's ddp
+  // strategy does, and a loader worker 103 of its own
+  testing::TempDir dir;
+  FakeProc proc(dir);
+  const long tck = sysconf(_SC_CLK_TCK);
+  proc.Process(100, "python", 1, 100, 0, 10);
+  proc.Process(101, "python rank 1", 100, 100, 0, 10);
+  proc.Process(102, "pt_data_worker", 101, 10, 0, 10);
+  proc.Process(103, "pt_data_worker", 100, 10, 0, 10);
+  HostSampler sampler(100, dir.path());
+  store::HostSampleRow host;
+  std::vector<store::WorkerSampleRow> workers;
+  sampler.Sample(0, &host, &workers);
+  // Before the ranks told each other their pids, rank 1 looks like its child
+  EXPECT_THAT(sampler.tree_pids(), ElementsAre(100, 101, 103, 102));
+
+  // WHEN they did
+  sampler.SetJobRoots({101});
+  sampler.Sample(1 * kSec, &host, &workers);
+  proc.Process(100, "python", 1, 150, 0, 10);
+  proc.Process(101, "python rank 1", 100, 190, 0, 10);
+  proc.Process(102, "pt_data_worker", 101, 20, 0, 10);
+  proc.Process(103, "pt_data_worker", 100, 15, 0, 10);
+  ASSERT_TRUE(sampler.Sample(2 * kSec, &host, &workers));
+
+  // THEN rank 1 and its worker are the job's CPU, not this process's tree (counted once)
+  EXPECT_THAT(sampler.tree_pids(), ElementsAre(100, 103));
+  ASSERT_THAT(workers, SizeIs(2));
+  EXPECT_THAT(host.proc_cpu_pct, Optional(DoubleEq(100.0 * (50 + 5) / tck)));
+  EXPECT_THAT(host.job_cpu_pct, Optional(DoubleEq(100.0 * (90 + 10) / tck)));
+}
+
 TEST(HostSamplerTest, GivenMissingProcRoot_WhenSampled_ThenReturnsFalseWithEmptyRow) {
   HostSampler sampler(1, "/nonexistent/gpuprof/proc");
   store::HostSampleRow host;
