@@ -1,7 +1,8 @@
 """A small DDP (gloo, CPU) training script for tests/test_distributed.py, run under torchrun.
 
 Options shape the job: a rank made late before one bucket, a uniformly slower rank, a large
-model with tiny compute, gradient accumulation with or without no_sync(), a user comm hook, the process group initialised inside the profile,
+model with tiny compute, gradient accumulation with or without no_sync(), torch.compile, a user
+comm hook, the process group initialised inside the profile,
 FSDP instead of DDP. Prints one JSON line per rank: "RESULT {...}".
 """
 
@@ -48,6 +49,7 @@ def main() -> None:
                    help="backward passes per optimizer step (gradient accumulation)")
     p.add_argument("--no-sync", action="store_true",
                    help="with --accumulate: all but a step's last backward inside no_sync()")
+    p.add_argument("--compile", action="store_true", help="torch.compile the DDP model")
     p.add_argument("--fsdp", action="store_true")
     p.add_argument("--no-ddp", action="store_true", help="no model wrapper, no collectives")
     p.add_argument("--no-comm-hook", action="store_true", help="profile(comm_hook=False)")
@@ -104,6 +106,7 @@ def main() -> None:
             model = wrap()
         before = [t.detach().clone() for t in model.parameters()] if a.user_hook else []
         opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+        run_model = torch.compile(model) if a.compile else model
         for i in range(a.steps):
             x = torch.randn(a.batch, a.width)
             if a.manual:
@@ -124,7 +127,7 @@ def main() -> None:
                 last = micro == a.accumulate - 1
                 quiet = model.no_sync() if a.no_sync and not last else contextlib.nullcontext()
                 with quiet:
-                    model(x).square().mean().backward()
+                    run_model(x).square().mean().backward()
             opt.step()
             opt.zero_grad()
         unchanged = all(torch.equal(b, t.detach()) for b, t in zip(before, model.parameters()))

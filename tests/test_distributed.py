@@ -500,6 +500,20 @@ def test_comm_dominant_tells_gradient_accumulation_how_to_reduce(tmp_path, no_sy
             assert comm["fix"].startswith("Reduce once a step: run every backward pass")
 
 
+def test_a_compiled_ddp_model_trains_and_its_buckets_are_timed(tmp_path):
+    # GIVEN torch.compile over the DDP model (dynamo's DDPOptimizer splits the graph at the
+    # buckets) with the default bucket size
+    db = tmp_path / "compiled.db"
+    results = torchrun(db, "--steps", "12", "--bucket-mb", "25", "--compile", timeout=600)
+    # THEN both ranks trained to the same weights, and every step's bucket was timed
+    assert results[0]["param_sum"] == pytest.approx(results[1]["param_sum"], rel=1e-6)
+    for r in results:
+        steps, buckets = query(db, "SELECT COUNT(DISTINCT step), COUNT(*) FROM comm_buckets "
+                                   "WHERE run_id = ?", r["run_id"])[0]
+        assert steps >= 11 and buckets >= steps, (steps, buckets)
+    assert not query(db, "SELECT message FROM diagnostics WHERE level = 'error'")
+
+
 @pytest.mark.parametrize("before", [False, True], ids=["inside", "before-profile"])
 def test_a_user_comm_hook_still_runs_and_its_result_is_used(tmp_path, before):
     # GIVEN a user hook that replaces the averaged gradient with zeros (registered inside the

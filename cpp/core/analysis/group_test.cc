@@ -91,6 +91,9 @@ TEST(CommDominant, GradientAccumulationGetsTheFixForHowItReduces) {
   // AND one backward pass a step keeps the general fix and message
   const RuleResult plain = Eval("comm_dominant", Comm({{50, 70}, {60, 80}, {85, 95}}));
   EXPECT_EQ(plain.insight->fix, thresholds::kCommDominantFix);
+  // AND one bucket a step is "1 bucket"
+  EXPECT_THAT(Eval("comm_dominant", Comm({{50, 80}})).insight->message,
+              HasSubstr("per step, 1 bucket per step)"));
 }
 
 TEST(CommDominant, NearMissAndSingleProcess) {

@@ -218,13 +218,14 @@ RuleResult CommDominant(const RunView& view, const RuleContext& context) {
     syncs = StrFormat(": one all-reduce per %s backward passes",
                       FormatCompact(share->backward_passes / steps).c_str());
   }
+  const std::string buckets_text = FormatCompact(share->buckets / steps);
   RuleResult r = RuleResult::Fire(
       Severity::kMed,
-      StrFormat("Collectives were in flight for %s of step time (%s of %s per step, %s buckets "
-                "per step%s)%s",
+      StrFormat("Collectives were in flight for %s of step time (%s of %s per step, %s %s per "
+                "step%s)%s",
                 FormatPercent(f).c_str(), FormatDuration(share->comm_ns / steps).c_str(),
-                FormatDuration(share->step_ns / steps).c_str(),
-                FormatCompact(share->buckets / steps).c_str(), waiting.c_str(), syncs.c_str()),
+                FormatDuration(share->step_ns / steps).c_str(), buckets_text.c_str(),
+                buckets_text == "1" ? "bucket" : "buckets", waiting.c_str(), syncs.c_str()),
       std::move(evidence));
   if (every_pass) r.insight->fix = kCommDominantNoSyncFix;
   if (accumulating) r.insight->fix = kCommDominantAccumulatingFix;
