@@ -344,6 +344,17 @@ def test_a_uniformly_slower_rank_is_rank_skew(tmp_path):
     assert "rank_skew" in f, f
     assert f["rank_skew"]["evidence"]["rank"] == 1
     assert f["rank_skew"]["evidence"]["basis"] == "work_time"
+    # AND it quotes what rank 1's own report (stored at its end) found first, with its fix
+    lead = query(db, "SELECT rule_id, severity, message, fix FROM insights WHERE run_id = ? AND "
+                     "family != 'distributed' AND severity != 'info' ORDER BY ordinal LIMIT 1",
+                 rs[1]["run_id"])
+    assert lead, "rank 1's 30 ms a step before its forward is a finding of its own"
+    rule_id, severity, message, fix = lead[0]
+    assert f["rank_skew"]["evidence"]["straggler_insight"] == {"rule_id": rule_id,
+                                                               "severity": severity}
+    assert f["rank_skew"]["message"].endswith(
+        f"its own report leads with [{severity.upper()}] {message}"), f["rank_skew"]["message"]
+    assert f["rank_skew"]["fix"] == f"Start with rank 1's own finding ({rule_id}): {fix}"
     # AND rank 0's own report says it waits for rank 1, and does not tell it to shrink its
     # communication: the collectives it waits in are rank 1's delay (comm_dominant, when it
     # fires, is folded under peer_wait)

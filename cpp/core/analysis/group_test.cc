@@ -261,6 +261,32 @@ TEST(RankSkew, FiresOnTheSlowRank) {
                                     FormatPercent(87.0 / 62 - 1) + " slower)");
 }
 
+TEST(RankSkew, QuotesTheStragglersOwnLeadingFindingAndItsFix) {
+  // GIVEN the slow rank's own report: a communication finding first (about the others' wait,
+  // not its cause), then a loader stall
+  RunBuilder slow = Ranked(3, 87);
+  slow.StoredInsight("comm_dominant", "distributed", "med", "Collectives were in flight ...",
+                     "Shrink or overlap communication.");
+  slow.StoredInsight("dataloader_stall", "data_pipeline", "high",
+                     "34% of step time waiting on the loader", "Raise num_workers.");
+  const RuleResult r =
+      EvalGroup("rank_skew", {Ranked(0, 62), Ranked(1, 62), Ranked(2, 63), std::move(slow)});
+  // THEN the group finding ends with the stall, and its fix starts there
+  ASSERT_TRUE(r.fired());
+  EXPECT_THAT(
+      r.insight->message,
+      ::testing::EndsWith(" slower); its own report leads with [HIGH] 34% of step time waiting on "
+                          "the loader"));
+  EXPECT_EQ(r.insight->fix,
+            "Start with rank 3's own finding (dataloader_stall): Raise num_workers.");
+  EXPECT_EQ(r.insight->evidence["straggler_insight"]["rule_id"], "dataloader_stall");
+  // AND without a stored finding the message and fix are the rule's own
+  const RuleResult bare =
+      EvalGroup("rank_skew", {Ranked(0, 62), Ranked(1, 62), Ranked(2, 63), Ranked(3, 87)});
+  EXPECT_TRUE(bare.insight->evidence["straggler_insight"].is_null());
+  EXPECT_THAT(bare.insight->fix, Not(HasSubstr("own finding")));
+}
+
 TEST(RankSkew, TwoRanksNameTheOther) {
   const RuleResult r = EvalGroup("rank_skew", {Ranked(0, 62), Ranked(1, 87)});
   ASSERT_TRUE(r.fired());
@@ -804,6 +830,29 @@ TEST(AnalyzeStoredGroup, LoadsEveryRankAndMatchesThePureAnalysis) {
   }
   EXPECT_EQ(stored->insights[0].rule_id, "bucket_skew");
   EXPECT_EQ(FormatGroupReport(*stored, file.path()), FormatGroupReport(pure, file.path()));
+}
+
+TEST(AnalyzeStoredGroup, RankSkewQuotesTheStragglersStoredFinding) {
+  // GIVEN two ranks in a file, rank 1 slower, whose own report stored a loader stall
+  testing::TempDb file;
+  auto db = testing::OpenDb(file.path());
+  ASSERT_TRUE(db);
+  testing::WriteRun(*db, Ranked(0, 62).Build());
+  const int64_t slow = testing::WriteRun(*db, Ranked(1, 87).Build());
+  ASSERT_TRUE(db->ReplaceInsights(slow, {store::InsightRow{0, "dataloader_stall", "data_pipeline",
+                                                           "high", "Steps wait 34% on data",
+                                                           "Raise num_workers.", std::nullopt}})
+                  .ok());
+  // WHEN the group is analysed from the store
+  auto stored = AnalyzeStoredGroup(*db, "job", AnalysisOptions{});
+  ASSERT_TRUE(stored.ok()) << stored.error();
+  // THEN rank_skew names rank 1 and what its own report found
+  const auto it = std::find_if(stored->insights.begin(), stored->insights.end(),
+                               [](const Insight& i) { return i.rule_id == "rank_skew"; });
+  ASSERT_NE(it, stored->insights.end());
+  EXPECT_THAT(it->message, HasSubstr("rank 1"));
+  EXPECT_THAT(it->message, HasSubstr("its own report leads with [HIGH] Steps wait 34% on data"));
+  EXPECT_EQ(it->fix, "Start with rank 1's own finding (dataloader_stall): Raise num_workers.");
 }
 
 TEST(AnalyzeRun, ComparesARankWithTheOtherRanksInItsStore) {

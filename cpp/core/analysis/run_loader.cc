@@ -53,6 +53,10 @@ Expected<std::vector<store::RunData>> LoadGroupRuns(store::RunStore& store,
     auto comm = store.LoadCommBuckets(d.run.run_id);
     if (!comm) return comm.status();
     d.comm_buckets = std::move(comm).value();
+    // Each rank's own findings, as its report stored them: rank_skew quotes the straggler's.
+    auto insights = store.LoadInsights(d.run.run_id);
+    if (!insights) return insights.status();
+    d.insights = std::move(insights).value();
     out.push_back(std::move(d));
   }
   return out;

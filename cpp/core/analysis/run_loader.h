@@ -21,8 +21,8 @@ namespace gpuprof::analysis {
 // steady-state steps) are listed.
 Expected<std::vector<PriorRun>> LoadPriorRuns(store::RunStore& store, const store::RunInfo& run);
 
-// Every run whose group_id is `group_id` (any status), with its steps and comm_buckets; the
-// other RunData members stay empty. An empty vector when there is none.
+// Every run whose group_id is `group_id` (any status), with its steps, comm_buckets and stored
+// insights; the other RunData members stay empty. An empty vector when there is none.
 Expected<std::vector<store::RunData>> LoadGroupRuns(store::RunStore& store,
                                                     const std::string& group_id);
 // For a rank of a multi-rank job (world_size > 1): its waits for the job's other ranks in the

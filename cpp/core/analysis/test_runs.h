@@ -211,6 +211,14 @@ class RunBuilder {
     return *this;
   }
   const std::vector<store::StepRow>& steps() const { return data_.steps; }
+  // An insight as the run's own report stored it (ordinal order: the order of the calls).
+  RunBuilder& StoredInsight(std::string rule_id, std::string family, std::string severity,
+                            std::string message, std::optional<std::string> fix) {
+    data_.insights.push_back(store::InsightRow{
+        static_cast<int64_t>(data_.insights.size()), std::move(rule_id), std::move(family),
+        std::move(severity), std::move(message), std::move(fix), std::nullopt});
+    return *this;
+  }
   // Every step ran n backward passes (gradient accumulation).
   RunBuilder& BackwardPasses(int64_t n) {
     for (auto& s : data_.steps) s.forward_calls = s.backward_calls = n;

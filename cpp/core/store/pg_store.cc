@@ -900,6 +900,12 @@ Expected<std::vector<CpuOpRow>> PgStore::LoadCpuOps(int64_t run_id) {
       [](PgReader& r) { return sql::Read<CpuOpRow>(r); });
 }
 
+Expected<std::vector<InsightRow>> PgStore::LoadInsights(int64_t run_id) {
+  return Rows<InsightRow>(
+      sql::kInsightsSql, "load insights", [&](PgBinder& b) { b.Int(run_id); },
+      [](PgReader& r) { return sql::Read<InsightRow>(r); });
+}
+
 Expected<std::vector<GpuRollupRow>> PgStore::LatestGpuSecond(int64_t run_id) {
   return Rows<GpuRollupRow>(
       sql::kLatestGpuSecondSql, "load the latest GPU second",

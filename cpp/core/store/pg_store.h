@@ -83,6 +83,7 @@ class PgStore final : public RunStore {
   Status ScanStepBreakdown(int64_t run_id, const StepBreakdownFn& each) override;
   Expected<std::vector<KernelRow>> LoadKernels(int64_t run_id) override;
   Expected<std::vector<CpuOpRow>> LoadCpuOps(int64_t run_id) override;
+  Expected<std::vector<InsightRow>> LoadInsights(int64_t run_id) override;
 
   // The meta table's `key`: its stored value, or `value` stored now when there is none (first
   // writer wins when several servers start at once). The team server keeps its session-signing

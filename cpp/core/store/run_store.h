@@ -120,6 +120,8 @@ class RunStore {
   virtual Expected<std::vector<KernelRow>> LoadKernels(int64_t run_id) = 0;
   // The run's cpu_ops rows, in LoadRun's order (empty for a file that predates the table).
   virtual Expected<std::vector<CpuOpRow>> LoadCpuOps(int64_t run_id) = 0;
+  // The run's stored insights in ordinal order (its report's order).
+  virtual Expected<std::vector<InsightRow>> LoadInsights(int64_t run_id) = 0;
   // The newest second of gpu_samples_1s of a run, one row per GPU (by gpu_index), with
   // ts_ns, gpu_index, util_mean_pct, mem_used_max_bytes, power_mean_mw and temp_max_c read;
   // empty when the run has none (/metrics' latest GPU values).

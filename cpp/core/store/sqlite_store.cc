@@ -538,6 +538,12 @@ Expected<std::vector<CpuOpRow>> SqliteStore::LoadCpuOps(int64_t run_id) {
       [](Reader& c) { return sql::Read<CpuOpRow>(c); });
 }
 
+Expected<std::vector<InsightRow>> SqliteStore::LoadInsights(int64_t run_id) {
+  return Rows<InsightRow>(
+      sql::kInsightsSql, "load insights", [run_id](Binder& b) { b.Int(run_id); },
+      [](Reader& r) { return sql::Read<InsightRow>(r); });
+}
+
 Expected<std::vector<GpuRollupRow>> SqliteStore::LatestGpuSecond(int64_t run_id) {
   return Rows<GpuRollupRow>(
       sql::kLatestGpuSecondSql, "load the latest GPU second",

@@ -150,6 +150,7 @@ class SqliteStore final : public RunStore {
   Status ScanStepBreakdown(int64_t run_id, const StepBreakdownFn& each) override;
   Expected<std::vector<KernelRow>> LoadKernels(int64_t run_id) override;
   Expected<std::vector<CpuOpRow>> LoadCpuOps(int64_t run_id) override;
+  Expected<std::vector<InsightRow>> LoadInsights(int64_t run_id) override;
   // The raw tier of one run (a missing run is an error).
   Expected<RawSamples> LoadRawSamples(int64_t run_id);
   // Every row the file holds for one run, table by table (the raw tier included, host samples

@@ -1,6 +1,7 @@
 // Distributed rules: collectives within one rank (comm_dominant) and across the ranks of a group
 // (bucket_skew, rank_skew; see group.h).
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <unordered_map>
 
@@ -364,6 +365,25 @@ RuleResult BucketSkew(const GroupView& group, const RuleContext&) {
 // exceeds the median of the other ranks' medians by more than kRankSkewFraction; reports the
 // slowest such rank. The evidence says whether bucket_skew finds that rank late before only
 // some buckets ("bucket_local": bucket_skew's cause, which explains it).
+namespace {
+
+// The straggler's own leading finding: the first of its stored insights (its report's order)
+// that is not about the job's communication (those describe the others' wait, not its cause).
+const store::InsightRow* OwnLead(const RunView& rank) {
+  for (const store::InsightRow& in : rank.data.insights) {
+    if (in.family != "distributed" && in.severity != "info") return &in;
+  }
+  return nullptr;
+}
+
+std::string SeverityTag(const std::string& severity) {
+  std::string up = severity;
+  for (char& c : up) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return "[" + up + "]";
+}
+
+}  // namespace
+
 RuleResult RankSkew(const GroupView& group, const RuleContext&) {
   const BucketStarts all = CollectStarts(group);
   const std::vector<std::vector<double>> work = WorkTimes(group, all);
@@ -424,23 +444,35 @@ RuleResult RankSkew(const GroupView& group, const RuleContext&) {
       {"aligned_ranks", group.AlignedRanks()},
       {"threshold", kRankSkewFraction},
   };
+  // What the straggler's own report found: usually the reason it is slow.
+  const store::InsightRow* lead = OwnLead(group.ranks[index]);
+  evidence["straggler_insight"] =
+      lead ? nlohmann::json{{"rule_id", lead->rule_id}, {"severity", lead->severity}}
+           : nlohmann::json();
+  const std::string its_own =
+      lead ? StrFormat("; its own report leads with %s %s", SeverityTag(lead->severity).c_str(),
+                       lead->message.c_str())
+           : "";
+  std::string message;
   if (work_basis) {
     evidence["work_steps"] = work[index].size();
-    return RuleResult::Fire(
-        Severity::kMed,
-        StrFormat("Rank skew: %s works %s per step vs %s%s (%s slower; the others wait for it "
-                  "in the collectives)",
-                  RankLabel(run).c_str(), FormatDuration(mine).c_str(),
-                  FormatDuration(worst_base).c_str(), against.c_str(),
-                  FormatPercent(worst_frac).c_str()),
-        std::move(evidence));
+    message = StrFormat(
+        "Rank skew: %s works %s per step vs %s%s (%s slower; the others wait for it in the "
+        "collectives)%s",
+        RankLabel(run).c_str(), FormatDuration(mine).c_str(), FormatDuration(worst_base).c_str(),
+        against.c_str(), FormatPercent(worst_frac).c_str(), its_own.c_str());
+  } else {
+    message =
+        StrFormat("Rank skew: %s median step %s vs %s%s (%s slower)%s", RankLabel(run).c_str(),
+                  FormatDuration(mine).c_str(), FormatDuration(worst_base).c_str(), against.c_str(),
+                  FormatPercent(worst_frac).c_str(), its_own.c_str());
   }
-  return RuleResult::Fire(
-      Severity::kMed,
-      StrFormat("Rank skew: %s median step %s vs %s%s (%s slower)", RankLabel(run).c_str(),
-                FormatDuration(mine).c_str(), FormatDuration(worst_base).c_str(), against.c_str(),
-                FormatPercent(worst_frac).c_str()),
-      std::move(evidence));
+  RuleResult r = RuleResult::Fire(Severity::kMed, std::move(message), std::move(evidence));
+  if (lead && lead->fix) {
+    r.insight->fix = StrFormat("Start with %s's own finding (%s): %s", RankLabel(run).c_str(),
+                               lead->rule_id.c_str(), lead->fix->c_str());
+  }
+  return r;
 }
 
 }  // namespace gpuprof::analysis::rules

@@ -576,7 +576,8 @@ void AddDistributed(std::vector<RuleSpec>& r) {
              "its own report with gpuprof insights DB RUN), its GPU (clocks, thermals, PCIe / "
              "NVLink topology), or uneven data sharding.",
       .inputs = "steps of at least 2 ranks with a steady state (comm_buckets on 2+ of them for "
-                "the work-time comparison)",
+                "the work-time comparison); the slow rank's stored insights name its own "
+                "leading finding",
       .thresholds = {{"kRankSkewFraction", kRankSkewFraction,
                       "fires above this share over the others"}},
       .explains = {{"bucket_skew", "rank_wide",
