@@ -364,6 +364,11 @@ def test_a_uniformly_slower_rank_is_rank_skew(tmp_path):
     assert "peer_wait" in mine, own["insights"]
     assert mine["peer_wait"]["evidence"]["slowest"] == "rank 1"
     assert mine["peer_wait"]["evidence"]["peer_wait_fraction"] > 0.2
+    # AND, read after both ended, it quotes rank 1's own leading finding and starts its fix there
+    assert mine["peer_wait"]["message"].endswith(
+        f"rank 1's own report leads with [{severity.upper()}] {message}"), \
+        mine["peer_wait"]["message"]
+    assert mine["peer_wait"]["fix"] == f"Start with rank 1's own finding ({rule_id}): {fix}"
     assert "comm_dominant" not in mine, mine["comm_dominant"]["message"]
     # AND rank 1 waits for nobody
     slow = json.loads(run_cli("insights", str(db), str(rs[1]["run_id"]), "--json",

@@ -218,11 +218,19 @@ PeerWaits MeasurePeerWaits(const store::RunData& self, std::vector<store::RunDat
     store::RunData d;
     d.run = std::move(runs[i].run);
     d.comm_buckets = std::move(runs[i].comm_buckets);
+    d.insights = std::move(runs[i].insights);
     members.push_back(std::move(d));
   }
   const GroupView g = BuildGroupView(out.group_id, std::move(members));
   for (size_t r = 0; r < g.ranks.size(); ++r) {
-    if (g.ranks[r].run().run_id == self.run.run_id) return std::move(PeerWaitsOfEveryRank(g)[r]);
+    if (g.ranks[r].run().run_id != self.run.run_id) continue;
+    PeerWaits mine = std::move(PeerWaitsOfEveryRank(g)[r]);
+    for (size_t o = 0; o < g.ranks.size(); ++o) {  // peers are the other ranks, in order
+      if (o == r) continue;
+      const store::InsightRow* lead = rules::LeadingFinding(g.ranks[o].data.insights);
+      mine.peer_leads.push_back(lead ? std::optional<store::InsightRow>(*lead) : std::nullopt);
+    }
+    return mine;
   }
   return out;  // unreachable: self is the only run of its rank in the view
 }

@@ -876,7 +876,7 @@ TEST(AnalyzeRun, ComparesARankWithTheOtherRanksInItsStore) {
   }
   EXPECT_TRUE(skipped);
   // WHEN rank 1 has written its timings THEN rank 0's report names it
-  testing::WriteRun(*db, Ddp(1, kLateAll, 95).Build());
+  const int64_t r1 = testing::WriteRun(*db, Ddp(1, kLateAll, 95).Build());
   auto after = AnalyzeRun(*db, r0, AnalysisOptions{});
   ASSERT_TRUE(after.ok()) << after.error();
   const auto it = std::find_if(after->insights.begin(), after->insights.end(),
@@ -884,6 +884,26 @@ TEST(AnalyzeRun, ComparesARankWithTheOtherRanksInItsStore) {
   ASSERT_NE(it, after->insights.end());
   EXPECT_EQ(it->evidence["slowest"], "rank 1");
   EXPECT_DOUBLE_EQ(it->evidence["peer_wait_fraction"].get<double>(), 0.65);
+  EXPECT_TRUE(it->evidence["slowest_insight"].is_null());  // rank 1 stored no finding yet
+  EXPECT_THAT(it->message, ::testing::EndsWith("the job runs at that rank's pace"));
+  // WHEN rank 1's own report is stored (its own comm finding first, then its cause)
+  ASSERT_TRUE(db->ReplaceInsights(r1, {store::InsightRow{0, "comm_dominant", "distributed", "med",
+                                                         "Collectives", "Shrink.", std::nullopt},
+                                       store::InsightRow{1, "cpu_contention", "host", "high",
+                                                         "Threads queued 40% for a CPU",
+                                                         "Fewer threads.", std::nullopt}})
+                  .ok());
+  auto quoted = AnalyzeRun(*db, r0, AnalysisOptions{});
+  ASSERT_TRUE(quoted.ok()) << quoted.error();
+  const auto q = std::find_if(quoted->insights.begin(), quoted->insights.end(),
+                              [](const Insight& i) { return i.rule_id == "peer_wait"; });
+  ASSERT_NE(q, quoted->insights.end());
+  // THEN rank 0's finding ends with rank 1's cause, and its fix starts there
+  EXPECT_THAT(q->message,
+              ::testing::EndsWith("the job runs at that rank's pace; rank 1's own report leads "
+                                  "with [HIGH] Threads queued 40% for a CPU"));
+  EXPECT_EQ(q->fix, "Start with rank 1's own finding (cpu_contention): Fewer threads.");
+  EXPECT_EQ(q->evidence["slowest_insight"]["rule_id"], "cpu_contention");
 }
 
 TEST(LoadPeerWaits, BoundsTheRowsARunsOwnReportCompares) {

@@ -106,6 +106,8 @@ std::optional<PeerWaits> LoadPeerWaits(store::RunStore& store, const store::RunD
         return none;
       }
       d.comm_buckets = std::move(comm).value();
+      // Its own findings so far (stored when it ended): peer_wait quotes the rank waited for.
+      if (auto insights = store.LoadInsights(d.run.run_id)) d.insights = std::move(*insights);
     }
   }
   PeerWaits waits = MeasurePeerWaits(self, std::move(others));

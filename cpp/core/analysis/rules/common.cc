@@ -1,5 +1,6 @@
 // Preconditions and measurements shared by several rule families (rules.h).
 #include <algorithm>
+#include <cctype>
 #include <map>
 
 #include "analysis/format.h"
@@ -198,6 +199,26 @@ std::vector<StepComm> SteadyStepComm(const RunView& view) {
 }
 
 }  // namespace
+
+const store::InsightRow* LeadingFinding(const std::vector<store::InsightRow>& insights) {
+  for (const store::InsightRow& in : insights) {
+    if (in.family != "distributed" && in.severity != "info") return &in;
+  }
+  return nullptr;
+}
+
+std::string LeadText(const store::InsightRow* lead) {
+  if (!lead) return "";
+  std::string tag = lead->severity;
+  for (char& c : tag) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return "; its own report leads with [" + tag + "] " + lead->message;
+}
+
+std::optional<std::string> LeadFix(const std::string& rank, const store::InsightRow* lead) {
+  if (!lead || !lead->fix) return std::nullopt;
+  return StrFormat("Start with %s's own finding (%s): %s", rank.c_str(), lead->rule_id.c_str(),
+                   lead->fix->c_str());
+}
 
 std::set<int64_t> ProfiledSteps(const RunView& view) {
   std::set<int64_t> out;

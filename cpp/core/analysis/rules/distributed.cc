@@ -1,7 +1,6 @@
 // Distributed rules: collectives within one rank (comm_dominant) and across the ranks of a group
 // (bucket_skew, rank_skew; see group.h).
 #include <algorithm>
-#include <cctype>
 #include <map>
 #include <unordered_map>
 
@@ -284,15 +283,31 @@ RuleResult PeerWait(const RunView& view, const RuleContext& context) {
       {"ranks_compared", peers.peers.size()},
       {"threshold", kPeerWaitFraction},
   };
+  // What the rank waited for found in its own report, when it stored one in this file.
+  const store::InsightRow* lead = nullptr;
+  for (size_t i = 0; share->slowest && i < peers.peers.size(); ++i) {
+    if (peers.peers[i] == *share->slowest && i < peers.peer_leads.size() && peers.peer_leads[i]) {
+      lead = &*peers.peer_leads[i];
+    }
+  }
+  evidence["slowest_insight"] =
+      lead ? nlohmann::json{{"rule_id", lead->rule_id}, {"severity", lead->severity}}
+           : nlohmann::json();
+  std::string its_own = LeadText(lead);
+  if (lead) its_own.replace(0, std::string("; its own").size(), "; " + who + "'s own");
   RuleResult r = RuleResult::Fire(
       Severity::kMed,
       StrFormat("This rank waited %s of step time (%s of %s per step) in its collectives for "
                 "%s, the last to start them on %s of the steps it waited: the job runs at that "
-                "rank's pace",
+                "rank's pace%s",
                 FormatPercent(f).c_str(), FormatDuration(share->wait_ns / steps).c_str(),
                 FormatDuration(share->step_ns / steps).c_str(), who.c_str(),
-                FormatPercent(who_share).c_str()),
+                FormatPercent(who_share).c_str(), its_own.c_str()),
       std::move(evidence));
+  if (auto fix = LeadFix(who, lead)) {
+    r.insight->fix = *fix;
+    return r;
+  }
   r.insight->fix = StrFormat(
       "Make %s faster, not the communication: gpuprof insights --group %s compares the ranks, "
       "and that rank's own report names its bottleneck (its host's CPU load or dataloader, its "
@@ -365,24 +380,6 @@ RuleResult BucketSkew(const GroupView& group, const RuleContext&) {
 // exceeds the median of the other ranks' medians by more than kRankSkewFraction; reports the
 // slowest such rank. The evidence says whether bucket_skew finds that rank late before only
 // some buckets ("bucket_local": bucket_skew's cause, which explains it).
-namespace {
-
-// The straggler's own leading finding: the first of its stored insights (its report's order)
-// that is not about the job's communication (those describe the others' wait, not its cause).
-const store::InsightRow* OwnLead(const RunView& rank) {
-  for (const store::InsightRow& in : rank.data.insights) {
-    if (in.family != "distributed" && in.severity != "info") return &in;
-  }
-  return nullptr;
-}
-
-std::string SeverityTag(const std::string& severity) {
-  std::string up = severity;
-  for (char& c : up) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return "[" + up + "]";
-}
-
-}  // namespace
 
 RuleResult RankSkew(const GroupView& group, const RuleContext&) {
   const BucketStarts all = CollectStarts(group);
@@ -445,14 +442,11 @@ RuleResult RankSkew(const GroupView& group, const RuleContext&) {
       {"threshold", kRankSkewFraction},
   };
   // What the straggler's own report found: usually the reason it is slow.
-  const store::InsightRow* lead = OwnLead(group.ranks[index]);
+  const store::InsightRow* lead = LeadingFinding(group.ranks[index].data.insights);
   evidence["straggler_insight"] =
       lead ? nlohmann::json{{"rule_id", lead->rule_id}, {"severity", lead->severity}}
            : nlohmann::json();
-  const std::string its_own =
-      lead ? StrFormat("; its own report leads with %s %s", SeverityTag(lead->severity).c_str(),
-                       lead->message.c_str())
-           : "";
+  const std::string its_own = LeadText(lead);
   std::string message;
   if (work_basis) {
     evidence["work_steps"] = work[index].size();
@@ -468,10 +462,7 @@ RuleResult RankSkew(const GroupView& group, const RuleContext&) {
                   FormatPercent(worst_frac).c_str(), its_own.c_str());
   }
   RuleResult r = RuleResult::Fire(Severity::kMed, std::move(message), std::move(evidence));
-  if (lead && lead->fix) {
-    r.insight->fix = StrFormat("Start with %s's own finding (%s): %s", RankLabel(run).c_str(),
-                               lead->rule_id.c_str(), lead->fix->c_str());
-  }
+  if (auto fix = LeadFix(RankLabel(run), lead)) r.insight->fix = *fix;
   return r;
 }
 

@@ -524,7 +524,8 @@ void AddDistributed(std::vector<RuleSpec>& r) {
       .inputs = "comm_buckets of this rank and of the job's other ranks (same group_id) in the "
                 "same store, on at least half of its steady-state steps with collectives; up to " +
                 std::to_string(kPeerWaitMaxRows / 1'000'000) +
-                " M bucket rows compared (a run that is not distributed passes)",
+                " M bucket rows compared (a run that is not distributed passes); the stored "
+                "insights of the rank waited for name its own leading finding",
       .thresholds = {{"kPeerWaitFraction", kPeerWaitFraction,
                       "fires above this share of step time; explains comm_dominant when the "
                       "collectives' share without the wait is at most kCommFraction"}},

@@ -159,6 +159,15 @@ Stall MeasureStall(const RunView& view);
 // capture records every step alike, so its traced steps are not among them.
 std::set<int64_t> ProfiledSteps(const RunView& view);
 
+// A rank's own leading finding: the first of its stored insights (its report's order) that is
+// not about the job's communication (those describe the others' wait, not its cause) nor
+// info. nullptr when none.
+const store::InsightRow* LeadingFinding(const std::vector<store::InsightRow>& insights);
+// "; its own report leads with [HIGH] <message>" ("" without one), and the fix that starts
+// there ("Start with rank 1's own finding (rule): <fix>"; nullopt without a fix).
+std::string LeadText(const store::InsightRow* lead);
+std::optional<std::string> LeadFix(const std::string& rank, const store::InsightRow* lead);
+
 struct CommShare {
   size_t steps = 0;    // steady steps with at least one bucket
   double comm_ns = 0;  // summed union length
