@@ -143,6 +143,10 @@ def main() -> None:
                                   "param_sum": param_sum,
                                   "params_unchanged": unchanged if a.user_hook else None}),
           flush=True)
+    # torch 2.13's gloo can abort a rank that destroys its process group a second or more
+    # before another ("terminate called without an active exception"), which gpuprof's
+    # summary at a rank's end makes likely when only some ranks profile: meet first.
+    dist.barrier()
     dist.destroy_process_group()
 
 

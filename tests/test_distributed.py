@@ -271,6 +271,7 @@ def worker(rank, world, db, port):
             ddp(torch.randn(16, 256)).square().mean().backward()
             opt.step()
             opt.zero_grad()
+    dist.barrier()
     dist.destroy_process_group()
 
 if __name__ == "__main__":
