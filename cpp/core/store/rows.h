@@ -148,7 +148,7 @@ struct HostSampleRow {
   std::optional<double> proc_cpu_pct;
   std::optional<int64_t> proc_rss_bytes;
   // The job's other ranks on this host with their children, percent of one core; nullopt when
-  // this process is not one of several ranks a launcher started here (HostSampler).
+  // this process is not known to be one of several ranks of a job on this host (HostSampler).
   std::optional<double> job_cpu_pct;
 };
 

@@ -380,13 +380,13 @@ bool HostSampler::ScanTree() noexcept {
     cur_proc_.push_back({root->pid, root->starttime, root->ticks, false});
     // The job's other ranks are not this process's tree even when it started them (Lightning's
     // ddp strategy: rank 0 starts the others as its children).
-    const std::vector<int64_t>* not_mine = has_job_roots_ ? &job_roots_ : nullptr;
+    const std::vector<int64_t>* not_mine = job_roots_ ? &*job_roots_ : nullptr;
     CollectDescendants(&tree_pids_, root_pid_, false, not_mine);
     // 3. The job's other ranks: the pids the ranks told each other, or else the launcher's
     // other children; and their descendants.
-    if (has_job_roots_) {
+    if (job_roots_) {
       std::vector<int64_t> roots;
-      for (int64_t pid : job_roots_) {
+      for (int64_t pid : *job_roots_) {
         if (pid == root_pid_) continue;
         auto it = std::find_if(entries_.begin(), entries_.end(),
                                [pid](const ProcEntry& e) { return e.pid == pid; });
@@ -394,7 +394,8 @@ bool HostSampler::ScanTree() noexcept {
         roots.push_back(pid);
         cur_proc_.push_back({it->pid, it->starttime, it->ticks, true});
       }
-      CollectDescendants(&roots, root_pid_, true);
+      // A rank may have started others (Lightning's rank 0): they are roots already.
+      CollectDescendants(&roots, root_pid_, true, not_mine);
       job_pids_.assign(roots.begin(), roots.end());
     } else if (job_parent_ && *job_parent_ > 1 && *job_parent_ != root_pid_) {
       std::vector<int64_t> launcher{*job_parent_};
@@ -528,7 +529,7 @@ void HostSampler::SampleTree(double dt_s, int64_t now_rel_ns, store::HostSampleR
     if (root_has_rate) host->proc_cpu_pct = cpu_sum;
     // Known when the ranks were found before this tick (a tick that just found them all has no
     // rate for any yet), or when none is left.
-    if (root_has_rate && (job_parent_ || has_job_roots_) && (job_count == 0 || job_rates > 0)) {
+    if (root_has_rate && (job_parent_ || job_roots_) && (job_count == 0 || job_rates > 0)) {
       host->job_cpu_pct = job_sum;
     }
     if (any_rss) host->proc_rss_bytes = rss_sum;
@@ -549,9 +550,8 @@ bool HostSampler::Sample(int64_t now_rel_ns, store::HostSampleRow* host,
   try {
     std::lock_guard<std::mutex> lock(job_roots_mu_);
     if (pending_job_roots_) {
-      job_roots_ = std::move(*pending_job_roots_);
+      job_roots_ = std::move(pending_job_roots_);
       pending_job_roots_.reset();
-      has_job_roots_ = true;
       force_scan_ = true;  // find their trees now
     }
   } catch (...) {

@@ -131,8 +131,7 @@ class HostSampler {
   std::string proc_root_;
   std::vector<int64_t> tree_pids_;
   std::optional<int64_t> job_parent_;
-  std::vector<int64_t> job_roots_;  // SetJobRoots' pids once taken by the sampling thread
-  bool has_job_roots_ = false;
+  std::optional<std::vector<int64_t>> job_roots_;  // SetJobRoots' pids, taken by Sample()
   std::mutex job_roots_mu_;
   std::optional<std::vector<int64_t>> pending_job_roots_;  // guarded by job_roots_mu_
   std::vector<int64_t> job_pids_;   // the job's other ranks on this host and their children

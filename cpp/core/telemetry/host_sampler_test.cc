@@ -334,6 +334,20 @@ TEST(HostSamplerTest, GivenRanksThisProcessStarted_WhenTheyAreKnown_ThenTheyLeav
   ASSERT_THAT(workers, SizeIs(2));
   EXPECT_THAT(host.proc_cpu_pct, Optional(DoubleEq(100.0 * (50 + 5) / tck)));
   EXPECT_THAT(host.job_cpu_pct, Optional(DoubleEq(100.0 * (90 + 10) / tck)));
+
+  // AND seen from rank 1 (whose ranks are 100, the one that started it, and 101's sibling
+  // rank 104 that 100 started too), each other rank is counted once: 104 is a root and also a
+  // descendant of root 100
+  proc.Process(104, "python rank 2", 100, 0, 0, 10);
+  HostSampler rank1(101, dir.path());
+  rank1.SetJobRoots({100, 104});
+  rank1.Sample(3 * kSec, &host, &workers);
+  proc.Process(100, "python", 1, 160, 0, 10);
+  proc.Process(103, "pt_data_worker", 100, 20, 0, 10);
+  proc.Process(104, "python rank 2", 100, 40, 0, 10);
+  proc.Process(101, "python rank 1", 100, 190, 0, 10);
+  ASSERT_TRUE(rank1.Sample(4 * kSec, &host, &workers));
+  EXPECT_THAT(host.job_cpu_pct, Optional(DoubleEq(100.0 * (10 + 5 + 40) / tck)));
 }
 
 TEST(HostSamplerTest, GivenMissingProcRoot_WhenSampled_ThenReturnsFalseWithEmptyRow) {
