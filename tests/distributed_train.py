@@ -2,8 +2,8 @@
 
 Options shape the job: a rank made late before one bucket, a uniformly slower rank, a large
 model with tiny compute, gradient accumulation with or without no_sync(), torch.compile, a user
-comm hook, the process group initialised inside the profile,
-FSDP instead of DDP. Prints one JSON line per rank: "RESULT {...}".
+comm hook, the process group initialised inside the profile, FSDP instead of DDP. Prints one
+JSON line per rank: "RESULT {...}".
 """
 
 from __future__ import annotations

@@ -225,10 +225,9 @@ PeerWaits MeasurePeerWaits(const store::RunData& self, std::vector<store::RunDat
   for (size_t r = 0; r < g.ranks.size(); ++r) {
     if (g.ranks[r].run().run_id != self.run.run_id) continue;
     PeerWaits mine = std::move(PeerWaitsOfEveryRank(g)[r]);
-    for (size_t o = 0; o < g.ranks.size(); ++o) {  // peers are the other ranks, in order
-      if (o == r) continue;
-      const store::InsightRow* lead = rules::LeadingFinding(g.ranks[o].data.insights);
-      mine.peer_leads.push_back(lead ? std::optional<store::InsightRow>(*lead) : std::nullopt);
+    for (const RunView& other : g.ranks) {
+      const store::InsightRow* lead = rules::LeadingFinding(other.data.insights);
+      if (lead && &other != &g.ranks[r]) mine.peer_leads[rules::RankLabel(other.run())] = *lead;
     }
     return mine;
   }

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -101,9 +102,9 @@ struct PeerWaits {
     int last_peer = -1;  // index into peers of the rank that started that bucket last; -1: none
   };
   std::unordered_map<int64_t, Step> steps;  // by step number; steps no peer timed are absent
-  // Per peer (same order), its own leading finding as its report stored it (LeadingFinding);
-  // nullopt when it stored none (yet).
-  std::vector<std::optional<store::InsightRow>> peer_leads;
+  // Per peer label, its own leading finding as its report stored it (LeadingFinding); absent
+  // when it stored none (yet).
+  std::map<std::string, store::InsightRow> peer_leads;
   // How many other ranks of the job (any attempt) the store holds; nullopt when it could not
   // be told (no group id, a failed read). The summary says when the file lacks some.
   std::optional<size_t> other_ranks;

@@ -46,10 +46,10 @@ struct RunProgress {
   std::optional<InsightRow> headline;       // the first insight stored (ordinal order)
 };
 
-// One row of a series scan (ScanGpuSeries, ScanHostSeries): bit i of `known` is set when v[i]
-// was measured (a NULL column leaves it clear and v[i] 0).
 inline constexpr int kGpuSeriesColumns = 4;   // ScanGpuSeries: util, mem, power, temp
 inline constexpr int kHostSeriesColumns = 6;  // ScanHostSeries: kHostSeriesSql's value columns
+// One row of a series scan (ScanGpuSeries, ScanHostSeries): bit i of `known` is set when v[i]
+// was measured (a NULL column leaves it clear and v[i] 0).
 struct SeriesRow {
   int64_t ts_ns = 0;
   int64_t gpu_index = 0;

@@ -207,11 +207,16 @@ const store::InsightRow* LeadingFinding(const std::vector<store::InsightRow>& in
   return nullptr;
 }
 
-std::string LeadText(const store::InsightRow* lead) {
+std::string LeadText(const store::InsightRow* lead, const std::string& whose) {
   if (!lead) return "";
   std::string tag = lead->severity;
   for (char& c : tag) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return "; its own report leads with [" + tag + "] " + lead->message;
+  return "; " + whose + " own report leads with [" + tag + "] " + lead->message;
+}
+
+nlohmann::json LeadEvidence(const store::InsightRow* lead) {
+  if (!lead) return nlohmann::json();
+  return {{"rule_id", lead->rule_id}, {"severity", lead->severity}};
 }
 
 std::optional<std::string> LeadFix(const std::string& rank, const store::InsightRow* lead) {

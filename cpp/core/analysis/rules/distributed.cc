@@ -284,17 +284,11 @@ RuleResult PeerWait(const RunView& view, const RuleContext& context) {
       {"threshold", kPeerWaitFraction},
   };
   // What the rank waited for found in its own report, when it stored one in this file.
-  const store::InsightRow* lead = nullptr;
-  for (size_t i = 0; share->slowest && i < peers.peers.size(); ++i) {
-    if (peers.peers[i] == *share->slowest && i < peers.peer_leads.size() && peers.peer_leads[i]) {
-      lead = &*peers.peer_leads[i];
-    }
-  }
-  evidence["slowest_insight"] =
-      lead ? nlohmann::json{{"rule_id", lead->rule_id}, {"severity", lead->severity}}
-           : nlohmann::json();
-  std::string its_own = LeadText(lead);
-  if (lead) its_own.replace(0, std::string("; its own").size(), "; " + who + "'s own");
+  const auto found =
+      share->slowest ? peers.peer_leads.find(*share->slowest) : peers.peer_leads.end();
+  const store::InsightRow* lead = found != peers.peer_leads.end() ? &found->second : nullptr;
+  evidence["slowest_insight"] = LeadEvidence(lead);
+  const std::string its_own = LeadText(lead, who + "'s");
   RuleResult r = RuleResult::Fire(
       Severity::kMed,
       StrFormat("This rank waited %s of step time (%s of %s per step) in its collectives for "
@@ -379,8 +373,8 @@ RuleResult BucketSkew(const GroupView& group, const RuleContext&) {
 // the wait for the others); else by step time. Fires when one rank's steady-state median
 // exceeds the median of the other ranks' medians by more than kRankSkewFraction; reports the
 // slowest such rank. The evidence says whether bucket_skew finds that rank late before only
-// some buckets ("bucket_local": bucket_skew's cause, which explains it).
-
+// some buckets ("bucket_local": bucket_skew's cause, which explains it). The message ends with
+// the slow rank's own leading finding when its report is stored, and the fix starts there.
 RuleResult RankSkew(const GroupView& group, const RuleContext&) {
   const BucketStarts all = CollectStarts(group);
   const std::vector<std::vector<double>> work = WorkTimes(group, all);
@@ -443,10 +437,8 @@ RuleResult RankSkew(const GroupView& group, const RuleContext&) {
   };
   // What the straggler's own report found: usually the reason it is slow.
   const store::InsightRow* lead = LeadingFinding(group.ranks[index].data.insights);
-  evidence["straggler_insight"] =
-      lead ? nlohmann::json{{"rule_id", lead->rule_id}, {"severity", lead->severity}}
-           : nlohmann::json();
-  const std::string its_own = LeadText(lead);
+  evidence["straggler_insight"] = LeadEvidence(lead);
+  const std::string its_own = LeadText(lead, "its");
   std::string message;
   if (work_basis) {
     evidence["work_steps"] = work[index].size();

@@ -152,8 +152,6 @@ struct Stall {
 };
 Stall MeasureStall(const RunView& view);
 
-// Collective time over the steady-state steps that have comm_buckets rows: per step, the
-// length of the union of its bucket intervals (time with any collective in flight).
 // The steps gpuprof's own CPU-operator trace slowed: the traced steps (cpu_ops rows: torch's
 // profiler on) and the step after each (stopping it and reading its operators). CUPTI's kernel
 // capture records every step alike, so its traced steps are not among them.
@@ -163,11 +161,15 @@ std::set<int64_t> ProfiledSteps(const RunView& view);
 // not about the job's communication (those describe the others' wait, not its cause) nor
 // info. nullptr when none.
 const store::InsightRow* LeadingFinding(const std::vector<store::InsightRow>& insights);
-// "; its own report leads with [HIGH] <message>" ("" without one), and the fix that starts
-// there ("Start with rank 1's own finding (rule): <fix>"; nullopt without a fix).
-std::string LeadText(const store::InsightRow* lead);
+// "; <whose> own report leads with [HIGH] <message>" ("" without one; whose: "its",
+// "rank 1's"), the fix that starts there ("Start with rank 1's own finding (rule): <fix>";
+// nullopt without a fix), and its evidence ({rule_id, severity}; null without one).
+std::string LeadText(const store::InsightRow* lead, const std::string& whose);
 std::optional<std::string> LeadFix(const std::string& rank, const store::InsightRow* lead);
+nlohmann::json LeadEvidence(const store::InsightRow* lead);
 
+// Collective time over the steady-state steps that have comm_buckets rows: per step, the
+// length of the union of its bucket intervals (time with any collective in flight).
 struct CommShare {
   size_t steps = 0;    // steady steps with at least one bucket
   double comm_ns = 0;  // summed union length
