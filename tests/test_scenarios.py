@@ -28,6 +28,8 @@ CASES = {
     "throttling_gpu.py": {"thermal_throttling"},
     "memory_pressure.py": {"memory_pressure"},
     "paired_loader.py": {"dataloader_stall"},
+    "unwrapped_evaluation.py": {"evaluation_in_steps"},
+    "periodic_checkpoint.py": {"kernel_launch_overhead"},
 }
 
 
@@ -169,6 +171,56 @@ def test_a_paired_loaders_slow_steps_are_not_blamed_on_logging(scenario_runs):
         if e["rule_id"] == "high_step_variance":
             assert e["evidence"]["loader_caused"] is True
             assert "waiting on the loader" in e["message"]
+
+
+def test_an_unwrapped_evaluation_is_named_and_its_loader_is_not_the_trainings(scenario_runs):
+    # GIVEN a validation pass every 10 steps, not wrapped in prof.evaluation()
+    _, stdout, db = scenario_runs["unwrapped_evaluation.py"]
+    doc = insights_json(db, 1)
+    found = [i for i in doc["insights"] if i["rule_id"] == "evaluation_in_steps"][0]
+    # THEN the finding names those steps and their calls: 8 validation forwards + the step's own
+    assert found["evidence"]["evaluation_steps"] == 4
+    assert found["evidence"]["step_period"] == 10
+    assert found["evidence"]["median_forward_calls"] == 9
+    assert "every 10th (5, 15, …, 35)" in found["message"]
+    assert "prof.evaluation()" in found["fix"]
+    # AND the loader rules judged the training steps only: never "raise num_workers"
+    assert "raise DataLoader num_workers" not in stdout
+
+
+def test_a_wrapped_evaluation_reports_nothing(tmp_path):
+    # GIVEN the same loop with the validation pass in `with prof.evaluation():`
+    fired: set[str] = set()
+    for _ in range(ATTEMPTS):
+        wait_for_a_quiet_machine()
+        db = tmp_path / f"w{_}.db"
+        proc = run_scenario("unwrapped_evaluation.py", db, "--wrapped")
+        fired = reported(db, 1) - MACHINE
+        if not fired - MACHINE_TIMING:
+            break
+    # THEN no evaluation steps, and nothing else (a machine's pause aside)
+    assert "evaluation_in_steps" not in fired, proc.stdout
+    assert fired <= MACHINE_TIMING, proc.stdout
+    diagnostics = sqlite3.connect(db).execute(
+        "SELECT message FROM diagnostics WHERE source = 'evaluation'").fetchall()
+    assert diagnostics and diagnostics[0][0].startswith("evaluation: 4 loops"), diagnostics
+
+
+def test_a_periodic_checkpoint_is_host_work_not_launch_overhead(scenario_runs):
+    # GIVEN a 200 ms checkpoint every 10 steps
+    _, stdout, db = scenario_runs["periodic_checkpoint.py"]
+    doc = insights_json(db, 1)
+    found = [i for i in doc["insights"] if i["rule_id"] == "kernel_launch_overhead"][0]
+    # THEN the time outside the model is placed in those steps, with the fix for such work
+    assert found["evidence"]["periodic_other"] is True
+    assert found["evidence"]["spike_steps"] == 4
+    assert found["evidence"]["spike_period"] == 10
+    assert "periodic host work" in found["message"]
+    assert "async_save" in found["fix"] and "torch.compile" not in found["fix"]
+    # AND the slow steps are that finding, not a second one with the general advice
+    for e in doc["explained"]:
+        if e["rule_id"] == "high_step_variance":
+            assert e["explained_by"] == "kernel_launch_overhead"
 
 
 # ---------------------------------------------------------------- regression, by throughput

@@ -154,6 +154,50 @@ std::string NumberRanges(const std::vector<int64_t>& numbers) {
   return out;
 }
 
+std::string Ordinal(int64_t n) {
+  const int64_t tens = n % 100;
+  const int64_t last = n % 10;
+  const char* suffix = "th";
+  if (tens < 11 || tens > 13) {
+    if (last == 1) suffix = "st";
+    if (last == 2) suffix = "nd";
+    if (last == 3) suffix = "rd";
+  }
+  return std::to_string(n) + suffix;
+}
+
+std::optional<int64_t> StepPeriod(const std::vector<int64_t>& steps) {
+  if (steps.size() < 3) return std::nullopt;
+  const int64_t period = steps[1] - steps[0];
+  if (period <= 0) return std::nullopt;
+  for (size_t i = 2; i < steps.size(); ++i) {
+    if (steps[i] - steps[i - 1] != period) return std::nullopt;
+  }
+  return period;
+}
+
+std::string FormatStepSet(const std::vector<int64_t>& steps) {
+  const size_t n = steps.size();
+  if (n == 0) return "no steps";
+  if (n == 1) return "step " + std::to_string(steps[0]);
+  const auto joined = [&](size_t count) {
+    std::string out;
+    for (size_t i = 0; i < count; ++i) {
+      if (i) out += i + 1 == count && count == n ? " and " : ", ";
+      out += std::to_string(steps[i]);
+    }
+    return out;
+  };
+  if (n <= 3) return "steps " + joined(n);
+  if (const auto period = StepPeriod(steps)) {
+    return StrFormat("%zu steps, every %s (%lld, %lld, …, %lld)", n,
+                     *period == 1 ? "step" : Ordinal(*period).c_str(),
+                     static_cast<long long>(steps[0]), static_cast<long long>(steps[1]),
+                     static_cast<long long>(steps[n - 1]));
+  }
+  return StrFormat("%zu steps (%s, …)", n, joined(3).c_str());
+}
+
 std::string Plural(size_t n, const char* singular, const char* plural) {
   return StrFormat("%zu %s", n, n == 1 ? singular : plural);
 }

@@ -57,6 +57,14 @@ std::string ValidUtf8(const std::string& text);
 std::string Plural(size_t n, const char* singular, const char* plural);
 // "1–3, 5, 7–9" for ascending numbers (runs of consecutive ones as a range).
 std::string NumberRanges(const std::vector<int64_t>& numbers);
+// Ascending step numbers for a reader: "step 25", "steps 25, 50 and 80", "5 steps, every 25th
+// (25, 50, …, 125)" when at least 3 are evenly spaced, else "7 steps (25, 31, 90, …)".
+std::string FormatStepSet(const std::vector<int64_t>& steps);
+// The spacing of at least 3 ascending, evenly spaced step numbers (25 for 24, 49, 74); nullopt
+// otherwise.
+std::optional<int64_t> StepPeriod(const std::vector<int64_t>& steps);
+// "1st", "2nd", "3rd", "11th", "25th".
+std::string Ordinal(int64_t n);
 // "—" for an unknown value, else f(value).
 template <typename T, typename F>
 std::string OrDash(const std::optional<T>& value, F f) {

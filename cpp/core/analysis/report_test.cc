@@ -349,6 +349,24 @@ TEST(InsightRows, OrdinalsSeverityAndEvidence) {
   }
 }
 
+TEST(Format, StepSetsNameFewStepsAndSayWhenTheyAreEvenlySpaced) {
+  EXPECT_EQ(FormatStepSet({}), "no steps");
+  EXPECT_EQ(FormatStepSet({25}), "step 25");
+  EXPECT_EQ(FormatStepSet({25, 50}), "steps 25 and 50");
+  EXPECT_EQ(FormatStepSet({25, 50, 80}), "steps 25, 50 and 80");
+  EXPECT_EQ(FormatStepSet({24, 49, 74, 99, 124}), "5 steps, every 25th (24, 49, …, 124)");
+  EXPECT_EQ(FormatStepSet({3, 4, 5, 6}), "4 steps, every step (3, 4, …, 6)");
+  EXPECT_EQ(FormatStepSet({25, 31, 90, 91}), "4 steps (25, 31, 90, …)");
+  EXPECT_EQ(Ordinal(1), "1st");
+  EXPECT_EQ(Ordinal(2), "2nd");
+  EXPECT_EQ(Ordinal(3), "3rd");
+  EXPECT_EQ(Ordinal(11), "11th");
+  EXPECT_EQ(Ordinal(12), "12th");
+  EXPECT_EQ(Ordinal(22), "22nd");
+  EXPECT_EQ(Ordinal(113), "113th");
+  EXPECT_EQ(Ordinal(101), "101st");
+}
+
 TEST(Format, Helpers) {
   EXPECT_EQ(FormatDuration(850), "850 ns");
   EXPECT_EQ(FormatDuration(12'340), "12.3 µs");

@@ -65,6 +65,7 @@ TEST(Registry, EveryRuleIsCompleteAndUnique) {
                          "compilation_warmup",
                          "first_step_outlier",
                          "high_step_variance",
+                         "evaluation_in_steps",
                          "comm_dominant",
                          "peer_wait",
                          "bucket_skew",
@@ -74,7 +75,7 @@ TEST(Registry, EveryRuleIsCompleteAndUnique) {
                          "host_stalls"}) {
     EXPECT_TRUE(ids.count(id)) << id;
   }
-  EXPECT_EQ(ids.size(), 28u);
+  EXPECT_EQ(ids.size(), 29u);
   EXPECT_TRUE(FindRule("bucket_skew")->group());
   EXPECT_TRUE(FindRule("rank_skew")->group());
   EXPECT_FALSE(FindRule("comm_dominant")->group());
@@ -545,7 +546,13 @@ TEST(HighStepVariance, FiresWithFiveSpikesInAHundred) {
   EXPECT_EQ(r.insight->message, "Step time p99 is " + FormatRatio(3.0) + " p50 (" +
                                     FormatDuration(300.0 * kMs) + " vs " +
                                     FormatDuration(100.0 * kMs) +
-                                    "); 5 of 100 steady-state steps took over 2× the median");
+                                    "); 5 of 100 steady-state steps took over 2× the median, "
+                                    "every 20th step from step 10, 100% of their extra time "
+                                    "outside the loader wait and the phases");
+  // AND that time is host work between steps: the periodic host work fix
+  EXPECT_EQ(r.insight->fix, thresholds::kPeriodicHostWorkFix);
+  EXPECT_EQ(r.insight->evidence["other_caused"], true);
+  EXPECT_EQ(r.insight->evidence["spike_period"], 20);
 }
 
 TEST(HighStepVariance, TheStepsGpuprofsOwnCpuTraceSlowedAreLeftOut) {
@@ -639,7 +646,8 @@ TEST(HighStepVariance, StallsBelowHalfTheExtraTimeLeaveTheUsualAdvice) {
   ASSERT_TRUE(r.fired());
   EXPECT_FALSE(r.insight->evidence["stall_caused"].get<bool>());
   EXPECT_NEAR(r.insight->evidence["stall_share"].get<double>(), 0.3, 1e-9);
-  EXPECT_THAT(r.insight->fix, HasSubstr("gc.freeze"));
+  // (the rest of their extra time is outside the loader and the phases: host work's fix)
+  EXPECT_EQ(r.insight->fix, thresholds::kPeriodicHostWorkFix);
   // AND without the watch the share is unknown (null), not 0
   const RuleResult unwatched = Eval("high_step_variance", SpikyRun(5));
   EXPECT_TRUE(unwatched.insight->evidence["stall_share"].is_null());
@@ -652,6 +660,181 @@ TEST(HighStepVariance, HostStallsExplainsStalledSpikes) {
   EXPECT_TRUE(HasInsight(report, "host_stalls"));
   EXPECT_FALSE(HasInsight(report, "high_step_variance"));
   EXPECT_TRUE(FoldedUnder(report, "high_step_variance", "host_stalls"));
+}
+
+// ---------------------------------------------------------------- evaluation_in_steps
+
+// 3 warmup + 100 steady steps of 100 ms, `wait_ms` of each waiting on the DataLoader; every 25th
+// steady step (steps 27, 52, 77, 102) also runs an unwrapped evaluation: 33 forward calls with
+// the step's one backward, `eval_ms` longer, `eval_wait_ms` of that waiting on its loader and
+// the rest in forward.
+RunBuilder EvaluationRun(int64_t eval_ms, int64_t eval_wait_ms, int64_t wait_ms = 5) {
+  RunBuilder b;
+  const int64_t work = 100 - wait_ms;  // forward 30%, backward 50%, optimizer 20% of it
+  const int64_t fwd = work * 3 / 10, opt = work * 2 / 10, bwd = work - fwd - opt;
+  StepShape normal = Shape(100, wait_ms, {{"forward", fwd}, {"backward", bwd}, {"optimizer", opt}});
+  normal.wait_source = "dataloader";
+  StepShape eval =
+      Shape(100 + eval_ms, wait_ms + eval_wait_ms,
+            {{"forward", fwd + eval_ms - eval_wait_ms}, {"backward", bwd}, {"optimizer", opt}});
+  eval.wait_source = "dataloader";
+  b.Steps(kWarmupSteps, normal);
+  for (size_t i = 0; i < 100; ++i) {
+    const bool evaluates = i % 25 == 24;
+    b.Step(evaluates ? eval : normal);
+    if (evaluates) b.Calls(kWarmupSteps + i, 33, 1);
+  }
+  return b;
+}
+
+TEST(EvaluationInSteps, StepsWithManyForwardsAndOneBackwardAreNamedWithWhatTheyCost) {
+  // GIVEN an evaluation 200 ms long inside every 25th step
+  const RuleResult r = Eval("evaluation_in_steps", EvaluationRun(200, 100));
+  ASSERT_TRUE(r.fired());
+  // THEN it names the steps, their calls and their cost: 800 ms of 10.8 s (7%), low
+  EXPECT_EQ(r.insight->severity, Severity::kLow);
+  EXPECT_EQ(r.insight->message,
+            "An evaluation inside the training steps? 4 steps, every 25th (27, 52, …, 102), ran "
+            "33 forward calls each with 1 backward pass (a typical step: 1 and 1) and took " +
+                FormatDuration(200.0 * kMs) + " more each than a typical step's " +
+                FormatDuration(100.0 * kMs) + ": " + FormatPercent(800.0 / 10800) +
+                " of steady-state step time");
+  EXPECT_THAT(r.insight->fix, HasSubstr("prof.evaluation()"));
+  EXPECT_EQ(r.insight->evidence["evaluation_steps"], 4);
+  EXPECT_EQ(r.insight->evidence["step_period"], 25);
+  // AND a larger one is med
+  EXPECT_EQ(Eval("evaluation_in_steps", EvaluationRun(2000, 1900)).insight->severity,
+            Severity::kMed);
+  // AND a cheap one (40 ms in 10 s) is not worth a finding
+  EXPECT_FALSE(Eval("evaluation_in_steps", EvaluationRun(10, 5)).fired());
+}
+
+TEST(EvaluationInSteps, TheEvaluationsLoaderIsNotTheTrainingLoopsStall) {
+  // GIVEN evaluations that wait 1.9 s each on their own loader: 45% of all step time is loader
+  // wait, 5% of the training steps'
+  const Report report = Analyze(EvaluationRun(2000, 1900).Build(), RuleContext{});
+  // THEN the report leads with the evaluation, not with "raise num_workers" or step variance
+  ASSERT_FALSE(report.insights.empty());
+  EXPECT_EQ(report.insights[0].rule_id, "evaluation_in_steps");
+  EXPECT_FALSE(HasInsight(report, "dataloader_stall"));
+  EXPECT_FALSE(HasInsight(report, "high_step_variance"));
+  // AND a training loop that does stall is judged on its own steps, and says so
+  const RuleResult stall = Eval("dataloader_stall", EvaluationRun(2000, 1900, 40));
+  ASSERT_TRUE(stall.fired());
+  EXPECT_EQ(stall.insight->message, FormatPercent(0.40) +
+                                        " of step time waiting on the loader (DataLoader next(), "
+                                        "without the 4 evaluation steps)");
+  EXPECT_EQ(stall.insight->evidence["evaluation_steps_left_out"], 4);
+  EXPECT_NEAR(stall.insight->evidence["wait_fraction"].get<double>(), 0.40, 1e-9);
+}
+
+TEST(EvaluationInSteps, ForwardsThatComeWithBackwardsOrEveryStepAreTraining) {
+  const auto flagged = [](const RunBuilder& b) {
+    return BuildRunView(b.Build()).evaluation_steps.steps;
+  };
+  // GIVEN gradient accumulation: 4 forwards and 4 backwards every step, one step with 8 and 8
+  RunBuilder accumulation;
+  accumulation.Steps(30, Split(100, 5, 90)).BackwardPasses(4).Calls(10, 8, 8);
+  EXPECT_TRUE(flagged(accumulation).empty());
+  // GIVEN distillation: a frozen teacher's forward and the student's every step (2 to 1)
+  RunBuilder teacher;
+  teacher.Steps(30, Split(100, 5, 90));
+  for (size_t i = 0; i < 30; ++i) teacher.Calls(i, 2, 1);
+  EXPECT_TRUE(flagged(teacher).empty());
+  // GIVEN a GAN: its D steps run 3 forwards, its G steps 2, each one backward
+  RunBuilder gan;
+  gan.Steps(30, Split(100, 5, 90));
+  for (size_t i = 0; i < 30; ++i) gan.Calls(i, i % 2 ? 3 : 2, 1);
+  EXPECT_TRUE(flagged(gan).empty());
+  // GIVEN 2 extra forwards in one step (below kEvalExtraForwards)
+  RunBuilder two;
+  two.Steps(30, Split(100, 5, 90)).Calls(12, 3, 1);
+  EXPECT_TRUE(flagged(two).empty());
+  // GIVEN the evaluation inside warmup step 1: outside the steady state
+  RunBuilder warm;
+  warm.Steps(30, Split(100, 5, 90)).Calls(1, 40, 1);
+  EXPECT_TRUE(flagged(warm).empty());
+  // AND 3 extra forwards do make one
+  RunBuilder three;
+  three.Steps(30, Split(100, 5, 90)).Calls(12, 4, 1);
+  EXPECT_EQ(flagged(three), std::vector<int64_t>{12});
+}
+
+TEST(EvaluationInSteps, TheTrainingBreakdownLeavesThemOutAndTheReportsBreakdownDoesNot) {
+  const RunView v = BuildRunView(EvaluationRun(2000, 1900).Build());
+  EXPECT_EQ(v.evaluation_steps.steps, (std::vector<int64_t>{27, 52, 77, 102}));
+  EXPECT_EQ(v.evaluation_steps.typical_forwards, 1);
+  EXPECT_NEAR(*v.training_breakdown.wait_fraction, 0.05, 1e-9);
+  EXPECT_NEAR(*v.breakdown.wait_fraction, (100 * 5.0 + 4 * 1900) / (100 * 100.0 + 4 * 2000), 1e-9);
+}
+
+// ---------------------------------------------------------------- periodic host work
+
+// 3 warmup + 100 steady steps of 100 ms with `other_ms` outside the loader and the phases; every
+// 25th steady step (27, 52, 77, 102) spends `spike_ms` more there (a checkpoint save).
+RunBuilder CheckpointRun(int64_t other_ms, int64_t spike_ms) {
+  RunBuilder b;
+  b.Steps(kWarmupSteps, Split(100, 5, 95 - other_ms));
+  for (size_t i = 0; i < 100; ++i) {
+    b.Step(Split(i % 25 == 24 ? 100 + spike_ms : 100, 5, 95 - other_ms));
+  }
+  return b;
+}
+
+TEST(KernelLaunchOverhead, TimeOutsideInAFewStepsIsPeriodicHostWorkNotLaunchOverhead) {
+  // GIVEN 5 ms outside per step, and 200 ms more every 25th step: 1.3 s of 10.8 s (12%)
+  const RuleResult r = Eval("kernel_launch_overhead", CheckpointRun(5, 200));
+  ASSERT_TRUE(r.fired());
+  // THEN it says where the time is, and gives the fix for periodic work, not torch.compile
+  EXPECT_EQ(r.insight->message,
+            FormatPercent(1300.0 / 10800) + " of step time (" + FormatDuration(13.0 * kMs) +
+                " per step) is outside the loader wait and forward/backward/optimizer; " +
+                FormatPercent(800.0 / 1300) + " of it in 4 steps, every 25th (27, 52, …, 102), " +
+                FormatDuration(200.0 * kMs) + " each above the median step's " +
+                FormatDuration(5.0 * kMs) +
+                ": periodic host work (checkpoint saves, logging, evaluation), not launch "
+                "overhead");
+  EXPECT_EQ(r.insight->fix, thresholds::kPeriodicHostWorkFix);
+  // (800 ms of 10.8 s: med, as high_step_variance would say)
+  EXPECT_EQ(r.insight->severity, Severity::kMed);
+  EXPECT_EQ(r.insight->evidence["periodic_other"], true);
+  EXPECT_EQ(r.insight->evidence["spike_period"], 25);
+  // AND the report gives that one finding: the slow steps are the same cause
+  const Report report = Analyze(CheckpointRun(5, 200).Build(), RuleContext{});
+  EXPECT_TRUE(HasInsight(report, "kernel_launch_overhead"));
+  EXPECT_TRUE(FoldedUnder(report, "high_step_variance", "kernel_launch_overhead"));
+}
+
+TEST(KernelLaunchOverhead, OverheadOnEveryStepBesideTheSpikesIsNamedToo) {
+  // GIVEN 25 ms outside on every step and 1.2 s more every 25th step
+  const RuleResult r = Eval("kernel_launch_overhead", CheckpointRun(25, 1200));
+  ASSERT_TRUE(r.fired());
+  // (the rest: 25 ms of every 100 ms step, once the spikes' 4.8 s are set aside)
+  EXPECT_THAT(r.insight->message,
+              HasSubstr("; the rest, " + FormatPercent(0.25) +
+                        " of the other step time, is launch and Python overhead"));
+  EXPECT_EQ(r.insight->severity, Severity::kMed);
+  EXPECT_THAT(r.insight->fix, HasSubstr(thresholds::kPeriodicHostWorkFix));
+  EXPECT_THAT(r.insight->fix, HasSubstr("For the rest: Cut per-step host work"));
+}
+
+TEST(KernelLaunchOverhead, EvenOverheadIsLaunchOverheadAndLeavesTheVarianceAlone) {
+  // GIVEN 15 ms outside every step
+  RunBuilder b;
+  b.Steps(20, Split(100, 5, 80));
+  const RuleResult r = Eval("kernel_launch_overhead", b);
+  ASSERT_TRUE(r.fired());
+  EXPECT_THAT(r.insight->message, ::testing::EndsWith(": launch and Python overhead"));
+  EXPECT_EQ(r.insight->evidence["periodic_other"], false);
+  EXPECT_EQ(r.insight->fix, FindRule("kernel_launch_overhead")->fix);
+  // AND with loader spikes as well, the variance is not folded under it (another cause)
+  StepShape slow = Split(400, 305, 80);
+  RunBuilder both;
+  both.Steps(kWarmupSteps, Split(100, 5, 80));
+  for (size_t i = 0; i < 100; ++i) both.Step(i % 20 == 7 ? slow : Split(100, 5, 80));
+  const Report report = Analyze(both.Build(), RuleContext{});
+  EXPECT_TRUE(HasInsight(report, "kernel_launch_overhead"));
+  EXPECT_FALSE(FoldedUnder(report, "high_step_variance", "kernel_launch_overhead"));
 }
 
 // ---------------------------------------------------------------- host_stalls
@@ -927,8 +1110,8 @@ TEST(HighStepVariance, SlowStepsThatWaitOnTheLoaderSayItAndGetTheLoadersFix) {
   ASSERT_TRUE(r.fired());
   // THEN the slow steps are blamed on the loader, not on logging or GC
   EXPECT_THAT(r.insight->message, HasSubstr("5 of 100 steady-state steps took over 2× the "
-                                            "median, 100% of their extra time waiting on the "
-                                            "loader"));
+                                            "median, every 20th step from step 10, 100% of "
+                                            "their extra time waiting on the loader"));
   EXPECT_EQ(r.insight->evidence["loader_caused"], true);
   EXPECT_THAT(r.insight->fix, HasSubstr("more num_workers"));
   EXPECT_THAT(r.insight->fix, ::testing::Not(HasSubstr("GC")));
@@ -936,7 +1119,8 @@ TEST(HighStepVariance, SlowStepsThatWaitOnTheLoaderSayItAndGetTheLoadersFix) {
   const RuleResult other = Eval("high_step_variance", SpikyRun(5));
   ASSERT_TRUE(other.fired());
   EXPECT_EQ(other.insight->evidence["loader_caused"], false);
-  EXPECT_EQ(other.insight->fix, FindRule("high_step_variance")->fix);
+  EXPECT_EQ(other.insight->evidence["other_caused"], true);
+  EXPECT_EQ(other.insight->fix, thresholds::kPeriodicHostWorkFix);
 }
 
 TEST(HighStepVariance, ALoaderRuleThatFiresExplainsLoaderSpikes) {

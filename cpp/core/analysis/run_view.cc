@@ -136,7 +136,36 @@ HostAggregates AggregateHost(const store::RunData& d) {
   return h;
 }
 
-Breakdown ComputeBreakdown(const std::vector<StepView>& steps, size_t begin) {
+// Lower median of counts (0 when empty).
+int64_t MedianCount(std::vector<int64_t> v) {
+  if (v.empty()) return 0;
+  auto mid = v.begin() + static_cast<std::ptrdiff_t>((v.size() - 1) / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+ExtraForwards FindEvaluationSteps(const std::vector<StepView>& steps, size_t begin) {
+  ExtraForwards x;
+  if (begin >= steps.size()) return x;
+  std::vector<int64_t> forwards, backwards;
+  for (size_t i = begin; i < steps.size(); ++i) {
+    forwards.push_back(steps[i].forward_calls);
+    backwards.push_back(steps[i].backward_calls);
+  }
+  x.typical_forwards = MedianCount(std::move(forwards));
+  x.typical_backwards = MedianCount(std::move(backwards));
+  const int64_t need = x.typical_forwards + std::max(kEvalExtraForwards, x.typical_forwards);
+  for (size_t i = begin; i < steps.size(); ++i) {
+    if (steps[i].forward_calls >= need && steps[i].backward_calls <= x.typical_backwards) {
+      x.steps.push_back(steps[i].step);
+    }
+  }
+  return x;
+}
+
+// Over steps[begin..], leaving out the steps in `leave_out` (when given).
+Breakdown ComputeBreakdown(const std::vector<StepView>& steps, size_t begin,
+                           const ExtraForwards* leave_out = nullptr) {
   Breakdown b;
   std::map<std::string, size_t> source_counts;
   std::unordered_map<std::string, size_t> index;  // phase name -> position in b.phases
@@ -151,6 +180,7 @@ Breakdown ComputeBreakdown(const std::vector<StepView>& steps, size_t begin) {
                   });
   for (size_t i = begin; i < steps.size(); ++i) {
     const StepView& s = steps[i];
+    if (leave_out && leave_out->Has(s.step)) continue;
     b.total_ns += s.duration_ns;
     if (s.wait_ns) {
       const bool no_loader_call = measured && s.wait_source && *s.wait_source == "gap";
@@ -376,6 +406,7 @@ RunView BuildRunView(store::RunData data) {
     s.duration_ns = std::max<int64_t>(0, r.end_ns - r.start_ns);
     s.wait_ns = r.wait_ns;
     s.wait_source = r.wait_source;
+    s.forward_calls = r.forward_calls;
     s.backward_calls = r.backward_calls;
     v.steps.push_back(std::move(s));
   }
@@ -405,6 +436,10 @@ RunView BuildRunView(store::RunData data) {
   v.all = ComputeDurationStats(all);
   v.steady = ComputeDurationStats(steady);
   v.breakdown = ComputeBreakdown(v.steps, v.steady_begin);
+  v.evaluation_steps = FindEvaluationSteps(v.steps, v.steady_begin);
+  v.training_breakdown = v.evaluation_steps.steps.empty()
+                             ? v.breakdown
+                             : ComputeBreakdown(v.steps, v.steady_begin, &v.evaluation_steps);
 
   if (d.run.end_ns) {
     v.duration_ns = *d.run.end_ns;

@@ -29,6 +29,10 @@ namespace gpuprof::analysis {
 
 inline constexpr size_t kWarmupSteps = 3;
 inline constexpr size_t kMinSteadySteps = 3;
+// A steady-state step is an evaluation step (ExtraForwards) when it ran at least this many
+// forward calls more than the typical step, and at least twice as many, with no more backward
+// passes than the typical step.
+inline constexpr int64_t kEvalExtraForwards = 3;
 
 // Percentile q in [0, 1] of `sorted` (ascending, non-empty), linear interpolation.
 double Percentile(const std::vector<double>& sorted, double q);
@@ -65,6 +69,7 @@ struct StepView {
   int64_t duration_ns = 0;
   std::optional<int64_t> wait_ns;
   std::optional<std::string> wait_source;
+  int64_t forward_calls = 0;   // outermost model calls (auto) or s.phase("forward") blocks
   int64_t backward_calls = 0;  // backward passes in the step (several: gradient accumulation)
   // This step's phase rows, in stored order. A step with comm_buckets rows and no recorded
   // phase named "comm" gets a derived one last: wall = its exposed communication, the time from
@@ -163,6 +168,18 @@ struct HostAggregates {
   std::optional<double> peak_proc_rss_bytes;
 };
 
+// Steady-state steps that ran forward calls without backward passes beyond what the typical step
+// runs: an evaluation loop (or rollouts) inside the training steps, which prof.evaluation()
+// would have kept out. Their loader waits (the evaluation's loader) and time are not the
+// training loop's: the loader rules and high_step_variance judge the other steps, and
+// evaluation_in_steps reports them.
+struct ExtraForwards {
+  std::vector<int64_t> steps;     // step numbers, ascending
+  int64_t typical_forwards = 0;   // median forward_calls of the steady steps
+  int64_t typical_backwards = 0;  // median backward_calls of the steady steps
+  bool Has(int64_t step) const { return std::binary_search(steps.begin(), steps.end(), step); }
+};
+
 struct RunView {
   store::RunData data;          // the run as stored
   std::vector<StepView> steps;  // ordered by step number
@@ -171,6 +188,10 @@ struct RunView {
   size_t steady_begin = 0;           // index into steps; == steps.size() when no steady state
   std::optional<DurationStats> steady;
   Breakdown breakdown;  // over the steady steps
+  ExtraForwards evaluation_steps;
+  // The breakdown over the steady steps without evaluation_steps (== breakdown without any):
+  // the training loop's own shares.
+  Breakdown training_breakdown;
 
   // Run length: runs.end_ns when recorded, else the end of the last step.
   std::optional<int64_t> duration_ns;

@@ -219,6 +219,12 @@ class RunBuilder {
         std::move(severity), std::move(message), std::move(fix), std::nullopt});
     return *this;
   }
+  // Step `step` (its index) ran these forward calls and backward passes.
+  RunBuilder& Calls(size_t step, int64_t forwards, int64_t backwards) {
+    data_.steps.at(step).forward_calls = forwards;
+    data_.steps.at(step).backward_calls = backwards;
+    return *this;
+  }
   // Every step ran n backward passes (gradient accumulation).
   RunBuilder& BackwardPasses(int64_t n) {
     for (auto& s : data_.steps) s.forward_calls = s.backward_calls = n;

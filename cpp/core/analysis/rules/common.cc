@@ -131,16 +131,24 @@ Severity Stall::severity() const {
   return fraction && *fraction >= thresholds::kStallHighFraction ? Severity::kHigh : Severity::kMed;
 }
 
+std::string Stall::LeftOutText() const {
+  if (evaluation_steps_left_out == 0) return "";
+  return ", without the " +
+         Plural(evaluation_steps_left_out, "evaluation step", "evaluation steps");
+}
+
 Stall MeasureStall(const RunView& view) {
   Stall s;
+  s.breakdown = &view.training_breakdown;
+  s.evaluation_steps_left_out = view.evaluation_steps.steps.size();
   if (auto why = NeedSteadyState(view)) {
     s.reason = *why;
-  } else if (!view.breakdown.wait_fraction) {
+  } else if (!view.training_breakdown.wait_fraction) {
     s.reason =
         "dataloader wait not measured on any steady-state step (iterate a torch DataLoader in "
         "auto mode, or wrap the loader: prof.wrap_dataloader(loader))";
   } else {
-    s.fraction = view.breakdown.wait_fraction;
+    s.fraction = view.training_breakdown.wait_fraction;
   }
   return s;
 }
@@ -223,6 +231,22 @@ std::optional<std::string> LeadFix(const std::string& rank, const store::Insight
   if (!lead || !lead->fix) return std::nullopt;
   return StrFormat("Start with %s's own finding (%s): %s", rank.c_str(), lead->rule_id.c_str(),
                    lead->fix->c_str());
+}
+
+std::vector<StepOther> SteadyOtherTimes(const RunView& view) {
+  std::vector<StepOther> out;
+  const auto begin = view.steps.begin() + static_cast<std::ptrdiff_t>(view.steady_begin);
+  const bool measured = std::any_of(begin, view.steps.end(), [](const StepView& s) {
+    return s.wait_ns && s.wait_source &&
+           (*s.wait_source == "dataloader" || *s.wait_source == "explicit");
+  });
+  for (auto it = begin; it != view.steps.end(); ++it) {
+    if (!it->wait_ns || it->phases.empty()) continue;
+    const bool no_loader_call = measured && it->wait_source && *it->wait_source == "gap";
+    const int64_t wait = no_loader_call ? 0 : *it->wait_ns;
+    out.push_back({&*it, static_cast<double>(it->duration_ns - wait - it->phase_wall_ns)});
+  }
+  return out;
 }
 
 std::set<int64_t> ProfiledSteps(const RunView& view) {

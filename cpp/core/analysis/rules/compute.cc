@@ -40,21 +40,74 @@ RuleResult KernelLaunchOverhead(const RunView& view, const RuleContext&) {
     names += (i ? "/" : "") + b.phases[i].name;
   }
   const double per_step = b.other_total_ns / static_cast<double>(b.other_steps);
+  // Is it spread over the steps (launches, Python) or concentrated in a few (a checkpoint save
+  // or an evaluation every N steps)? Spikes: steps whose outside time exceeds the median
+  // outside time by more than a median step.
+  const std::vector<StepOther> others = SteadyOtherTimes(view);
+  std::vector<double> values, durations;
+  for (const StepOther& o : others) {
+    values.push_back(o.other_ns);
+    durations.push_back(static_cast<double>(o.step->duration_ns));
+  }
+  const double median_other = Median(values).value_or(0.0);
+  const double median_step = Median(durations).value_or(0.0);
+  std::vector<int64_t> spike_steps;
+  double spike_ns = 0;  // the spikes' outside time above the median
+  for (const StepOther& o : others) {
+    if (o.other_ns - median_other > median_step) {
+      spike_steps.push_back(o.step->step);
+      spike_ns += o.other_ns - median_other;
+    }
+  }
+  const bool periodic = !spike_steps.empty() && b.other_total_ns > 0 &&
+                        spike_ns >= kOverheadSpikeShare * b.other_total_ns;
+  const double spike_fraction = b.other_duration_ns > 0 ? spike_ns / b.other_duration_ns : 0.0;
+  // The rest as a share of the step time without the spikes' extra: what a typical step loses.
+  const double rest_fraction =
+      b.other_duration_ns - spike_ns > 0
+          ? (b.other_total_ns - spike_ns) / (b.other_duration_ns - spike_ns)
+          : 0.0;
   nlohmann::json evidence = {
       {"other_fraction", f},
       {"other_total_ns", b.other_total_ns},
       {"step_total_ns", b.other_duration_ns},
       {"steps", b.other_steps},
       {"mean_other_ns", per_step},
+      {"median_other_ns", median_other},
+      {"spike_steps", spike_steps.size()},
+      {"first_spike_step", spike_steps.empty() ? nlohmann::json() : nlohmann::json(spike_steps[0])},
+      {"spike_period",
+       StepPeriod(spike_steps) ? nlohmann::json(*StepPeriod(spike_steps)) : nlohmann::json()},
+      {"spike_other_ns", spike_ns},
+      {"spike_fraction", spike_fraction},
+      {"periodic_other", periodic},
       {"threshold", kOverheadFraction},
+      {"threshold_spike_share", kOverheadSpikeShare},
   };
-  const Severity severity = f >= kOverheadMedFraction ? Severity::kMed : Severity::kLow;
-  return RuleResult::Fire(
-      severity,
-      StrFormat("%s of step time (%s per step) is outside the loader wait and %s: launch and "
-                "Python overhead",
-                FormatPercent(f).c_str(), FormatDuration(per_step).c_str(), names.c_str()),
-      std::move(evidence));
+  std::string message =
+      StrFormat("%s of step time (%s per step) is outside the loader wait and %s",
+                FormatPercent(f).c_str(), FormatDuration(per_step).c_str(), names.c_str());
+  if (!periodic) {
+    return RuleResult::Fire(f >= kOverheadMedFraction ? Severity::kMed : Severity::kLow,
+                            message + ": launch and Python overhead", std::move(evidence));
+  }
+  message += StrFormat(
+      "; %s of it in %s, %s each above the median step's %s: periodic host work "
+      "(checkpoint saves, logging, evaluation), not launch overhead",
+      FormatPercent(spike_ns / b.other_total_ns).c_str(), FormatStepSet(spike_steps).c_str(),
+      FormatDuration(spike_ns / static_cast<double>(spike_steps.size())).c_str(),
+      FormatDuration(median_other).c_str());
+  std::string fix = kPeriodicHostWorkFix;
+  if (rest_fraction > kOverheadFraction) {
+    message += StrFormat("; the rest, %s of the other step time, is launch and Python overhead",
+                         FormatPercent(rest_fraction).c_str());
+    fix += " For the rest: " + FindRule("kernel_launch_overhead")->fix;
+  }
+  const bool med = spike_fraction >= kVarianceMedShare || rest_fraction >= kOverheadMedFraction;
+  RuleResult r = RuleResult::Fire(med ? Severity::kMed : Severity::kLow, std::move(message),
+                                  std::move(evidence));
+  r.insight->fix = std::move(fix);
+  return r;
 }
 
 // Fires when MFU (flops.h) is below kLowMfu of the declared dtype's dense peak.

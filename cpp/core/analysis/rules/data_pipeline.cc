@@ -129,10 +129,11 @@ RuleResult DataloaderStall(const RunView& view, const RuleContext&) {
   const Stall stall = MeasureStall(view);
   if (!stall.fraction) return RuleResult::Skip(stall.reason);
   if (!stall.stalled()) return RuleResult::Pass();
-  const Breakdown& b = view.breakdown;
+  const Breakdown& b = *stall.breakdown;
   const double f = *stall.fraction;
   nlohmann::json evidence = {
       {"wait_fraction", f},
+      {"evaluation_steps_left_out", stall.evaluation_steps_left_out},
       {"wait_total_ns", b.wait_total_ns},
       {"step_total_ns", b.wait_duration_ns},
       {"steps", b.wait_steps},
@@ -143,8 +144,8 @@ RuleResult DataloaderStall(const RunView& view, const RuleContext&) {
   };
   return RuleResult::Fire(
       stall.severity(),
-      StrFormat("%s of step time waiting on the loader (%s)", FormatPercent(f).c_str(),
-                WaitSourceLabel(b.wait_source).c_str()),
+      StrFormat("%s of step time waiting on the loader (%s%s)", FormatPercent(f).c_str(),
+                WaitSourceLabel(b.wait_source).c_str(), stall.LeftOutText().c_str()),
       std::move(evidence));
 }
 
@@ -250,17 +251,17 @@ RuleResult CpuBoundDataloader(const RunView& view, const RuleContext&) {
       {"tree_workers", tree ? nlohmann::json(tree->workers) : nlohmann::json()},
       {"other_load_min_cores", others ? nlohmann::json(others->min_cores) : nlohmann::json()},
       {"cpu_wait_share", cpu_wait ? nlohmann::json(*cpu_wait) : nlohmann::json()},
-
+      {"evaluation_steps_left_out", stall.evaluation_steps_left_out},
       {"window", w.steady ? "steady" : "run"},
       {"threshold_cpu_pct", kCpuBoundPct},
       {"threshold_tree_busy", kCpuBoundTreeBusy},
   };
   return RuleResult::Fire(
       stall.severity(),
-      StrFormat("Dataloader stall (%s of step time) with the host CPU pegged (%s) and the disk "
-                "idle (%s): %s",
-                FormatPercent(*stall.fraction).c_str(), cpu_text.c_str(),
-                FormatBandwidth(*disk).c_str(), who),
+      StrFormat("Dataloader stall (%s of step time%s) with the host CPU pegged (%s) and the "
+                "disk idle (%s): %s",
+                FormatPercent(*stall.fraction).c_str(), stall.LeftOutText().c_str(),
+                cpu_text.c_str(), FormatBandwidth(*disk).c_str(), who),
       std::move(evidence));
 }
 
@@ -289,15 +290,16 @@ RuleResult IoBoundDataloader(const RunView& view, const RuleContext&) {
       {"mean_disk_read_bps", disk ? nlohmann::json(*disk) : nlohmann::json()},
       {"mean_disk_read_iops", iops ? nlohmann::json(*iops) : nlohmann::json()},
       {"mean_cpu_pct", *cpu},
+      {"evaluation_steps_left_out", stall.evaluation_steps_left_out},
       {"window", w.steady ? "steady" : "run"},
       {"threshold_mbps", kIoBoundMBps},
       {"threshold_iops", kIoBoundIops},
   };
   return RuleResult::Fire(
       stall.severity(),
-      StrFormat("Dataloader stall (%s of step time) while the disk reads %s on average and the "
-                "host CPU has headroom (%s average): the input pipeline is I/O-bound",
-                FormatPercent(*stall.fraction).c_str(), reads.c_str(),
+      StrFormat("Dataloader stall (%s of step time%s) while the disk reads %s on average and "
+                "the host CPU has headroom (%s average): the input pipeline is I/O-bound",
+                FormatPercent(*stall.fraction).c_str(), stall.LeftOutText().c_str(), reads.c_str(),
                 FormatPercent(*cpu / 100).c_str()),
       std::move(evidence));
 }

@@ -306,16 +306,27 @@ void AddCompute(std::vector<RuleSpec>& r) {
       .id = "kernel_launch_overhead",
       .family = "compute",
       .max_severity = Severity::kMed,
-      .severity = "med ≥ " + Pct(kOverheadMedFraction) + " of step time, else low",
+      .severity = "med ≥ " + Pct(kOverheadMedFraction) + " of step time, or periodic host work ≥ " +
+                  Pct(kVarianceMedShare) + ", else low",
       .fires_when = "step time minus loader wait exceeds the sum of phase times by > " +
-                    Pct(kOverheadFraction) + " of step time",
+                    Pct(kOverheadFraction) +
+                    " of step time; periodic host work (not launch "
+                    "overhead, with its own fix) when ≥ " +
+                    Pct(kOverheadSpikeShare) +
+                    " of that time is in steps whose own exceeds the median by a median step",
       .fix = "Cut per-step host work: torch.compile (mode=\"reduce-overhead\") or CUDA graphs "
              "to batch kernel launches; move logging, .item() syncs and metric updates out of "
              "the hot loop.",
       .inputs = "phases.wall_ns and steps.wait_ns on steady-state steps",
       .thresholds = {{"kOverheadFraction", kOverheadFraction,
                       "fires above this share of step time"},
-                     {"kOverheadMedFraction", kOverheadMedFraction, "med at or above this share"}},
+                     {"kOverheadMedFraction", kOverheadMedFraction, "med at or above this share"},
+                     {"kOverheadSpikeShare", kOverheadSpikeShare,
+                      "periodic host work when at least this share of the time outside lies in "
+                      "the slow steps (then kPeriodicHostWorkFix)"}},
+      .explains = {{"high_step_variance", "other_caused",
+                    "its slow steps' extra time is outside the loader and the phases",
+                    "periodic_other"}},
       .evaluate = rules::KernelLaunchOverhead,
   });
   r.push_back(RuleSpec{
@@ -491,8 +502,40 @@ void AddWarmup(std::vector<RuleSpec>& r) {
                       "the slow steps are the machine's when at least this share of their extra "
                       "time the process was held off the CPU or its threads queued for one (then "
                       "host_stalls' or cpu_contention's fix, whichever took more; that rule "
-                      "explains it when it fires)"}},
+                      "explains it when it fires)"},
+                     {"kVarianceOtherShare", kVarianceOtherShare,
+                      "the slow steps are host work between steps when at least this share of "
+                      "their extra time is outside the loader wait and the phases (then the "
+                      "periodic host work fix; kernel_launch_overhead's periodic finding "
+                      "explains it)"}},
       .evaluate = rules::HighStepVariance,
+  });
+  r.push_back(RuleSpec{
+      .id = "evaluation_in_steps",
+      .family = "warmup",
+      .max_severity = Severity::kMed,
+      .severity = "med ≥ " + Pct(kEvalMedShare) + " of steady-state step time, else low",
+      .fires_when = "steady-state steps with ≥ " + std::to_string(kEvalExtraForwards) +
+                    " more forward calls than the typical step (and at least twice as many) "
+                    "and no more backward passes take ≥ " +
+                    Pct(kEvalMinShare) +
+                    " of steady-state step time above the typical step; the loader rules and "
+                    "high_step_variance leave those steps out",
+      .fix = "If it is a validation loop, wrap it in `with prof.evaluation():` (the Lightning, "
+             "Hugging Face and DeepSpeed integrations do) so its forwards, loader waits and time "
+             "stay out of the training steps; if these forwards are part of training (RL "
+             "rollouts, a frozen teacher), this is what they cost: run them less often or in "
+             "larger batches.",
+      .inputs = "steps.forward_calls and steps.backward_calls on steady-state steps",
+      .thresholds = {{"kEvalExtraForwards", static_cast<double>(kEvalExtraForwards),
+                      "extra forward calls (and at least 2× the typical count) that make an "
+                      "evaluation step",
+                      true},
+                     {"kEvalMinShare", kEvalMinShare,
+                      "fires when the evaluation steps' time above the typical step is at least "
+                      "this share"},
+                     {"kEvalMedShare", kEvalMedShare, "med at or above this share"}},
+      .evaluate = rules::EvaluationInSteps,
   });
 }
 

@@ -135,6 +135,17 @@ inline constexpr const char* kCpuContentionOwnFix =
 inline constexpr double kOverheadFraction = 0.10;
 // ...and is MED at or above this share (LOW below).
 inline constexpr double kOverheadMedFraction = 0.25;
+// The time outside is periodic host work, not launch overhead, when at least this share of it
+// lies in steps whose own outside time exceeds the steps' median by more than a median step
+// (then MED when that part is at least kVarianceMedShare of step time).
+inline constexpr double kOverheadSpikeShare = 0.5;
+// The fix for periodic host work between steps (kernel_launch_overhead's spikes, and
+// high_step_variance's slow steps when their extra time is outside the loader and the phases).
+inline constexpr const char* kPeriodicHostWorkFix =
+    "Find what runs on those steps outside the model: save checkpoints asynchronously "
+    "(torch.distributed.checkpoint.async_save) or less often, log and sync metrics (.item(), "
+    "print, wandb.log) less often, wrap evaluations in `with prof.evaluation():` so they stay "
+    "out of the training steps, and rule out Python GC pauses (gc.freeze() after setup).";
 // low_mfu: MFU below this fraction of the dtype peak fires (MED).
 inline constexpr double kLowMfu = 0.30;
 // small_batch: mean GPU utilization above this (percent)...
@@ -202,6 +213,16 @@ inline constexpr double kVarianceMedShare = 0.05;
 // is loader wait (measured inside the loader, above its median): the insight then says so and
 // gives the loader's fix, and a loader rule that fires too explains it (precedence).
 inline constexpr double kVarianceLoaderShare = 0.5;
+// The slow steps are host work outside the loader and the phases (checkpoint saves, logging)
+// when at least this share of their time above the median is such time, above its median: the
+// insight then says so and gives kPeriodicHostWorkFix, and kernel_launch_overhead's periodic
+// finding explains it.
+inline constexpr double kVarianceOtherShare = 0.5;
+// evaluation_in_steps: the evaluation steps (RunView::evaluation_steps) taking at least this
+// share of steady-state step time above the typical step's fires...
+inline constexpr double kEvalMinShare = 0.02;
+// ...MED at or above this share, else LOW.
+inline constexpr double kEvalMedShare = 0.10;
 // ---- distributed
 // comm_dominant: collectives in flight for more than this share of step time fires.
 inline constexpr double kCommFraction = 0.20;

@@ -43,6 +43,7 @@ RuleResult ThermalThrottling(const RunView& view, const RuleContext& context);
 RuleResult CompilationWarmup(const RunView& view, const RuleContext& context);
 RuleResult FirstStepOutlier(const RunView& view, const RuleContext& context);
 RuleResult HighStepVariance(const RunView& view, const RuleContext& context);
+RuleResult EvaluationInSteps(const RunView& view, const RuleContext& context);
 // distributed.cc
 RuleResult CommDominant(const RunView& view, const RuleContext& context);
 RuleResult PeerWait(const RunView& view, const RuleContext& context);
@@ -144,13 +145,29 @@ std::optional<double> MedianOf(const std::vector<const Row*>& rows, std::optiona
 
 // The dataloader stall the cpu/io-bound rules build on: the steady-state wait fraction, or why
 // it is unknown.
+// The training loop's loader wait: over the steady steps without evaluation steps
+// (RunView::evaluation_steps), whose waits are the evaluation's loader.
 struct Stall {
   std::optional<double> fraction;
-  std::string reason;         // set when fraction is nullopt
+  std::string reason;                    // set when fraction is nullopt
+  const Breakdown* breakdown = nullptr;  // the breakdown the fraction is from
+  size_t evaluation_steps_left_out = 0;
+  // "" or ", without the 5 evaluation steps" (for a message's parenthesis).
+  std::string LeftOutText() const;
   bool stalled() const;       // fraction > kStallFraction
   Severity severity() const;  // HIGH at kStallHighFraction, else MED
 };
 Stall MeasureStall(const RunView& view);
+
+// Each steady step's time in neither the loader wait nor a phase (the breakdown's "other"):
+// duration - wait - phases, for the steps with a measured wait and at least one phase. A step
+// whose wait is only a gap in a run whose loader wait was measured did not call the loader
+// (Breakdown::gap_steps_without_loader): its gap counts as other time.
+struct StepOther {
+  const StepView* step = nullptr;
+  double other_ns = 0;
+};
+std::vector<StepOther> SteadyOtherTimes(const RunView& view);
 
 // The steps gpuprof's own CPU-operator trace slowed: the traced steps (cpu_ops rows: torch's
 // profiler on) and the step after each (stopping it and reading its operators). CUPTI's kernel

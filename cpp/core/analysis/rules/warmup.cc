@@ -1,5 +1,6 @@
 // Warmup & tail rules: one-time costs at the start and spikes in the steady state.
 #include <algorithm>
+#include <map>
 
 #include "analysis/format.h"
 #include "analysis/rules/registry.h"
@@ -152,20 +153,32 @@ RuleResult HighStepVariance(const RunView& view, const RuleContext&) {
   const std::set<int64_t> profiled = ProfiledSteps(view);
   std::vector<const StepView*> steps;  // the steady-state steps judged
   std::vector<double> durations;
+  size_t left_out = 0, evaluations_left_out = 0;
   for (size_t i = view.steady_begin; i < view.steps.size(); ++i) {
-    if (profiled.count(view.steps[i].step)) continue;
+    if (profiled.count(view.steps[i].step)) {
+      ++left_out;
+      continue;
+    }
+    if (view.evaluation_steps.Has(view.steps[i].step)) {
+      ++evaluations_left_out;
+      continue;
+    }
     steps.push_back(&view.steps[i]);
     durations.push_back(static_cast<double>(view.steps[i].duration_ns));
   }
-  const size_t left_out = view.steady_count() - steps.size();
   if (steps.size() < kVarianceMinSteps) {
-    return RuleResult::Skip(StrFormat(
-        "only %s%s; p99 needs at least %zu",
-        Plural(steps.size(), "steady-state step", "steady-state steps").c_str(),
-        left_out ? StrFormat(" outside the traced steps and the steps after them (%zu)", left_out)
-                       .c_str()
-                 : "",
-        kVarianceMinSteps));
+    std::string outside;
+    if (left_out) {
+      outside += StrFormat("the traced steps and the steps after them (%zu)", left_out);
+    }
+    if (evaluations_left_out) {
+      outside +=
+          StrFormat("%sthe evaluation steps (%zu)", left_out ? " and " : "", evaluations_left_out);
+    }
+    return RuleResult::Skip(
+        StrFormat("only %s%s; p99 needs at least %zu",
+                  Plural(steps.size(), "steady-state step", "steady-state steps").c_str(),
+                  outside.empty() ? "" : (" outside " + outside).c_str(), kVarianceMinSteps));
   }
   const DurationStats s = *ComputeDurationStats(durations);
   if (s.p50_ns <= 0) return RuleResult::Skip("steady-state median step time is 0");
@@ -174,12 +187,14 @@ RuleResult HighStepVariance(const RunView& view, const RuleContext&) {
   size_t spikes = 0;
   double lost = 0;
   double steady_total = 0;
+  std::vector<int64_t> spike_steps;
   for (const StepView* st : steps) {
     const double d = static_cast<double>(st->duration_ns);
     steady_total += d;
     if (d > kVarianceRatio * s.p50_ns) {
       ++spikes;
       lost += d - s.p50_ns;
+      spike_steps.push_back(st->step);
     }
   }
   if (spikes < kVarianceMinSpikes) return RuleResult::Pass();
@@ -239,6 +254,27 @@ RuleResult HighStepVariance(const RunView& view, const RuleContext&) {
     if (view.cpu_wait_watched) cpu_wait_share = wait_excess / lost;
     machine_share = machine_excess / lost;
   }
+  // How much of it was host work outside the loader and the phases (checkpoint saves, logging):
+  // per spike, its time in neither (StepOtherNs) above the steady-state median of that.
+  std::optional<double> other_share;
+  {
+    std::map<int64_t, double> others;
+    std::vector<double> values;
+    for (const StepOther& o : SteadyOtherTimes(view)) {
+      others[o.step->step] = o.other_ns;
+      values.push_back(o.other_ns);
+    }
+    if (const auto median_other = Median(values); median_other && lost > 0) {
+      double other_excess = 0;
+      for (const StepView* st : steps) {
+        const double d = static_cast<double>(st->duration_ns);
+        auto it = others.find(st->step);
+        if (d <= kVarianceRatio * s.p50_ns || it == others.end()) continue;
+        other_excess += std::clamp(it->second - *median_other, 0.0, d - s.p50_ns);
+      }
+      other_share = other_excess / lost;
+    }
+  }
   const bool machine_caused = machine_share && *machine_share >= kVarianceStallShare;
   // Which of the two took more of it: the finding that explains the variance.
   const bool stall_caused = machine_caused && stall_share.value_or(0) >= cpu_wait_share.value_or(0);
@@ -246,6 +282,8 @@ RuleResult HighStepVariance(const RunView& view, const RuleContext&) {
   // A loader that waited while the process had no CPU is not slow itself.
   const bool loader_caused =
       !machine_caused && loader_share && *loader_share >= kVarianceLoaderShare;
+  const bool other_caused =
+      !machine_caused && !loader_caused && other_share && *other_share >= kVarianceOtherShare;
   nlohmann::json evidence = {
       {"p50_ns", s.p50_ns},
       {"p99_ns", s.p99_ns},
@@ -253,6 +291,10 @@ RuleResult HighStepVariance(const RunView& view, const RuleContext&) {
       {"spikes", spikes},
       {"steady_steps", s.count},
       {"traced_steps_left_out", left_out},
+      {"evaluation_steps_left_out", evaluations_left_out},
+      {"first_spike_step", spike_steps.empty() ? nlohmann::json() : nlohmann::json(spike_steps[0])},
+      {"spike_period",
+       StepPeriod(spike_steps) ? nlohmann::json(*StepPeriod(spike_steps)) : nlohmann::json()},
       {"spike_excess_ns", lost},
       {"threshold", kVarianceRatio},
       {"lost_share", lost_share},
@@ -263,12 +305,20 @@ RuleResult HighStepVariance(const RunView& view, const RuleContext&) {
       {"machine_share", machine_share ? nlohmann::json(*machine_share) : nlohmann::json()},
       {"stall_caused", stall_caused},
       {"cpu_wait_caused", cpu_wait_caused},
+      {"other_share", other_share ? nlohmann::json(*other_share) : nlohmann::json()},
+      {"other_caused", other_caused},
+      // For the fold under kernel_launch_overhead: the same cause when both say so.
+      {"periodic_other", other_caused},
   };
   const auto [p99_text, p50_text] = FormatDurations(s.p99_ns, s.p50_ns);
   std::string message = StrFormat(
       "Step time p99 is %s p50 (%s vs %s); %zu of %zu steady-state steps took over %s the median",
       FormatRatio(ratio).c_str(), p99_text.c_str(), p50_text.c_str(), spikes, s.count,
       (FormatCompact(kVarianceRatio) + "×").c_str());
+  if (const auto period = StepPeriod(spike_steps)) {
+    message += StrFormat(", every %s step from step %lld", Ordinal(*period).c_str(),
+                         static_cast<long long>(spike_steps[0]));
+  }
   if (loader_caused) {
     message += StrFormat(", %s of their extra time waiting on the loader",
                          FormatPercent(*loader_share).c_str());
@@ -279,6 +329,9 @@ RuleResult HighStepVariance(const RunView& view, const RuleContext&) {
   } else if (cpu_wait_caused) {
     message += StrFormat(", %s of their extra time with its threads queued for a CPU",
                          FormatPercent(*machine_share).c_str());
+  } else if (other_caused) {
+    message += StrFormat(", %s of their extra time outside the loader wait and the phases",
+                         FormatPercent(*other_share).c_str());
   }
   RuleResult r = RuleResult::Fire(lost_share >= kVarianceMedShare ? Severity::kMed : Severity::kLow,
                                   std::move(message), std::move(evidence));
@@ -288,6 +341,8 @@ RuleResult HighStepVariance(const RunView& view, const RuleContext&) {
   } else if (cpu_wait_caused) {
     r.insight->fix =
         std::string("The slow steps are the machine's, not the training's. ") + kCpuContentionFix;
+  } else if (other_caused) {
+    r.insight->fix = kPeriodicHostWorkFix;
   } else if (loader_caused) {
     r.insight->fix =
         "The slow steps wait for batches that the loader delivers in bursts (workers finishing "
@@ -295,6 +350,70 @@ RuleResult HighStepVariance(const RunView& view, const RuleContext&) {
         "larger prefetch_factor, and even out the per-sample cost.";
   }
   return r;
+}
+
+// Fires when the evaluation steps (RunView::evaluation_steps: extra forward calls without
+// backward passes) take at least kEvalMinShare of the steady-state step time above what a
+// typical step takes (the median of the other steady steps).
+RuleResult EvaluationInSteps(const RunView& view, const RuleContext&) {
+  using namespace thresholds;
+  if (auto why = NeedSteadyState(view)) return RuleResult::Skip(*why);
+  const ExtraForwards& x = view.evaluation_steps;
+  if (x.steps.empty()) return RuleResult::Pass();
+  std::vector<double> rest;
+  std::vector<double> forwards, backwards;
+  double total = 0, evaluation_total = 0, evaluation_wait = 0;
+  for (size_t i = view.steady_begin; i < view.steps.size(); ++i) {
+    const StepView& st = view.steps[i];
+    const double d = static_cast<double>(st.duration_ns);
+    total += d;
+    if (x.Has(st.step)) {
+      evaluation_total += d;
+      evaluation_wait += static_cast<double>(st.wait_ns.value_or(0));
+      forwards.push_back(static_cast<double>(st.forward_calls));
+      backwards.push_back(static_cast<double>(st.backward_calls));
+    } else {
+      rest.push_back(d);
+    }
+  }
+  const auto typical = Median(rest);
+  if (!typical || total <= 0) return RuleResult::Pass();
+  const double n = static_cast<double>(x.steps.size());
+  const double extra = std::max(0.0, evaluation_total - n * *typical);
+  const double share = extra / total;
+  if (share < kEvalMinShare) return RuleResult::Pass();
+  const double median_forwards = *Median(forwards);
+  const double median_backwards = *Median(backwards);
+  nlohmann::json evidence = {
+      {"evaluation_steps", x.steps.size()},
+      {"first_step", x.steps.front()},
+      {"step_period",
+       StepPeriod(x.steps) ? nlohmann::json(*StepPeriod(x.steps)) : nlohmann::json()},
+      {"median_forward_calls", median_forwards},
+      {"median_backward_calls", median_backwards},
+      {"typical_forward_calls", x.typical_forwards},
+      {"typical_backward_calls", x.typical_backwards},
+      {"typical_step_ns", *typical},
+      {"extra_ns", extra},
+      {"loader_wait_ns", evaluation_wait},
+      {"share", share},
+      {"threshold", kEvalMinShare},
+  };
+  const bool one = x.steps.size() == 1;
+  std::string which = FormatStepSet(x.steps);
+  if (which.find(", every") != std::string::npos) which += ",";  // "4 steps, every 25th (…),"
+  return RuleResult::Fire(
+      share >= kEvalMedShare ? Severity::kMed : Severity::kLow,
+      StrFormat(
+          "An evaluation inside the training steps? %s ran %s forward calls%s with %s backward "
+          "%s (a typical step: %lld and %lld) and took %s more%s than a typical step's %s: "
+          "%s of steady-state step time",
+          which.c_str(), FormatCompact(median_forwards).c_str(), one ? "" : " each",
+          FormatCompact(median_backwards).c_str(), median_backwards == 1 ? "pass" : "passes",
+          static_cast<long long>(x.typical_forwards), static_cast<long long>(x.typical_backwards),
+          FormatDuration(extra / n).c_str(), one ? "" : " each", FormatDuration(*typical).c_str(),
+          FormatPercent(share).c_str()),
+      std::move(evidence));
 }
 
 }  // namespace gpuprof::analysis::rules
