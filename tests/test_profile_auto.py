@@ -211,6 +211,21 @@ def test_ddp_wrapped_model(db, tmp_path):
     rows = steps_of(db)
     assert len(rows) == 5
     assert phase_calls(db, "forward") == [1] * 5
+    # AND its buckets were timed, so comm timing is available
+    assert db.rows("SELECT available FROM telemetry_status WHERE run_id=1 AND source='comm'"
+                   ) == [(1,)]
+
+
+def test_a_run_without_ddp_does_not_claim_comm_timing(db):
+    # GIVEN a plain single-process loop (no DistributedDataParallel model)
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with gpuprof.profile("plain", db=db.path, gpu="none", summary=False):
+        train(model, opt, batches(4))
+    # THEN comm timing is unavailable with the reason, not "available (DDP comm hook)"
+    assert db.rows("SELECT available, reason FROM telemetry_status WHERE run_id=1 AND "
+                   "source='comm'") == [
+        (0, "no DistributedDataParallel model ran inside the profile")]
 
 
 def test_slow_loader_is_measured_as_wait_and_diagnosed(db, capsys):

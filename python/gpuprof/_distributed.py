@@ -617,13 +617,18 @@ class DdpTiming:
 
     def uninstall(self) -> None:
         if not self._models:
+            # Nothing was timed: the run says so instead of "available" (a single-process run
+            # is the usual case; a distributed one is noted, its collectives went untimed).
+            reason = "no DistributedDataParallel model ran inside the profile"
             try:
                 dist = self._torch.distributed
                 if dist.is_initialized() and dist.get_world_size() > 1:
+                    reason += ("; FSDP, DeepSpeed and hand-written collectives are not timed")
                     self._note("unseen", "info",
                                "no DistributedDataParallel model ran inside the profile: "
                                "collective timing (comm_buckets) is unavailable; FSDP, "
                                "DeepSpeed and hand-written collectives are not timed")
+                self._session.set_telemetry_status("comm", False, None, reason)
             except Exception:
                 pass
         if self._native is not None:
