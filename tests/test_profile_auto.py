@@ -336,6 +336,43 @@ def test_a_module_called_inside_the_loader_is_loader_work_not_a_forward(db):
     assert phase_calls(db, "forward") == [1] * 5
 
 
+def slow_worker_start(worker_id: int) -> None:
+    """A worker's start-up: opening files, building an index (100 ms here)."""
+    time.sleep(0.1)
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_each_epochs_loader_start_is_counted_and_a_slow_one_is_named(db, capsys, persistent):
+    # GIVEN 6 epochs of 4 batches from 2 workers that take 100 ms to start
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = torch.utils.data.DataLoader(SlowDataset(8, 0.0), batch_size=2, num_workers=2,
+                                         worker_init_fn=slow_worker_start,
+                                         persistent_workers=persistent)
+    with gpuprof.profile("epochs", db=db.path, gpu="none"):
+        for _ in range(6):
+            train_logging(model, opt, loader, log_s=0.002)
+    # THEN each epoch's first step holds the iter(loader) that started its workers (with
+    # persistent workers, only the first epoch's), and no other step does
+    rows = db.rows("SELECT step, loader_starts, loader_start_ns, wait_ns FROM steps "
+                   "WHERE run_id=1 ORDER BY step")
+    assert len(rows) == 24
+    assert [r[0] for r in rows if r[1]] == ([0] if persistent else [0, 4, 8, 12, 16, 20]), rows
+    assert all(r[1] in (0, 1) and r[2] is not None and 0 <= r[2] <= r[3] for r in rows), rows
+    # (a start waits for the workers' 100 ms start-up: iter() starts them, next() waits)
+    assert all(r[3] >= 100e6 for r in rows if r[1]), rows
+    out = capsys.readouterr().out
+    if persistent:
+        # AND workers kept across epochs are no epoch-start finding
+        assert "loader_epoch_start" not in rule_ids(db)
+        return
+    # AND workers started again each epoch make each start wait, named with the fix
+    assert "loader_epoch_start" in rule_ids(db), out
+    assert "Each epoch's start waits for the loader: 5 steps, every 4th (4, 8, …, 20)" in out
+    assert "persistent_workers=True" in out
+    assert "raise DataLoader num_workers" not in out
+
+
 def test_a_step_that_does_not_call_the_loader_waited_zero_on_it(db, capsys):
     # GIVEN a GAN-like loop: each batch feeds a D step and a G step (each its own backward and
     # optimizer step: two stored steps), a fast DataLoader and 15 ms of logging before G

@@ -23,6 +23,7 @@ struct CallHook {
   PyObject* original;  // strong
   PyObject* callback;  // strong or nullptr
   int kind;
+  int64_t wait_value;  // kHookLoader: kWaitBegin's value (kWaitDataLoader or ...Start)
 };
 
 constexpr EventKind kBegin[kHookKinds] = {EventKind::kForwardBegin, EventKind::kBackwardBegin,
@@ -78,6 +79,39 @@ void RunCallback(CallHook* h, bool begin, int64_t ts) {
   PyErr_Restore(type, value, tb);
 }
 
+// Whether iter(loader) on this torch DataLoader starts worker processes: num_workers > 0, and
+// either no persistent_workers or none kept yet (its first epoch). A loader whose attributes
+// cannot be read counts as starting them. Leaves no Python error set.
+bool StartsWorkers(PyObject* loader) {
+  const auto attr = [loader](const char* name) {
+    PyObject* v = PyObject_GetAttrString(loader, name);
+    if (v == nullptr) PyErr_Clear();
+    return v;
+  };
+  PyObject* n = attr("num_workers");
+  if (n == nullptr) return true;
+  const long workers = PyLong_AsLong(n);
+  Py_DECREF(n);
+  if (workers == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return true;
+  }
+  if (workers <= 0) return false;
+  PyObject* p = attr("persistent_workers");
+  if (p == nullptr) return true;
+  const int persistent = PyObject_IsTrue(p);
+  Py_DECREF(p);
+  if (persistent <= 0) {
+    PyErr_Clear();
+    return true;
+  }
+  PyObject* kept = attr("_iterator");
+  if (kept == nullptr) return true;
+  const bool first = kept == Py_None;
+  Py_DECREF(kept);
+  return first;
+}
+
 PyObject* CallHookVectorcall(PyObject* self, PyObject* const* args, size_t nargsf,
                              PyObject* kwnames) {
   auto* h = reinterpret_cast<CallHook*>(self);
@@ -101,7 +135,16 @@ PyObject* CallHookVectorcall(PyObject* self, PyObject* const* args, size_t nargs
   const bool outermost = st->depth[k]++ == 0;
   if (outermost) {
     const int64_t ts = clock::NowNs();
-    st->session->EmitAt(ts, kBegin[k], 0, k == kHookLoader ? kWaitDataLoader : 0);
+    int64_t value = 0;
+    if (k == kHookLoader) {
+      value = h->wait_value;
+      // iter(loader) that reuses persistent workers (or has none) is an ordinary loader wait
+      if (value == kWaitDataLoaderStart &&
+          (PyVectorcall_NARGS(nargsf) < 1 || !StartsWorkers(args[0]))) {
+        value = kWaitDataLoader;
+      }
+    }
+    st->session->EmitAt(ts, kBegin[k], 0, value);
     ++st->calls[k];
     if (h->callback) RunCallback(h, true, ts);
   }
@@ -203,9 +246,10 @@ int InitCallHookType(PyObject* module) {
 
 PyObject* NewCallHook(PyObject* owner, HookState* state, int kind, PyObject* original,
                       PyObject* callback) {
-  if (kind < 0 || kind >= kHookKinds) {
+  if (kind < 0 || kind > kHookLoaderStart) {
     PyErr_SetString(PyExc_ValueError,
-                    "hook kind must be 0 (forward), 1 (backward), 2 (optimizer) or 3 (loader)");
+                    "hook kind must be 0 (forward), 1 (backward), 2 (optimizer), 3 (loader) or 4 "
+                    "(loader start)");
     return nullptr;
   }
   if (!PyCallable_Check(original)) {
@@ -225,7 +269,8 @@ PyObject* NewCallHook(PyObject* owner, HookState* state, int kind, PyObject* ori
     Py_INCREF(callback);
     h->callback = callback;
   }
-  h->kind = kind;
+  h->kind = kind == kHookLoaderStart ? kHookLoader : kind;
+  h->wait_value = kind == kHookLoaderStart ? kWaitDataLoaderStart : kWaitDataLoader;
   PyObject_GC_Track(reinterpret_cast<PyObject*>(h));
   return reinterpret_cast<PyObject*>(h);
 }

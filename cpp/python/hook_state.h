@@ -12,9 +12,15 @@ namespace gpuprof::python {
 
 enum HookKind : int { kHookForward = 0, kHookBackward = 1, kHookOptimizer = 2, kHookLoader = 3 };
 constexpr int kHookKinds = 4;
+// NewCallHook's kind for DataLoader.__iter__: a loader wait (kHookLoader), recorded as
+// kWaitDataLoaderStart when it starts the loader's worker processes (num_workers > 0, and not
+// persistent_workers or none kept yet), else as kWaitDataLoader.
+constexpr int kHookLoaderStart = 4;
 
-// kWaitBegin's value: who measured the wait (StepAssembler turns it into steps.wait_source).
-enum WaitSource : int64_t { kWaitWrapped = 0, kWaitDataLoader = 1 };
+// kWaitBegin's value: who measured the wait (StepAssembler turns it into steps.wait_source);
+// kWaitDataLoaderStart is a DataLoader wait in an iter(loader) that starts worker processes
+// (steps.loader_starts).
+enum WaitSource : int64_t { kWaitWrapped = 0, kWaitDataLoader = 1, kWaitDataLoaderStart = 2 };
 
 struct HookState {
   record::Session* session = nullptr;  // null once the session has stopped
@@ -39,6 +45,7 @@ int InitCallHookType(PyObject* module);
 // for kHookLoader, whose events are a loader wait (kWaitBegin/kWaitEnd, kWaitDataLoader), the
 // automatic FLOP count's edge, so that work inside the loader is left out of the count).
 // `owner` is a strong reference that keeps `state` alive.
+// kind kHookLoaderStart is kHookLoader whose waits start the loader (DataLoader.__iter__).
 PyObject* NewCallHook(PyObject* owner, HookState* state, int kind, PyObject* original,
                       PyObject* callback);
 

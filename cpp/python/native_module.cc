@@ -701,4 +701,5 @@ NB_MODULE(_native, m) {
   kinds.attr("BACKWARD") = static_cast<int>(kHookBackward);
   kinds.attr("OPTIMIZER") = static_cast<int>(kHookOptimizer);
   kinds.attr("LOADER") = static_cast<int>(kHookLoader);
+  kinds.attr("LOADER_START") = static_cast<int>(kHookLoaderStart);
 }

@@ -57,7 +57,8 @@ class TorchPatches:
             pass
         try:
             from torch.utils.data import dataloader
-            self._patch(dataloader.DataLoader, "__iter__", k["LOADER"], edge)
+            # iter(loader) starts the loader (its workers): steps.loader_starts counts it
+            self._patch(dataloader.DataLoader, "__iter__", k["LOADER_START"], edge)
             self._patch(dataloader._BaseDataLoaderIter, "__next__", k["LOADER"], edge)
         except (ImportError, AttributeError):  # pragma: no cover - torch internals changed
             pass  # the inter-step gap stands in for the wait

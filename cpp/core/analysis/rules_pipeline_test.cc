@@ -18,6 +18,81 @@ using testing::RunBuilder;
 using testing::Split;
 using testing::StepShape;
 
+// ---------------------------------------------------------------- loader_epoch_start
+
+// 3 warmup + 100 steady steps of 100 ms, each waiting 5 ms in the DataLoader's next(); every
+// 10th steady step (3, 13, …, 93) starts an epoch: its wait holds an iter(loader) of
+// `start_ms` / 2 and waits `start_ms` longer in all.
+RunBuilder Epochs(int64_t start_ms) {
+  RunBuilder b;
+  StepShape normal = Split(100, 5, 90);
+  normal.wait_source = "dataloader";
+  StepShape start = Split(100 + start_ms, 5 + start_ms, 90);
+  start.wait_source = "dataloader";
+  b.Steps(3, normal);
+  for (size_t i = 0; i < 100; ++i) {
+    b.Step(i % 10 == 0 ? start : normal);
+    if (i % 10 == 0) b.LoaderStart(3 + i, 1, start_ms * kMs / 2);
+  }
+  return b;
+}
+
+TEST(LoaderEpochStart, EachEpochsStartThatWaitsIsNamedWithItsCost) {
+  // GIVEN 10 epoch starts that each wait 100 ms more: 1 s of 11 s
+  const RuleResult r = Eval("loader_epoch_start", Epochs(100));
+  ASSERT_TRUE(r.fired());
+  EXPECT_EQ(r.insight->severity, Severity::kMed);
+  EXPECT_EQ(r.insight->message,
+            "Each epoch's start waits for the loader: 10 steps, every 10th (3, 13, …, 93), "
+            "waited " +
+                FormatDuration(100.0 * kMs) + " more each than the other steps' median " +
+                FormatDuration(5.0 * kMs) + " (" + FormatDuration(50.0 * kMs) +
+                " of it inside iter(loader), starting its worker processes; the rest for their "
+                "first batch): " +
+                FormatPercent(1000.0 / 11000) + " of step time, " + FormatPercent(1000.0 / 1500) +
+                " of the loader wait");
+  EXPECT_THAT(r.insight->fix, HasSubstr("persistent_workers=True"));
+  EXPECT_EQ(r.insight->evidence["starts"], 10);
+  EXPECT_EQ(r.insight->evidence["start_period"], 10);
+  // AND starts that wait no longer than other steps (persistent workers) are not a finding
+  EXPECT_FALSE(Eval("loader_epoch_start", Epochs(0)).fired());
+  EXPECT_FALSE(Eval("loader_epoch_start", Epochs(0)).skipped());
+}
+
+TEST(LoaderEpochStart, ExplainsTheStallItMostlyIs) {
+  // GIVEN epoch starts that wait 200 ms more: 2 s of the 2.5 s loader wait (21% of step time)
+  const Report report = Analyze(Epochs(200).Build(), RuleContext{});
+  // THEN the report leads with the epoch starts, the stall folded under them
+  EXPECT_TRUE(HasInsight(report, "loader_epoch_start"));
+  EXPECT_FALSE(HasInsight(report, "dataloader_stall"));
+  EXPECT_TRUE(FoldedUnder(report, "dataloader_stall", "loader_epoch_start"));
+  // AND a stall that is mostly steady waiting stays a finding of its own
+  RunBuilder b;
+  StepShape slow = Split(100, 30, 60);
+  slow.wait_source = "dataloader";
+  StepShape start = Split(300, 230, 60);
+  start.wait_source = "dataloader";
+  b.Steps(3, slow);
+  for (size_t i = 0; i < 100; ++i) {
+    b.Step(i % 25 == 0 ? start : slow);
+    if (i % 25 == 0) b.LoaderStart(3 + i, 1, 100 * kMs);
+  }
+  const Report both = Analyze(b.Build(), RuleContext{});
+  EXPECT_TRUE(HasInsight(both, "dataloader_stall"));
+  EXPECT_TRUE(HasInsight(both, "loader_epoch_start"));
+}
+
+TEST(LoaderEpochStart, NotEvaluatedWithoutWaitsMeasuredInADataLoader) {
+  // GIVEN waits timed by wrap_dataloader (or a file from before loader_starts)
+  RunBuilder b;
+  StepShape wrapped = Split(100, 30, 60);
+  wrapped.wait_source = "explicit";
+  b.Steps(20, wrapped);
+  const RuleResult r = Eval("loader_epoch_start", b);
+  ASSERT_TRUE(r.skipped());
+  EXPECT_THAT(*r.not_evaluated, HasSubstr("torch DataLoader"));
+}
+
 // ---------------------------------------------------------------- prefetch_queue_starved
 
 StepShape Explicit(int64_t wait_ms) {

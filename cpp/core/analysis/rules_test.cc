@@ -46,6 +46,7 @@ TEST(Registry, EveryRuleIsCompleteAndUnique) {
     EXPECT_EQ(FindRule(r.id), &r);
   }
   for (const char* id : {"dataloader_stall",
+                         "loader_epoch_start",
                          "prefetch_queue_starved",
                          "cpu_bound_dataloader",
                          "io_bound_dataloader",
@@ -75,7 +76,7 @@ TEST(Registry, EveryRuleIsCompleteAndUnique) {
                          "host_stalls"}) {
     EXPECT_TRUE(ids.count(id)) << id;
   }
-  EXPECT_EQ(ids.size(), 29u);
+  EXPECT_EQ(ids.size(), 30u);
   EXPECT_TRUE(FindRule("bucket_skew")->group());
   EXPECT_TRUE(FindRule("rank_skew")->group());
   EXPECT_FALSE(FindRule("comm_dominant")->group());

@@ -407,6 +407,8 @@ RunView BuildRunView(store::RunData data) {
     s.wait_ns = r.wait_ns;
     s.wait_source = r.wait_source;
     s.forward_calls = r.forward_calls;
+    s.loader_starts = r.loader_starts;
+    s.loader_start_ns = r.loader_start_ns;
     s.backward_calls = r.backward_calls;
     v.steps.push_back(std::move(s));
   }

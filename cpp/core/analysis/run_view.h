@@ -71,6 +71,10 @@ struct StepView {
   std::optional<std::string> wait_source;
   int64_t forward_calls = 0;   // outermost model calls (auto) or s.phase("forward") blocks
   int64_t backward_calls = 0;  // backward passes in the step (several: gradient accumulation)
+  // iter(loader) calls in the step's loader wait and the time inside them (steps.loader_starts,
+  // loader_start_ns); nullopt when the wait was not measured inside a loader (or an older file).
+  std::optional<int64_t> loader_starts;
+  std::optional<int64_t> loader_start_ns;
   // This step's phase rows, in stored order. A step with comm_buckets rows and no recorded
   // phase named "comm" gets a derived one last: wall = its exposed communication, the time from
   // its last gradient bucket being ready (the latest bucket start) to all its collectives having

@@ -97,6 +97,7 @@ class RunBuilder {
       s.wait_source.reset();
     }
     s.forward_calls = s.backward_calls = s.optimizer_calls = 1;
+    if (s.wait_source == "dataloader") s.loader_starts = s.loader_start_ns = 0;  // next() only
     for (const auto& p : shape.phases) {
       data_.phases.push_back(store::PhaseRow{s.step, p.name, p.wall_ns, p.gpu_ns, 1});
     }
@@ -219,6 +220,13 @@ class RunBuilder {
         std::move(severity), std::move(message), std::move(fix), std::nullopt});
     return *this;
   }
+  // Step `step`'s (its index) loader wait started the loader (iter(loader)) `starts` times,
+  // for `start_ns` in all.
+  RunBuilder& LoaderStart(size_t step, int64_t starts, int64_t start_ns) {
+    data_.steps.at(step).loader_starts = starts;
+    data_.steps.at(step).loader_start_ns = start_ns;
+    return *this;
+  }
   // Step `step` (its index) ran these forward calls and backward passes.
   RunBuilder& Calls(size_t step, int64_t forwards, int64_t backwards) {
     data_.steps.at(step).forward_calls = forwards;
@@ -302,18 +310,20 @@ inline void HealthyGpu(int64_t, store::GpuSampleRow& g) {
 // HealthyRun with every input a rule can use, all of it healthy: GPU and host telemetry every
 // 100 ms, four evenly busy dataloader workers, CUDA-event phase times with backward at 2×
 // forward (grad_checkpoint declared false), kernel windows with fused attention and no drift,
-// and explicit (wrap_dataloader) waits of 5 ms. Not distributed, so comm_dominant passes.
+// and waits of 5 ms in a torch DataLoader (auto mode), one iter(loader) each epoch of 10 steps
+// that waits no longer. Not distributed, so comm_dominant passes.
 inline RunBuilder HealthyFullRun() {
   RunBuilder b;
   StepShape first;
   first.duration_ns = 150 * kMs;
-  first.wait_source = "explicit";
+  first.wait_source = "dataloader";
   first.phases = {{"forward", 30 * kMs, 30 * kMs},
                   {"backward", 50 * kMs, 60 * kMs},
                   {"optimizer", 10 * kMs, std::nullopt}};
   StepShape step = first;
   step.duration_ns = 100 * kMs;
   b.Step(first).Steps(49, step);
+  for (size_t epoch = 0; epoch < 5; ++epoch) b.LoaderStart(epoch * 10, 1, 1 * kMs);
   b.Flops(0.5 * 989e12 * 0.100, "bf16");
   b.Config(R"({"grad_checkpoint": false, "sample_hz": 10})");
   b.Telemetry("gpu", true, "nvml", std::nullopt).Telemetry("host", true, "procfs", std::nullopt);

@@ -24,10 +24,13 @@ void StepAssembler::OpenCommon(OpenStep* s, int64_t ts) {
     s->explicit_wait_ns = carry_wait_ns_;
     s->has_explicit_wait = true;
     s->wait_wrapped = carry_wait_wrapped_;
+    s->loader_starts = carry_loader_starts_;
+    s->loader_start_ns = carry_loader_start_ns_;
   }
   carry_wait_ns_ = 0;
   carry_wait_start_.reset();
   carry_wait_wrapped_ = false;
+  carry_loader_starts_ = carry_loader_start_ns_ = 0;
   s->comm = std::move(comm_waiting_);
   comm_waiting_.clear();
 }
@@ -109,6 +112,8 @@ void StepAssembler::Close(int64_t end_ns) {
   if (s.has_explicit_wait) {
     row.wait_ns = s.explicit_wait_ns;
     row.wait_source = s.wait_wrapped ? "explicit" : "dataloader";
+    row.loader_starts = s.loader_starts;
+    row.loader_start_ns = s.loader_start_ns;
   } else if (s.gap_wait_ns) {
     row.wait_ns = s.gap_wait_ns;
     row.wait_source = "gap";
@@ -338,6 +343,7 @@ void StepAssembler::OnEvent(const Event& e) {
       CloseIfPending();
       wait_begin_ = ts;
       wait_wrapped_ = e.value == 0;
+      wait_starts_loader_ = e.value == 2;
       break;
     case EventKind::kWaitEnd: {
       if (!wait_begin_) {
@@ -349,10 +355,18 @@ void StepAssembler::OnEvent(const Event& e) {
         open_->explicit_wait_ns += d;
         open_->has_explicit_wait = true;
         open_->wait_wrapped = open_->wait_wrapped || wait_wrapped_;
+        if (wait_starts_loader_) {
+          ++open_->loader_starts;
+          open_->loader_start_ns += d;
+        }
       } else {
         if (!carry_wait_start_) carry_wait_start_ = *wait_begin_;
         carry_wait_ns_ += d;
         carry_wait_wrapped_ = carry_wait_wrapped_ || wait_wrapped_;
+        if (wait_starts_loader_) {
+          ++carry_loader_starts_;
+          carry_loader_start_ns_ += d;
+        }
       }
       wait_begin_.reset();
       break;

@@ -92,6 +92,7 @@ class StepAssembler {
     int64_t explicit_wait_ns = 0;
     bool has_explicit_wait = false;
     bool wait_wrapped = false;  // some of the wait was measured by wrap_dataloader
+    int64_t loader_starts = 0, loader_start_ns = 0;  // iter(loader) waits in it
     int64_t forward_calls = 0, backward_calls = 0, optimizer_calls = 0;
     // Manual s.phase() blocks named forward / backward / optimizer (PhaseNames ids 0..2).
     int64_t named_phase_calls[3] = {0, 0, 0};
@@ -146,7 +147,9 @@ class StepAssembler {
   int64_t carry_wait_ns_ = 0;
   std::optional<int64_t> carry_wait_start_;
   bool carry_wait_wrapped_ = false;
+  int64_t carry_loader_starts_ = 0, carry_loader_start_ns_ = 0;
   bool wait_wrapped_ = false;                       // the open wait's source (kWaitBegin value 0)
+  bool wait_starts_loader_ = false;                 // the open wait is iter(loader) (value 2)
   std::deque<ClosedSpan> recent_;                   // for late GPU times
   std::vector<store::CommBucketRow> comm_waiting_;  // started between steps: the next one's
   int64_t unmatched_comm_ = 0;

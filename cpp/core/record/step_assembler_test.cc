@@ -411,6 +411,42 @@ TEST_F(StepAssemblerTest, DataLoaderWaitIsTheMeasuredPartOfTheGap) {
   EXPECT_EQ(out_.steps[2].wait_source, "explicit");
 }
 
+TEST_F(StepAssemblerTest, IterLoaderWaitsAreCountedAsLoaderStarts) {
+  // GIVEN iter(loader) (kWaitBegin value 2) for 1 ms and next() for 0.5 ms before step 0
+  At(0, EventKind::kWaitBegin, 0, 2);
+  At(1, EventKind::kWaitEnd);
+  At(1, EventKind::kWaitBegin, 0, 1);
+  At(1.5, EventKind::kWaitEnd);
+  double t = Iteration(2, 1, 1, 1);
+  // AND a step with next() only, then one whose wait starts the loader again (a new epoch)
+  At(t + 1, EventKind::kWaitBegin, 0, 1);
+  At(t + 2, EventKind::kWaitEnd);
+  t = Iteration(t + 3, 1, 1, 1);
+  At(t + 1, EventKind::kWaitBegin, 0, 2);
+  At(t + 4, EventKind::kWaitEnd);
+  At(t + 4, EventKind::kWaitBegin, 0, 1);
+  At(t + 6, EventKind::kWaitEnd);
+  t = Iteration(t + 7, 1, 1, 1);
+  // AND a step timed by its gap alone (no loader measured)
+  Iteration(t + 2, 1, 1, 1);
+  asm_.Finish(kAnchor + 200 * kMs);
+  ASSERT_EQ(out_.steps.size(), 4u);
+  // THEN the starts and their time are the iter() waits, inside the step's loader wait
+  EXPECT_EQ(out_.steps[0].loader_starts, 1);
+  EXPECT_EQ(out_.steps[0].loader_start_ns, 1 * kMs);
+  EXPECT_EQ(out_.steps[0].wait_ns, static_cast<int64_t>(1.5 * kMs));
+  EXPECT_EQ(out_.steps[0].wait_source, "dataloader");
+  EXPECT_EQ(out_.steps[1].loader_starts, 0);
+  EXPECT_EQ(out_.steps[1].loader_start_ns, 0);
+  EXPECT_EQ(out_.steps[2].loader_starts, 1);
+  EXPECT_EQ(out_.steps[2].loader_start_ns, 3 * kMs);
+  EXPECT_EQ(out_.steps[2].wait_ns, 5 * kMs);
+  // AND a step whose wait was not measured in a loader has none (unknown, not 0)
+  EXPECT_EQ(out_.steps[3].wait_source, "gap");
+  EXPECT_FALSE(out_.steps[3].loader_starts.has_value());
+  EXPECT_FALSE(out_.steps[3].loader_start_ns.has_value());
+}
+
 TEST_F(StepAssemblerTest, GpuTimesAttachToTheirStepEvenWhenTheyResolveLate) {
   // GIVEN step 0 whose forward GPU time resolves while step 0 is still open
   At(0, EventKind::kForwardBegin);

@@ -49,6 +49,11 @@ struct StepRow {
   int64_t forward_calls = 0;
   int64_t backward_calls = 0;
   int64_t optimizer_calls = 0;
+  // iter(loader) calls of a torch DataLoader in the step's wait that started its worker
+  // processes (an epoch's start without persistent_workers, or the first one with them) and the
+  // time inside them; nullopt when the step's wait was not measured inside a loader.
+  std::optional<int64_t> loader_starts;
+  std::optional<int64_t> loader_start_ns;
 };
 
 struct PhaseRow {

@@ -52,6 +52,8 @@ CREATE TABLE IF NOT EXISTS steps (
   forward_calls  BIGINT NOT NULL DEFAULT 0,
   backward_calls BIGINT NOT NULL DEFAULT 0,
   optimizer_calls BIGINT NOT NULL DEFAULT 0,
+  loader_starts  BIGINT,              -- iter(loader) calls in the wait that started workers
+  loader_start_ns BIGINT,             -- time inside them
   PRIMARY KEY (run_id, step)
 );
 

@@ -113,14 +113,17 @@ template <>
 struct Table<StepRow> : TableDefaults {
   static constexpr const char* kName = "steps";
   static constexpr bool kUpsert = true;
-  static constexpr auto kColumns = std::tuple{Col<kKey>("step", &StepRow::step),
-                                              Col("start_ns", &StepRow::start_ns),
-                                              Col("end_ns", &StepRow::end_ns),
-                                              Col("wait_ns", &StepRow::wait_ns),
-                                              Col("wait_source", &StepRow::wait_source),
-                                              Col("forward_calls", &StepRow::forward_calls),
-                                              Col("backward_calls", &StepRow::backward_calls),
-                                              Col("optimizer_calls", &StepRow::optimizer_calls)};
+  static constexpr auto kColumns =
+      std::tuple{Col<kKey>("step", &StepRow::step),
+                 Col("start_ns", &StepRow::start_ns),
+                 Col("end_ns", &StepRow::end_ns),
+                 Col("wait_ns", &StepRow::wait_ns),
+                 Col("wait_source", &StepRow::wait_source),
+                 Col("forward_calls", &StepRow::forward_calls),
+                 Col("backward_calls", &StepRow::backward_calls),
+                 Col("optimizer_calls", &StepRow::optimizer_calls),
+                 Col<kAdded>("loader_starts", &StepRow::loader_starts),
+                 Col<kAdded>("loader_start_ns", &StepRow::loader_start_ns)};
 };
 
 template <>

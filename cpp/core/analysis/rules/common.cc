@@ -233,6 +233,34 @@ std::optional<std::string> LeadFix(const std::string& rank, const store::Insight
                    lead->fix->c_str());
 }
 
+std::optional<EpochStarts> MeasureEpochStarts(const RunView& view) {
+  EpochStarts e;
+  bool measured = false;
+  std::vector<double> other_waits;
+  std::vector<const StepView*> starts;
+  for (size_t i = view.steady_begin; i < view.steps.size(); ++i) {
+    const StepView& s = view.steps[i];
+    if (view.evaluation_steps.Has(s.step)) continue;
+    e.step_total_ns += static_cast<double>(s.duration_ns);
+    if (!s.loader_starts || !s.wait_ns) continue;
+    measured = true;
+    e.wait_total_ns += static_cast<double>(*s.wait_ns);
+    if (*s.loader_starts > 0) {
+      starts.push_back(&s);
+    } else {
+      other_waits.push_back(static_cast<double>(*s.wait_ns));
+    }
+  }
+  if (!measured) return std::nullopt;
+  e.median_wait_ns = Median(other_waits).value_or(0.0);
+  for (const StepView* s : starts) {
+    e.steps.push_back(s->step);
+    e.excess_ns += std::max(0.0, static_cast<double>(*s->wait_ns) - e.median_wait_ns);
+    e.start_ns += static_cast<double>(s->loader_start_ns.value_or(0));
+  }
+  return e;
+}
+
 std::vector<StepOther> SteadyOtherTimes(const RunView& view) {
   std::vector<StepOther> out;
   const auto begin = view.steps.begin() + static_cast<std::ptrdiff_t>(view.steady_begin);

@@ -131,8 +131,17 @@ RuleResult DataloaderStall(const RunView& view, const RuleContext&) {
   if (!stall.stalled()) return RuleResult::Pass();
   const Breakdown& b = *stall.breakdown;
   const double f = *stall.fraction;
+  // How much of the wait is the loader starting at each epoch (loader_epoch_start explains the
+  // stall when that is most of it).
+  std::optional<double> epoch_start_share;
+  if (const auto starts = MeasureEpochStarts(view); starts && b.wait_total_ns > 0) {
+    epoch_start_share = std::min(1.0, starts->excess_ns / b.wait_total_ns);
+  }
   nlohmann::json evidence = {
       {"wait_fraction", f},
+      {"epoch_start_share",
+       epoch_start_share ? nlohmann::json(*epoch_start_share) : nlohmann::json()},
+      {"epoch_start_caused", epoch_start_share && *epoch_start_share >= kEpochStartStallShare},
       {"evaluation_steps_left_out", stall.evaluation_steps_left_out},
       {"wait_total_ns", b.wait_total_ns},
       {"step_total_ns", b.wait_duration_ns},
@@ -146,6 +155,50 @@ RuleResult DataloaderStall(const RunView& view, const RuleContext&) {
       stall.severity(),
       StrFormat("%s of step time waiting on the loader (%s%s)", FormatPercent(f).c_str(),
                 WaitSourceLabel(b.wait_source).c_str(), stall.LeftOutText().c_str()),
+      std::move(evidence));
+}
+
+// Fires when the steady-state steps that started the loader's worker processes (an epoch's
+// iter(loader) without persistent_workers: MeasureEpochStarts) waited, above the other steps'
+// median wait, at least kEpochStartShare of steady-state step time in all.
+RuleResult LoaderEpochStart(const RunView& view, const RuleContext&) {
+  if (auto why = NeedSteadyState(view)) return RuleResult::Skip(*why);
+  const auto e = MeasureEpochStarts(view);
+  if (!e) {
+    return RuleResult::Skip(
+        "no steady-state wait measured inside a torch DataLoader (auto mode measures its iter() "
+        "and next(); wrap_dataloader and older files do not say which waits started the "
+        "loader)");
+  }
+  if (e->steps.empty() || e->step_total_ns <= 0) return RuleResult::Pass();
+  const double share = e->excess_ns / e->step_total_ns;
+  if (share < kEpochStartShare) return RuleResult::Pass();
+  const double n = static_cast<double>(e->steps.size());
+  const double loader_share = e->wait_total_ns > 0 ? e->excess_ns / e->wait_total_ns : 0.0;
+  nlohmann::json evidence = {
+      {"starts", e->steps.size()},
+      {"first_start_step", e->steps.front()},
+      {"start_period",
+       StepPeriod(e->steps) ? nlohmann::json(*StepPeriod(e->steps)) : nlohmann::json()},
+      {"excess_ns", e->excess_ns},
+      {"mean_excess_ns", e->excess_ns / n},
+      {"mean_iter_ns", e->start_ns / n},
+      {"median_wait_ns", e->median_wait_ns},
+      {"share", share},
+      {"loader_wait_share", loader_share},
+      {"threshold", kEpochStartShare},
+  };
+  std::string which = FormatStepSet(e->steps);
+  if (which.find(", every") != std::string::npos) which += ",";
+  return RuleResult::Fire(
+      share >= kStallHighFraction ? Severity::kHigh : Severity::kMed,
+      StrFormat("Each epoch's start waits for the loader: %s waited %s more%s than the other "
+                "steps' median %s (%s of it inside iter(loader), starting its worker processes; "
+                "the rest for their first batch): %s of step time, %s of the loader wait",
+                which.c_str(), FormatDuration(e->excess_ns / n).c_str(),
+                e->steps.size() == 1 ? "" : " each", FormatDuration(e->median_wait_ns).c_str(),
+                FormatDuration(e->start_ns / n).c_str(), FormatPercent(share).c_str(),
+                FormatPercent(loader_share).c_str()),
       std::move(evidence));
 }
 

@@ -42,6 +42,31 @@ RuleSpec StallSpec() {
 void AddDataPipeline(std::vector<RuleSpec>& r) {
   r.push_back(StallSpec());
   r.push_back(RuleSpec{
+      .id = "loader_epoch_start",
+      .family = "data_pipeline",
+      .max_severity = Severity::kHigh,
+      .severity = "high ≥ " + Pct(kStallHighFraction) + " of step time, else med",
+      .fires_when = "the steady-state steps whose loader wait holds an iter(loader) that "
+                    "starts worker processes (an epoch's start without persistent_workers) "
+                    "wait, above the other steps' median wait, ≥ " +
+                    Pct(kEpochStartShare) + " of steady-state step time",
+      .fix = "Start the workers once, not every epoch: DataLoader(..., "
+             "persistent_workers=True) keeps them, so iter(loader) no longer starts new "
+             "processes and waits for their first batches; keep their start-up cheap (a light "
+             "Dataset to pickle, files opened lazily in each worker, a quick worker_init_fn).",
+      .inputs = "steps.loader_starts, loader_start_ns and wait_ns (auto mode, torch DataLoader) "
+                "on steady-state steps",
+      .thresholds = {{"kEpochStartShare", kEpochStartShare,
+                      "fires when the epoch starts' extra wait is at least this share of step "
+                      "time"},
+                     {"kEpochStartStallShare", kEpochStartStallShare,
+                      "explains dataloader_stall when that extra wait is at least this share of "
+                      "the loader wait"}},
+      .explains = {{"dataloader_stall", "epoch_start_caused",
+                    "most of its wait is the epochs' starts", ""}},
+      .evaluate = rules::LoaderEpochStart,
+  });
+  r.push_back(RuleSpec{
       .id = "prefetch_queue_starved",
       .family = "data_pipeline",
       .max_severity = Severity::kHigh,

@@ -218,6 +218,12 @@ inline constexpr double kVarianceLoaderShare = 0.5;
 // insight then says so and gives kPeriodicHostWorkFix, and kernel_launch_overhead's periodic
 // finding explains it.
 inline constexpr double kVarianceOtherShare = 0.5;
+// loader_epoch_start: the steps that started the loader (iter(loader)) waiting, above the other
+// steps' median wait, at least this share of steady-state step time fires (HIGH at
+// kStallHighFraction)...
+inline constexpr double kEpochStartShare = 0.05;
+// ...and it explains dataloader_stall when that extra wait is at least this share of the stall.
+inline constexpr double kEpochStartStallShare = 0.5;
 // evaluation_in_steps: the evaluation steps (RunView::evaluation_steps) taking at least this
 // share of steady-state step time above the typical step's fires...
 inline constexpr double kEvalMinShare = 0.02;

@@ -18,6 +18,7 @@ namespace gpuprof::analysis::rules {
 
 // data_pipeline.cc
 RuleResult DataloaderStall(const RunView& view, const RuleContext& context);
+RuleResult LoaderEpochStart(const RunView& view, const RuleContext& context);
 RuleResult PrefetchQueueStarved(const RunView& view, const RuleContext& context);
 RuleResult CpuBoundDataloader(const RunView& view, const RuleContext& context);
 RuleResult IoBoundDataloader(const RunView& view, const RuleContext& context);
@@ -158,6 +159,21 @@ struct Stall {
   Severity severity() const;  // HIGH at kStallHighFraction, else MED
 };
 Stall MeasureStall(const RunView& view);
+
+// The loader's starts in the steady state (evaluation steps left out): the steps whose wait
+// holds an iter(loader) that started worker processes (steps.loader_starts > 0: an epoch's start
+// without persistent_workers), and their wait above the
+// median wait of the other steps measured inside the loader. nullopt when no steady step's wait
+// says whether it started the loader (not measured in a torch DataLoader, or an older file).
+struct EpochStarts {
+  std::vector<int64_t> steps;  // the steps that started the loader
+  double excess_ns = 0;        // their waits above the other steps' median wait, summed
+  double start_ns = 0;         // time inside iter(loader) in those steps, summed
+  double median_wait_ns = 0;   // the other measured steps' median wait
+  double wait_total_ns = 0;    // all measured steps' waits, summed
+  double step_total_ns = 0;    // the steady steps' time (evaluation steps left out)
+};
+std::optional<EpochStarts> MeasureEpochStarts(const RunView& view);
 
 // Each steady step's time in neither the loader wait nor a phase (the breakdown's "other"):
 // duration - wait - phases, for the steps with a measured wait and at least one phase. A step
