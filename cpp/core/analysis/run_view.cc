@@ -136,6 +136,24 @@ HostAggregates AggregateHost(const store::RunData& d) {
   return h;
 }
 
+}  // namespace
+
+bool LoaderWaitMeasured(const std::vector<StepView>& steps, size_t begin) {
+  return std::any_of(steps.begin() + static_cast<std::ptrdiff_t>(std::min(begin, steps.size())),
+                     steps.end(), [](const StepView& s) {
+                       return s.wait_ns && s.wait_source &&
+                              (*s.wait_source == "dataloader" || *s.wait_source == "explicit");
+                     });
+}
+
+std::optional<int64_t> LoaderWaitNs(const StepView& s, bool measured) {
+  if (!s.wait_ns) return std::nullopt;
+  const bool no_loader_call = measured && s.wait_source && *s.wait_source == "gap";
+  return no_loader_call ? 0 : *s.wait_ns;
+}
+
+namespace {
+
 // Lower median of counts (0 when empty).
 int64_t MedianCount(std::vector<int64_t> v) {
   if (v.empty()) return 0;
@@ -169,22 +187,14 @@ Breakdown ComputeBreakdown(const std::vector<StepView>& steps, size_t begin,
   Breakdown b;
   std::map<std::string, size_t> source_counts;
   std::unordered_map<std::string, size_t> index;  // phase name -> position in b.phases
-  // Whether the loop's loader wait was measured inside the loader (DataLoader next() in auto
-  // mode, wrap_dataloader) on some steady step: then a step whose wait is only a gap did not
-  // call the loader (several optimizer steps per batch), and its loader wait is 0.
-  const bool measured =
-      std::any_of(steps.begin() + static_cast<std::ptrdiff_t>(std::min(begin, steps.size())),
-                  steps.end(), [](const StepView& s) {
-                    return s.wait_ns && s.wait_source &&
-                           (*s.wait_source == "dataloader" || *s.wait_source == "explicit");
-                  });
+  const bool measured = LoaderWaitMeasured(steps, begin);
   for (size_t i = begin; i < steps.size(); ++i) {
     const StepView& s = steps[i];
     if (leave_out && leave_out->Has(s.step)) continue;
     b.total_ns += s.duration_ns;
-    if (s.wait_ns) {
+    if (const auto loader_wait = LoaderWaitNs(s, measured)) {
+      const int64_t wait = *loader_wait;
       const bool no_loader_call = measured && s.wait_source && *s.wait_source == "gap";
-      const int64_t wait = no_loader_call ? 0 : *s.wait_ns;
       ++b.wait_steps;
       b.wait_total_ns += wait;
       b.wait_duration_ns += s.duration_ns;

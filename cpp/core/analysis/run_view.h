@@ -184,6 +184,14 @@ struct ExtraForwards {
   bool Has(int64_t step) const { return std::binary_search(steps.begin(), steps.end(), step); }
 };
 
+// Whether some step of steps[begin..] had its loader wait measured inside the loader
+// (DataLoader next() in auto mode, wrap_dataloader). Then a step whose wait is only a gap did not
+// call the loader (several optimizer steps per batch): its loader wait is 0, its gap host work.
+bool LoaderWaitMeasured(const std::vector<StepView>& steps, size_t begin);
+// A step's loader wait as the breakdown counts it (`measured`: LoaderWaitMeasured); nullopt
+// when the step has no wait.
+std::optional<int64_t> LoaderWaitNs(const StepView& s, bool measured);
+
 struct RunView {
   store::RunData data;          // the run as stored
   std::vector<StepView> steps;  // ordered by step number

@@ -263,18 +263,25 @@ std::optional<EpochStarts> MeasureEpochStarts(const RunView& view) {
 
 std::vector<StepOther> SteadyOtherTimes(const RunView& view) {
   std::vector<StepOther> out;
-  const auto begin = view.steps.begin() + static_cast<std::ptrdiff_t>(view.steady_begin);
-  const bool measured = std::any_of(begin, view.steps.end(), [](const StepView& s) {
-    return s.wait_ns && s.wait_source &&
-           (*s.wait_source == "dataloader" || *s.wait_source == "explicit");
-  });
-  for (auto it = begin; it != view.steps.end(); ++it) {
-    if (!it->wait_ns || it->phases.empty()) continue;
-    const bool no_loader_call = measured && it->wait_source && *it->wait_source == "gap";
-    const int64_t wait = no_loader_call ? 0 : *it->wait_ns;
-    out.push_back({&*it, static_cast<double>(it->duration_ns - wait - it->phase_wall_ns)});
+  const bool measured = LoaderWaitMeasured(view.steps, view.steady_begin);
+  for (size_t i = view.steady_begin; i < view.steps.size(); ++i) {
+    const StepView& s = view.steps[i];
+    const auto wait = LoaderWaitNs(s, measured);
+    if (!wait || s.phases.empty()) continue;
+    out.push_back({&s, static_cast<double>(s.duration_ns - *wait - s.phase_wall_ns)});
   }
   return out;
+}
+
+nlohmann::json PeriodJson(const std::vector<int64_t>& steps) {
+  const auto period = StepPeriod(steps);
+  return period ? nlohmann::json(*period) : nlohmann::json();
+}
+
+std::string StepSetSubject(const std::vector<int64_t>& steps) {
+  std::string which = FormatStepSet(steps);
+  if (which.find(", every") != std::string::npos) which += ",";  // "4 steps, every 25th (…),"
+  return which;
 }
 
 std::set<int64_t> ProfiledSteps(const RunView& view) {

@@ -178,8 +178,7 @@ RuleResult LoaderEpochStart(const RunView& view, const RuleContext&) {
   nlohmann::json evidence = {
       {"starts", e->steps.size()},
       {"first_start_step", e->steps.front()},
-      {"start_period",
-       StepPeriod(e->steps) ? nlohmann::json(*StepPeriod(e->steps)) : nlohmann::json()},
+      {"start_period", PeriodJson(e->steps)},
       {"excess_ns", e->excess_ns},
       {"mean_excess_ns", e->excess_ns / n},
       {"mean_iter_ns", e->start_ns / n},
@@ -188,8 +187,7 @@ RuleResult LoaderEpochStart(const RunView& view, const RuleContext&) {
       {"loader_wait_share", loader_share},
       {"threshold", kEpochStartShare},
   };
-  std::string which = FormatStepSet(e->steps);
-  if (which.find(", every") != std::string::npos) which += ",";
+  const std::string which = StepSetSubject(e->steps);
   return RuleResult::Fire(
       share >= kStallHighFraction ? Severity::kHigh : Severity::kMed,
       StrFormat("Each epoch's start waits for the loader: %s waited %s more%s than the other "

@@ -184,6 +184,11 @@ struct StepOther {
   double other_ns = 0;
 };
 std::vector<StepOther> SteadyOtherTimes(const RunView& view);
+// The spacing of evenly spaced steps for evidence (StepPeriod), null when they are not.
+nlohmann::json PeriodJson(const std::vector<int64_t>& steps);
+// FormatStepSet as the subject of a sentence: "4 steps, every 25th (27, …, 102)," gets the
+// comma that closes its apposition.
+std::string StepSetSubject(const std::vector<int64_t>& steps);
 
 // The steps gpuprof's own CPU-operator trace slowed: the traced steps (cpu_ops rows: torch's
 // profiler on) and the step after each (stopping it and reading its operators). CUPTI's kernel

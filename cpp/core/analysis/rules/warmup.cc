@@ -293,8 +293,7 @@ RuleResult HighStepVariance(const RunView& view, const RuleContext&) {
       {"traced_steps_left_out", left_out},
       {"evaluation_steps_left_out", evaluations_left_out},
       {"first_spike_step", spike_steps.empty() ? nlohmann::json() : nlohmann::json(spike_steps[0])},
-      {"spike_period",
-       StepPeriod(spike_steps) ? nlohmann::json(*StepPeriod(spike_steps)) : nlohmann::json()},
+      {"spike_period", PeriodJson(spike_steps)},
       {"spike_excess_ns", lost},
       {"threshold", kVarianceRatio},
       {"lost_share", lost_share},
@@ -387,8 +386,7 @@ RuleResult EvaluationInSteps(const RunView& view, const RuleContext&) {
   nlohmann::json evidence = {
       {"evaluation_steps", x.steps.size()},
       {"first_step", x.steps.front()},
-      {"step_period",
-       StepPeriod(x.steps) ? nlohmann::json(*StepPeriod(x.steps)) : nlohmann::json()},
+      {"step_period", PeriodJson(x.steps)},
       {"median_forward_calls", median_forwards},
       {"median_backward_calls", median_backwards},
       {"typical_forward_calls", x.typical_forwards},
@@ -400,8 +398,7 @@ RuleResult EvaluationInSteps(const RunView& view, const RuleContext&) {
       {"threshold", kEvalMinShare},
   };
   const bool one = x.steps.size() == 1;
-  std::string which = FormatStepSet(x.steps);
-  if (which.find(", every") != std::string::npos) which += ",";  // "4 steps, every 25th (…),"
+  const std::string which = StepSetSubject(x.steps);
   return RuleResult::Fire(
       share >= kEvalMedShare ? Severity::kMed : Severity::kLow,
       StrFormat(
